@@ -1,0 +1,81 @@
+"""The exception hierarchy, and the one table mapping Lua return codes to exceptions."""
+
+from __future__ import annotations
+
+
+class JobcenterError(Exception):
+    """Root of every error jobcenter raises on purpose."""
+
+
+class SpecError(JobcenterError, ValueError):
+    """A job spec, schedule or argument is invalid; the message names the offending thing."""
+
+
+class RedisUnavailable(JobcenterError):
+    """Redis cannot be reached (CLI exit code 3)."""
+
+
+class NotFound(JobcenterError, KeyError):
+    """A job, schedule or task that does not exist."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class TransitionRejected(JobcenterError):
+    """A Lua transition refused to change anything (stale token, wrong state, ...)."""
+
+    code: int = 0
+
+
+class StaleToken(TransitionRejected):
+    """The fencing token is not the task's current attempt: a late result, discarded."""
+
+    code = -2
+
+
+class WrongState(TransitionRejected):
+    """The task or job is not in a state that allows this transition."""
+
+    code = -3
+
+
+class UnknownJob(TransitionRejected, NotFound):
+    """The job hash does not exist (expired, deleted or never submitted)."""
+
+    code = -4
+
+
+class TaskFailure(JobcenterError):
+    """Base for exceptions a task raises to steer its own retry policy."""
+
+
+class Fatal(TaskFailure):
+    """Raised by a task: fail now, never retry."""
+
+
+class Retry(TaskFailure):
+    """Raised by a task: retry this attempt after `delay` seconds (counts as an attempt)."""
+
+    def __init__(self, message: str = "retry requested", delay: float | None = None) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+# The one table from Lua return codes to exceptions. Scripts return {code, ...};
+# code >= 0 is success, a negative code raises the class listed here.
+LUA_ERRORS: dict[int, type[TransitionRejected]] = {
+    StaleToken.code: StaleToken,
+    WrongState.code: WrongState,
+    UnknownJob.code: UnknownJob,
+}
+
+
+def raise_for_code(code: int, detail: str = "") -> None:
+    """Raise the exception a negative Lua return code stands for; do nothing for >= 0."""
+    if code >= 0:
+        return
+    cls = LUA_ERRORS.get(code)
+    if cls is None:
+        raise JobcenterError(f"unknown script return code {code} {detail}".strip())
+    raise cls(detail or cls.__doc__ or cls.__name__)
