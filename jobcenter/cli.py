@@ -1,0 +1,227 @@
+"""The `jobcenter` command: every command parses, calls the library, prints."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+import redis
+
+from . import server
+from .client import Client
+from .config import Settings
+from .errors import JobcenterError, NotFound, RedisUnavailable, SpecError
+from .spec import load_spec_file
+from .states import JobState, TaskState
+
+EXIT_FAILED = 1  # the job failed or was cancelled
+EXIT_BAD_INPUT = 2
+EXIT_NO_REDIS = 3
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def redis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every command shares; turns library errors into exit codes."""
+
+    @click.option("--redis-url", envvar="JOBCENTER_REDIS_URL", default=None,
+                  help="Redis URL [env JOBCENTER_REDIS_URL; default: the URL `jobcenter up` "
+                       "recorded, else redis://127.0.0.1:6379/0]")
+    @click.option("--namespace", envvar="JOBCENTER_NAMESPACE", default=None,
+                  help="Namespace of keys [env JOBCENTER_NAMESPACE; default 'default']")
+    @functools.wraps(fn)
+    def wrapper(redis_url: str | None, namespace: str | None, **kwargs: Any) -> Any:
+        url = redis_url or server.recorded_url()
+        try:
+            settings = Settings.from_env(redis_url=url, namespace=namespace)
+            return fn(settings, **kwargs)
+        except SpecError as exc:
+            fail(str(exc), EXIT_BAD_INPUT)
+        except (NotFound, ValueError) as exc:
+            fail(str(exc), EXIT_BAD_INPUT)
+        except RedisUnavailable as exc:
+            fail(str(exc), EXIT_NO_REDIS)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            fail(f"cannot reach Redis: {exc}", EXIT_NO_REDIS)
+        except JobcenterError as exc:
+            fail(str(exc), EXIT_FAILED)
+
+    return wrapper
+
+
+def client_for(settings: Settings) -> Client:
+    from .store import Store
+
+    return Client(Store.from_settings(settings))
+
+
+def _time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+@click.group()
+@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+@click.version_option(package_name="jobcenter")
+def main(verbose: int) -> None:
+    """jobcenter: a DAG job center over Redis."""
+    level = logging.WARNING - 10 * verbose
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+@click.argument("spec_file", type=click.Path(dir_okay=False))
+@click.option("--wait", is_flag=True, help="Wait for the job; exit 0 if it succeeded, else 1.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (with --wait: final status).")
+@click.option("--timeout", type=float, default=None, help="With --wait: give up after seconds.")
+@redis_options
+def submit(settings: Settings, spec_file: str, wait: bool, as_json: bool,
+           timeout: float | None) -> None:
+    """Submit the job in SPEC_FILE (YAML or JSON); prints its id."""
+    spec = load_spec_file(spec_file)  # validated before anything touches Redis
+    client = client_for(settings)
+    job_id = client.submit(spec)
+    if not wait:
+        click.echo(json.dumps({"id": job_id}) if as_json else job_id)
+        return
+    if not as_json:
+        click.echo(f"job {job_id} submitted ({len(spec.tasks)} tasks)")
+    status = _follow(client, job_id, len(spec.tasks), timeout, quiet=as_json)
+    if as_json:
+        click.echo(json.dumps(status, indent=2))
+    else:
+        click.echo(f"job {job_id} {status['state']}")
+    sys.exit(0 if status["state"] == JobState.SUCCEEDED else EXIT_FAILED)
+
+
+def _follow(client: Client, job_id: str, total: int, timeout: float | None,
+            quiet: bool) -> dict[str, Any]:
+    """Wait for a job, showing a bar on a terminal, else a line per finished task."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    seen: dict[str, str] = {}
+    bar = None
+    if not quiet and sys.stdout.isatty():
+        bar = click.progressbar(length=total, label="tasks finished")
+        bar.__enter__()
+    try:
+        while True:
+            status = client.status(job_id)
+            for task_id, task in status["tasks"].items():
+                state = task["state"]
+                if state != seen.get(task_id) and TaskState(state).terminal:
+                    if bar is not None:
+                        bar.update(1)
+                    elif not quiet:
+                        done = sum(1 for t in status["tasks"].values()
+                                   if TaskState(t["state"]).terminal)
+                        click.echo(f"  [{done}/{total}] {task_id} {state}")
+                seen[task_id] = state
+            if JobState(status["state"]).terminal:
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                fail(f"job {job_id} not finished after {timeout}s", EXIT_FAILED)
+            time.sleep(0.1)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True)
+@redis_options
+def status(settings: Settings, job_id: str, as_json: bool) -> None:
+    """Show a job and each of its tasks."""
+    st = client_for(settings).status(job_id)
+    if as_json:
+        click.echo(json.dumps(st, indent=2))
+        return
+    click.echo(f"job {st['id']}  {st['name']}  state={st['state']}  owner={st['owner'] or '-'}")
+    click.echo(f"created {_time(st['created_at'])}  finished {_time(st['finished_at'])}")
+    rows = [("TASK", "STATE", "ATT", "HANDLER", "STARTED", "FINISHED", "ERROR / PROGRESS")]
+    for task_id, t in st["tasks"].items():
+        note = (t["error"] or t.get("progress") or "").splitlines()
+        rows.append((task_id, t["state"], str(t["attempts"]), (t["handler"] or "-")[:8],
+                     _time(t["started_at"])[11:], _time(t["finished_at"])[11:],
+                     note[0][:60] if note else ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
+
+
+@main.command(name="list")
+@click.option("--owner", default=None)
+@click.option("--state", type=click.Choice([s.value for s in JobState]), default=None)
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@redis_options
+def list_jobs(settings: Settings, owner: str | None, state: str | None, limit: int,
+              as_json: bool) -> None:
+    """List jobs, newest first."""
+    rows = client_for(settings).list(owner=owner, state=state, limit=limit)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        click.echo(f"{r['id']}  {r['state']:<9}  {_time(r['created_at'])}  "
+                   f"{r['owner'] or '-':<10}  {r['name']}")
+
+
+@main.command()
+@click.argument("job_id")
+@redis_options
+def cancel(settings: Settings, job_id: str) -> None:
+    """Cancel a job: nothing more of it starts; running attempts are revoked."""
+    click.echo(f"job {job_id} {client_for(settings).cancel(job_id)}")
+
+
+@main.command()
+@click.argument("modules", nargs=-1)
+@click.option("--queues", "-q", default="default", show_default=True,
+              help="Comma-separated queues, served in this order.")
+@click.option("--node", default=None, help="Also serve this node's private queue.")
+@click.option("--concurrency", "-c", type=int, default=4, show_default=True)
+@click.option("--pool", type=click.Choice(["thread", "process"]), default="thread",
+              show_default=True, help="process: for CPU-bound tasks.")
+@click.option("--burst", is_flag=True, help="Exit when nothing is left to do.")
+@redis_options
+def worker(settings: Settings, modules: tuple[str, ...], queues: str, node: str | None,
+           concurrency: int, pool: str, burst: bool) -> None:
+    """Run a worker; MODULES are imported to register their @task functions."""
+    from . import registry
+    from .store import Store
+    from .worker import Options, Worker
+
+    if concurrency < 1:
+        raise SpecError("--concurrency must be >= 1")
+    logging.getLogger("jobcenter").setLevel(min(logging.INFO, logging.getLogger().level))
+    registry.import_modules(modules)
+    options = Options(queues=[q for q in queues.split(",") if q], node=node,
+                      concurrency=concurrency, pool=pool, burst=burst, modules=list(modules))
+    w = Worker(Store.from_settings(settings), options)
+    w.install_signal_handlers()
+    w.run()
+
+
+@main.command()
+@click.option("--dir", "data_dir", type=click.Path(file_okay=False), default=".jobcenter",
+              show_default=True, help="Where the server keeps its data and URL.")
+@click.option("--port", type=int, default=None, help="Default: a free port.")
+def up(data_dir: str, port: int | None) -> None:
+    """Run a managed redis-server for local use (AOF on, noeviction) until Ctrl-C."""
+    try:
+        server.run_up(Path(data_dir), port, click.echo)
+    except JobcenterError as exc:
+        fail(str(exc), EXIT_FAILED)

@@ -1,0 +1,75 @@
+"""The Python client: submit jobs, read their status, wait for them, cancel them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .config import Settings
+from .errors import NotFound
+from .spec import JobSpec, spec_from_any
+from .states import JobState
+from .store import Store
+
+WAIT_POLL_MIN = 0.01  # first status poll of wait(): short jobs return fast
+WAIT_POLL_MAX = 0.25  # polls slow down to this for long jobs
+
+
+class Client:
+    """A connection to one jobcenter namespace."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @classmethod
+    def from_url(cls, url: str | None = None, namespace: str | None = None,
+                 **settings: Any) -> Client:
+        """A client for Redis at `url` (default: JOBCENTER_REDIS_URL)."""
+        return cls(Store.from_settings(Settings.from_env(redis_url=url, namespace=namespace,
+                                                         **settings)))
+
+    @property
+    def settings(self) -> Settings:
+        return self.store.settings
+
+    def submit(self, spec: JobSpec | dict[str, Any] | Any) -> str:
+        """Validate and submit a job (a dict, a JobSpec or a builder); returns its id. With an
+        idempotency key, a repeated submit returns the first job's id."""
+        job_id, _ = self.store.submit(spec_from_any(spec))
+        return job_id
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        return self.store.status(job_id)
+
+    def state(self, job_id: str) -> str:
+        raw = self.store.redis.hget(self.store.keys.job(job_id).job, "state")
+        if raw is None:
+            raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
+        return raw.decode()
+
+    def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """Block until the job is finished; returns its status. TimeoutError after `timeout`."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = WAIT_POLL_MIN
+        while not JobState(self.state(job_id)).terminal:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} not finished after {timeout}s")
+            time.sleep(pause)
+            pause = min(pause * 1.5, WAIT_POLL_MAX)
+        return self.status(job_id)
+
+    def cancel(self, job_id: str) -> str:
+        """Cancel a job: queued and waiting tasks never run, running attempts are revoked
+        (their results are discarded). Returns the job's state afterwards."""
+        code, left = self.store.cancel_step(job_id, from_client=True)
+        while code == 0 and left:
+            code, left = self.store.cancel_step(job_id, from_client=False)
+        self.store.finalize(job_id)  # a leader would too; doing it here needs no worker
+        return self.state(job_id)
+
+    def list(self, *, owner: str | None = None, state: str | None = None,
+             limit: int = 100) -> list[dict[str, Any]]:
+        return self.store.list_jobs(owner=owner, state=state, limit=limit)
+
+    def history(self, job_id: str) -> list[dict[str, Any]]:
+        return self.store.history(job_id)

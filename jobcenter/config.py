@@ -1,0 +1,59 @@
+"""Settings, read from the environment; CLI flags override them."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_NAMESPACE = "default"
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a client, worker or recovery run needs to know about its deployment."""
+
+    redis_url: str = DEFAULT_REDIS_URL
+    namespace: str = DEFAULT_NAMESPACE
+    # A running attempt must heartbeat within this; seeds: ~30 s, like BullMQ's lock.
+    lease_seconds: float = 30.0
+    # A handler silent this long is gone (seed 000 rule "handler no longer running").
+    worker_timeout_seconds: float = 60.0
+    # How often the singleton recovery job runs (seed 000: every minute).
+    recovery_interval_seconds: float = 60.0
+    # How long a finished job is kept (DESIGN section 5: 7 days by default).
+    retention_seconds: float = 7 * 24 * 3600.0
+    # Number of hash-tag shards; 1 on a single Redis, more on Redis Cluster. Fixed per namespace.
+    shards: int = 1
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> Settings:
+        """Settings from JOBCENTER_* variables, then `overrides` (None values are ignored)."""
+        settings = cls(
+            redis_url=os.environ.get("JOBCENTER_REDIS_URL") or DEFAULT_REDIS_URL,
+            namespace=os.environ.get("JOBCENTER_NAMESPACE") or DEFAULT_NAMESPACE,
+            lease_seconds=_env_float("JOBCENTER_LEASE_SECONDS", 30.0),
+            worker_timeout_seconds=_env_float("JOBCENTER_WORKER_TIMEOUT_SECONDS", 60.0),
+            recovery_interval_seconds=_env_float("JOBCENTER_RECOVERY_INTERVAL_SECONDS", 60.0),
+            retention_seconds=_env_float("JOBCENTER_RETENTION_SECONDS", 7 * 24 * 3600.0),
+            shards=int(_env_float("JOBCENTER_SHARDS", 1)),
+        )
+        return replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.lease_seconds * 1000)

@@ -1,0 +1,154 @@
+"""The only place a Redis key name is formed.
+
+Layout: ``jc:<namespace>:{<namespace>.<shard>}:<what>``. Every key of one job, and the
+queues, leases and leader messages its scripts touch, share one hash tag, so each Lua
+script touches a single Redis Cluster slot. A job's shard comes from its id; an
+idempotency key picks the shard and the job id is drawn to match it.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+from .ids import ulid
+
+PREFIX = "jc"
+NODE_QUEUE_PREFIX = "node:"  # queue names cannot contain ':', so no clash with a node queue
+
+
+def node_queue(node: str) -> str:
+    """The private queue of a node's workers."""
+    return NODE_QUEUE_PREFIX + node
+
+
+@dataclass(frozen=True)
+class JobKeys:
+    """The keys of one job, in the order every job-scoped script receives them."""
+
+    job: str  # hash: the job's own fields (state, counters, times, spec until split)
+    tasks: str  # hash: per-task fields named "<attr>:<index>"
+    history: str  # list: one entry per finished attempt
+    frontier: str  # list: tasks still to visit by an unfinished failure cascade
+    leases: str  # shard zset: "<job>|<index>" -> lease deadline (ms)
+    claims: str  # shard hash: "<job>|<index>" -> handler that reserved it, until it starts
+    leader: str  # shard zset: "<kind>|<job>" leader messages -> due time (ms)
+    leader_wake: str  # shard list: wake-up tokens for idle workers waiting on leader work
+
+    def as_list(self) -> list[str]:
+        return [
+            self.job,
+            self.tasks,
+            self.history,
+            self.frontier,
+            self.leases,
+            self.claims,
+            self.leader,
+            self.leader_wake,
+        ]
+
+
+class Keys:
+    """Key names for one namespace."""
+
+    def __init__(self, namespace: str, shards: int = 1) -> None:
+        if shards < 1:
+            raise ValueError("shards must be >= 1")
+        self.namespace = namespace
+        self.shards = shards
+        self._base = f"{PREFIX}:{namespace}"
+
+    # -- shards and ids -------------------------------------------------------------------
+
+    def shard_of(self, routing: str) -> int:
+        return zlib.crc32(routing.encode()) % self.shards
+
+    def new_job_id(self, shard: int | None = None) -> str:
+        """A fresh ULID; when `shard` is given, one that lands in that shard."""
+        while True:
+            job_id = ulid()
+            if shard is None or self.shard_of(job_id) == shard:
+                return job_id
+
+    def _tagged(self, shard: int) -> str:
+        return f"{self._base}:{{{self.namespace}.{shard}}}"
+
+    # -- per shard ------------------------------------------------------------------------
+
+    def queue(self, shard: int, queue: str) -> str:
+        """Ready zset: score -priority, member "<seq>|<job>|<index>" (FIFO within a priority)."""
+        return f"{self._tagged(shard)}:q:{queue}"
+
+    def delayed(self, shard: int, queue: str) -> str:
+        """Retry zset: score due time (ms), member "<priority>|<queue member>"."""
+        return f"{self._tagged(shard)}:delayed:{queue}"
+
+    def wake(self, shard: int, queue: str) -> str:
+        """List of wake-up tokens; idle workers BLPOP it instead of polling."""
+        return f"{self._tagged(shard)}:wake:{queue}"
+
+    def leases(self, shard: int) -> str:
+        return f"{self._tagged(shard)}:leases"
+
+    def claims(self, shard: int) -> str:
+        return f"{self._tagged(shard)}:claims"
+
+    def leader(self, shard: int) -> str:
+        return f"{self._tagged(shard)}:leader"
+
+    def leader_wake(self, shard: int) -> str:
+        return f"{self._tagged(shard)}:wake:@leader"
+
+    def seq(self, shard: int) -> str:
+        """Counter giving each job its submission sequence number."""
+        return f"{self._tagged(shard)}:seq"
+
+    def jobs(self, shard: int) -> str:
+        """Zset of every kept job id by creation time (ms)."""
+        return f"{self._tagged(shard)}:jobs"
+
+    def active(self, shard: int) -> str:
+        """Zset of unfinished job ids by creation time: what recovery walks."""
+        return f"{self._tagged(shard)}:active"
+
+    def owner_jobs(self, shard: int, owner: str) -> str:
+        return f"{self._tagged(shard)}:owner:{owner}"
+
+    def idempotency(self, shard: int, key: str) -> str:
+        return f"{self._tagged(shard)}:idem:{key}"
+
+    # -- per job --------------------------------------------------------------------------
+
+    def job_shard(self, job_id: str) -> int:
+        return self.shard_of(job_id)
+
+    def job(self, job_id: str) -> JobKeys:
+        shard = self.job_shard(job_id)
+        base = f"{self._tagged(shard)}:job:{job_id}"
+        return JobKeys(
+            job=base,
+            tasks=f"{base}:tasks",
+            history=f"{base}:history",
+            frontier=f"{base}:frontier",
+            leases=self.leases(shard),
+            claims=self.claims(shard),
+            leader=self.leader(shard),
+            leader_wake=self.leader_wake(shard),
+        )
+
+    def queue_keys(self, shard: int, queue: str) -> list[str]:
+        """The three keys a script needs to enqueue into `queue`: ready, delayed, wake."""
+        return [self.queue(shard, queue), self.delayed(shard, queue), self.wake(shard, queue)]
+
+    # -- namespace-wide (never touched by a script) ---------------------------------------
+
+    def workers(self) -> str:
+        """Zset of live handler ids -> last heartbeat (ms, Redis TIME)."""
+        return f"{self._base}:workers"
+
+    def worker_info(self, handler: str) -> str:
+        return f"{self._base}:worker:{handler}"
+
+    def nodes(self) -> str:
+        """Zset of node names -> last heartbeat of any worker serving that node."""
+        return f"{self._base}:nodes"

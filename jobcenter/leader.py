@@ -1,0 +1,132 @@
+"""The leader role: split a submitted job into its DAG and queue its ready tasks; carry on
+bounded releases, cascades and cancels; finalize jobs. Any worker plays it."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from . import codec
+from .dag import children_of
+from .keys import node_queue
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+PUBLISH_CHUNK = 2_000  # tasks written per script call: each call stays a few ms
+ROOTS_CHUNK = 5_000  # ready tasks queued per script call
+STEPS_PER_MESSAGE = 200  # bounded steps one leader message may take before yielding
+
+
+def task_fields(index: int, t: dict[str, Any], job: dict[str, Any], n_deps: int,
+                children: list[int]) -> list[Any]:
+    """The tasks-hash fields of one task: only what differs from the job's defaults."""
+    payload = {
+        "t": t["task"],
+        "a": t.get("args", []),
+        "k": t.get("kwargs", {}),
+        "id": t["id"],
+        "to": t.get("timeout"),
+        "rb": t.get("retry_backoff", 1.0),
+        "rm": t.get("retry_backoff_max", 300.0),
+    }
+    fields: list[Any] = ["id:" + str(index), t["id"], "s:" + str(index), "waiting",
+                         "p:" + str(index), codec.pack(payload, what=f"task {t['id']!r}")]
+    queue = node_queue(t["node"]) if t.get("node") else (t.get("queue") or job["queue"])
+    if queue != job["queue"]:
+        fields += ["q:" + str(index), queue]
+    priority = t.get("priority")
+    if priority is not None and priority != job["priority"]:
+        fields += ["pr:" + str(index), priority]
+    if t.get("retries"):
+        fields += ["m:" + str(index), 1 + int(t["retries"])]
+    if n_deps:
+        fields += ["d:" + str(index), n_deps]
+    if children:
+        fields += ["c:" + str(index), ",".join(map(str, children))]
+    return fields
+
+
+class Leader:
+    """Handles leader messages for one worker (its handler id)."""
+
+    def __init__(self, store: Store, handler: str) -> None:
+        self.store = store
+        self.handler = handler
+
+    def handle(self, kind: str, job_id: str) -> None:
+        step = {
+            "split": self.split,
+            "continue": self.go_on,
+            "finalize": self.finalize,
+            "cancel": self.cancel,
+        }.get(kind)
+        if step is None:
+            log.warning("dropping unknown leader message %s|%s", kind, job_id)
+            self.store.drop_leader_message(kind, job_id)
+            return
+        step(job_id)
+
+    def split(self, job_id: str) -> None:
+        """Write every task of a pending job, then queue its ready ones, in bounded chunks.
+        Goes on from the job's cursors, so a leader that died half way is simply resumed."""
+        store = self.store
+        job = store.job_fields(job_id)
+        if not job or "spec" not in job:
+            store.drop_leader_message("split", job_id)  # gone, or split already ended
+            return
+        spec = codec.unpack(job["spec"], max_bytes=1 << 31)
+        assert isinstance(spec, dict)
+        tasks = spec["tasks"]
+        index = {t["id"]: i for i, t in enumerate(tasks)}
+        deps = {t["id"]: t.get("depends_on", []) for t in tasks}
+        ids = [t["id"] for t in tasks]
+        children = children_of(ids, deps)
+        defaults = {"queue": spec.get("queue", "default"), "priority": spec.get("priority", 0)}
+
+        written = int(job.get("written", 0))
+        for start in range(written, len(tasks), PUBLISH_CHUNK):
+            end = min(start + PUBLISH_CHUNK, len(tasks))
+            pairs: list[Any] = []
+            for i in range(start, end):
+                t = tasks[i]
+                kids = [index[c] for c in children[t["id"]]]
+                pairs += task_fields(i, t, defaults, len(deps[t["id"]]), kids)
+            code = store.publish_tasks(job_id, self.handler, start, end, pairs)
+            if code < 0:
+                self._stopped("split", job_id, code)
+                return
+
+        roots = [i for i, t in enumerate(tasks) if not deps[t["id"]]]
+        queued = int(job.get("queued", 0))
+        for start in range(queued, len(roots), ROOTS_CHUNK):
+            end = min(start + ROOTS_CHUNK, len(roots))
+            last = end == len(roots)
+            code = store.queue_roots(job_id, self.handler, start, end, last, roots[start:end])
+            if code < 0:
+                self._stopped("split", job_id, code)
+                return
+        log.info("job %s split: %d tasks, %d ready", job_id, len(tasks), len(roots))
+
+    def _stopped(self, kind: str, job_id: str, code: int) -> None:
+        if code == -6:
+            log.info("%s of job %s: another leader went further; leaving it to them", kind, job_id)
+        else:  # cancelled, gone or finished: the message has nothing left to do
+            self.store.drop_leader_message(kind, job_id)
+
+    def go_on(self, job_id: str) -> None:
+        """Carry on a job's unfinished releases and failure cascades."""
+        for _ in range(STEPS_PER_MESSAGE):
+            if self.store.continue_frontier(job_id) == 0:
+                return
+
+    def cancel(self, job_id: str) -> None:
+        for _ in range(STEPS_PER_MESSAGE):
+            code, left = self.store.cancel_step(job_id, from_client=False)
+            if code != 0 or left == 0:
+                return
+
+    def finalize(self, job_id: str) -> None:
+        code, state = self.store.finalize(job_id)
+        if code == 0:
+            log.info("job %s %s", job_id, state)

@@ -1,0 +1,145 @@
+--[[ _job: the context of every job-scoped script, prepended after _common.
+  KEYS[1] job hash  KEYS[2] tasks hash  KEYS[3] history list  KEYS[4] frontier list
+  KEYS[5] leases zset  KEYS[6] claims hash  KEYS[7] leader zset  KEYS[8] leader wake list
+  KEYS[9..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
+  ARGV[1] job id  ARGV[2] number of queues  ARGV[3..] their names, in KEYS order
+  A is the index of the script's own first ARGV; XK of its own first extra KEY. ]]
+
+local J, T, H, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local LEASES, CLAIMS, LEADER, LWAKE = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local JOB_ID = ARGV[1]
+local NQ = tonumber(ARGV[2])
+local QUEUES = {}
+for qi = 1, NQ do
+  local k = 8 + (qi - 1) * 3
+  QUEUES[ARGV[2 + qi]] = {ready = KEYS[k + 1], delayed = KEYS[k + 2], wake = KEYS[k + 3]}
+end
+local A = 3 + NQ
+local XK = 9 + NQ * 3
+
+local FRONTIER_BUDGET = 1000 -- child visits per call: keeps every script call short
+local HISTORY_MAX = 200000 -- history entries kept per job (oldest trimmed)
+
+local META = {}
+
+-- Read the job's fields; false when the job hash does not exist.
+local function load_job()
+  local m = redis.call('HMGET', J, 'state', 'queue', 'priority', 'seq', 'queues')
+  if not m[1] then return false end
+  META = {state = m[1], queue = m[2], priority = tonumber(m[3]), seq = tonumber(m[4]),
+          queues = m[5] or ''}
+  return true
+end
+
+-- Every queue the job's tasks may enter was passed in KEYS (checked before any write).
+local function queues_passed()
+  for name in string.gmatch(META.queues, '[^,]+') do
+    if not QUEUES[name] then return false end
+  end
+  return true
+end
+
+local function task_state(i) return redis.call('HGET', T, 's:' .. i) end
+local function lease_member(i) return JOB_ID .. '|' .. i end
+local function queue_member(i) return string.format('%012d|%s|%s', META.seq, JOB_ID, i) end
+local function task_queue(i) return redis.call('HGET', T, 'q:' .. i) or META.queue end
+local function task_priority(i)
+  local p = redis.call('HGET', T, 'pr:' .. i)
+  if p then return tonumber(p) end
+  return META.priority
+end
+local function max_attempts(i) return tonumber(redis.call('HGET', T, 'm:' .. i) or 1) end
+local function token_of(i)
+  local a = redis.call('HMGET', T, 'a:' .. i, 'h:' .. i)
+  return (a[1] or '0') .. ':' .. (a[2] or '')
+end
+
+local pending_wakes = {}
+local function enqueue(i, now)
+  local qname = task_queue(i)
+  redis.call('HSET', T, 's:' .. i, T_QUEUED, 'tq:' .. i, now)
+  redis.call('ZADD', QUEUES[qname].ready, -task_priority(i), queue_member(i))
+  pending_wakes[qname] = (pending_wakes[qname] or 0) + 1
+end
+local function flush_wakes()
+  for qname, n in pairs(pending_wakes) do wake(QUEUES[qname].wake, n) end
+  pending_wakes = {}
+end
+
+-- A message for whichever worker plays leader next: split, continue, finalize, cancel.
+local function leader_message(kind, due)
+  redis.call('ZADD', LEADER, due, kind .. '|' .. JOB_ID)
+  wake(LWAKE, 1)
+end
+
+local function record_history(i, state, now, err)
+  local a = redis.call('HMGET', T, 'a:' .. i, 'h:' .. i, 'ts:' .. i)
+  redis.call('RPUSH', H, table.concat(
+    {i, a[1] or '0', state, a[2] or '', a[3] or '', now, err or ''}, '\t'))
+  redis.call('LTRIM', H, -HISTORY_MAX, -1)
+end
+
+-- One more task is terminal; the last one hands the job back to a leader to finalize.
+local function task_finished(now)
+  redis.call('HSET', J, 'updated_at', now)
+  if redis.call('HINCRBY', J, 'left', -1) == 0 then leader_message('finalize', now) end
+end
+
+-- Schedule a visit of i's children: 'r' releases them, 'f' marks them upstream_failed.
+local function push_frontier(kind, i, origin)
+  if redis.call('HEXISTS', T, 'c:' .. i) == 1 then
+    redis.call('RPUSH', F, kind .. '|' .. i .. '|' .. origin .. '|1')
+  end
+end
+
+local function release_one(c, now, take)
+  if redis.call('HINCRBY', T, 'd:' .. c, -1) == 0 and task_state(c) == T_WAITING then
+    if not (take and take(c, now)) then enqueue(c, now) end
+  end
+end
+
+local function fail_one(c, origin, now)
+  if task_state(c) ~= T_WAITING then return end -- visited already, or cancelled
+  local origin_id = redis.call('HGET', T, 'id:' .. origin) or origin
+  redis.call('HSET', T, 's:' .. c, T_UPSTREAM_FAILED, 'tf:' .. c, now,
+    'e:' .. c, 'upstream task ' .. origin_id .. ' failed')
+  redis.call('HINCRBY', J, 'nfailed', 1)
+  push_frontier('f', c, origin)
+  task_finished(now)
+end
+
+-- Visit children from the frontier, at most FRONTIER_BUDGET of them; what is left waits
+-- for a 'continue' leader message, so a 100,000-child fan-out never blocks Redis for long.
+local function drain_frontier(now, take)
+  local budget = FRONTIER_BUDGET
+  while budget > 0 do
+    local entry = redis.call('LPOP', F)
+    if not entry then break end
+    local kind, i, origin, pos = string.match(entry, '^(%a)|(%d+)|(%d+)|(%d+)$')
+    local csv = redis.call('HGET', T, 'c:' .. i) or ''
+    pos = tonumber(pos)
+    while budget > 0 do
+      local s, e = string.find(csv, '[^,]+', pos)
+      if not s then break end
+      local c = string.sub(csv, s, e)
+      pos = e + 2
+      budget = budget - 1
+      if kind == 'r' then release_one(c, now, take) else fail_one(c, origin, now) end
+    end
+    if string.find(csv, '[^,]+', pos) then
+      redis.call('LPUSH', F, kind .. '|' .. i .. '|' .. origin .. '|' .. pos)
+    end
+  end
+  flush_wakes()
+  if redis.call('EXISTS', F) == 1 then leader_message('continue', now) end
+end
+
+-- Terminal failure of task i: record it, then cascade to every descendant.
+local function fail_task(i, now, err)
+  redis.call('HSET', T, 's:' .. i, T_FAILED, 'tf:' .. i, now, 'e:' .. i, err)
+  redis.call('ZREM', LEASES, lease_member(i))
+  redis.call('HINCRBY', J, 'nfailed', 1)
+  record_history(i, T_FAILED, now, err)
+  push_frontier('f', i, i)
+  task_finished(now)
+end

@@ -1,0 +1,56 @@
+--[[ complete: running -> succeeded for a batch of one job's tasks; release each child whose
+  last dependency this was, exactly once. A released child on a queue this worker serves may
+  be taken at once (it starts running here, skipping the queue round trip).
+  KEYS: the job context (_job.lua)
+  ARGV[A] handler id  ARGV[A+1] lease ms  ARGV[A+2] max children to take
+  ARGV[A+3] number of queues the worker serves  ARGV[A+4..] their names
+  then pairs: task index, attempt
+  Returns {0, {code per pair}, {{index, attempt, payload} per taken child}} | {-4} | {-5}
+  Codes: 0 completed | 1 this attempt completed already | -2 stale token | -3 not running ]]
+
+local handler = ARGV[A]
+local lease_ms, take_left = tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2])
+local nserved = tonumber(ARGV[A + 3])
+local served = {}
+for k = A + 4, A + 3 + nserved do served[ARGV[k]] = true end
+local first_pair = A + 4 + nserved
+
+if not load_job() then return {-4} end
+if not queues_passed() then return {-5} end
+
+local now = now_ms()
+local taken = {}
+local function take(c)
+  if take_left <= 0 or not served[task_queue(c)] then return false end
+  take_left = take_left - 1
+  local attempt = redis.call('HINCRBY', T, 'a:' .. c, 1)
+  redis.call('HSET', T, 's:' .. c, T_RUNNING, 'h:' .. c, handler, 'tq:' .. c, now,
+    'ts:' .. c, now)
+  redis.call('ZADD', LEASES, now + lease_ms, lease_member(c))
+  taken[#taken + 1] = {tonumber(c), attempt, redis.call('HGET', T, 'p:' .. c)}
+  return true
+end
+
+local codes = {}
+for k = first_pair, #ARGV, 2 do
+  local i, token = ARGV[k], ARGV[k + 1] .. ':' .. handler
+  local state = task_state(i)
+  local code = 0
+  if token_of(i) ~= token then
+    code = -2
+  elseif state == T_SUCCEEDED then
+    code = 1
+  elseif state ~= T_RUNNING and state ~= T_TIMED_OUT then
+    code = -3
+  else
+    redis.call('HSET', T, 's:' .. i, T_SUCCEEDED, 'tf:' .. i, now)
+    redis.call('HDEL', T, 'e:' .. i, 'pg:' .. i)
+    redis.call('ZREM', LEASES, lease_member(i))
+    record_history(i, T_SUCCEEDED, now, '')
+    push_frontier('r', i, i)
+    task_finished(now)
+  end
+  codes[#codes + 1] = code
+end
+drain_frontier(now, take)
+return {0, codes, taken}

@@ -1,0 +1,534 @@
+"""Typed methods over the Lua transitions, and the reads that status, list and history need.
+
+The only module that talks to Redis for jobs and tasks. Every transition is one script call;
+batches of calls for different jobs go in one pipeline (one round trip).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import logging
+
+import redis
+from redis import Redis
+
+from . import codec
+from .config import Settings
+from .errors import NotFound, RedisUnavailable, raise_for_code
+from .keys import Keys, node_queue
+from .lua import Scripts
+from .spec import JobSpec
+
+log = logging.getLogger(__name__)
+
+SWEEP_MAX = 100  # expired leases reported per claim: bounded work on the fast path
+QUEUES_CACHE_MAX = 10_000  # jobs whose queue list a store remembers (it never changes)
+LEADER_TIMEOUT_FACTOR = 1.0  # a leader step not renewed within one lease is taken over
+
+
+def connect(url: str, **kwargs: Any) -> Redis:
+    """A Redis client for `url` (redis://, rediss:// for TLS, ACL user:password in the URL)."""
+    kwargs.setdefault("health_check_interval", 30)
+    client = Redis.from_url(url, **kwargs)
+    try:
+        client.ping()
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        raise RedisUnavailable(f"cannot reach Redis at {url}: {exc}") from exc
+    return client
+
+
+def _s(value: bytes | str | None) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _seconds(ms: bytes | str | None) -> float | None:
+    return None if ms is None else int(ms) / 1000.0
+
+
+@dataclass(frozen=True)
+class StartedTask:
+    """An attempt this worker now runs: its fencing token is `attempt:handler`."""
+
+    job_id: str
+    index: int
+    attempt: int
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    leader: list[tuple[str, str]]  # (kind, job id) leader messages now owned by this worker
+    expired: list[tuple[str, int]]  # (job id, index) leases past their deadline
+    tasks: list[StartedTask]
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    job_id: str
+    index: int
+
+
+def job_queues(spec: JobSpec) -> list[str]:
+    """Every queue the job's tasks may enter (node-pinned tasks use the node's queue)."""
+    names = {node_queue(t.node) if t.node else (t.queue or spec.queue) for t in spec.tasks}
+    return sorted(names)
+
+
+class Store:
+    """Jobs and tasks in Redis for one namespace."""
+
+    def __init__(self, client: Redis, settings: Settings) -> None:
+        self.redis = client
+        self.settings = settings
+        self.keys = Keys(settings.namespace, settings.shards)
+        self.scripts = Scripts(client)
+        self._queues: OrderedDict[str, list[str]] = OrderedDict()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Store:
+        return cls(connect(settings.redis_url), settings)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def job_queues(self, job_id: str) -> list[str]:
+        """The queues of a job's tasks, read once and cached (fixed at submit)."""
+        queues = self._queues.get(job_id)
+        if queues is None:
+            raw = _s(self.redis.hget(self.keys.job(job_id).job, "queues"))
+            queues = raw.split(",") if raw else []
+            self._queues[job_id] = queues
+            if len(self._queues) > QUEUES_CACHE_MAX:
+                self._queues.popitem(last=False)
+        return queues
+
+    def _job_call(
+        self,
+        name: str,
+        job_id: str,
+        args: Sequence[Any],
+        *,
+        with_queues: bool = True,
+        extra_keys: Sequence[str] = (),
+        client: Any = None,
+    ) -> Any:
+        queues = self.job_queues(job_id) if with_queues else []
+        shard = self.keys.job_shard(job_id)
+        keys = self.keys.job(job_id).as_list()
+        for queue in queues:
+            keys += self.keys.queue_keys(shard, queue)
+        keys += list(extra_keys)
+        return self.scripts.run(name, keys, [job_id, len(queues), *queues, *args], client)
+
+    # -- submit ---------------------------------------------------------------------------
+
+    def submit(
+        self,
+        spec: JobSpec,
+        *,
+        schedule_id: str | None = None,
+        fire_time: float | None = None,
+    ) -> tuple[str, bool]:
+        """Store `spec` as a pending job; returns (job id, created). A repeated idempotency
+        key returns the first job's id with created=False."""
+        keys = self.keys
+        shard = keys.shard_of(spec.idempotency_key) if spec.idempotency_key else None
+        job_id = keys.new_job_id(shard)
+        shard = keys.job_shard(job_id)
+        jk = keys.job(job_id)
+        queues = job_queues(spec)
+        fields: dict[str, Any] = {
+            "name": spec.name,
+            "priority": spec.priority,
+            "queue": spec.queue,
+            "queues": ",".join(queues),
+            "n": len(spec.tasks),
+            "left": len(spec.tasks),
+            "spec": codec.pack(spec.to_dict(), what="job spec"),
+        }
+        optional = {
+            "owner": spec.owner,
+            "idem": spec.idempotency_key,
+            "retention": int(spec.retention * 1000) if spec.retention else None,
+            "schedule_id": schedule_id,
+            "fire_time": fire_time,
+        }
+        fields.update({k: v for k, v in optional.items() if v is not None})
+        idem_key = keys.idempotency(shard, spec.idempotency_key) if spec.idempotency_key else jk.job
+        owner_key = keys.owner_jobs(shard, spec.owner) if spec.owner else jk.job
+        script_keys = [
+            jk.job,
+            idem_key,
+            keys.seq(shard),
+            keys.jobs(shard),
+            keys.active(shard),
+            owner_key,
+            jk.leader,
+            jk.leader_wake,
+        ]
+        args: list[Any] = [job_id, int(bool(spec.idempotency_key)), int(bool(spec.owner))]
+        for name, value in fields.items():
+            args += [name, value]
+        code, returned = self.scripts.run("submit", script_keys, args)
+        raise_for_code(code, f"job id {job_id} exists already")
+        return _s(returned) or job_id, code == 0
+
+    # -- the follower's fast path ---------------------------------------------------------
+
+    def claim(
+        self,
+        handler: str,
+        queues: Sequence[str],
+        *,
+        max_tasks: int,
+        max_leader: int,
+        shard: int = 0,
+    ) -> ClaimResult:
+        """Take due leader messages and up to `max_tasks` tasks (highest priority first,
+        FIFO within a priority), and start them; also report expired leases."""
+        keys = self.keys
+        script_keys = [keys.leader(shard), keys.leases(shard), keys.claims(shard)]
+        for queue in queues:
+            script_keys += keys.queue_keys(shard, queue)
+        leader_timeout_ms = int(self.settings.lease_ms * LEADER_TIMEOUT_FACTOR)
+        args = [handler, max_leader, max_tasks, self.settings.lease_ms, leader_timeout_ms]
+        leader, expired, reserved = self.scripts.run("claim", script_keys, [*args, SWEEP_MAX])
+        by_job: dict[str, list[int]] = defaultdict(list)
+        for member in reserved:
+            _, job_id, index = member.decode().split("|")
+            by_job[job_id].append(int(index))
+        tasks = self.start(handler, by_job) if by_job else []
+        return ClaimResult(
+            leader=[tuple(m.decode().split("|", 1)) for m in leader],  # type: ignore[misc]
+            expired=[(j, int(i)) for j, i in (m.decode().split("|") for m in expired)],
+            tasks=tasks,
+        )
+
+    def start(self, handler: str, by_job: dict[str, list[int]]) -> list[StartedTask]:
+        """Turn reservations into running attempts, one script call per job, pipelined."""
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id, indexes in by_job.items():
+            self._job_call("start", job_id, [handler, *indexes], with_queues=False, client=pipe)
+        started: list[StartedTask] = []
+        for job_id, reply in zip(by_job, pipe.execute(), strict=True):
+            if reply[0] < 0:
+                continue  # the job is gone; the script dropped its reservations
+            for index, attempt, payload in reply[1]:
+                started.append(StartedTask(job_id, int(index), int(attempt), payload))
+        return started
+
+    def complete(
+        self,
+        handler: str,
+        done: Sequence[tuple[str, int, int]],
+        *,
+        take_queues: Sequence[str] = (),
+        take_max: int = 0,
+    ) -> tuple[dict[tuple[str, int], int], list[StartedTask]]:
+        """Complete (job, index, attempt) attempts; returns a code per task and the children
+        this worker took to run at once (at most `take_max`, from `take_queues`)."""
+        by_job: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for job_id, index, attempt in done:
+            by_job[job_id].append((index, attempt))
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id, items in by_job.items():
+            pairs = [x for index, attempt in items for x in (index, attempt)]
+            args = [handler, self.settings.lease_ms, take_max, len(take_queues), *take_queues]
+            self._job_call("complete", job_id, [*args, *pairs], client=pipe)
+        codes: dict[tuple[str, int], int] = {}
+        taken: list[StartedTask] = []
+        for (job_id, items), reply in zip(by_job.items(), pipe.execute(), strict=True):
+            if reply[0] < 0:
+                codes.update({(job_id, index): reply[0] for index, _ in items})
+                continue
+            for (index, _), code in zip(items, reply[1], strict=True):
+                codes[(job_id, index)] = int(code)
+            for index, attempt, payload in reply[2]:
+                taken.append(StartedTask(job_id, int(index), int(attempt), payload))
+            if take_max:
+                take_max = max(0, take_max - len(reply[2]))
+        return codes, taken
+
+    def fail(
+        self,
+        handler: str,
+        job_id: str,
+        index: int,
+        attempt: int,
+        error: str,
+        retry_delay_ms: int,
+    ) -> tuple[int, str | None]:
+        """Report a failed attempt; `retry_delay_ms` < 0 asks for no retry.
+        Returns (code, new state); code < 0 means the report was rejected."""
+        reply = self._job_call("fail", job_id, [handler, index, attempt, error, retry_delay_ms])
+        return int(reply[0]), _s(reply[1]) if len(reply) > 1 else None
+
+    def heartbeat(
+        self, handler: str, running: Iterable[tuple[str, int, int, str]]
+    ) -> dict[tuple[str, int], int]:
+        """Renew leases of (job, index, attempt, progress); returns a code per task."""
+        by_job: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+        for job_id, index, attempt, progress in running:
+            by_job[job_id].append((index, attempt, progress))
+        if not by_job:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id, items in by_job.items():
+            triples = [x for item in items for x in item]
+            args = [handler, self.settings.lease_ms, *triples]
+            self._job_call("heartbeat", job_id, args, with_queues=False, client=pipe)
+        codes: dict[tuple[str, int], int] = {}
+        for (job_id, items), reply in zip(by_job.items(), pipe.execute(), strict=True):
+            per_task = reply[1] if reply[0] == 0 else [reply[0]] * len(items)
+            for (index, _, _), code in zip(items, per_task, strict=True):
+                codes[(job_id, index)] = int(code)
+        return codes
+
+    def expire(self, expired: Sequence[tuple[str, int]], grace_ms: int) -> dict[str, int]:
+        """Act on leases reported expired; returns how many tasks had each outcome."""
+        by_job: dict[str, list[int]] = defaultdict(list)
+        for job_id, index in expired:
+            by_job[job_id].append(index)
+        outcomes: dict[str, int] = defaultdict(int)
+        for job_id, indexes in by_job.items():
+            reply = self._job_call("expire", job_id, [grace_ms, *indexes])
+            if reply[0] == 0:
+                for outcome in reply[1]:
+                    outcomes[outcome.decode()] += 1
+        return dict(outcomes)
+
+    # -- the leader's steps ---------------------------------------------------------------
+
+    def publish_tasks(
+        self, job_id: str, handler: str, before: int, after: int, pairs: Sequence[Any]
+    ) -> int:
+        timeout = self.settings.lease_ms
+        reply = self._job_call("publish_tasks", job_id, [handler, timeout, before, after, *pairs])
+        return int(reply[0])
+
+    def queue_roots(
+        self, job_id: str, handler: str, before: int, after: int, last: bool, roots: Sequence[int]
+    ) -> int:
+        args = [handler, self.settings.lease_ms, before, after, int(last), *roots]
+        return int(self._job_call("queue_roots", job_id, args)[0])
+
+    def continue_frontier(self, job_id: str) -> int:
+        """One bounded step of a job's pending releases/cascades; returns entries left."""
+        reply = self._job_call("continue", job_id, [])
+        return int(reply[1]) if reply[0] == 0 else 0
+
+    def finalize(self, job_id: str) -> tuple[int, str | None]:
+        idem = _s(self.redis.hget(self.keys.job(job_id).job, "idem"))
+        shard = self.keys.job_shard(job_id)
+        extra = [
+            self.keys.active(shard),
+            self.keys.idempotency(shard, idem) if idem else self.keys.job(job_id).job,
+        ]
+        retention_ms = int(self.settings.retention_seconds * 1000)
+        reply = self._job_call(
+            "finalize", job_id, [retention_ms, int(bool(idem))], with_queues=False, extra_keys=extra
+        )
+        return int(reply[0]), _s(reply[1]) if len(reply) > 1 else None
+
+    def cancel_step(self, job_id: str, from_client: bool) -> tuple[int, int]:
+        """One bounded cancel step; returns (code, tasks still to visit)."""
+        reply = self._job_call("cancel", job_id, [int(from_client)])
+        code = int(reply[0])
+        if code == -4:
+            raise_for_code(code, f"no job {job_id}")
+        return code, int(reply[1]) if code == 0 else 0
+
+    def release(self, handler: str, running: Sequence[tuple[str, int, int]]) -> int:
+        """Give running attempts back to their queues (a worker's forced shutdown)."""
+        by_job: dict[str, list[int]] = defaultdict(list)
+        for job_id, index, attempt in running:
+            by_job[job_id] += [index, attempt]
+        released = 0
+        for job_id, pairs in by_job.items():
+            reply = self._job_call("release", job_id, [handler, *pairs])
+            released += int(reply[1]) if reply[0] == 0 else 0
+        return released
+
+    def drop_leader_message(self, kind: str, job_id: str) -> None:
+        self.redis.zrem(self.keys.job(job_id).leader, f"{kind}|{job_id}")
+
+    # -- workers --------------------------------------------------------------------------
+
+    def wake_keys(self, queues: Sequence[str], *, leader: bool, shard: int = 0) -> list[str]:
+        keys = [self.keys.wake(shard, q) for q in queues]
+        return ([self.keys.leader_wake(shard)] if leader else []) + keys
+
+    def idle(self, queues: Sequence[str]) -> bool:
+        """Nothing ready, waiting out a backoff, or waiting for a leader, in any shard."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(self.keys.shards):
+            pipe.zcard(self.keys.leader(shard))
+            for q in queues:
+                pipe.zcard(self.keys.queue(shard, q))
+                pipe.zcard(self.keys.delayed(shard, q))
+        return not any(pipe.execute())
+
+    def register_worker(self, handler: str, info: dict[str, Any], node: str | None) -> None:
+        """Heartbeat the handler (and its node) with Redis TIME, so no worker clock counts."""
+        seconds, micros = self.redis.time()
+        now_ms = seconds * 1000 + micros // 1000
+        ttl = int(self.settings.worker_timeout_seconds * 1000)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zadd(self.keys.workers(), {handler: now_ms})
+        pipe.hset(self.keys.worker_info(handler), mapping={**info, "seen_at": now_ms})
+        pipe.pexpire(self.keys.worker_info(handler), ttl)
+        if node:
+            pipe.zadd(self.keys.nodes(), {node: now_ms})
+        pipe.execute()
+
+    def deregister_worker(self, handler: str) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrem(self.keys.workers(), handler)
+        pipe.delete(self.keys.worker_info(handler))
+        pipe.execute()
+
+    def check_server(self) -> list[str]:
+        """Warn about server settings that break the guarantees (DESIGN section 5)."""
+        warnings = []
+        try:
+            config = {_s(k): _s(v) for k, v in self.redis.config_get("*").items()}
+            policy, aof = config.get("maxmemory-policy"), config.get("appendonly")
+        except redis.ResponseError:
+            warnings.append("cannot read the server's config (CONFIG is disabled); make sure "
+                            "it runs with maxmemory-policy noeviction and appendonly yes")
+        else:
+            if policy != "noeviction":
+                warnings.append(f"maxmemory-policy is {policy}, not noeviction: Redis may "
+                                "evict job data under memory pressure and lose tasks")
+            if aof != "yes":
+                warnings.append("appendonly is off: a Redis restart loses what it held")
+        for warning in warnings:
+            log.warning(warning)
+        return warnings
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def job_fields(self, job_id: str) -> dict[str, bytes]:
+        raw = self.redis.hgetall(self.keys.job(job_id).job)
+        return {k.decode(): v for k, v in raw.items()}
+
+    def spec_of(self, job_id: str) -> dict[str, Any] | None:
+        raw = self.redis.hget(self.keys.job(job_id).job, "spec")
+        return None if raw is None else codec.unpack(raw)  # type: ignore[return-value]
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        """The job and each task, in the shape of DESIGN.md section 7."""
+        jk = self.keys.job(job_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(jk.job)
+        pipe.hgetall(jk.tasks)
+        job_raw, tasks_raw = pipe.execute()
+        if not job_raw:
+            raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
+        job = {k.decode(): v for k, v in job_raw.items()}
+        fields: dict[str, dict[str, bytes]] = defaultdict(dict)
+        for k, v in tasks_raw.items():
+            attr, _, index = k.decode().partition(":")
+            fields[index][attr] = v
+        tasks: dict[str, Any] = {}
+        if "spec" in job and not fields:
+            spec = codec.unpack(job["spec"])
+            for t in spec["tasks"]:  # type: ignore[index]
+                tasks[t["id"]] = _task_view({"s": b"waiting"})
+        for index in sorted(fields, key=int):
+            f = fields[index]
+            task_id = _s(f.get("id")) or index
+            tasks[task_id] = _task_view(f)
+        return {
+            "id": job_id,
+            "name": _s(job.get("name")),
+            "owner": _s(job.get("owner")),
+            "state": _s(job.get("state")),
+            "priority": int(job.get("priority", 0)),
+            "created_at": _seconds(job.get("created_at")),
+            "finished_at": _seconds(job.get("finished_at")),
+            "schedule_id": _s(job.get("schedule_id")),
+            "fire_time": float(job["fire_time"]) if "fire_time" in job else None,
+            "tasks": tasks,
+        }
+
+    def list_jobs(
+        self, *, owner: str | None = None, state: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Newest first: job summaries, filtered by owner and state."""
+        ids: list[tuple[float, str]] = []
+        for shard in range(self.keys.shards):
+            index = self.keys.owner_jobs(shard, owner) if owner else self.keys.jobs(shard)
+            batch = self.redis.zrevrange(index, 0, -1 if state else limit - 1, withscores=True)
+            ids += [(score, member.decode()) for member, score in batch]
+        ids.sort(reverse=True)
+        fields = ("name", "owner", "state", "created_at", "finished_at")
+        pipe = self.redis.pipeline(transaction=False)
+        for _, job_id in ids:
+            pipe.hmget(self.keys.job(job_id).job, fields)
+        rows = []
+        for (_, job_id), values in zip(ids, pipe.execute(), strict=True):
+            if values[2] is None:
+                continue  # expired between the index read and now
+            name, job_owner, job_state, created, finished = values
+            if state and _s(job_state) != state:
+                continue
+            rows.append(
+                {
+                    "id": job_id,
+                    "name": _s(name),
+                    "owner": _s(job_owner),
+                    "state": _s(job_state),
+                    "created_at": _seconds(created),
+                    "finished_at": _seconds(finished),
+                }
+            )
+            if len(rows) >= limit:
+                break
+        return rows
+
+    def history(self, job_id: str) -> list[dict[str, Any]]:
+        """Every finished attempt of every task, oldest first."""
+        jk = self.keys.job(job_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.exists(jk.job)
+        pipe.lrange(jk.history, 0, -1)
+        exists, entries = pipe.execute()
+        if not exists:
+            raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
+        ids = {}
+        out = []
+        for raw in entries:
+            index, attempt, state, handler, started, finished, error = raw.decode().split("\t", 6)
+            if index not in ids:
+                ids[index] = _s(self.redis.hget(jk.tasks, f"id:{index}")) or index
+            out.append(
+                {
+                    "task": ids[index],
+                    "attempt": int(attempt),
+                    "state": state,
+                    "handler": handler or None,
+                    "started_at": _seconds(started or None),
+                    "finished_at": _seconds(finished or None),
+                    "error": error or None,
+                }
+            )
+        return out
+
+
+def _task_view(f: dict[str, bytes]) -> dict[str, Any]:
+    return {
+        "state": _s(f.get("s")),
+        "attempts": int(f.get("a", 0)),
+        "handler": _s(f.get("h")),
+        "queued_at": _seconds(f.get("tq")),
+        "started_at": _seconds(f.get("ts")),
+        "finished_at": _seconds(f.get("tf")),
+        "error": _s(f.get("e")),
+        "progress": _s(f.get("pg")),
+    }

