@@ -1,0 +1,28 @@
+# The two commands of the quick start: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test bench lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.installed  ## the seed-000 DAG on an embedded Redis with two workers
+	$(PY) scripts/demo.py $(DEMO_ARGS)
+
+test: $(VENV)/.installed  ## the whole suite, against Redis servers it starts itself
+	$(PY) -m pytest -q $(TEST_ARGS)
+
+bench: $(VENV)/.installed  ## throughput benchmark (prints its figures)
+	$(PY) scripts/bench.py $(BENCH_ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check jobcenter tests scripts
+	$(VENV)/bin/mypy jobcenter
+
+clean:
+	rm -rf $(VENV) .jobcenter build *.egg-info
