@@ -35,11 +35,19 @@ def fail(message: str, code: int) -> None:
 def redis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The options every command shares; turns library errors into exit codes."""
 
-    @click.option("--redis-url", envvar="JOBCENTER_REDIS_URL", default=None,
-                  help="Redis URL [env JOBCENTER_REDIS_URL; default: the URL `jobcenter up` "
-                       "recorded, else redis://127.0.0.1:6379/0]")
-    @click.option("--namespace", envvar="JOBCENTER_NAMESPACE", default=None,
-                  help="Namespace of keys [env JOBCENTER_NAMESPACE; default 'default']")
+    @click.option(
+        "--redis-url",
+        envvar="JOBCENTER_REDIS_URL",
+        default=None,
+        help="Redis URL [env JOBCENTER_REDIS_URL; default: the URL `jobcenter up` "
+        "recorded, else redis://127.0.0.1:6379/0]",
+    )
+    @click.option(
+        "--namespace",
+        envvar="JOBCENTER_NAMESPACE",
+        default=None,
+        help="Namespace of keys [env JOBCENTER_NAMESPACE; default 'default']",
+    )
     @functools.wraps(fn)
     def wrapper(redis_url: str | None, namespace: str | None, **kwargs: Any) -> Any:
         url = redis_url or server.recorded_url()
@@ -87,8 +95,9 @@ def main(verbose: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (with --wait: final status).")
 @click.option("--timeout", type=float, default=None, help="With --wait: give up after seconds.")
 @redis_options
-def submit(settings: Settings, spec_file: str, wait: bool, as_json: bool,
-           timeout: float | None) -> None:
+def submit(
+    settings: Settings, spec_file: str, wait: bool, as_json: bool, timeout: float | None
+) -> None:
     """Submit the job in SPEC_FILE (YAML or JSON); prints its id."""
     spec = load_spec_file(spec_file)  # validated before anything touches Redis
     client = client_for(settings)
@@ -106,8 +115,9 @@ def submit(settings: Settings, spec_file: str, wait: bool, as_json: bool,
     sys.exit(0 if status["state"] == JobState.SUCCEEDED else EXIT_FAILED)
 
 
-def _follow(client: Client, job_id: str, total: int, timeout: float | None,
-            quiet: bool) -> dict[str, Any]:
+def _follow(
+    client: Client, job_id: str, total: int, timeout: float | None, quiet: bool
+) -> dict[str, Any]:
     """Wait for a job, showing a bar on a terminal, else a line per finished task."""
     deadline = None if timeout is None else time.monotonic() + timeout
     seen: dict[str, str] = {}
@@ -124,8 +134,9 @@ def _follow(client: Client, job_id: str, total: int, timeout: float | None,
                     if bar is not None:
                         bar.update(1)
                     elif not quiet:
-                        done = sum(1 for t in status["tasks"].values()
-                                   if TaskState(t["state"]).terminal)
+                        done = sum(
+                            1 for t in status["tasks"].values() if TaskState(t["state"]).terminal
+                        )
                         click.echo(f"  [{done}/{total}] {task_id} {state}")
                 seen[task_id] = state
             if JobState(status["state"]).terminal:
@@ -153,9 +164,17 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
     rows = [("TASK", "STATE", "ATT", "HANDLER", "STARTED", "FINISHED", "ERROR / PROGRESS")]
     for task_id, t in st["tasks"].items():
         note = (t["error"] or t.get("progress") or "").splitlines()
-        rows.append((task_id, t["state"], str(t["attempts"]), (t["handler"] or "-")[:8],
-                     _time(t["started_at"])[11:], _time(t["finished_at"])[11:],
-                     note[0][:60] if note else ""))
+        rows.append(
+            (
+                task_id,
+                t["state"],
+                str(t["attempts"]),
+                (t["handler"] or "-")[:8],
+                _time(t["started_at"])[11:],
+                _time(t["finished_at"])[11:],
+                note[0][:60] if note else "",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
         click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
@@ -167,16 +186,19 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
 @click.option("--limit", type=int, default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @redis_options
-def list_jobs(settings: Settings, owner: str | None, state: str | None, limit: int,
-              as_json: bool) -> None:
+def list_jobs(
+    settings: Settings, owner: str | None, state: str | None, limit: int, as_json: bool
+) -> None:
     """List jobs, newest first."""
     rows = client_for(settings).list(owner=owner, state=state, limit=limit)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     for r in rows:
-        click.echo(f"{r['id']}  {r['state']:<9}  {_time(r['created_at'])}  "
-                   f"{r['owner'] or '-':<10}  {r['name']}")
+        click.echo(
+            f"{r['id']}  {r['state']:<9}  {_time(r['created_at'])}  "
+            f"{r['owner'] or '-':<10}  {r['name']}"
+        )
 
 
 @main.command()
@@ -189,16 +211,33 @@ def cancel(settings: Settings, job_id: str) -> None:
 
 @main.command()
 @click.argument("modules", nargs=-1)
-@click.option("--queues", "-q", default="default", show_default=True,
-              help="Comma-separated queues, served in this order.")
+@click.option(
+    "--queues",
+    "-q",
+    default="default",
+    show_default=True,
+    help="Comma-separated queues, served in this order.",
+)
 @click.option("--node", default=None, help="Also serve this node's private queue.")
 @click.option("--concurrency", "-c", type=int, default=4, show_default=True)
-@click.option("--pool", type=click.Choice(["thread", "process"]), default="thread",
-              show_default=True, help="process: for CPU-bound tasks.")
+@click.option(
+    "--pool",
+    type=click.Choice(["thread", "process"]),
+    default="thread",
+    show_default=True,
+    help="process: for CPU-bound tasks.",
+)
 @click.option("--burst", is_flag=True, help="Exit when nothing is left to do.")
 @redis_options
-def worker(settings: Settings, modules: tuple[str, ...], queues: str, node: str | None,
-           concurrency: int, pool: str, burst: bool) -> None:
+def worker(
+    settings: Settings,
+    modules: tuple[str, ...],
+    queues: str,
+    node: str | None,
+    concurrency: int,
+    pool: str,
+    burst: bool,
+) -> None:
     """Run a worker; MODULES are imported to register their @task functions."""
     from . import registry
     from .store import Store
@@ -208,16 +247,57 @@ def worker(settings: Settings, modules: tuple[str, ...], queues: str, node: str 
         raise SpecError("--concurrency must be >= 1")
     logging.getLogger("jobcenter").setLevel(min(logging.INFO, logging.getLogger().level))
     registry.import_modules(modules)
-    options = Options(queues=[q for q in queues.split(",") if q], node=node,
-                      concurrency=concurrency, pool=pool, burst=burst, modules=list(modules))
+    options = Options(
+        queues=[q for q in queues.split(",") if q],
+        node=node,
+        concurrency=concurrency,
+        pool=pool,
+        burst=burst,
+        modules=list(modules),
+    )
     w = Worker(Store.from_settings(settings), options)
     w.install_signal_handlers()
     w.run()
 
 
 @main.command()
-@click.option("--dir", "data_dir", type=click.Path(file_okay=False), default=".jobcenter",
-              show_default=True, help="Where the server keeps its data and URL.")
+@click.option(
+    "--once",
+    is_flag=True,
+    required=True,
+    help="Run one recovery pass now (workers run one every interval).",
+)
+@click.option("--json", "as_json", is_flag=True)
+@redis_options
+def recover(settings: Settings, once: bool, as_json: bool) -> None:
+    """Repair what crashes and lost messages left behind (DESIGN.md section 6)."""
+    from .ids import handler_id
+    from .recovery import Recovery
+    from .store import Store
+
+    report = Recovery(Store.from_settings(settings), f"cli:{handler_id()}").run()
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    elif not report.ran:
+        click.echo(f"recovery did not run: {report.skipped}")
+    else:
+        click.echo(
+            f"recovery checked {report.jobs_checked} unfinished jobs; {report.repairs} repairs"
+        )
+        for name, value in report.to_dict().items():
+            if name not in ("ran", "skipped", "jobs_checked") and value:
+                click.echo(f"  {name}: {value}")
+
+
+@main.command()
+@click.option(
+    "--dir",
+    "data_dir",
+    type=click.Path(file_okay=False),
+    default=".jobcenter",
+    show_default=True,
+    help="Where the server keeps its data and URL.",
+)
 @click.option("--port", type=int, default=None, help="Default: a free port.")
 def up(data_dir: str, port: int | None) -> None:
     """Run a managed redis-server for local use (AOF on, noeviction) until Ctrl-C."""

@@ -22,11 +22,13 @@ class Client:
         self.store = store
 
     @classmethod
-    def from_url(cls, url: str | None = None, namespace: str | None = None,
-                 **settings: Any) -> Client:
+    def from_url(
+        cls, url: str | None = None, namespace: str | None = None, **settings: Any
+    ) -> Client:
         """A client for Redis at `url` (default: JOBCENTER_REDIS_URL)."""
-        return cls(Store.from_settings(Settings.from_env(redis_url=url, namespace=namespace,
-                                                         **settings)))
+        return cls(
+            Store.from_settings(Settings.from_env(redis_url=url, namespace=namespace, **settings))
+        )
 
     @property
     def settings(self) -> Settings:
@@ -63,12 +65,13 @@ class Client:
         (their results are discarded). Returns the job's state afterwards."""
         code, left = self.store.cancel_step(job_id, from_client=True)
         while code == 0 and left:
-            code, left = self.store.cancel_step(job_id, from_client=False)
+            code, left = self.store.cancel_step(job_id)
         self.store.finalize(job_id)  # a leader would too; doing it here needs no worker
         return self.state(job_id)
 
-    def list(self, *, owner: str | None = None, state: str | None = None,
-             limit: int = 100) -> list[dict[str, Any]]:
+    def list(
+        self, *, owner: str | None = None, state: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
         return self.store.list_jobs(owner=owner, state=state, limit=limit)
 
     def history(self, job_id: str) -> list[dict[str, Any]]:

@@ -140,6 +140,16 @@ class Keys:
         """The three keys a script needs to enqueue into `queue`: ready, delayed, wake."""
         return [self.queue(shard, queue), self.delayed(shard, queue), self.wake(shard, queue)]
 
+    # -- singletons (both keys of one in shard 0's slot, so one script may touch them) --
+
+    def singleton(self, name: str) -> str:
+        """The lease of a singleton role (recovery, scheduler): holder id, with a TTL."""
+        return f"{self._tagged(0)}:singleton:{name}"
+
+    def singleton_round(self, name: str) -> str:
+        """The last round a singleton ran (one recovery per interval)."""
+        return f"{self._tagged(0)}:singleton:{name}:round"
+
     # -- namespace-wide (never touched by a script) ---------------------------------------
 
     def workers(self) -> str:

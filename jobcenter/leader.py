@@ -18,8 +18,9 @@ ROOTS_CHUNK = 5_000  # ready tasks queued per script call
 STEPS_PER_MESSAGE = 200  # bounded steps one leader message may take before yielding
 
 
-def task_fields(index: int, t: dict[str, Any], job: dict[str, Any], n_deps: int,
-                children: list[int]) -> list[Any]:
+def task_fields(
+    index: int, t: dict[str, Any], job: dict[str, Any], n_deps: int, children: list[int]
+) -> list[Any]:
     """The tasks-hash fields of one task: only what differs from the job's defaults."""
     payload = {
         "t": t["task"],
@@ -30,8 +31,14 @@ def task_fields(index: int, t: dict[str, Any], job: dict[str, Any], n_deps: int,
         "rb": t.get("retry_backoff", 1.0),
         "rm": t.get("retry_backoff_max", 300.0),
     }
-    fields: list[Any] = ["id:" + str(index), t["id"], "s:" + str(index), "waiting",
-                         "p:" + str(index), codec.pack(payload, what=f"task {t['id']!r}")]
+    fields: list[Any] = [
+        "id:" + str(index),
+        t["id"],
+        "s:" + str(index),
+        "waiting",
+        "p:" + str(index),
+        codec.pack(payload, what=f"task {t['id']!r}"),
+    ]
     queue = node_queue(t["node"]) if t.get("node") else (t.get("queue") or job["queue"])
     if queue != job["queue"]:
         fields += ["q:" + str(index), queue]
@@ -54,7 +61,9 @@ class Leader:
         self.store = store
         self.handler = handler
 
-    def handle(self, kind: str, job_id: str) -> None:
+    def handle(self, kind: str, job_id: str) -> str | None:
+        """Run one leader message; returns 'abandoned' when a stalled scheduled job was
+        marked failed instead of resubmitted."""
         step = {
             "split": self.split,
             "continue": self.go_on,
@@ -64,17 +73,27 @@ class Leader:
         if step is None:
             log.warning("dropping unknown leader message %s|%s", kind, job_id)
             self.store.drop_leader_message(kind, job_id)
-            return
-        step(job_id)
+            return None
+        return step(job_id)
 
-    def split(self, job_id: str) -> None:
+    def split(self, job_id: str) -> str | None:
         """Write every task of a pending job, then queue its ready ones, in bounded chunks.
-        Goes on from the job's cursors, so a leader that died half way is simply resumed."""
+        Goes on from the job's cursors, so a leader that died half way is simply resumed,
+        except for a scheduled job: that one is marked failed (seed 000's rule against
+        storms of resubmitted scheduled runs)."""
         store = self.store
         job = store.job_fields(job_id)
         if not job or "spec" not in job:
             store.drop_leader_message("split", job_id)  # gone, or split already ended
-            return
+            return None
+        previous = job.get("leader", b"").decode()
+        if job.get("schedule_id") and previous and previous != self.handler:
+            self.abandon(
+                job_id,
+                f"abandoned: leader {previous} stalled while splitting this "
+                "scheduled job; scheduled runs are never resubmitted",
+            )
+            return "abandoned"
         spec = codec.unpack(job["spec"], max_bytes=1 << 31)
         assert isinstance(spec, dict)
         tasks = spec["tasks"]
@@ -95,7 +114,7 @@ class Leader:
             code = store.publish_tasks(job_id, self.handler, start, end, pairs)
             if code < 0:
                 self._stopped("split", job_id, code)
-                return
+                return None
 
         roots = [i for i, t in enumerate(tasks) if not deps[t["id"]]]
         queued = int(job.get("queued", 0))
@@ -105,8 +124,17 @@ class Leader:
             code = store.queue_roots(job_id, self.handler, start, end, last, roots[start:end])
             if code < 0:
                 self._stopped("split", job_id, code)
-                return
+                return None
         log.info("job %s split: %d tasks, %d ready", job_id, len(tasks), len(roots))
+        return None
+
+    def abandon(self, job_id: str, error: str) -> None:
+        """Mark the job and its unfinished tasks failed, and finalize it."""
+        code, left = self.store.cancel_step(job_id, True, mode="abandon", error=error)
+        while code == 0 and left:
+            code, left = self.store.cancel_step(job_id)
+        self.store.finalize(job_id)
+        log.warning("job %s: %s", job_id, error)
 
     def _stopped(self, kind: str, job_id: str, code: int) -> None:
         if code == -6:
@@ -122,7 +150,7 @@ class Leader:
 
     def cancel(self, job_id: str) -> None:
         for _ in range(STEPS_PER_MESSAGE):
-            code, left = self.store.cancel_step(job_id, from_client=False)
+            code, left = self.store.cancel_step(job_id)
             if code != 0 or left == 0:
                 return
 

@@ -6,12 +6,11 @@ batches of calls for different jobs go in one pipeline (one round trip).
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import logging
 
 import redis
 from redis import Redis
@@ -27,6 +26,7 @@ log = logging.getLogger(__name__)
 
 SWEEP_MAX = 100  # expired leases reported per claim: bounded work on the fast path
 QUEUES_CACHE_MAX = 10_000  # jobs whose queue list a store remembers (it never changes)
+WAITAOF_TIMEOUT_MS = 5_000  # a submit waits at most this for its fsync
 LEADER_TIMEOUT_FACTOR = 1.0  # a leader step not renewed within one lease is taken over
 
 
@@ -89,6 +89,7 @@ class Store:
         self.keys = Keys(settings.namespace, settings.shards)
         self.scripts = Scripts(client)
         self._queues: OrderedDict[str, list[str]] = OrderedDict()
+        self._waitaof: bool | None = None  # learnt from the server on first submit
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Store:
@@ -176,7 +177,23 @@ class Store:
             args += [name, value]
         code, returned = self.scripts.run("submit", script_keys, args)
         raise_for_code(code, f"job id {job_id} exists already")
+        if code == 0:
+            self.wait_durable()
         return _s(returned) or job_id, code == 0
+
+    def wait_durable(self) -> bool:
+        """Where the server has WAITAOF (Redis >= 7.2) and AOF on, block until what this
+        connection wrote is fsynced to the local AOF; True if that was confirmed. Elsewhere
+        the write is in Redis memory and its AOF buffer (see README: Durability)."""
+        if self._waitaof is None:
+            info = self.redis.info("server")
+            major, minor = (int(x) for x in str(info["redis_version"]).split(".")[:2])
+            aof = self.redis.info("persistence").get("aof_enabled") == 1
+            self._waitaof = aof and (major, minor) >= (7, 2)
+        if not self._waitaof:
+            return False
+        local, _ = self.redis.execute_command("WAITAOF", 1, 0, WAITAOF_TIMEOUT_MS)
+        return int(local) >= 1
 
     # -- the follower's fast path ---------------------------------------------------------
 
@@ -335,9 +352,13 @@ class Store:
         )
         return int(reply[0]), _s(reply[1]) if len(reply) > 1 else None
 
-    def cancel_step(self, job_id: str, from_client: bool) -> tuple[int, int]:
-        """One bounded cancel step; returns (code, tasks still to visit)."""
-        reply = self._job_call("cancel", job_id, [int(from_client)])
+    def cancel_step(
+        self, job_id: str, from_client: bool = False, *, mode: str = "cancel", error: str = ""
+    ) -> tuple[int, int]:
+        """One bounded step of stopping a job: a new request (`from_client`, in `mode`
+        'cancel' or 'abandon') or going on with the one under way. Returns (code, tasks
+        still to visit)."""
+        reply = self._job_call("cancel", job_id, [mode if from_client else "", error])
         code = int(reply[0])
         if code == -4:
             raise_for_code(code, f"no job {job_id}")
@@ -353,6 +374,20 @@ class Store:
             reply = self._job_call("release", job_id, [handler, *pairs])
             released += int(reply[1]) if reply[0] == 0 else 0
         return released
+
+    def repair(self, job_id: str, action: str, items: Sequence[Any], error: str = "") -> int:
+        """Recovery's checked fixes (repair.lua); returns how many tasks were repaired."""
+        reply = self._job_call("repair", job_id, [action, error, *items])
+        return int(reply[1]) if reply[0] == 0 else 0
+
+    def resubmit(self, job_id: str, kind: str) -> bool:
+        """Hand the job back to a leader for `kind` unless a message is pending already."""
+        return int(self._job_call("resubmit", job_id, [kind])[0]) == 0
+
+    def singleton(self, name: str, mode: str, holder: str, ms: int, round_no: int = 0) -> int:
+        """Acquire/renew/release the singleton lease `name` (recovery, scheduler)."""
+        keys = [self.keys.singleton(name), self.keys.singleton_round(name)]
+        return int(self.scripts.run("singleton", keys, [mode, holder, ms, round_no])[0])
 
     def drop_leader_message(self, kind: str, job_id: str) -> None:
         self.redis.zrem(self.keys.job(job_id).leader, f"{kind}|{job_id}")
@@ -399,12 +434,16 @@ class Store:
             config = {_s(k): _s(v) for k, v in self.redis.config_get("*").items()}
             policy, aof = config.get("maxmemory-policy"), config.get("appendonly")
         except redis.ResponseError:
-            warnings.append("cannot read the server's config (CONFIG is disabled); make sure "
-                            "it runs with maxmemory-policy noeviction and appendonly yes")
+            warnings.append(
+                "cannot read the server's config (CONFIG is disabled); make sure "
+                "it runs with maxmemory-policy noeviction and appendonly yes"
+            )
         else:
             if policy != "noeviction":
-                warnings.append(f"maxmemory-policy is {policy}, not noeviction: Redis may "
-                                "evict job data under memory pressure and lose tasks")
+                warnings.append(
+                    f"maxmemory-policy is {policy}, not noeviction: Redis may "
+                    "evict job data under memory pressure and lose tasks"
+                )
             if aof != "yes":
                 warnings.append("appendonly is off: a Redis restart loses what it held")
         for warning in warnings:

@@ -7,6 +7,7 @@ reports finished attempts in batches, a heartbeat thread renews leases; the pool
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -22,7 +23,7 @@ from typing import Any
 
 import redis
 
-from . import codec, registry
+from . import codec, registry, rq_runner
 from .context import TaskContext, set_current
 from .errors import Fatal, Retry
 from .ids import handler_id
@@ -50,6 +51,7 @@ class Options:
     burst: bool = False
     modules: list[str] = field(default_factory=list)
     leader: bool = True
+    recovery: bool = True  # supervise an rq worker for the recovery job, and enqueue it
 
 
 @dataclass
@@ -135,11 +137,14 @@ class Worker:
         self.grace_ms = max(1, store.settings.lease_ms // 3)
         self.completed = 0
         self.failed = 0
+        self.rq_child: Any = None
 
     def _make_pool(self) -> Executor:
         if self.options.pool == "process":
             return ProcessPoolExecutor(
-                self.options.concurrency, initializer=_init_process, initargs=(self.options.modules,)
+                self.options.concurrency,
+                initializer=_init_process,
+                initargs=(self.options.modules,),
             )
         return ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="jobcenter-task")
 
@@ -151,7 +156,9 @@ class Worker:
         def on_signal(signum: int, _frame: Any) -> None:
             if self.stopping.is_set():
                 self.give_back_and_exit()
-            log.info("worker %s stopping (signal %d): finishing running tasks", self.handler, signum)
+            log.info(
+                "worker %s stopping (signal %d): finishing running tasks", self.handler, signum
+            )
             self.stopping.set()
             with self.lock:
                 self.lock.notify_all()
@@ -171,6 +178,7 @@ class Worker:
         """Serve until stopped (or, with burst, until nothing is left to do)."""
         self.store.check_server()
         self._register()
+        self._supervise_recovery()
         threads = [
             threading.Thread(target=self._report_loop, name="jobcenter-reporter", daemon=True),
             threading.Thread(target=self._heartbeat_loop, name="jobcenter-heartbeat", daemon=True),
@@ -179,7 +187,10 @@ class Worker:
             thread.start()
         log.info(
             "worker %s serving %s with %d %s slots",
-            self.handler, ",".join(self.queues), self.options.concurrency, self.options.pool,
+            self.handler,
+            ",".join(self.queues),
+            self.options.concurrency,
+            self.options.pool,
         )
         try:
             self._claim_loop()
@@ -191,9 +202,15 @@ class Worker:
             threads[0].join()
             self.stopped.set()
             self.pool.shutdown(wait=False, cancel_futures=True)
+            if self.rq_child is not None:
+                rq_runner.stop_rq_worker(self.rq_child)
             self._deregister()
-            log.info("worker %s stopped: %d succeeded, %d failed",
-                     self.handler, self.completed, self.failed)
+            log.info(
+                "worker %s stopped: %d succeeded, %d failed",
+                self.handler,
+                self.completed,
+                self.failed,
+            )
 
     # -- claiming --------------------------------------------------------------------------
 
@@ -319,19 +336,32 @@ class Worker:
             )
             for (job_id, index), code in codes.items():
                 if code < 0:
-                    log.warning("late result of job %s task %d discarded (code %d): the "
-                                "attempt was taken over or cancelled", job_id, index, code)
+                    log.warning(
+                        "late result of job %s task %d discarded (code %d): the "
+                        "attempt was taken over or cancelled",
+                        job_id,
+                        index,
+                        code,
+                    )
             self.completed += len(done)
         for outcome in batch:
             if not outcome.ok:
                 t = outcome.task
                 code, state = self.store.fail(
-                    self.handler, t.job_id, t.index, t.attempt, outcome.error,
+                    self.handler,
+                    t.job_id,
+                    t.index,
+                    t.attempt,
+                    outcome.error,
                     outcome.retry_delay_ms,
                 )
                 if code < 0:
-                    log.warning("late failure of job %s task %d discarded (code %d)",
-                                t.job_id, t.index, code)
+                    log.warning(
+                        "late failure of job %s task %d discarded (code %d)",
+                        t.job_id,
+                        t.index,
+                        code,
+                    )
                 self.failed += 1
         with self.lock:
             for outcome in batch:
@@ -357,9 +387,28 @@ class Worker:
             ]
         for (job_id, index), code in self.store.heartbeat(self.handler, running).items():
             if code < 0:
-                log.warning("job %s task %d: this attempt was taken over (code %d); its "
-                            "result will be discarded", job_id, index, code)
+                log.warning(
+                    "job %s task %d: this attempt was taken over (code %d); its "
+                    "result will be discarded",
+                    job_id,
+                    index,
+                    code,
+                )
         self._register()
+        self._supervise_recovery()
+
+    def _supervise_recovery(self) -> None:
+        """Keep the rq child alive and enqueue this round's recovery job (once per round,
+        whichever worker gets there first)."""
+        if not self.options.recovery or self.stopping.is_set():
+            return
+        if self.rq_child is None or self.rq_child.poll() is not None:
+            if self.rq_child is not None:
+                log.warning(
+                    "rq recovery worker exited (%s); restarting it", self.rq_child.returncode
+                )
+            self.rq_child = rq_runner.spawn_rq_worker(self.store.settings)
+        rq_runner.enqueue_recovery(self.store)
 
     def _register(self) -> None:
         info = {
@@ -372,7 +421,5 @@ class Worker:
         self.store.register_worker(self.handler, info, self.options.node)
 
     def _deregister(self) -> None:
-        try:
+        with contextlib.suppress(redis.RedisError):
             self.store.deregister_worker(self.handler)
-        except redis.RedisError:
-            pass

@@ -26,9 +26,11 @@ JOB_SCRIPTS = frozenset(
         "finalize",
         "cancel",
         "release",
+        "repair",
+        "resubmit",
     }
 )
-SHARD_SCRIPTS = frozenset({"submit", "claim"})
+SHARD_SCRIPTS = frozenset({"submit", "claim", "singleton"})
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS
 
 

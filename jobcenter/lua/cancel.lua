@@ -1,8 +1,11 @@
---[[ cancel: stop a job. A pending job is cancelled at once; a running one has its unfinished
-  tasks cancelled in bounded chunks (a 'cancel' leader message carries on), taking queued
-  ones out of their queues and revoking running attempts (their results are then rejected).
+--[[ cancel: stop a job. A pending job stops at once; a running one has its unfinished tasks
+  stopped in bounded chunks (a 'cancel' leader message carries on), taking queued ones out
+  of their queues and revoking running attempts (their results are then rejected).
+  Two modes: 'cancel' (a user's request: tasks and job end cancelled) and 'abandon'
+  (recovery giving up on a stalled scheduled job: unfinished tasks and the job end failed).
   KEYS: the job context (_job.lua)
-  ARGV[A] 1 for a request from a client, 0 for a leader going on with one
+  ARGV[A] mode for a new request, or '' to go on with the one under way
+  ARGV[A+1] error text recorded on abandoned tasks
   Returns {0, tasks still to visit} | {1, state} finished already | {-4} job gone | {-5} ]]
 
 local CANCEL_BUDGET = 1000 -- tasks visited per call: keeps every call short
@@ -15,20 +18,27 @@ end
 if not queues_passed() then return {-5} end
 
 local now = now_ms()
-redis.call('HSET', J, 'cancel_requested', 1, 'updated_at', now)
+local mode = redis.call('HGET', J, 'stop')
+if not mode then
+  mode = ARGV[A] ~= '' and ARGV[A] or 'cancel'
+  redis.call('HSET', J, 'stop', mode)
+end
+local final, counter, err = T_CANCELLED, 'ncancelled', 'cancelled'
+if mode == 'abandon' then final, counter, err = T_FAILED, 'nfailed', ARGV[A + 1] end
+redis.call('HSET', J, 'updated_at', now)
 redis.call('ZREM', LEADER, 'cancel|' .. JOB_ID)
 if META.state == J_PENDING then
   -- nothing is queued before the split ends: no task can have started
   redis.call('ZREM', LEADER, 'split|' .. JOB_ID)
-  redis.call('HSET', J, 'left', 0, 'ncancelled', redis.call('HGET', J, 'n'))
+  redis.call('HSET', J, 'left', 0, counter, redis.call('HGET', J, 'n'), 'error', err)
   leader_message('finalize', now)
   return {0, 0}
 end
 
 local n = tonumber(redis.call('HGET', J, 'n'))
 local cursor = tonumber(redis.call('HGET', J, 'cancel_cursor') or 0)
-local stop = math.min(n, cursor + CANCEL_BUDGET)
-for i = cursor, stop - 1 do
+local upto = math.min(n, cursor + CANCEL_BUDGET)
+for i = cursor, upto - 1 do
   local state = task_state(i)
   if state == T_WAITING or state == T_QUEUED or state == T_RETRY_WAIT
       or state == T_RUNNING or state == T_TIMED_OUT then
@@ -37,14 +47,12 @@ for i = cursor, stop - 1 do
     redis.call('ZREM', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
     redis.call('ZREM', LEASES, lease_member(i))
     redis.call('HDEL', CLAIMS, lease_member(i))
-    if state == T_RUNNING or state == T_TIMED_OUT then
-      record_history(i, T_CANCELLED, now, 'cancelled')
-    end
-    redis.call('HSET', T, 's:' .. i, T_CANCELLED, 'tf:' .. i, now)
-    redis.call('HINCRBY', J, 'ncancelled', 1)
+    if state == T_RUNNING or state == T_TIMED_OUT then record_history(i, final, now, err) end
+    redis.call('HSET', T, 's:' .. i, final, 'tf:' .. i, now, 'e:' .. i, err)
+    redis.call('HINCRBY', J, counter, 1)
     task_finished(now)
   end
 end
-redis.call('HSET', J, 'cancel_cursor', stop)
-if stop < n then leader_message('cancel', now) end
-return {0, n - stop}
+redis.call('HSET', J, 'cancel_cursor', upto)
+if upto < n then leader_message('cancel', now) end
+return {0, n - upto}

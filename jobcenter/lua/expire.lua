@@ -21,6 +21,7 @@ if not queues_passed() then return {-5} end
 
 local now = now_ms()
 local outcomes = {}
+local changed = false -- a lease found live is left alone: the report writes nothing
 for k = A + 1, #ARGV do
   local i = ARGV[k]
   local lease = lease_member(i)
@@ -57,7 +58,8 @@ for k = A + 1, #ARGV do
     outcome = 'dropped'
   end
   outcomes[#outcomes + 1] = outcome
+  if outcome ~= 'live' then changed = true end
 end
-if #outcomes > 0 then redis.call('HSET', J, 'updated_at', now) end
+if changed then redis.call('HSET', J, 'updated_at', now) end
 drain_frontier(now, nil)
 return {0, outcomes}

@@ -1,5 +1,5 @@
 --[[ finalize: the leader closes a job whose tasks are all terminal: succeeded only if every
-  task succeeded; cancelled if a cancel was asked; else failed. Sets the retention TTLs.
+  task succeeded; cancelled if a user cancelled it; else failed. Sets the retention TTLs.
   KEYS: the job context (_job.lua), then KEYS[XK] active jobs zset
   KEYS[XK+1] idempotency key (the job hash again when there is none)
   ARGV[A] default retention ms  ARGV[A+1] 1 if KEYS[XK+1] is an idempotency key
@@ -10,7 +10,7 @@ if not load_job() then
   redis.call('ZREM', LEADER, message)
   return {-4}
 end
-local j = redis.call('HMGET', J, 'left', 'nfailed', 'cancel_requested', 'retention')
+local j = redis.call('HMGET', J, 'left', 'nfailed', 'stop', 'retention')
 if META.state == J_SUCCEEDED or META.state == J_FAILED or META.state == J_CANCELLED then
   redis.call('ZREM', LEADER, message)
   return {1, META.state}
@@ -22,7 +22,7 @@ end
 
 local now = now_ms()
 local state = J_SUCCEEDED
-if j[3] then state = J_CANCELLED elseif tonumber(j[2]) > 0 then state = J_FAILED end
+if j[3] == 'cancel' then state = J_CANCELLED elseif tonumber(j[2]) > 0 then state = J_FAILED end
 redis.call('HSET', J, 'state', state, 'finished_at', now, 'updated_at', now)
 redis.call('ZREM', KEYS[XK], JOB_ID)
 redis.call('ZREM', LEADER, message)

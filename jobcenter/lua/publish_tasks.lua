@@ -9,7 +9,7 @@
 local HSET_ARGS_MAX = 4000 -- arguments per HSET call: stays clear of Lua's unpack limit
 
 if not load_job() then return {-4} end
-if META.state ~= J_PENDING or redis.call('HGET', J, 'cancel_requested') then return {-3} end
+if META.state ~= J_PENDING or redis.call('HGET', J, 'stop') then return {-3} end
 if tonumber(redis.call('HGET', J, 'written') or 0) ~= tonumber(ARGV[A + 2]) then return {-6} end
 
 local now = now_ms()

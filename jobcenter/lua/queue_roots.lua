@@ -8,7 +8,7 @@
 
 if not load_job() then return {-4} end
 if not queues_passed() then return {-5} end
-local j = redis.call('HMGET', J, 'written', 'n', 'queued', 'cancel_requested')
+local j = redis.call('HMGET', J, 'written', 'n', 'queued', 'stop')
 if (META.state ~= J_PENDING and META.state ~= J_RUNNING) or j[4] or j[1] ~= j[2] then
   return {-3}
 end

@@ -1,0 +1,91 @@
+"""Write a job's DAG in code instead of YAML; build() validates it exactly like a spec file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jobcenter.errors import SpecError
+from jobcenter.spec import JobSpec, parse_spec
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """A handle to a task added with Job.task(), usable in another task's depends_on."""
+
+    id: str
+
+
+Dependency = TaskRef | str
+
+
+class Job:
+    """A job under construction::
+
+    job = Job("nightly-etl", owner="alice")
+    a = job.task("extract", "myapp.tasks.extract", args=[1, 2], retries=3)
+    job.task("load", "myapp.tasks.load", depends_on=[a])
+    spec = job.build()
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        owner: str | None = None,
+        priority: int = 0,
+        queue: str = "default",
+        idempotency_key: str | None = None,
+        retention: float | None = None,
+    ) -> None:
+        self._job: dict[str, Any] = {
+            "name": name,
+            "owner": owner,
+            "priority": priority,
+            "queue": queue,
+            "idempotency_key": idempotency_key,
+            "retention": retention,
+        }
+        self._tasks: dict[str, dict[str, Any]] = {}
+
+    def task(
+        self,
+        id: str,
+        task: str,
+        *,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        depends_on: Dependency | Iterable[Dependency] = (),
+        retries: int = 0,
+        retry_backoff: float = 1.0,
+        retry_backoff_max: float = 300.0,
+        timeout: float | None = None,
+        queue: str | None = None,
+        node: str | None = None,
+        priority: int | None = None,
+    ) -> TaskRef:
+        """Add a task; depends_on takes TaskRefs or task ids. Values are checked by build()."""
+        if id in self._tasks:
+            raise SpecError(f"duplicate task id {id!r}")
+        if isinstance(depends_on, TaskRef | str):
+            depends_on = [depends_on]
+        self._tasks[id] = {
+            "id": id,
+            "task": task,
+            "args": args,
+            "kwargs": kwargs,
+            "depends_on": [d.id if isinstance(d, TaskRef) else d for d in depends_on],
+            "retries": retries,
+            "retry_backoff": retry_backoff,
+            "retry_backoff_max": retry_backoff_max,
+            "timeout": timeout,
+            "queue": queue,
+            "node": node,
+            "priority": priority,
+        }
+        return TaskRef(id)
+
+    def build(self) -> JobSpec:
+        """The validated JobSpec; raises SpecError with the same messages as a spec file."""
+        return parse_spec({**self._job, "tasks": list(self._tasks.values())})

@@ -1,0 +1,212 @@
+"""The recovery pass (DESIGN.md section 6): repairs whatever crashes, power loss and lost
+messages left behind, so every job and task ends terminal. One pass at a time per
+namespace (a singleton lease), each repair checked again inside its Lua script."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .keys import NODE_QUEUE_PREFIX
+from .leader import Leader
+from .states import JobState, TaskState
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+SINGLETON = "recovery"
+LEASES_PAGE = 1_000  # expired leases handled per read
+LEADER_MESSAGES_MAX = 1_000  # due leader messages one pass runs at most
+SCAN_PAGE = 1_000  # HSCAN page when reading a job's tasks
+REPAIR_BATCH = 500  # tasks per repair script call: bounded work
+
+
+@dataclass
+class RecoveryReport:
+    ran: bool = True
+    skipped: str = ""  # why the pass did not run
+    jobs_checked: int = 0
+    leases: dict[str, int] = field(default_factory=dict)  # expire.lua outcomes
+    leader_steps: int = 0  # due leader messages (stalled split/finalize/...) run again
+    requeued: int = 0  # queued tasks whose queue entry was lost
+    released: int = 0  # waiting tasks whose parents had all succeeded
+    node_failed: int = 0  # tasks pinned to a node with no live worker
+    resubmitted: dict[str, int] = field(default_factory=dict)  # leader messages re-added
+    finalized: int = 0
+    abandoned: int = 0  # stalled scheduled jobs marked failed instead of resubmitted
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def repairs(self) -> int:
+        return (
+            sum(v for k, v in self.leases.items() if k != "live")
+            + self.leader_steps
+            + self.requeued
+            + self.released
+            + self.node_failed
+            + sum(self.resubmitted.values())
+            + self.finalized
+            + self.abandoned
+        )
+
+
+class Recovery:
+    """One recovery pass for a namespace, run by `handler`."""
+
+    def __init__(self, store: Store, handler: str) -> None:
+        self.store = store
+        self.handler = handler
+        self.settings = store.settings
+        self.report = RecoveryReport()
+
+    def _now_ms(self) -> int:
+        seconds, micros = self.store.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def run(self, round_no: int = 0) -> RecoveryReport:
+        """Run one pass unless another holds the lease or round `round_no` ran already."""
+        lease_ms = int(max(self.settings.recovery_interval_seconds, 60) * 1000)
+        code = self.store.singleton(SINGLETON, "acquire", self.handler, lease_ms, round_no)
+        if code != 0:
+            self.report.ran = False
+            self.report.skipped = (
+                "this round ran already" if code == 1 else "another recovery pass holds the lease"
+            )
+            return self.report
+        try:
+            for shard in range(self.store.keys.shards):
+                self._expired_leases(shard)
+                self._leader_messages(shard)
+                for job_id in self.store.redis.zrange(self.store.keys.active(shard), 0, -1):
+                    self._job(job_id.decode())
+                    self.store.singleton(SINGLETON, "renew", self.handler, lease_ms)
+        finally:
+            self.store.singleton(SINGLETON, "release", self.handler, lease_ms)
+        if self.report.repairs:
+            log.warning("recovery repaired: %s", self.report.to_dict())
+        return self.report
+
+    # -- rule 1: dead handlers and expired leases (timed_out, then requeued or failed) -----
+
+    def _expired_leases(self, shard: int) -> None:
+        key = self.store.keys.leases(shard)
+        grace_ms = max(1, self.settings.lease_ms // 3)
+        while True:
+            members = self.store.redis.zrangebyscore(key, "-inf", self._now_ms(), 0, LEASES_PAGE)
+            pairs = [(j, int(i)) for j, i in (m.decode().split("|") for m in members)]
+            for outcome, n in self.store.expire(pairs, grace_ms).items():
+                self.report.leases[outcome] = self.report.leases.get(outcome, 0) + n
+            if len(members) < LEASES_PAGE or self.report.leases.get("live") == len(members):
+                return
+
+    # -- rule 5: leader steps whose worker died are due again: run them here --------------
+
+    def _leader_messages(self, shard: int) -> None:
+        leader = Leader(self.store, self.handler)
+        for _ in range(LEADER_MESSAGES_MAX):
+            result = self.store.claim(self.handler, [], max_tasks=0, max_leader=1, shard=shard)
+            if not result.leader:
+                return
+            for kind, job_id in result.leader:
+                if leader.handle(kind, job_id) == "abandoned":  # rule 6
+                    self.report.abandoned += 1
+                else:
+                    self.report.leader_steps += 1
+
+    # -- rules 2-5 for one unfinished job ---------------------------------------------------
+
+    def _job(self, job_id: str) -> None:
+        store = self.store
+        job = store.job_fields(job_id)
+        self.report.jobs_checked += 1
+        if not job:
+            return
+        state = job["state"].decode()
+        if JobState(state).terminal:
+            return
+        now = self._now_ms()
+        idle_ms = now - int(job.get("updated_at", now))
+        if state == JobState.PENDING:
+            self._resubmit(job_id, "split")
+            return
+        if int(job.get("left", 1)) == 0:
+            if idle_ms >= self.settings.worker_timeout_seconds * 1000:
+                code, _ = store.finalize(job_id)
+                self.report.finalized += code == 0
+            else:
+                self._resubmit(job_id, "finalize")
+            return
+        if store.redis.exists(store.keys.job(job_id).frontier):
+            self._resubmit(job_id, "continue")
+        if job.get("stop") and int(job.get("cancel_cursor", 0)) < int(job["n"]):
+            self._resubmit(job_id, "cancel")
+        self._tasks(job_id, now)
+
+    def _resubmit(self, job_id: str, kind: str) -> None:
+        if self.store.resubmit(job_id, kind):
+            self.report.resubmitted[kind] = self.report.resubmitted.get(kind, 0) + 1
+
+    def _scan(self, key: str, attr: str) -> dict[str, str]:
+        """Task index -> value of one attribute, for every task that has it."""
+        out = {}
+        for k, v in self.store.redis.hscan_iter(key, match=f"{attr}:*", count=SCAN_PAGE):
+            out[k.decode().split(":", 1)[1]] = v.decode()
+        return out
+
+    def _tasks(self, job_id: str, now: int) -> None:
+        tasks_key = self.store.keys.job(job_id).tasks
+        states = self._scan(tasks_key, "s")
+        by_state: dict[str, list[str]] = defaultdict(list)
+        for index, state in states.items():
+            by_state[state].append(index)
+
+        parked = by_state[TaskState.QUEUED] + by_state[TaskState.RETRY_WAIT]
+        stuck = parked + by_state[TaskState.TIMED_OUT]
+        dead = self._on_dead_nodes(tasks_key, stuck, now) if stuck else []
+        for batch in _batches(dead):
+            self.report.node_failed += self.store.repair(
+                job_id, "abandon", batch, "failed: no live worker on its node"
+            )
+        alive = [i for i in parked if i not in set(dead)]
+        for batch in _batches(alive):
+            self.report.requeued += self.store.repair(job_id, "requeue", batch)
+
+        waiting = by_state[TaskState.WAITING]
+        if waiting:
+            parents: dict[str, list[str]] = defaultdict(list)
+            for index, csv in self._scan(tasks_key, "c").items():
+                for child in csv.split(","):
+                    parents[child].append(index)
+            ready = [
+                i for i in waiting if all(states.get(p) == TaskState.SUCCEEDED for p in parents[i])
+            ]
+            for batch in _batches(ready):
+                items = [x for i in batch for x in (i, len(parents[i]), *parents[i])]
+                self.report.released += self.store.repair(job_id, "release", items)
+
+    def _on_dead_nodes(self, tasks_key: str, indexes: list[str], now: int) -> list[str]:
+        """Tasks pinned to a node no live worker served for the worker timeout."""
+        timeout_ms = self.settings.worker_timeout_seconds * 1000
+        queues = self._scan(tasks_key, "q")
+        pinned = [i for i in indexes if queues.get(i, "").startswith(NODE_QUEUE_PREFIX)]
+        if not pinned:
+            return []
+        redis = self.store.redis
+        since = redis.hmget(tasks_key, [f"tq:{i}" for i in pinned])
+        seen = redis.zscore  # node name -> last heartbeat
+        dead = []
+        for index, queued_at in zip(pinned, since, strict=True):
+            node = queues[index][len(NODE_QUEUE_PREFIX) :]
+            last = seen(self.store.keys.nodes(), node) or 0
+            waited = now - int(queued_at or now)
+            if now - last > timeout_ms and waited > timeout_ms:
+                dead.append(index)
+        return dead
+
+
+def _batches(items: list[Any], size: int = REPAIR_BATCH) -> list[list[Any]]:
+    return [items[k : k + size] for k in range(0, len(items), size)]
