@@ -162,3 +162,26 @@ class Keys:
     def nodes(self) -> str:
         """Zset of node names -> last heartbeat of any worker serving that node."""
         return f"{self._base}:nodes"
+
+    # -- schedules (all in shard 0's slot, so one MULTI/WATCH may span several) -----------
+
+    def schedules(self) -> str:
+        """Zset of every schedule id -> creation time (ms): what `schedule list` walks."""
+        return f"{self._tagged(0)}:schedules"
+
+    def schedules_due(self) -> str:
+        """Zset of schedule ids that need the ticker -> when (ms): next fire, buffered fire,
+        or an unfinished fire to complete."""
+        return f"{self._tagged(0)}:schedules:due"
+
+    def schedule_names(self) -> str:
+        """Hash of schedule name -> schedule id (names are unique per namespace)."""
+        return f"{self._tagged(0)}:schedules:names"
+
+    def schedule(self, schedule_id: str) -> str:
+        """Hash: the schedule's definition (msgpack) and its firing state."""
+        return f"{self._tagged(0)}:schedule:{schedule_id}"
+
+    def schedule_fires(self, schedule_id: str) -> str:
+        """Capped list of the schedule's recent fires, skips and misses (msgpack), newest first."""
+        return f"{self._tagged(0)}:schedule:{schedule_id}:fires"

@@ -205,6 +205,7 @@ class Store:
         max_tasks: int,
         max_leader: int,
         shard: int = 0,
+        sweep: int = SWEEP_MAX,
     ) -> ClaimResult:
         """Take due leader messages and up to `max_tasks` tasks (highest priority first,
         FIFO within a priority), and start them; also report expired leases."""
@@ -214,7 +215,7 @@ class Store:
             script_keys += keys.queue_keys(shard, queue)
         leader_timeout_ms = int(self.settings.lease_ms * LEADER_TIMEOUT_FACTOR)
         args = [handler, max_leader, max_tasks, self.settings.lease_ms, leader_timeout_ms]
-        leader, expired, reserved = self.scripts.run("claim", script_keys, [*args, SWEEP_MAX])
+        leader, expired, reserved = self.scripts.run("claim", script_keys, [*args, sweep])
         by_job: dict[str, list[int]] = defaultdict(list)
         for member in reserved:
             _, job_id, index = member.decode().split("|")

@@ -1,8 +1,10 @@
 """The worker daemon: claims ready tasks and leader messages, runs tasks in a pool,
 heartbeats their leases, reports completions and failures, and shuts down gracefully.
 
-Threads: the main thread claims (blocking on wake-up lists when idle), a reporter thread
-reports finished attempts in batches, a heartbeat thread renews leases; the pool runs tasks.
+Threads: the main thread claims tasks (blocking on wake-up lists when idle), a leader thread
+runs leader messages and sweeps expired leases (so leader steps never wait for a free task
+slot), a reporter thread reports finished attempts in batches, a heartbeat thread renews
+leases; the runner's threads or child processes run the tasks.
 """
 
 from __future__ import annotations
@@ -11,25 +13,21 @@ import contextlib
 import logging
 import os
 import queue
-import random
 import signal
 import socket
 import threading
 import time
-import traceback
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
-from . import codec, registry, rq_runner
-from .context import TaskContext, set_current
-from .errors import Fatal, Retry
+from . import rq_runner
+from .execution import Outcome, ProcessRunner, ThreadRunner
 from .ids import handler_id
 from .keys import node_queue
 from .leader import Leader
-from .store import StartedTask, Store
+from .store import SWEEP_MAX, StartedTask, Store
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +35,6 @@ IDLE_WAIT_SECONDS = 1.0  # an idle worker wakes at least this often: due retries
 CLAIM_BATCH_MAX = 256  # tasks reserved per claim: one round trip serves many tasks
 REPORT_BATCH_MAX = 512  # finished attempts reported per round trip
 LEADER_BATCH = 4  # leader messages taken per claim
-ERROR_TEXT_MAX = 4_000  # characters of an error kept in Redis
 RECONNECT_MAX_SECONDS = 5.0  # longest pause between tries while Redis is unreachable
 WORKER_INFO_FIELDS = ("host", "pid", "queues", "node", "concurrency", "started_at")
 
@@ -54,69 +51,28 @@ class Options:
     recovery: bool = True  # supervise an rq worker for the recovery job, and enqueue it
 
 
-@dataclass
-class Outcome:
-    task: StartedTask
-    ok: bool
-    error: str = ""
-    retry_delay_ms: int = -1  # < 0: do not retry
+class Backoff:
+    """Pauses between tries while Redis is unreachable: 0.1 s doubling to a cap."""
+
+    def __init__(self) -> None:
+        self.pause = 0.1
+
+    def reset(self) -> None:
+        self.pause = 0.1
+
+    def wait(self, stop: threading.Event | None, why: str) -> None:
+        log.warning("%s; retrying in %.1fs", why, self.pause)
+        if stop is None:
+            time.sleep(self.pause)
+        else:
+            stop.wait(self.pause)
+        self.pause = min(self.pause * 2, RECONNECT_MAX_SECONDS)
 
 
 @dataclass
 class Running:
     task: StartedTask
     progress: str = ""
-
-
-def backoff_ms(attempt: int, base: float, cap: float) -> int:
-    """Exponential backoff with full jitter: uniform in [0, min(cap, base * 2**(attempt-1))]."""
-    return int(random.uniform(0, min(cap, base * 2 ** (attempt - 1))) * 1000)
-
-
-def execute(task: StartedTask, handler: str, report: Any = None) -> Outcome:
-    """Run one attempt and turn what happened into an Outcome; never raises."""
-    try:
-        payload = codec.unpack(task.payload)
-        assert isinstance(payload, dict)
-    except Exception as exc:  # a payload we cannot read will not get better on retry
-        return Outcome(task, False, f"unreadable task payload: {exc}")
-    task_id = payload.get("id", str(task.index))
-    ctx = TaskContext(task.job_id, task_id, task.attempt, handler)
-    if report is not None:
-        ctx.report = lambda message: report(task, message)
-    set_current(ctx)
-    try:
-        fn = registry.lookup(payload["t"])
-        fn(*payload.get("a", ()), **payload.get("k", {}))
-        return Outcome(task, True)
-    except registry.UnknownTask as exc:
-        return Outcome(task, False, str(exc))
-    except Fatal as exc:
-        return Outcome(task, False, _describe(exc))
-    except Retry as exc:
-        delay = exc.delay if exc.delay is not None else payload.get("rb", 1.0)
-        return Outcome(task, False, _describe(exc), int(delay * 1000))
-    except Exception as exc:
-        delay = backoff_ms(task.attempt, payload.get("rb", 1.0), payload.get("rm", 300.0))
-        return Outcome(task, False, _describe(exc), delay)
-    finally:
-        set_current(None)
-
-
-def _describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    tb = "".join(traceback.format_exception(exc)).replace("\t", "  ")
-    return (text + "\n" + tb)[:ERROR_TEXT_MAX]
-
-
-def _init_process(modules: list[str]) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when children stop
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    registry.import_modules(modules)
-
-
-def _execute_in_process(task: StartedTask, handler: str) -> Outcome:
-    return execute(task, handler)
 
 
 class Worker:
@@ -133,20 +89,20 @@ class Worker:
         self.lock = threading.Condition()
         self.stopping = threading.Event()
         self.stopped = threading.Event()
-        self.pool: Executor = self._make_pool()
+        self.runner = self._make_runner()
         self.grace_ms = max(1, store.settings.lease_ms // 3)
         self.completed = 0
         self.failed = 0
         self.rq_child: Any = None
 
-    def _make_pool(self) -> Executor:
+    def _make_runner(self) -> ThreadRunner | ProcessRunner:
         if self.options.pool == "process":
-            return ProcessPoolExecutor(
-                self.options.concurrency,
-                initializer=_init_process,
-                initargs=(self.options.modules,),
-            )
-        return ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="jobcenter-task")
+            return ProcessRunner(self.options.concurrency, self.handler, self.options.modules)
+        return ThreadRunner(self.options.concurrency, self.handler, self._slot_freed)
+
+    def _slot_freed(self) -> None:
+        with self.lock:
+            self.lock.notify_all()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -183,6 +139,10 @@ class Worker:
             threading.Thread(target=self._report_loop, name="jobcenter-reporter", daemon=True),
             threading.Thread(target=self._heartbeat_loop, name="jobcenter-heartbeat", daemon=True),
         ]
+        if self.options.leader:
+            threads.append(
+                threading.Thread(target=self._leader_loop, name="jobcenter-leader", daemon=True)
+            )
         for thread in threads:
             thread.start()
         log.info(
@@ -201,7 +161,7 @@ class Worker:
             self.outcomes.put(None)
             threads[0].join()
             self.stopped.set()
-            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.runner.shutdown()
             if self.rq_child is not None:
                 rq_runner.stop_rq_worker(self.rq_child)
             self._deregister()
@@ -215,18 +175,17 @@ class Worker:
     # -- claiming --------------------------------------------------------------------------
 
     def _free_slots(self) -> int:
-        return self.options.concurrency - len(self.running)
+        # a thread running past its timeout was reported already but still holds its slot
+        return self.options.concurrency - max(len(self.running), self.runner.busy)
 
     def _claim_loop(self) -> None:
-        pause = 0.1
+        backoff = Backoff()
         while not self.stopping.is_set():
             try:
                 busy = self._claim_once()
-                pause = 0.1
+                backoff.reset()
             except (redis.ConnectionError, redis.TimeoutError) as exc:
-                log.warning("redis unreachable (%s); retrying in %.1fs", exc, pause)
-                self.stopping.wait(pause)
-                pause = min(pause * 2, RECONNECT_MAX_SECONDS)
+                backoff.wait(self.stopping, f"redis unreachable ({exc})")
                 continue
             if busy:
                 continue
@@ -235,28 +194,54 @@ class Worker:
             self._wait_for_work()
 
     def _claim_once(self) -> bool:
-        """One claim round trip (plus the work it hands out); True if it found anything."""
+        """One claim round trip per shard; True if it found any task."""
         free = min(self._free_slots(), CLAIM_BATCH_MAX)
-        max_leader = LEADER_BATCH if self.options.leader else 0
+        if free <= 0:
+            return False
         found = False
+        sweep = 0 if self.options.leader else SWEEP_MAX  # the leader thread sweeps
         for shard in range(self.store.keys.shards):
             result = self.store.claim(
-                self.handler, self.queues, max_tasks=free, max_leader=max_leader, shard=shard
+                self.handler, self.queues, max_tasks=free, max_leader=0, shard=shard, sweep=sweep
             )
-            for kind, job_id in result.leader:
-                try:
-                    self.leader.handle(kind, job_id)
-                except (redis.ConnectionError, redis.TimeoutError):
-                    raise
-                except Exception:  # a bad job must not take the worker down; recovery retries
-                    log.exception("leader step %s of job %s failed", kind, job_id)
-            if result.expired:
-                outcomes = self.store.expire(result.expired, self.grace_ms)
-                log.info("expired leases: %s", outcomes)
+            self._expire(result.expired)
             self._run(result.tasks)
             free -= len(result.tasks)
-            found = found or bool(result.leader or result.tasks or result.expired)
+            found = found or bool(result.tasks)
         return found
+
+    def _expire(self, expired: list[tuple[str, int]]) -> None:
+        if expired:
+            log.info("expired leases: %s", self.store.expire(expired, self.grace_ms))
+
+    def _leader_loop(self) -> None:
+        """Leader messages (split, continue, cancel, finalize) and expired-lease sweeps."""
+        backoff = Backoff()
+        wake = [self.store.keys.leader_wake(shard) for shard in range(self.store.keys.shards)]
+        while not self.stopped.is_set():
+            try:
+                found = False
+                for shard in range(self.store.keys.shards):
+                    result = self.store.claim(
+                        self.handler, [], max_tasks=0, max_leader=LEADER_BATCH, shard=shard
+                    )
+                    for kind, job_id in result.leader:
+                        self._lead(kind, job_id)
+                    self._expire(result.expired)
+                    found = found or bool(result.leader or result.expired)
+                if not found:
+                    self.store.redis.blpop(wake, timeout=IDLE_WAIT_SECONDS)
+                backoff.reset()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                backoff.wait(self.stopped, f"leader: redis unreachable ({exc})")
+
+    def _lead(self, kind: str, job_id: str) -> None:
+        try:
+            self.leader.handle(kind, job_id)
+        except (redis.ConnectionError, redis.TimeoutError):
+            raise
+        except Exception:  # one bad job must not take the worker down; its message comes back
+            log.exception("leader step %s of job %s failed", kind, job_id)
 
     def _wait_for_work(self) -> None:
         with self.lock:
@@ -264,7 +249,7 @@ class Worker:
                 self.lock.wait()  # woken by the reporter when a slot frees
         if self.stopping.is_set():
             return
-        keys = self.store.wake_keys(self.queues, leader=self.options.leader)
+        keys = self.store.wake_keys(self.queues, leader=False)
         self.store.redis.blpop(keys, timeout=IDLE_WAIT_SECONDS)
 
     def _run(self, tasks: list[StartedTask]) -> None:
@@ -274,18 +259,7 @@ class Worker:
             for task in tasks:
                 self.running[(task.job_id, task.index)] = Running(task)
         for task in tasks:
-            if isinstance(self.pool, ProcessPoolExecutor):
-                future = self.pool.submit(_execute_in_process, task, self.handler)
-            else:
-                future = self.pool.submit(execute, task, self.handler, self._report_progress)
-            future.add_done_callback(lambda f, t=task: self._finished(t, f))
-
-    def _finished(self, task: StartedTask, future: Any) -> None:
-        try:
-            outcome = future.result()
-        except BaseException as exc:  # the pool itself broke (a killed child process)
-            outcome = Outcome(task, False, _describe(exc), 1000)
-        self.outcomes.put(outcome)
+            self.runner.submit(task, self._report_progress, self.outcomes.put)
 
     def _report_progress(self, task: StartedTask, message: str) -> None:
         with self.lock:
@@ -314,7 +288,7 @@ class Worker:
             self._report_with_retry(batch)
 
     def _report_with_retry(self, batch: list[Outcome]) -> None:
-        pause = 0.1
+        backoff = Backoff()
         while True:
             try:
                 self._report(batch)
@@ -322,9 +296,7 @@ class Worker:
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 # Results are kept until Redis answers; a lease that expires meanwhile
                 # makes the report stale, and the task runs again elsewhere.
-                log.warning("cannot report results (%s); retrying in %.1fs", exc, pause)
-                time.sleep(pause)
-                pause = min(pause * 2, RECONNECT_MAX_SECONDS)
+                backoff.wait(None, f"cannot report results ({exc})")
 
     def _report(self, batch: list[Outcome]) -> None:
         done = [(o.task.job_id, o.task.index, o.task.attempt) for o in batch if o.ok]

@@ -41,7 +41,8 @@ end
 
 local function task_state(i) return redis.call('HGET', T, 's:' .. i) end
 local function lease_member(i) return JOB_ID .. '|' .. i end
-local function queue_member(i) return string.format('%012d|%s|%s', META.seq, JOB_ID, i) end
+-- The index is zero-padded so a job's tasks sort in spec order, not as strings (10 < 2).
+local function queue_member(i) return string.format('%012d|%s|%06d', META.seq, JOB_ID, i) end
 local function task_queue(i) return redis.call('HGET', T, 'q:' .. i) or META.queue end
 local function task_priority(i)
   local p = redis.call('HGET', T, 'pr:' .. i)

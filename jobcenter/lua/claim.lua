@@ -37,7 +37,7 @@ for k = 4, #KEYS, 3 do
     for p = 1, #popped, 2 do
       local member = popped[p]
       local job, index = string.match(member, '^%d+|([^|]+)|(%d+)$')
-      local lease = job .. '|' .. index
+      local lease = job .. '|' .. tonumber(index) -- leases name the unpadded index
       redis.call('ZADD', LEASES, now + lease_ms, lease)
       redis.call('HSET', CLAIMS, lease, handler)
       reserved[#reserved + 1] = member
