@@ -180,25 +180,151 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
         click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
 
 
+def _since(value: str | None) -> float | None:
+    """--since: epoch seconds, an ISO time, or an age like 90s, 15m, 2h, 7d."""
+    if value is None:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if value[-1:] in units and value[:-1].replace(".", "", 1).isdigit():
+        return time.time() - float(value[:-1]) * units[value[-1]]
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise SpecError(
+            f"--since {value!r}: give epoch seconds, an ISO time or an age like 15m, 2h, 7d"
+        ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
 @main.command(name="list")
 @click.option("--owner", default=None)
 @click.option("--state", type=click.Choice([s.value for s in JobState]), default=None)
+@click.option("--schedule", "schedule_id", default=None, help="Only jobs fired by this schedule.")
+@click.option("--since", default=None, help="Created since: epoch, ISO time, or 15m/2h/7d.")
 @click.option("--limit", type=int, default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @redis_options
 def list_jobs(
-    settings: Settings, owner: str | None, state: str | None, limit: int, as_json: bool
+    settings: Settings,
+    owner: str | None,
+    state: str | None,
+    schedule_id: str | None,
+    since: str | None,
+    limit: int,
+    as_json: bool,
 ) -> None:
     """List jobs, newest first."""
-    rows = client_for(settings).list(owner=owner, state=state, limit=limit)
+    rows = client_for(settings).list(
+        owner=owner, state=state, schedule_id=schedule_id, since=_since(since), limit=limit
+    )
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     for r in rows:
+        fired = f"  schedule {r['schedule_id']}" if r["schedule_id"] else ""
         click.echo(
             f"{r['id']}  {r['state']:<9}  {_time(r['created_at'])}  "
-            f"{r['owner'] or '-':<10}  {r['name']}"
+            f"{r['owner'] or '-':<10}  {r['name']}{fired}"
         )
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True)
+@redis_options
+def history(settings: Settings, job_id: str, as_json: bool) -> None:
+    """Every attempt of every task of a job, oldest first."""
+    rows = client_for(settings).history(job_id)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        error = (r["error"] or "").splitlines()
+        click.echo(
+            f"{r['task']:<20} #{r['attempt']:<3} {r['state']:<11} "
+            f"{(r['handler'] or '-')[:8]:<8}  {_time(r['started_at'])}  "
+            f"{_time(r['finished_at'])}  {error[0][:60] if error else ''}"
+        )
+
+
+@main.command()
+@click.argument("job_id")
+@redis_options
+def retry(settings: Settings, job_id: str) -> None:
+    """Re-run a failed job's failed and upstream_failed tasks; succeeded ones are kept."""
+    revived = client_for(settings).retry(job_id)
+    click.echo(f"job {job_id}: {revived} tasks to run again")
+
+
+@main.command()
+@click.argument("job_id")
+@redis_options
+def delete(settings: Settings, job_id: str) -> None:
+    """Delete a finished job and every trace of it."""
+    client_for(settings).delete(job_id)
+    click.echo(f"job {job_id} deleted")
+
+
+@main.group()
+def dlq() -> None:
+    """Dead letters: tasks that failed for good (attempts exhausted, or Fatal)."""
+
+
+@dlq.command(name="list")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@redis_options
+def dlq_list(settings: Settings, limit: int, as_json: bool) -> None:
+    """The newest dead letters."""
+    rows = client_for(settings).dead_letters(limit)
+    if as_json:
+        click.echo(
+            json.dumps([{k: v for k, v in r.items() if k != "history"} for r in rows], indent=2)
+        )
+        return
+    for r in rows:
+        error = (r["error"] or "").splitlines()
+        click.echo(
+            f"{r['job']}  {r['task']:<20} attempts={r['attempts']:<3} "
+            f"{_time(r['failed_at'])}  {error[0][:70] if error else ''}"
+        )
+
+
+@dlq.command(name="show")
+@click.argument("job_id")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True)
+@redis_options
+def dlq_show(settings: Settings, job_id: str, task_id: str, as_json: bool) -> None:
+    """One dead letter: its error with traceback, and every attempt."""
+    entry = client_for(settings).dead_letter(job_id, task_id)
+    if as_json:
+        click.echo(json.dumps(entry, indent=2))
+        return
+    click.echo(
+        f"job {entry['job']} ({entry['job_name']}) task {entry['task']}: "
+        f"{entry['attempts']} attempts, failed {_time(entry['failed_at'])}"
+    )
+    for h in entry["history"]:
+        first = (h["error"] or "").splitlines()
+        click.echo(
+            f"  #{h['attempt']} {h['state']} {_time(h['finished_at'])} {first[0] if first else ''}"
+        )
+    click.echo(entry["error"] or "")
+
+
+@dlq.command(name="requeue")
+@click.argument("job_id")
+@click.argument("task_id")
+@redis_options
+def dlq_requeue(settings: Settings, job_id: str, task_id: str) -> None:
+    """Run a dead-lettered task again; on success its children run and the job re-finalizes."""
+    revived = client_for(settings).requeue(job_id, task_id)
+    click.echo(f"job {job_id}: task {task_id} requeued ({revived} tasks to run again)")
 
 
 @main.command()

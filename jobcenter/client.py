@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from . import admin
 from .config import Settings
+
 from .errors import NotFound
 from .spec import JobSpec, spec_from_any
 from .states import JobState
@@ -70,9 +72,38 @@ class Client:
         return self.state(job_id)
 
     def list(
-        self, *, owner: str | None = None, state: str | None = None, limit: int = 100
+        self,
+        *,
+        owner: str | None = None,
+        state: str | None = None,
+        schedule_id: str | None = None,
+        since: float | None = None,
+        limit: int = 100,
     ) -> list[dict[str, Any]]:
-        return self.store.list_jobs(owner=owner, state=state, limit=limit)
+        """Job summaries, newest first."""
+        return self.store.list_jobs(
+            owner=owner, state=state, schedule_id=schedule_id, since=since, limit=limit
+        )
 
     def history(self, job_id: str) -> list[dict[str, Any]]:
+        """Every finished attempt of every task, oldest first."""
         return self.store.history(job_id)
+
+    def retry(self, job_id: str) -> int:
+        """Re-run a job's failed and upstream_failed tasks, keeping its succeeded ones."""
+        return admin.retry_job(self.store, job_id)
+
+    def delete(self, job_id: str) -> None:
+        """Delete a finished job and its index entries."""
+        admin.delete_job(self.store, job_id)
+
+    def dead_letters(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest dead letters (tasks that failed for good)."""
+        return admin.dead_letters(self.store, limit)
+
+    def dead_letter(self, job_id: str, task_id: str) -> dict[str, Any]:
+        return admin.dead_letter(self.store, job_id, task_id)
+
+    def requeue(self, job_id: str, task_id: str) -> int:
+        """Run a dead-lettered task again; its job re-opens and finalizes again."""
+        return admin.requeue(self.store, job_id, task_id)

@@ -34,6 +34,7 @@ class JobKeys:
     claims: str  # shard hash: "<job>|<index>" -> handler that reserved it, until it starts
     leader: str  # shard zset: "<kind>|<job>" leader messages -> due time (ms)
     leader_wake: str  # shard list: wake-up tokens for idle workers waiting on leader work
+    dlq: str  # shard zset: dead letters "<job>|<index>" -> time they failed for good (ms)
 
     def as_list(self) -> list[str]:
         return [
@@ -45,6 +46,7 @@ class JobKeys:
             self.claims,
             self.leader,
             self.leader_wake,
+            self.dlq,
         ]
 
 
@@ -99,6 +101,14 @@ class Keys:
     def leader_wake(self, shard: int) -> str:
         return f"{self._tagged(shard)}:wake:@leader"
 
+    def dlq(self, shard: int) -> str:
+        return f"{self._tagged(shard)}:dlq"
+
+    def expiring(self, shard: int) -> str:
+        """Zset of finished jobs "<job>\t<owner>" -> when their retention ends (ms): what
+        recovery trims from the list indexes once the job's own keys have expired."""
+        return f"{self._tagged(shard)}:expiring"
+
     def seq(self, shard: int) -> str:
         """Counter giving each job its submission sequence number."""
         return f"{self._tagged(shard)}:seq"
@@ -134,6 +144,7 @@ class Keys:
             claims=self.claims(shard),
             leader=self.leader(shard),
             leader_wake=self.leader_wake(shard),
+            dlq=self.dlq(shard),
         )
 
     def queue_keys(self, shard: int, queue: str) -> list[str]:

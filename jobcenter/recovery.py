@@ -9,6 +9,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .admin import trim_expired
 from .keys import NODE_QUEUE_PREFIX
 from .leader import Leader
 from .states import JobState, TaskState
@@ -36,6 +37,7 @@ class RecoveryReport:
     resubmitted: dict[str, int] = field(default_factory=dict)  # leader messages re-added
     finalized: int = 0
     abandoned: int = 0  # stalled scheduled jobs marked failed instead of resubmitted
+    trimmed: int = 0  # expired jobs dropped from the list indexes (not a repair)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,6 +86,7 @@ class Recovery:
                 for job_id in self.store.redis.zrange(self.store.keys.active(shard), 0, -1):
                     self._job(job_id.decode())
                     self.store.singleton(SINGLETON, "renew", self.handler, lease_ms)
+            self.report.trimmed = trim_expired(self.store)
         finally:
             self.store.singleton(SINGLETON, "release", self.handler, lease_ms)
         if self.report.repairs:

@@ -341,16 +341,16 @@ class Store:
         return int(reply[1]) if reply[0] == 0 else 0
 
     def finalize(self, job_id: str) -> tuple[int, str | None]:
-        idem = _s(self.redis.hget(self.keys.job(job_id).job, "idem"))
+        idem, owner = (_s(v) for v in self.redis.hmget(self.keys.job(job_id).job, "idem", "owner"))
         shard = self.keys.job_shard(job_id)
         extra = [
             self.keys.active(shard),
             self.keys.idempotency(shard, idem) if idem else self.keys.job(job_id).job,
+            self.keys.expiring(shard),
         ]
         retention_ms = int(self.settings.retention_seconds * 1000)
-        reply = self._job_call(
-            "finalize", job_id, [retention_ms, int(bool(idem))], with_queues=False, extra_keys=extra
-        )
+        args = [retention_ms, int(bool(idem)), f"{job_id}\t{owner or ''}"]
+        reply = self._job_call("finalize", job_id, args, with_queues=False, extra_keys=extra)
         return int(reply[0]), _s(reply[1]) if len(reply) > 1 else None
 
     def cancel_step(
@@ -389,6 +389,32 @@ class Store:
         """Acquire/renew/release the singleton lease `name` (recovery, scheduler)."""
         keys = [self.keys.singleton(name), self.keys.singleton_round(name)]
         return int(self.scripts.run("singleton", keys, [mode, holder, ms, round_no])[0])
+
+    def revive(self, job_id: str, roots: Sequence[int], resets: Sequence[int]) -> int:
+        """Run failed `roots` again and put `resets` (upstream_failed) back to waiting;
+        returns how many tasks were revived. Raises WrongState naming what is off."""
+        shard = self.keys.job_shard(job_id)
+        reply = self._job_call(
+            "revive", job_id, [len(roots), *roots, *resets], extra_keys=[self.keys.active(shard)]
+        )
+        raise_for_code(int(reply[0]), _s(reply[1]) if len(reply) > 1 else f"no job {job_id}")
+        return int(reply[1])
+
+    def delete(self, job_id: str, failed: Sequence[int]) -> None:
+        """Remove a finished job and its index entries; WrongState if it is not finished."""
+        jk = self.keys.job(job_id)
+        shard = self.keys.job_shard(job_id)
+        idem, owner = (_s(v) for v in self.redis.hmget(jk.job, "idem", "owner"))
+        extra = [
+            self.keys.jobs(shard),
+            self.keys.active(shard),
+            self.keys.owner_jobs(shard, owner) if owner else jk.job,
+            self.keys.idempotency(shard, idem) if idem else jk.job,
+            self.keys.expiring(shard),
+        ]
+        args = [f"{job_id}\t{owner or ''}", *failed]
+        code = int(self._job_call("delete", job_id, args, extra_keys=extra)[0])
+        raise_for_code(code, f"job {job_id} is not finished: cancel it first")
 
     def drop_leader_message(self, kind: str, job_id: str) -> None:
         self.redis.zrem(self.keys.job(job_id).leader, f"{kind}|{job_id}")
@@ -498,16 +524,27 @@ class Store:
         }
 
     def list_jobs(
-        self, *, owner: str | None = None, state: str | None = None, limit: int = 100
+        self,
+        *,
+        owner: str | None = None,
+        state: str | None = None,
+        schedule_id: str | None = None,
+        since: float | None = None,
+        limit: int = 100,
     ) -> list[dict[str, Any]]:
-        """Newest first: job summaries, filtered by owner and state."""
+        """Newest first: job summaries, filtered by owner, state, schedule and creation
+        time (epoch seconds)."""
+        filtered = bool(state or schedule_id)
+        low = "-inf" if since is None else int(since * 1000)
         ids: list[tuple[float, str]] = []
         for shard in range(self.keys.shards):
             index = self.keys.owner_jobs(shard, owner) if owner else self.keys.jobs(shard)
-            batch = self.redis.zrevrange(index, 0, -1 if state else limit - 1, withscores=True)
+            batch = self.redis.zrevrangebyscore(
+                index, "+inf", low, start=0, num=-1 if filtered else limit, withscores=True
+            )
             ids += [(score, member.decode()) for member, score in batch]
         ids.sort(reverse=True)
-        fields = ("name", "owner", "state", "created_at", "finished_at")
+        fields = ("name", "owner", "state", "created_at", "finished_at", "schedule_id", "fire_time")
         pipe = self.redis.pipeline(transaction=False)
         for _, job_id in ids:
             pipe.hmget(self.keys.job(job_id).job, fields)
@@ -515,8 +552,8 @@ class Store:
         for (_, job_id), values in zip(ids, pipe.execute(), strict=True):
             if values[2] is None:
                 continue  # expired between the index read and now
-            name, job_owner, job_state, created, finished = values
-            if state and _s(job_state) != state:
+            name, job_owner, job_state, created, finished, sched, fire = values
+            if (state and _s(job_state) != state) or (schedule_id and _s(sched) != schedule_id):
                 continue
             rows.append(
                 {
@@ -526,6 +563,8 @@ class Store:
                     "state": _s(job_state),
                     "created_at": _seconds(created),
                     "finished_at": _seconds(finished),
+                    "schedule_id": _s(sched),
+                    "fire_time": float(fire) if fire is not None else None,
                 }
             )
             if len(rows) >= limit:

@@ -28,6 +28,8 @@ JOB_SCRIPTS = frozenset(
         "release",
         "repair",
         "resubmit",
+        "revive",
+        "delete",
     }
 )
 SHARD_SCRIPTS = frozenset({"submit", "claim", "singleton"})

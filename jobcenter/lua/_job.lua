@@ -1,21 +1,22 @@
 --[[ _job: the context of every job-scoped script, prepended after _common.
   KEYS[1] job hash  KEYS[2] tasks hash  KEYS[3] history list  KEYS[4] frontier list
   KEYS[5] leases zset  KEYS[6] claims hash  KEYS[7] leader zset  KEYS[8] leader wake list
-  KEYS[9..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
+  KEYS[9] dead-letter zset
+  KEYS[10..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
   ARGV[1] job id  ARGV[2] number of queues  ARGV[3..] their names, in KEYS order
   A is the index of the script's own first ARGV; XK of its own first extra KEY. ]]
 
 local J, T, H, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local LEASES, CLAIMS, LEADER, LWAKE = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local LEASES, CLAIMS, LEADER, LWAKE, DLQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local JOB_ID = ARGV[1]
 local NQ = tonumber(ARGV[2])
 local QUEUES = {}
 for qi = 1, NQ do
-  local k = 8 + (qi - 1) * 3
+  local k = 9 + (qi - 1) * 3
   QUEUES[ARGV[2 + qi]] = {ready = KEYS[k + 1], delayed = KEYS[k + 2], wake = KEYS[k + 3]}
 end
 local A = 3 + NQ
-local XK = 9 + NQ * 3
+local XK = 10 + NQ * 3
 
 local FRONTIER_BUDGET = 1000 -- child visits per call: keeps every script call short
 local HISTORY_MAX = 200000 -- history entries kept per job (oldest trimmed)
@@ -135,10 +136,12 @@ local function drain_frontier(now, take)
   if redis.call('EXISTS', F) == 1 then leader_message('continue', now) end
 end
 
--- Terminal failure of task i: record it, then cascade to every descendant.
+-- Terminal failure of task i: record it (and dead-letter it), then cascade to every
+-- descendant.
 local function fail_task(i, now, err)
   redis.call('HSET', T, 's:' .. i, T_FAILED, 'tf:' .. i, now, 'e:' .. i, err)
   redis.call('ZREM', LEASES, lease_member(i))
+  redis.call('ZADD', DLQ, now, lease_member(i))
   redis.call('HINCRBY', J, 'nfailed', 1)
   record_history(i, T_FAILED, now, err)
   push_frontier('f', i, i)
