@@ -354,6 +354,12 @@ def cancel(settings: Settings, job_id: str) -> None:
     help="process: for CPU-bound tasks.",
 )
 @click.option("--burst", is_flag=True, help="Exit when nothing is left to do.")
+@click.option(
+    "--allow-shell",
+    is_flag=True,
+    help="Register the built-in 'jobcenter.shell' task (runs commands): off by "
+    "default, since anyone who can submit jobs could then run commands here.",
+)
 @redis_options
 def worker(
     settings: Settings,
@@ -363,6 +369,7 @@ def worker(
     concurrency: int,
     pool: str,
     burst: bool,
+    allow_shell: bool,
 ) -> None:
     """Run a worker; MODULES are imported to register their @task functions."""
     from . import registry
@@ -372,6 +379,8 @@ def worker(
     if concurrency < 1:
         raise SpecError("--concurrency must be >= 1")
     logging.getLogger("jobcenter").setLevel(min(logging.INFO, logging.getLogger().level))
+    if allow_shell:
+        modules = (*modules, "jobcenter.shell")
     registry.import_modules(modules)
     options = Options(
         queues=[q for q in queues.split(",") if q],

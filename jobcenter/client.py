@@ -7,7 +7,6 @@ from typing import Any
 
 from . import admin
 from .config import Settings
-
 from .errors import NotFound
 from .spec import JobSpec, spec_from_any
 from .states import JobState

@@ -24,13 +24,14 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from decimal import Decimal, InvalidOperation
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import redis
 from croniter import CroniterBadDateError, CroniterError, croniter
 from redis.client import Pipeline
 
@@ -103,6 +104,10 @@ _DURATION_RE = re.compile(
 )
 _DURATION_MS = (None, None, 7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1_000)
 _DURATION_HINT = "e.g. PT30S, PT1H30M, P1D"
+_MISSED_REASON = {
+    "one": "missed while no scheduler ran; catchup=one runs only the latest",
+    "none": "missed while no scheduler ran; catchup=none runs none of them",
+}
 
 
 # -- triggers: parsing and fire times -------------------------------------------------------
@@ -455,6 +460,8 @@ def plan_fires(schedule: Schedule, next_ms: int, now_ms: int, grace_ms: int) -> 
     latest = schedule.latest_at_or_before(now_ms)
     if latest is None or latest < next_ms:
         latest = next_ms
+    fire: int | None
+    missed_until: int | None
     if schedule.catchup == "none" and now_ms - latest > grace_ms:
         fire, missed_until = None, latest
     else:
@@ -509,8 +516,13 @@ def now_ms(store: Store) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-def _decode(raw: Mapping[bytes, bytes]) -> dict[str, bytes]:
-    return {k.decode(): v for k, v in raw.items()}
+def _text(value: Any) -> str:
+    """A reply from Redis (bytes: the clients here do not decode responses) as str."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _decode(raw: Mapping[Any, Any]) -> dict[str, bytes]:
+    return {_text(k): v for k, v in raw.items()}
 
 
 def _load(raw: Mapping[str, bytes]) -> tuple[Schedule, ScheduleState]:
@@ -533,7 +545,7 @@ def _save(
     store: Store,
     schedule_id: str,
     state: ScheduleState,
-    records: list[bytes] = (),  # type: ignore[assignment]
+    records: Sequence[bytes] = (),
 ) -> None:
     """Queue the writes of a new state (and its fire records) inside a MULTI."""
     keys = store.keys
@@ -559,8 +571,8 @@ def resolve(store: Store, ref: str) -> str:
     if store.redis.exists(store.keys.schedule(ref)):
         return ref
     found = store.redis.hget(store.keys.schedule_names(), ref)
-    if found is not None and store.redis.exists(store.keys.schedule(found.decode())):
-        return str(found.decode())
+    if found is not None and store.redis.exists(store.keys.schedule(_text(found))):
+        return _text(found)
     raise NotFound(f"no schedule {ref!r} in namespace {store.settings.namespace!r}")
 
 
@@ -603,8 +615,8 @@ def add_schedule(
     def write(pipe: Pipeline) -> None:
         if name is not None:
             taken = pipe.hget(keys.schedule_names(), name)
-            if taken is not None and pipe.exists(keys.schedule(taken.decode())):
-                raise SpecError(f"a schedule named {name!r} exists already ({taken.decode()})")
+            if taken is not None and pipe.exists(keys.schedule(_text(taken))):
+                raise SpecError(f"a schedule named {name!r} exists already ({_text(taken)})")
         pipe.multi()
         pipe.hset(keys.schedule(schedule.id), "def", definition)
         _save(pipe, store, schedule.id, state)
@@ -649,7 +661,7 @@ def _seconds(ms: int | None) -> float | None:
 def list_schedules(store: Store) -> list[dict[str, Any]]:
     """Every schedule, oldest first."""
     keys = store.keys
-    ids = [raw.decode() for raw in store.redis.zrange(keys.schedules(), 0, -1)]
+    ids = [_text(raw) for raw in store.redis.zrange(keys.schedules(), 0, -1)]
     pipe = store.redis.pipeline(transaction=False)
     for schedule_id in ids:
         pipe.hgetall(keys.schedule(schedule_id))
@@ -747,7 +759,7 @@ def remove_schedule(store: Store, ref: str) -> str:
         pipe.delete(key, keys.schedule_fires(schedule_id))
         pipe.zrem(keys.schedules(), schedule_id)
         pipe.zrem(keys.schedules_due(), schedule_id)
-        if named is not None and named.decode() == schedule_id:
+        if schedule.name is not None and named is not None and _text(named) == schedule_id:
             pipe.hdel(keys.schedule_names(), schedule.name)
 
     _transaction(store, remove, key, keys.schedule_names())
@@ -795,7 +807,7 @@ class Scheduler:
         fires: list[Fire] = []
         try:
             for raw in store.redis.zrangebyscore(due, "-inf", t, 0, DUE_PER_TICK):
-                fires += self._run(raw.decode(), t)
+                fires += self._run(_text(raw), t)
                 if store.singleton(SINGLETON, "renew", self.handler, self.lease_ms) != 0:
                     log.warning("scheduler lease lost mid-tick; leaving the rest to its holder")
                     break
@@ -823,7 +835,7 @@ class Scheduler:
         if job_id is None:
             return False
         raw = self.store.redis.hget(self.store.keys.job(job_id).job, "state")
-        return raw is not None and not JobState(raw.decode()).terminal
+        return raw is not None and not JobState(_text(raw)).terminal
 
     def _decide(self, schedule_id: str, now: int) -> _Decision:
         """Step 1 of a fire: decide it and advance the schedule, in one transaction."""
@@ -878,7 +890,7 @@ class Scheduler:
                     sid,
                     plan.missed_from,
                     MISSED,
-                    reason=f"late by more than the catch-up policy allows (catchup={schedule.catchup})",
+                    reason=_MISSED_REASON[schedule.catchup],
                     until_ms=plan.missed_until,
                     count=plan.missed_count,
                 )
@@ -945,10 +957,13 @@ class Scheduler:
 def run_ticker(
     store: Store, handler: str, stopped: threading.Event, interval: float = TICK_SECONDS
 ) -> None:
-    """A worker thread's loop: tick every `interval` seconds until `stopped` is set."""
+    """A worker thread's loop: tick every `interval` seconds until `stopped` is set. A failed
+    tick is retried at the next one (every step of a fire is safe to repeat)."""
     scheduler = Scheduler(store, handler)
     while not stopped.wait(interval):
         try:
             scheduler.tick()
-        except Exception:  # a failed tick is retried next interval; the thread must live on
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("scheduler tick failed: redis unreachable (%s)", exc)
+        except Exception:  # a bug must not end the thread: schedules would silently stop
             log.exception("scheduler tick failed")

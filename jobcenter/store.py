@@ -515,12 +515,10 @@ class Store:
             "name": _s(job.get("name")),
             "owner": _s(job.get("owner")),
             "state": _s(job.get("state")),
-            "priority": int(job.get("priority", 0)),
             "created_at": _seconds(job.get("created_at")),
             "finished_at": _seconds(job.get("finished_at")),
-            "schedule_id": _s(job.get("schedule_id")),
-            "fire_time": float(job["fire_time"]) if "fire_time" in job else None,
             "tasks": tasks,
+
         }
 
     def list_jobs(

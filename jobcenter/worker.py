@@ -182,16 +182,16 @@ class Worker:
         backoff = Backoff()
         while not self.stopping.is_set():
             try:
-                busy = self._claim_once()
+                if self._claim_once():
+                    backoff.reset()
+                    continue
+                if self.options.burst and not self.running and self.store.idle(self.queues):
+                    return
+                self._wait_for_work()
                 backoff.reset()
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 backoff.wait(self.stopping, f"redis unreachable ({exc})")
-                continue
-            if busy:
-                continue
-            if self.options.burst and not self.running and self.store.idle(self.queues):
-                return
-            self._wait_for_work()
+
 
     def _claim_once(self) -> bool:
         """One claim round trip per shard; True if it found any task."""
