@@ -440,3 +440,8 @@ def up(data_dir: str, port: int | None) -> None:
         server.run_up(Path(data_dir), port, click.echo)
     except JobcenterError as exc:
         fail(str(exc), EXIT_FAILED)
+
+
+from .cli_schedule import schedule_group  # noqa: E402 (it imports redis_options from here)
+
+main.add_command(schedule_group)

@@ -30,7 +30,7 @@ def _store(settings: Settings) -> Any:
 def _time(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 @schedule_group.command("add")

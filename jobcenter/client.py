@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import builtins
 import time
 from typing import Any
 
 from . import admin
+from . import schedule as _schedule
 from .config import Settings
 from .errors import NotFound
 from .spec import JobSpec, spec_from_any
@@ -78,13 +80,13 @@ class Client:
         schedule_id: str | None = None,
         since: float | None = None,
         limit: int = 100,
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """Job summaries, newest first."""
         return self.store.list_jobs(
             owner=owner, state=state, schedule_id=schedule_id, since=since, limit=limit
         )
 
-    def history(self, job_id: str) -> list[dict[str, Any]]:
+    def history(self, job_id: str) -> builtins.list[dict[str, Any]]:
         """Every finished attempt of every task, oldest first."""
         return self.store.history(job_id)
 
@@ -96,12 +98,44 @@ class Client:
         """Delete a finished job and its index entries."""
         admin.delete_job(self.store, job_id)
 
-    def dead_letters(self, limit: int = 100) -> list[dict[str, Any]]:
+    def dead_letters(self, limit: int = 100) -> builtins.list[dict[str, Any]]:
         """The newest dead letters (tasks that failed for good)."""
         return admin.dead_letters(self.store, limit)
 
     def dead_letter(self, job_id: str, task_id: str) -> dict[str, Any]:
         return admin.dead_letter(self.store, job_id, task_id)
+
+    def schedule(
+        self,
+        spec: JobSpec | dict[str, Any] | Any,
+        *,
+        at: Any = None,
+        every: Any = None,
+        cron: str | None = None,
+        tz: str | None = None,
+        name: str | None = None,
+        overlap: str = _schedule.DEFAULT_OVERLAP,
+        catchup: str = _schedule.DEFAULT_CATCHUP,
+    ) -> str:
+        """Schedule `spec` once (`at`), every ISO-8601 duration, or on `cron` (in `tz`);
+        returns the schedule id."""
+        return _schedule.add_schedule(
+            self.store,
+            spec,
+            at=at,
+            every=every,
+            cron=cron,
+            tz=tz,
+            name=name,
+            overlap=overlap,
+            catchup=catchup,
+        ).id
+
+    def schedules(self) -> builtins.list[dict[str, Any]]:
+        return _schedule.list_schedules(self.store)
+
+    def remove_schedule(self, schedule_id: str) -> None:
+        _schedule.remove_schedule(self.store, schedule_id)
 
     def requeue(self, job_id: str, task_id: str) -> int:
         """Run a dead-lettered task again; its job re-opens and finalizes again."""

@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 
-from . import rq_runner
+from . import rq_runner, schedule
 from .execution import Outcome, ProcessRunner, ThreadRunner
 from .ids import handler_id
 from .keys import node_queue
@@ -143,6 +143,15 @@ class Worker:
             threads.append(
                 threading.Thread(target=self._leader_loop, name="jobcenter-leader", daemon=True)
             )
+            threads.append(
+                threading.Thread(
+                    target=schedule.run_ticker,
+                    args=(self.store, self.handler, self.stopped),
+                    name="jobcenter-scheduler",
+                    daemon=True,
+                )
+            )
+
         for thread in threads:
             thread.start()
         log.info(
@@ -191,7 +200,6 @@ class Worker:
                 backoff.reset()
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 backoff.wait(self.stopping, f"redis unreachable ({exc})")
-
 
     def _claim_once(self) -> bool:
         """One claim round trip per shard; True if it found any task."""
