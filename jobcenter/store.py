@@ -502,10 +502,12 @@ class Store:
             attr, _, index = k.decode().partition(":")
             fields[index][attr] = v
         tasks: dict[str, Any] = {}
-        if "spec" in job and not fields:
+        if "spec" in job and not fields:  # not split yet, or stopped before its split
+            state = {b"cancelled": b"cancelled", b"failed": b"failed"}.get(job["state"], b"waiting")
             spec = codec.unpack(job["spec"])
             for t in spec["tasks"]:  # type: ignore[index]
-                tasks[t["id"]] = _task_view({"s": b"waiting"})
+                tasks[t["id"]] = _task_view({"s": state})
+
         for index in sorted(fields, key=int):
             f = fields[index]
             task_id = _s(f.get("id")) or index

@@ -14,7 +14,8 @@ if not queues_passed() then return {-5} end
 local state = task_state(i)
 if token_of(i) ~= attempt .. ':' .. handler then return {-2} end
 if state ~= T_RUNNING and state ~= T_TIMED_OUT then
-  if state == T_FAILED or state == T_RETRY_WAIT or state == T_SUCCEEDED then
+  if state == T_FAILED or state == T_RETRY_WAIT or state == T_QUEUED or state == T_SUCCEEDED then
+
     return {1, state}
   end
   return {-3}

@@ -1,0 +1,181 @@
+"""Helpers for driving the Lua transitions by hand: the test plays leader and worker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+
+from jobcenter.leader import Leader
+from jobcenter.spec import parse_spec
+from jobcenter.store import StartedTask, Store
+
+LEADER = "leader-handler"
+H1 = "handler-one"
+H2 = "handler-two"
+H3 = "handler-three"
+NO_RETRY = -1  # fail's retry delay meaning "do not retry"
+
+Snapshot = dict[str, tuple[str, Any, bool]]
+
+
+def decode(value: Any) -> Any:
+    """A script reply with every bytes value decoded (lists recursively)."""
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    return value
+
+
+def snapshot(store: Store) -> Snapshot:
+    """Every key of the store's namespace: type, full content, and whether it has a TTL."""
+    r: redis.Redis = store.redis
+    out: Snapshot = {}
+    for raw_key in r.scan_iter(match=f"jc:{store.settings.namespace}:*", count=1000):
+        key = decode(raw_key)
+        kind = decode(r.type(raw_key))
+        value: Any
+        if kind == "hash":
+            value = r.hgetall(raw_key)
+        elif kind == "list":
+            value = r.lrange(raw_key, 0, -1)
+        elif kind == "zset":
+            value = r.zrange(raw_key, 0, -1, withscores=True)
+        elif kind == "set":
+            value = r.smembers(raw_key)
+        elif kind == "string":
+            value = r.get(raw_key)
+        else:
+            value = r.dump(raw_key)
+        out[key] = (kind, value, r.pttl(raw_key) > 0)
+    return out
+
+
+def assert_same(before: Snapshot, after: Snapshot) -> None:
+    """Fail naming every key that appeared, vanished or changed."""
+    changes = []
+    for key in sorted(before.keys() | after.keys()):
+        if before.get(key) != after.get(key):
+            changes.append(f"{key}:\n  before {before.get(key)!r}\n  after  {after.get(key)!r}")
+    assert not changes, "Redis changed:\n" + "\n".join(changes)
+
+
+@contextmanager
+def untouched(store: Store) -> Iterator[None]:
+    """Assert that the block leaves every key of the namespace exactly as it was."""
+    before = snapshot(store)
+    yield
+    assert_same(before, snapshot(store))
+
+
+def submit(store: Store, spec: dict[str, Any]) -> str:
+    job_id, created = store.submit(parse_spec(spec))
+    assert created
+    return job_id
+
+
+def submit_and_split(store: Store, spec: dict[str, Any]) -> tuple[str, dict[str, int]]:
+    """Submit `spec` and split it; returns the job id and each task id's index."""
+    job_id = submit(store, spec)
+    Leader(store, LEADER).split(job_id)
+    return job_id, {t["id"]: i for i, t in enumerate(spec["tasks"])}
+
+
+def claim(
+    store: Store, handler: str, n: int = 100, queues: Sequence[str] = ("default",)
+) -> list[StartedTask]:
+    """Claim and start up to n tasks, as a worker would (no leader messages)."""
+    return store.claim(handler, queues, max_tasks=n, max_leader=0).tasks
+
+
+def claim_by_index(store: Store, handler: str, n: int = 100) -> dict[int, StartedTask]:
+    return {t.index: t for t in claim(store, handler, n)}
+
+
+def run_job_script(
+    store: Store,
+    name: str,
+    job_id: str,
+    args: Sequence[Any],
+    *,
+    queues: Sequence[str] | None = None,
+    extra_keys: Sequence[str] = (),
+    client: Any = None,
+) -> Any:
+    """Call a job-scoped script directly, with KEYS and ARGV laid out as _job.lua expects;
+    `queues` overrides the queues passed (to leave some out)."""
+    if queues is None:
+        queues = store.job_queues(job_id)
+    shard = store.keys.job_shard(job_id)
+    keys = store.keys.job(job_id).as_list()
+    for queue in queues:
+        keys += store.keys.queue_keys(shard, queue)
+    keys += list(extra_keys)
+    reply = store.scripts.run(name, keys, [job_id, len(queues), *queues, *args], client)
+    return reply if client is not None else decode(reply)
+
+
+def complete_one(store: Store, handler: str, job_id: str, index: int, attempt: int) -> int:
+    codes, _ = store.complete(handler, [(job_id, index, attempt)])
+    return codes[(job_id, index)]
+
+
+def heartbeat_one(store: Store, handler: str, job_id: str, index: int, attempt: int) -> int:
+    return store.heartbeat(handler, [(job_id, index, attempt, "")])[(job_id, index)]
+
+
+def task_states(store: Store, job_id: str) -> dict[str, str]:
+    return {tid: t["state"] for tid, t in store.status(job_id)["tasks"].items()}
+
+
+def task_field(store: Store, job_id: str, attr: str, index: int) -> str | None:
+    raw = store.redis.hget(store.keys.job(job_id).tasks, f"{attr}:{index}")
+    return None if raw is None else decode(raw)
+
+
+def job_field(store: Store, job_id: str, name: str) -> str | None:
+    raw = store.redis.hget(store.keys.job(job_id).job, name)
+    return None if raw is None else decode(raw)
+
+
+def leader_messages(store: Store, job_id: str) -> set[str]:
+    """The kinds of leader message pending for the job ('split', 'finalize', ...)."""
+    members = store.redis.zrange(store.keys.job(job_id).leader, 0, -1)
+    out = set()
+    for member in members:
+        kind, _, job = decode(member).partition("|")
+        if job == job_id:
+            out.add(kind)
+    return out
+
+
+def queue_members(store: Store, queue: str = "default", job_id: str | None = None) -> list[str]:
+    members = [decode(m) for m in store.redis.zrange(store.keys.queue(0, queue), 0, -1)]
+    if job_id is not None:
+        members = [m for m in members if m.split("|")[1] == job_id]
+    return members
+
+
+def queued_indexes(store: Store, job_id: str, queue: str = "default") -> list[int]:
+    return [int(m.split("|")[2]) for m in queue_members(store, queue, job_id)]
+
+
+def lease_deadline_ms(store: Store, job_id: str, index: int) -> float | None:
+    return store.redis.zscore(store.keys.leases(0), f"{job_id}|{index}")
+
+
+def redis_now_ms(store: Store) -> int:
+    seconds, micros = store.redis.time()
+    return seconds * 1000 + micros // 1000
+
+
+def lease_expired(store: Store, job_id: str, index: int) -> bool:
+    deadline = lease_deadline_ms(store, job_id, index)
+    return deadline is not None and deadline < redis_now_ms(store)
+
+
+def history_of(store: Store, job_id: str, task_id: str) -> list[dict[str, Any]]:
+    return [h for h in store.history(job_id) if h["task"] == task_id]

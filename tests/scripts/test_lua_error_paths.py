@@ -1,0 +1,276 @@
+"""Every rejected transition leaves Redis exactly as it was (scripts check before writing)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from lua_helpers import (
+    H1,
+    H2,
+    LEADER,
+    NO_RETRY,
+    claim,
+    claim_by_index,
+    complete_one,
+    decode,
+    heartbeat_one,
+    run_job_script,
+    submit,
+    submit_and_split,
+    task_field,
+    untouched,
+)
+
+from jobcenter.errors import UnknownJob
+from jobcenter.store import StartedTask, Store
+
+BUSY = {
+    "name": "busy",
+    "tasks": [
+        {"id": "a", "task": "t.a"},
+        {"id": "b", "task": "t.b", "depends_on": ["a"]},
+        {"id": "e", "task": "t.e", "retries": 2},
+        {"id": "f", "task": "t.f", "queue": "other"},
+    ],
+}
+A, B, E, F = 0, 1, 2, 3
+
+
+@pytest.fixture
+def busy(store: Store) -> tuple[str, dict[int, StartedTask]]:
+    """A running job on two queues: a and e running (H1), b waiting, f queued on 'other'."""
+    job_id, _ = submit_and_split(store, BUSY)
+    started = claim_by_index(store, H1)
+    assert sorted(started) == [A, E]
+    return job_id, started
+
+
+STALE_TOKENS = [
+    pytest.param(H1, 1, id="next-attempt"),
+    pytest.param(H1, -1, id="previous-attempt"),
+    pytest.param(H2, 0, id="other-handler"),
+]
+
+
+@pytest.mark.parametrize(("handler", "attempt_shift"), STALE_TOKENS)
+def test_complete_with_a_stale_token_is_rejected_and_changes_nothing(
+    store: Store, busy: tuple[str, dict[int, StartedTask]], handler: str, attempt_shift: int
+) -> None:
+    job_id, started = busy
+    attempt = started[A].attempt + attempt_shift
+    with untouched(store):
+        assert complete_one(store, handler, job_id, A, attempt) == -2
+
+
+@pytest.mark.parametrize(("handler", "attempt_shift"), STALE_TOKENS)
+def test_fail_with_a_stale_token_is_rejected_and_changes_nothing(
+    store: Store, busy: tuple[str, dict[int, StartedTask]], handler: str, attempt_shift: int
+) -> None:
+    job_id, started = busy
+    attempt = started[A].attempt + attempt_shift
+    with untouched(store):
+        assert store.fail(handler, job_id, A, attempt, "boom", NO_RETRY) == (-2, None)
+        assert store.fail(handler, job_id, A, attempt, "boom", 0) == (-2, None)
+
+
+@pytest.mark.parametrize(("handler", "attempt_shift"), STALE_TOKENS)
+def test_heartbeat_with_a_stale_token_is_rejected_and_changes_nothing(
+    store: Store, busy: tuple[str, dict[int, StartedTask]], handler: str, attempt_shift: int
+) -> None:
+    job_id, started = busy
+    attempt = started[A].attempt + attempt_shift
+    with untouched(store):
+        assert heartbeat_one(store, handler, job_id, A, attempt) == -2
+
+
+@pytest.mark.parametrize(("handler", "attempt_shift"), STALE_TOKENS)
+def test_release_with_a_stale_token_gives_nothing_back(
+    store: Store, busy: tuple[str, dict[int, StartedTask]], handler: str, attempt_shift: int
+) -> None:
+    job_id, started = busy
+    attempt = started[A].attempt + attempt_shift
+    with untouched(store):
+        assert store.release(handler, [(job_id, A, attempt)]) == 0
+
+
+def test_transitions_of_a_task_in_retry_wait_are_rejected_as_not_running(
+    store: Store, busy: tuple[str, dict[int, StartedTask]]
+) -> None:
+    job_id, started = busy
+    attempt = started[E].attempt
+    assert store.fail(H1, job_id, E, attempt, "flaky", 60_000) == (0, "retry_wait")
+    with untouched(store):
+        assert complete_one(store, H1, job_id, E, attempt) == -3
+        assert heartbeat_one(store, H1, job_id, E, attempt) == -3
+        assert store.release(H1, [(job_id, E, attempt)]) == 0
+
+
+def test_a_never_started_task_cannot_be_completed_or_heartbeated(
+    store: Store, busy: tuple[str, dict[int, StartedTask]]
+) -> None:
+    job_id, _ = busy
+    with untouched(store):
+        # b is waiting: no attempt exists, so no token can match it
+        assert complete_one(store, H1, job_id, B, 0) == -2
+        assert complete_one(store, H1, job_id, B, 1) == -2
+        assert heartbeat_one(store, H1, job_id, B, 1) == -2
+        assert store.fail(H1, job_id, B, 1, "x", NO_RETRY) == (-2, None)
+
+
+# ARGV after the job context, for a call on task 0 attempt 1 (or the job as a whole).
+UNKNOWN_JOB_CALLS: dict[str, list[Any]] = {
+    "start": [H1, 0],
+    "complete": [H1, 30_000, 0, 0, 0, 1],
+    "fail": [H1, 0, 1, "boom", NO_RETRY],
+    "heartbeat": [H1, 30_000, 0, 1, ""],
+    "expire": [1_000, 0],
+    "publish_tasks": [LEADER, 30_000, 0, 1, "s:0", "waiting"],
+    "queue_roots": [LEADER, 30_000, 0, 1, 1, 0],
+    "continue": [],
+    "finalize": [60_000, 0],
+    "cancel": ["cancel", ""],
+    "release": [H1, 0, 1],
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNKNOWN_JOB_CALLS))
+def test_scripts_on_an_unknown_job_return_minus_4_and_change_nothing(
+    store: Store, busy: tuple[str, dict[int, StartedTask]], name: str
+) -> None:
+    ghost = store.keys.new_job_id()
+    extra = []
+    if name == "finalize":
+        extra = [store.keys.active(0), store.keys.job(ghost).job]
+    with untouched(store):
+        reply = run_job_script(
+            store, name, ghost, UNKNOWN_JOB_CALLS[name], queues=["default"], extra_keys=extra
+        )
+        assert reply == [-4]
+
+
+def test_store_calls_on_an_unknown_job_report_it_and_change_nothing(
+    store: Store, busy: tuple[str, dict[int, StartedTask]]
+) -> None:
+    ghost = store.keys.new_job_id()
+    with untouched(store):
+        assert complete_one(store, H1, ghost, 0, 1) == -4
+        assert store.fail(H1, ghost, 0, 1, "boom", NO_RETRY) == (-4, None)
+        assert heartbeat_one(store, H1, ghost, 0, 1) == -4
+        assert store.start(H1, {ghost: [0]}) == []
+        assert store.finalize(ghost) == (-4, None)
+        with pytest.raises(UnknownJob):
+            store.cancel_step(ghost, from_client=True)
+
+
+# ARGV after the job context for the scripts that may write to a queue (task a, attempt 1).
+QUEUE_SCRIPT_CALLS: dict[str, list[Any]] = {
+    "complete": [H1, 30_000, 0, 0, A, 1],
+    "fail": [H1, A, 1, "boom", NO_RETRY],
+    "expire": [1_000, A],
+    "queue_roots": [LEADER, 30_000, 0, 1, 1, A],
+    "continue": [],
+    "cancel": ["cancel", ""],
+    "release": [H1, A, 1],
+}
+
+
+@pytest.mark.parametrize("passed", [[], ["default"], ["other"]], ids=["none", "one", "other"])
+@pytest.mark.parametrize("name", sorted(QUEUE_SCRIPT_CALLS))
+def test_scripts_without_all_their_queue_keys_return_minus_5_and_change_nothing(
+    store: Store, busy: tuple[str, dict[int, StartedTask]], name: str, passed: list[str]
+) -> None:
+    job_id, _ = busy
+    with untouched(store):
+        reply = run_job_script(store, name, job_id, QUEUE_SCRIPT_CALLS[name], queues=passed)
+        assert reply == [-5]
+
+
+def test_publish_tasks_with_a_moved_cursor_returns_minus_6_and_changes_nothing(
+    store: Store,
+) -> None:
+    job_id = submit(store, BUSY)
+    chunk = ["id:0", "a", "s:0", "waiting"]
+    assert store.publish_tasks(job_id, LEADER, 0, 1, chunk) == 0
+    with untouched(store):
+        # a leader that lost the race re-sends the chunk another one wrote already
+        assert store.publish_tasks(job_id, LEADER, 0, 1, chunk) == -6
+        # and one that thinks more is written than is
+        assert store.publish_tasks(job_id, LEADER, 2, 3, ["id:2", "e", "s:2", "waiting"]) == -6
+        # roots cannot be queued before every task is written
+        assert store.queue_roots(job_id, LEADER, 0, 1, True, [0]) == -3
+
+
+def test_queue_roots_with_a_moved_cursor_returns_minus_6_and_changes_nothing(
+    store: Store,
+) -> None:
+    job_id, _ = submit_and_split(store, BUSY)
+    assert task_field(store, job_id, "s", A) == "queued"
+    with untouched(store):
+        assert store.queue_roots(job_id, LEADER, 0, 1, False, [A]) == -6
+        assert store.queue_roots(job_id, LEADER, 5, 6, True, [A]) == -6
+        # and the split is over: nothing can be written any more
+        assert store.publish_tasks(job_id, LEADER, 4, 5, ["s:0", "waiting"]) == -3
+
+
+def test_finalize_while_tasks_are_unfinished_changes_nothing(
+    store: Store, busy: tuple[str, dict[int, StartedTask]]
+) -> None:
+    job_id, _ = busy
+    with untouched(store):
+        assert store.finalize(job_id) == (2, None)
+
+
+def test_cancel_of_a_finished_job_changes_nothing(store: Store) -> None:
+    job_id, _ = submit_and_split(store, {"name": "one", "tasks": [{"id": "x", "task": "t.x"}]})
+    (task,) = claim(store, H1)
+    assert complete_one(store, H1, job_id, task.index, task.attempt) == 0
+    assert store.finalize(job_id) == (0, "succeeded")
+    with untouched(store):
+        assert store.cancel_step(job_id, from_client=True) == (1, 0)
+        assert store.finalize(job_id) == (1, "succeeded")
+
+
+def test_submit_over_an_existing_job_id_returns_minus_3_and_changes_nothing(
+    store: Store, busy: tuple[str, dict[int, StartedTask]]
+) -> None:
+    job_id, _ = busy
+    keys = store.keys
+    jk = keys.job(job_id)
+    script_keys = [
+        jk.job,
+        jk.job,
+        keys.seq(0),
+        keys.jobs(0),
+        keys.active(0),
+        jk.job,
+        jk.leader,
+        jk.leader_wake,
+    ]
+    with untouched(store):
+        reply = store.scripts.run("submit", script_keys, [job_id, 0, 0, "name", "again"])
+        assert decode(reply) == [-3]
+
+
+def test_start_skips_a_task_another_handler_reserved_and_changes_nothing(
+    store: Store, busy: tuple[str, dict[int, StartedTask]]
+) -> None:
+    job_id, _ = busy
+    keys = store.keys
+    script_keys = [keys.leader(0), keys.leases(0), keys.claims(0), *keys.queue_keys(0, "other")]
+    reserved = store.scripts.run("claim", script_keys, [H2, 0, 1, 30_000, 30_000, 100])
+    (member,) = decode(reserved[2])
+    assert member.split("|")[1:] == [job_id, f"{F:06d}"]
+    with untouched(store):
+        assert store.start(H1, {job_id: [F]}) == []
+    (started,) = store.start(H2, {job_id: [F]})
+    assert (started.index, started.attempt) == (F, 1)
+
+
+def test_expire_of_a_lease_that_is_not_due_changes_nothing(
+    store: Store, busy: tuple[str, dict[int, StartedTask]]
+) -> None:
+    """Two workers may report the same lease, and a heartbeat may land in between."""
+    job_id, _ = busy
+    with untouched(store):
+        assert store.expire([(job_id, A), (job_id, E)], grace_ms=1_000) == {"live": 2}

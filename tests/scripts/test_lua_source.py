@@ -1,0 +1,117 @@
+"""Static checks of the Lua sources: one list of state names, no key literal, a header each."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import redis
+
+from jobcenter.lua import ALL_SCRIPTS, source
+from jobcenter.states import JobState, TaskState, lua_constants
+
+LUA_DIR = Path(str(resources.files("jobcenter.lua")))
+LUA_FILES = sorted(LUA_DIR.glob("*.lua"))
+PRELUDES = {"_common", "_job"}
+
+STATE_NAME = re.compile(r"\b([TJ]_[A-Z][A-Z_]*)\b")
+CONSTANT = re.compile(r"^local ([TJ]_[A-Z_]+) = '([a-z_]+)'$")
+# Lua string literals: '...' or "..." (with escapes); long brackets [[...]] are comments here.
+STRING = re.compile(r"""'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*\"""")
+# redis.call / redis.pcall whose first argument after the command is a string literal.
+LITERAL_KEY_CALL = re.compile(r"""redis\.p?call\(\s*(['"])\w+\1\s*,\s*['"]""")
+
+
+def _code(path: Path) -> str:
+    """The file without comments (block --[[ ]] and line --), string literals kept."""
+    text = re.sub(r"--\[(=*)\[.*?\]\1\]", "", path.read_text(), flags=re.S)
+    lines = []
+    for line in text.splitlines():
+        out, quote, k = [], "", 0
+        while k < len(line):
+            ch = line[k]
+            if quote:
+                if ch == "\\":
+                    out.append(line[k : k + 2])
+                    k += 2
+                    continue
+                if ch == quote:
+                    quote = ""
+            elif ch in "'\"":
+                quote = ch
+            elif line.startswith("--", k):
+                break
+            out.append(ch)
+            k += 1
+        lines.append("".join(out))
+    return "\n".join(lines)
+
+
+def _constants() -> dict[str, str]:
+    pairs = [CONSTANT.match(line) for line in lua_constants().splitlines()]
+    assert all(pairs), "lua_constants() emitted a line that is not a state constant"
+    return {m.group(1): m.group(2) for m in pairs if m}
+
+
+def test_lua_state_constants_are_exactly_the_python_states() -> None:
+    expected = {f"T_{s.name}": s.value for s in TaskState}
+    expected |= {f"J_{s.name}": s.value for s in JobState}
+    assert _constants() == expected
+
+
+@pytest.mark.parametrize("path", LUA_FILES, ids=lambda p: p.name)
+def test_every_state_name_a_script_uses_is_defined_in_states_py(path: Path) -> None:
+    used = set(STATE_NAME.findall(_code(path)))
+    assert used <= _constants().keys(), f"{path.name} uses undefined {used - _constants().keys()}"
+
+
+@pytest.mark.parametrize("path", LUA_FILES, ids=lambda p: p.name)
+def test_no_script_writes_a_state_as_a_string_literal(path: Path) -> None:
+    """A task's state field ('s:' .. i) and the job's state are set from the constants only."""
+    states = {s.value for s in TaskState} | {s.value for s in JobState}
+    for number, line in enumerate(_code(path).splitlines(), 1):
+        if "'s:'" in line or "'state'" in line:
+            literals = {lit[1:-1] for lit in STRING.findall(line)}
+            assert not literals & states, f"{path.name}:{number}: state literal in {line.strip()}"
+
+
+@pytest.mark.parametrize("path", LUA_FILES, ids=lambda p: p.name)
+def test_no_script_contains_a_key_literal(path: Path) -> None:
+    code = _code(path)
+    for literal in STRING.findall(code):
+        assert "jc:" not in literal and "{" not in literal and "}" not in literal, (
+            f"{path.name}: string literal {literal} looks like a key name"
+        )
+    match = LITERAL_KEY_CALL.search(code)
+    assert match is None, f"{path.name}: redis.call with a literal key: {match and match.group()}"
+
+
+@pytest.mark.parametrize("path", LUA_FILES, ids=lambda p: p.name)
+def test_no_script_scans_the_keyspace_or_uses_non_portable_libraries(path: Path) -> None:
+    code = _code(path)
+    for command in ("KEYS", "SCAN", "FLUSHDB", "FLUSHALL"):
+        assert not re.search(rf"""redis\.p?call\(\s*['"]{command}['"]""", code, re.I), command
+    for library in ("cmsgpack", "cjson", "struct", "bit"):
+        assert not re.search(rf"\b{library}\.", code), f"{path.name} uses {library}"
+
+
+def test_every_lua_file_is_a_registered_script_or_a_prelude() -> None:
+    assert {p.stem for p in LUA_FILES} == ALL_SCRIPTS | PRELUDES
+
+
+@pytest.mark.parametrize("path", LUA_FILES, ids=lambda p: p.name)
+def test_every_script_starts_with_a_header_naming_it(path: Path) -> None:
+    text = path.read_text()
+    assert text.startswith(f"--[[ {path.stem}:"), f"{path.name} has no header"
+    header = text[: text.index("]]")]
+    if path.stem not in PRELUDES:
+        assert "KEYS" in header and "Returns" in header, path.name
+        # a job script's ARGV starts with the job context, which _job.lua's header lists
+        assert "ARGV" in header or "the job context (_job.lua)" in header, path.name
+
+
+def test_every_script_compiles_on_the_server(redis_client: redis.Redis) -> None:
+    for name in sorted(ALL_SCRIPTS):
+        redis_client.script_load(source(name))
