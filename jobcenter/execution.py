@@ -176,6 +176,9 @@ class ThreadRunner:
                 )
             )
 
+    def kill_all(self) -> None:
+        """Threads cannot be killed; they end with the process."""
+
     def shutdown(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
@@ -202,6 +205,7 @@ class ProcessRunner:
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="jobcenter-child")
         self.busy = 0
         self.lock = threading.Lock()
+        self.children: set[Any] = set()  # live child processes, killed on a forced stop
 
     def submit(self, task: StartedTask, progress: Progress, done: Done) -> None:
         with self.lock:
@@ -228,6 +232,8 @@ class ProcessRunner:
         )
         child.start()
         sender.close()
+        with self.lock:
+            self.children.add(child)
         deadline = time.monotonic() + float(payload["to"]) if payload.get("to") else None
         try:
             while True:
@@ -252,6 +258,18 @@ class ProcessRunner:
                 progress(task, value)
         finally:
             receiver.close()
+            with self.lock:
+                self.children.discard(child)
+
+    def kill_all(self) -> None:
+        """Kill every running child: their attempts were given back and must not run on."""
+        with self.lock:
+            children = list(self.children)
+        for child in children:
+            child.kill()
+        for child in children:
+            child.join()
+
 
     def shutdown(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -125,7 +125,9 @@ class Worker:
     def give_back_and_exit(self) -> None:
         with self.lock:
             running = [(r.task.job_id, r.task.index, r.task.attempt) for r in self.running.values()]
+        self.runner.kill_all()  # a given-back attempt must not run on beside the next one
         released = self.store.release(self.handler, running) if running else 0
+
         log.warning("worker %s: gave %d running tasks back; exiting", self.handler, released)
         self._deregister()
         os._exit(0)
