@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_NAMESPACE = "default"
@@ -38,10 +39,9 @@ class Settings:
     retention_seconds: float = 7 * 24 * 3600.0
     # Number of hash-tag shards; 1 on a single Redis, more on Redis Cluster. Fixed per namespace.
     shards: int = 1
-    extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_env(cls, **overrides: object) -> Settings:
+    def from_env(cls, **overrides: Any) -> Settings:
         """Settings from JOBCENTER_* variables, then `overrides` (None values are ignored)."""
         settings = cls(
             redis_url=os.environ.get("JOBCENTER_REDIS_URL") or DEFAULT_REDIS_URL,

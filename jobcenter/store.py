@@ -84,7 +84,9 @@ class Store:
     """Jobs and tasks in Redis for one namespace."""
 
     def __init__(self, client: Redis, settings: Settings) -> None:
-        self.redis = client
+        # Any: redis-py types each reply as a union of raw, decoded and awaitable forms; this
+        # client always returns raw bytes (decode_responses off), which the code relies on.
+        self.redis: Any = client
         self.settings = settings
         self.keys = Keys(settings.namespace, settings.shards)
         self.scripts = Scripts(client)
@@ -397,7 +399,8 @@ class Store:
         reply = self._job_call(
             "revive", job_id, [len(roots), *roots, *resets], extra_keys=[self.keys.active(shard)]
         )
-        raise_for_code(int(reply[0]), _s(reply[1]) if len(reply) > 1 else f"no job {job_id}")
+        raise_for_code(int(reply[0]), _s(reply[1]) or "" if len(reply) > 1 else f"no job {job_id}")
+
         return int(reply[1])
 
     def delete(self, job_id: str, failed: Sequence[int]) -> None:
