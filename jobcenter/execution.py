@@ -206,6 +206,7 @@ class ProcessRunner:
         self.busy = 0
         self.lock = threading.Lock()
         self.children: set[Any] = set()  # live child processes, killed on a forced stop
+        self.killed = False
 
     def submit(self, task: StartedTask, progress: Progress, done: Done) -> None:
         with self.lock:
@@ -214,7 +215,9 @@ class ProcessRunner:
 
     def _supervise(self, task: StartedTask, progress: Progress, done: Done) -> None:
         try:
-            done(self._run_child(task, progress))
+            outcome = self._run_child(task, progress)
+            if not self.killed:  # a child killed by kill_all was given back, not failed
+                done(outcome)
         finally:
             with self.lock:
                 self.busy -= 1
@@ -264,8 +267,10 @@ class ProcessRunner:
     def kill_all(self) -> None:
         """Kill every running child: their attempts were given back and must not run on."""
         with self.lock:
+            self.killed = True
             children = list(self.children)
         for child in children:
+
             child.kill()
         for child in children:
             child.join()

@@ -89,7 +89,12 @@ class Keys:
         """List of wake-up tokens; idle workers BLPOP it instead of polling."""
         return f"{self._tagged(shard)}:wake:{queue}"
 
+    def worker_wake(self, shard: int, handler: str) -> str:
+        """A worker's own wake-up list: its signal handler pokes it to stop waiting."""
+        return f"{self._tagged(shard)}:wake:@worker:{handler}"
+
     def leases(self, shard: int) -> str:
+
         return f"{self._tagged(shard)}:leases"
 
     def claims(self, shard: int) -> str:

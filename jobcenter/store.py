@@ -66,6 +66,7 @@ class ClaimResult:
     leader: list[tuple[str, str]]  # (kind, job id) leader messages now owned by this worker
     expired: list[tuple[str, int]]  # (job id, index) leases past their deadline
     tasks: list[StartedTask]
+    next_retry_ms: int = -1  # until the next retry in these queues is due; -1: none
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,7 @@ class Store:
             script_keys += keys.queue_keys(shard, queue)
         leader_timeout_ms = int(self.settings.lease_ms * LEADER_TIMEOUT_FACTOR)
         args = [handler, max_leader, max_tasks, self.settings.lease_ms, leader_timeout_ms]
-        leader, expired, reserved = self.scripts.run("claim", script_keys, [*args, sweep])
+        leader, expired, reserved, next_due = self.scripts.run("claim", script_keys, [*args, sweep])
         by_job: dict[str, list[int]] = defaultdict(list)
         for member in reserved:
             _, job_id, index = member.decode().split("|")
@@ -227,6 +228,7 @@ class Store:
             leader=[tuple(m.decode().split("|", 1)) for m in leader],  # type: ignore[misc]
             expired=[(j, int(i)) for j, i in (m.decode().split("|") for m in expired)],
             tasks=tasks,
+            next_retry_ms=int(next_due),
         )
 
     def start(self, handler: str, by_job: dict[str, list[int]]) -> list[StartedTask]:
@@ -428,6 +430,14 @@ class Store:
         keys = [self.keys.wake(shard, q) for q in queues]
         return ([self.keys.leader_wake(shard)] if leader else []) + keys
 
+    def poke(self, handler: str, tokens: int) -> None:
+        """Wake a worker's own blocking waits (it is stopping)."""
+        key = self.keys.worker_wake(0, handler)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.rpush(key, *["stop"] * tokens)
+        pipe.expire(key, 60)
+        pipe.execute()
+
     def idle(self, queues: Sequence[str]) -> bool:
         """Nothing ready, waiting out a backoff, or waiting for a leader, in any shard."""
         pipe = self.redis.pipeline(transaction=False)
@@ -523,7 +533,6 @@ class Store:
             "created_at": _seconds(job.get("created_at")),
             "finished_at": _seconds(job.get("finished_at")),
             "tasks": tasks,
-
         }
 
     def list_jobs(

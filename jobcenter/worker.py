@@ -31,7 +31,9 @@ from .store import SWEEP_MAX, StartedTask, Store
 
 log = logging.getLogger(__name__)
 
-IDLE_WAIT_SECONDS = 1.0  # an idle worker wakes at least this often: due retries, lease sweeps
+IDLE_WAIT_SECONDS = 1.0  # an idle worker wakes at least this often: lease sweeps, recovery
+RETRY_WAKE_MIN_SECONDS = 0.005  # shortest wait for a due retry (Redis timeouts are coarse)
+
 CLAIM_BATCH_MAX = 256  # tasks reserved per claim: one round trip serves many tasks
 REPORT_BATCH_MAX = 512  # finished attempts reported per round trip
 LEADER_BATCH = 4  # leader messages taken per claim
@@ -94,6 +96,8 @@ class Worker:
         self.completed = 0
         self.failed = 0
         self.rq_child: Any = None
+        self.next_retry_ms = -1  # from the last claim: when a retry in our queues is due
+        self.own_wake = store.keys.worker_wake(0, self.handler)
 
     def _make_runner(self) -> ThreadRunner | ProcessRunner:
         if self.options.pool == "process":
@@ -118,19 +122,35 @@ class Worker:
             self.stopping.set()
             with self.lock:
                 self.lock.notify_all()
+            # end the blocking waits now, from another thread and connection
+            threading.Thread(target=self._poke, daemon=True).start()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
 
-    def give_back_and_exit(self) -> None:
-        with self.lock:
-            running = [(r.task.job_id, r.task.index, r.task.attempt) for r in self.running.values()]
-        self.runner.kill_all()  # a given-back attempt must not run on beside the next one
-        released = self.store.release(self.handler, running) if running else 0
+    def _poke(self) -> None:
+        with contextlib.suppress(redis.RedisError):
+            self.store.poke(self.handler, tokens=2)  # the claim loop and the leader loop
 
-        log.warning("worker %s: gave %d running tasks back; exiting", self.handler, released)
-        self._deregister()
-        os._exit(0)
+    def give_back_and_exit(self) -> None:
+        """Forced stop: kill what runs, give it back to the queues, exit. Whatever fails on
+        the way (Redis down), the process exits; leases then expire and recovery re-drives."""
+        try:
+            with self.lock:
+                running = [
+                    (r.task.job_id, r.task.index, r.task.attempt) for r in self.running.values()
+                ]
+            self.runner.kill_all()  # a given-back attempt must not run on beside the next one
+            released = self.store.release(self.handler, running) if running else 0
+            if self.rq_child is not None:
+                rq_runner.stop_rq_worker(self.rq_child)
+
+            log.warning("worker %s: gave %d running tasks back; exiting", self.handler, released)
+            self._deregister()
+        except Exception:
+            log.exception("worker %s: forced stop could not finish cleanly", self.handler)
+        finally:
+            os._exit(0)
 
     def run(self) -> None:
         """Serve until stopped (or, with burst, until nothing is left to do)."""
@@ -210,10 +230,15 @@ class Worker:
             return False
         found = False
         sweep = 0 if self.options.leader else SWEEP_MAX  # the leader thread sweeps
+        self.next_retry_ms = -1
         for shard in range(self.store.keys.shards):
             result = self.store.claim(
                 self.handler, self.queues, max_tasks=free, max_leader=0, shard=shard, sweep=sweep
             )
+            if result.next_retry_ms >= 0 and (
+                self.next_retry_ms < 0 or result.next_retry_ms < self.next_retry_ms
+            ):
+                self.next_retry_ms = result.next_retry_ms
             self._expire(result.expired)
             self._run(result.tasks)
             free -= len(result.tasks)
@@ -240,7 +265,7 @@ class Worker:
                     self._expire(result.expired)
                     found = found or bool(result.leader or result.expired)
                 if not found:
-                    self.store.redis.blpop(wake, timeout=IDLE_WAIT_SECONDS)
+                    self.store.redis.blpop([*wake, self.own_wake], timeout=IDLE_WAIT_SECONDS)
                 backoff.reset()
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 backoff.wait(self.stopped, f"leader: redis unreachable ({exc})")
@@ -259,8 +284,11 @@ class Worker:
                 self.lock.wait()  # woken by the reporter when a slot frees
         if self.stopping.is_set():
             return
-        keys = self.store.wake_keys(self.queues, leader=False)
-        self.store.redis.blpop(keys, timeout=IDLE_WAIT_SECONDS)
+        timeout = IDLE_WAIT_SECONDS
+        if self.next_retry_ms >= 0:  # wake when the next retry is due, not a second later
+            timeout = min(timeout, max(RETRY_WAKE_MIN_SECONDS, self.next_retry_ms / 1000))
+        keys = self.store.wake_keys(self.queues, leader=False) + [self.own_wake]
+        self.store.redis.blpop(keys, timeout=timeout)
 
     def _run(self, tasks: list[StartedTask]) -> None:
         if not tasks:

@@ -4,7 +4,8 @@
   ARGV[1] handler id  ARGV[2] max leader messages  ARGV[3] max tasks  ARGV[4] lease ms
   ARGV[5] leader step timeout ms  ARGV[6] max expired leases to report
   Returns {leader messages "<kind>|<job>", expired lease members "<job>|<index>",
-           reserved queue members "<seq>|<job>|<index>"}
+           reserved queue members "<seq>|<job>|<index>", ms until the next retry is due
+           in these queues (-1: none)}
   A reserved task holds a lease and a claims entry; start.lua makes it running. A worker
   that dies in between leaves an expiring lease, so expire.lua puts the task back. ]]
 
@@ -24,6 +25,7 @@ end
 local expired = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, tonumber(ARGV[6]))
 
 local reserved = {}
+local next_due = -1
 for k = 4, #KEYS, 3 do
   local ready, delayed, wake_key = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, RETRIES_MOVED_MAX)
@@ -46,5 +48,11 @@ for k = 4, #KEYS, 3 do
     -- more is ready: wake another idle worker rather than leave it asleep
     if redis.call('EXISTS', ready) == 1 then wake(wake_key, 1) end
   end
+  local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+  if first[2] then
+    local wait = math.max(0, tonumber(first[2]) - now)
+    if next_due < 0 or wait < next_due then next_due = wait end
+  end
 end
-return {leader, expired, reserved}
+return {leader, expired, reserved, next_due}
+

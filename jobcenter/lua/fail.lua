@@ -32,8 +32,10 @@ if delay >= 0 and tonumber(attempt) < max_attempts(i) then
     return {0, T_QUEUED}
   end
   redis.call('HSET', T, 's:' .. i, T_RETRY_WAIT)
-  redis.call('ZADD', QUEUES[task_queue(i)].delayed, now + delay,
-    task_priority(i) .. '|' .. queue_member(i))
+  local queue = QUEUES[task_queue(i)]
+  redis.call('ZADD', queue.delayed, now + delay, task_priority(i) .. '|' .. queue_member(i))
+  wake(queue.wake, 1) -- an idle worker re-claims and learns when to wake for this retry
+
   return {0, T_RETRY_WAIT}
 end
 fail_task(i, now, err)

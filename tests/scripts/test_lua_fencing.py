@@ -129,9 +129,10 @@ def test_a_reserved_but_never_started_task_is_requeued_without_using_an_attempt(
     keys = store.keys
     script_keys = [keys.leader(0), keys.leases(0), keys.claims(0), *keys.queue_keys(0, "default")]
     lease_ms = store.settings.lease_ms
-    leader, expired, reserved = decode(
+    leader, expired, reserved, _next_retry = decode(
         store.scripts.run("claim", script_keys, [H1, 0, 1, lease_ms, lease_ms, 100])
     )
+
     assert (leader, expired) == ([], [])
     assert [int(m.split("|")[2]) for m in reserved] == [A]
     assert queued_indexes(store, job_id) == []
