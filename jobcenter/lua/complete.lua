@@ -20,8 +20,19 @@ if not queues_passed() then return {-5} end
 
 local now = now_ms()
 local taken = {}
+-- Take a released child only if it would be the next claimed from its queue anyway: the
+-- shortcut must never jump ahead of a higher-priority or older ready task.
 local function take(c)
-  if take_left <= 0 or not served[task_queue(c)] then return false end
+  local qname = task_queue(c)
+  if take_left <= 0 or not served[qname] then return false end
+  local head = redis.call('ZRANGE', QUEUES[qname].ready, 0, 0, 'WITHSCORES')
+  if head[1] then
+    local score, head_score = -task_priority(c), tonumber(head[2])
+    if score > head_score or (score == head_score and queue_member(c) > head[1]) then
+      return false
+    end
+  end
+
   take_left = take_left - 1
   local attempt = redis.call('HINCRBY', T, 'a:' .. c, 1)
   redis.call('HSET', T, 's:' .. c, T_RUNNING, 'h:' .. c, handler, 'tq:' .. c, now,
