@@ -11,6 +11,7 @@ import heapq
 import itertools
 import logging
 import multiprocessing
+import queue
 import random
 import signal
 import threading
@@ -98,12 +99,19 @@ def timed_out(task: StartedTask, payload: dict[str, Any], note: str) -> Outcome:
 
 
 class ThreadRunner:
-    """Tasks in a thread pool; a watcher thread enforces timeouts."""
+    """Tasks on `concurrency` long-lived threads fed by one queue (no Future per task: this
+    is the hot path); a watcher thread enforces timeouts."""
 
     def __init__(self, concurrency: int, handler: str, on_slot_free: Callable[[], None]) -> None:
         self.handler = handler
         self.on_slot_free = on_slot_free
-        self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="jobcenter-task")
+        self.inbox: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self.threads = [
+            threading.Thread(target=self._serve, name=f"jobcenter-task-{i}", daemon=True)
+            for i in range(concurrency)
+        ]
+        for thread in self.threads:
+            thread.start()
         self.lock = threading.Condition()
         self.busy = 0  # threads occupied, including ones still running past their timeout
         self.deadlines: list[tuple[float, int]] = []
@@ -144,7 +152,11 @@ class ThreadRunner:
                 done(outcome)
             self.on_slot_free()
 
-        self.pool.submit(run)
+        self.inbox.put(run)
+
+    def _serve(self) -> None:
+        while (run := self.inbox.get()) is not None:
+            run()
 
     def _watch(self) -> None:
         while True:
@@ -180,7 +192,8 @@ class ThreadRunner:
         """Threads cannot be killed; they end with the process."""
 
     def shutdown(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        for _ in self.threads:
+            self.inbox.put(None)
 
 
 def _child_main(
@@ -270,11 +283,9 @@ class ProcessRunner:
             self.killed = True
             children = list(self.children)
         for child in children:
-
             child.kill()
         for child in children:
             child.join()
-
 
     def shutdown(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

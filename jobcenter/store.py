@@ -18,14 +18,16 @@ from redis import Redis
 from . import codec
 from .config import Settings
 from .errors import NotFound, RedisUnavailable, raise_for_code
-from .keys import Keys, node_queue
-from .lua import Scripts
+from .keys import Keys
+from .layout import Layout, job_queues
+from .lua import Batch, Scripts
 from .spec import JobSpec
 
 log = logging.getLogger(__name__)
 
 SWEEP_MAX = 100  # expired leases reported per claim: bounded work on the fast path
-QUEUES_CACHE_MAX = 10_000  # jobs whose queue list a store remembers (it never changes)
+META_CACHE_MAX = 10_000  # jobs whose queues and idempotency key a store remembers
+INLINE_SPLIT_MAX = 500  # a job this small is split by its submit script (one short call)
 WAITAOF_TIMEOUT_MS = 5_000  # a submit waits at most this for its fsync
 LEADER_TIMEOUT_FACTOR = 1.0  # a leader step not renewed within one lease is taken over
 
@@ -70,15 +72,12 @@ class ClaimResult:
 
 
 @dataclass(frozen=True)
-class TaskRef:
-    job_id: str
-    index: int
+class JobMeta:
+    """What every script call of a job needs to know, fixed at submit: its queues and its
+    idempotency key."""
 
-
-def job_queues(spec: JobSpec) -> list[str]:
-    """Every queue the job's tasks may enter (node-pinned tasks use the node's queue)."""
-    names = {node_queue(t.node) if t.node else (t.queue or spec.queue) for t in spec.tasks}
-    return sorted(names)
+    queues: tuple[str, ...]
+    idem: str | None
 
 
 class Store:
@@ -91,7 +90,7 @@ class Store:
         self.settings = settings
         self.keys = Keys(settings.namespace, settings.shards)
         self.scripts = Scripts(client)
-        self._queues: OrderedDict[str, list[str]] = OrderedDict()
+        self._meta: OrderedDict[str, JobMeta] = OrderedDict()
         self._waitaof: bool | None = None  # learnt from the server on first submit
 
     @classmethod
@@ -100,16 +99,40 @@ class Store:
 
     # -- helpers -------------------------------------------------------------------------
 
+    def _remember(self, job_id: str, meta: JobMeta) -> JobMeta:
+        self._meta[job_id] = meta
+        if len(self._meta) > META_CACHE_MAX:
+            self._meta.popitem(last=False)
+        return meta
+
+    def job_meta(self, job_id: str) -> JobMeta:
+        """A job's queues and idempotency key: read once, then cached (they never change)."""
+        meta = self._meta.get(job_id)
+        if meta is None:
+            queues, idem = self.redis.hmget(self.keys.job(job_id).job, "queues", "idem")
+            raw = _s(queues)
+            meta = self._remember(job_id, JobMeta(tuple(raw.split(",")) if raw else (), _s(idem)))
+        return meta
+
     def job_queues(self, job_id: str) -> list[str]:
-        """The queues of a job's tasks, read once and cached (fixed at submit)."""
-        queues = self._queues.get(job_id)
-        if queues is None:
-            raw = _s(self.redis.hget(self.keys.job(job_id).job, "queues"))
-            queues = raw.split(",") if raw else []
-            self._queues[job_id] = queues
-            if len(self._queues) > QUEUES_CACHE_MAX:
-                self._queues.popitem(last=False)
-        return queues
+        return list(self.job_meta(job_id).queues)
+
+    def _context(self, job_id: str, meta: JobMeta | None) -> tuple[list[str], list[Any]]:
+        """KEYS and first ARGV of a job-scoped script (the layout in _job.lua)."""
+        shard = self.keys.job_shard(job_id)
+        jk = self.keys.job(job_id)
+        idem = meta.idem if meta else None
+        keys = [
+            *jk.as_list(),
+            self.keys.active(shard),
+            self.keys.expiring(shard),
+            self.keys.idempotency(shard, idem) if idem else jk.job,
+        ]
+        queues = meta.queues if meta else ()
+        for queue in queues:
+            keys += self.keys.queue_keys(shard, queue)
+        retention_ms = int(self.settings.retention_seconds * 1000)
+        return keys, [job_id, retention_ms, len(queues), *queues]
 
     def _job_call(
         self,
@@ -117,17 +140,17 @@ class Store:
         job_id: str,
         args: Sequence[Any],
         *,
-        with_queues: bool = True,
+        with_meta: bool = True,
         extra_keys: Sequence[str] = (),
-        client: Any = None,
+        batch: Batch | None = None,
     ) -> Any:
-        queues = self.job_queues(job_id) if with_queues else []
-        shard = self.keys.job_shard(job_id)
-        keys = self.keys.job(job_id).as_list()
-        for queue in queues:
-            keys += self.keys.queue_keys(shard, queue)
-        keys += list(extra_keys)
-        return self.scripts.run(name, keys, [job_id, len(queues), *queues, *args], client)
+        """Call a job-scoped script now, or add the call to `batch`. Without meta the script
+        sees no queues and no idempotency key (start, heartbeat: they need neither)."""
+        keys, argv = self._context(job_id, self.job_meta(job_id) if with_meta else None)
+        if batch is not None:
+            batch.add(name, keys + list(extra_keys), argv + list(args))
+            return None
+        return self.scripts.run(name, keys + list(extra_keys), argv + list(args))
 
     # -- submit ---------------------------------------------------------------------------
 
@@ -138,14 +161,38 @@ class Store:
         schedule_id: str | None = None,
         fire_time: float | None = None,
     ) -> tuple[str, bool]:
-        """Store `spec` as a pending job; returns (job id, created). A repeated idempotency
-        key returns the first job's id with created=False."""
+        """Store `spec` as a job; returns (job id, created). A repeated idempotency key
+        returns the first job's id with created=False."""
+        return self.submit_many([spec], schedule_id=schedule_id, fire_time=fire_time)[0]
+
+    def submit_many(
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        schedule_id: str | None = None,
+        fire_time: float | None = None,
+    ) -> list[tuple[str, bool]]:
+        """Submit many jobs in one round trip; (job id, created) for each, in order."""
+        batch = self.scripts.batch()
+        job_ids = [self._add_submit(batch, spec, schedule_id, fire_time) for spec in specs]
+        results = []
+        for job_id, (code, returned) in zip(job_ids, batch.execute(), strict=True):
+            raise_for_code(code, f"job id {job_id} exists already")
+            results.append((_s(returned) or job_id, code == 0))
+        if any(created for _, created in results):
+            self.wait_durable()
+        return results
+
+    def _add_submit(
+        self, batch: Batch, spec: JobSpec, schedule_id: str | None, fire_time: float | None
+    ) -> str:
         keys = self.keys
         shard = keys.shard_of(spec.idempotency_key) if spec.idempotency_key else None
         job_id = keys.new_job_id(shard)
         shard = keys.job_shard(job_id)
-        jk = keys.job(job_id)
         queues = job_queues(spec)
+        spec_dict = spec.to_dict()
+        inline = len(spec.tasks) <= INLINE_SPLIT_MAX
         fields: dict[str, Any] = {
             "name": spec.name,
             "priority": spec.priority,
@@ -153,9 +200,9 @@ class Store:
             "queues": ",".join(queues),
             "n": len(spec.tasks),
             "left": len(spec.tasks),
-            "spec": codec.pack(spec.to_dict(), what="job spec"),
         }
         optional = {
+            "spec": None if inline else codec.pack(spec_dict, what="job spec"),
             "owner": spec.owner,
             "idem": spec.idempotency_key,
             "retention": int(spec.retention * 1000) if spec.retention else None,
@@ -163,26 +210,19 @@ class Store:
             "fire_time": fire_time,
         }
         fields.update({k: v for k, v in optional.items() if v is not None})
-        idem_key = keys.idempotency(shard, spec.idempotency_key) if spec.idempotency_key else jk.job
-        owner_key = keys.owner_jobs(shard, spec.owner) if spec.owner else jk.job
-        script_keys = [
-            jk.job,
-            idem_key,
-            keys.seq(shard),
-            keys.jobs(shard),
-            keys.active(shard),
-            owner_key,
-            jk.leader,
-            jk.leader_wake,
-        ]
-        args: list[Any] = [job_id, int(bool(spec.idempotency_key)), int(bool(spec.owner))]
-        for name, value in fields.items():
-            args += [name, value]
-        code, returned = self.scripts.run("submit", script_keys, args)
-        raise_for_code(code, f"job id {job_id} exists already")
-        if code == 0:
-            self.wait_durable()
-        return _s(returned) or job_id, code == 0
+        job_args = [x for item in fields.items() for x in item]
+        task_args: list[Any] = []
+        roots: list[int] = []
+        if inline:  # small: written and queued by the submit script itself
+            layout = Layout(spec_dict)
+            task_args, roots = layout.pairs(0, len(layout)), layout.roots
+        meta = self._remember(job_id, JobMeta(tuple(queues), spec.idempotency_key))
+        owner_key = keys.owner_jobs(shard, spec.owner) if spec.owner else keys.job(job_id).job
+        extra = [keys.seq(shard), keys.jobs(shard), owner_key]
+        args = [len(job_args), *job_args, len(task_args), *task_args, *roots]
+        script_keys, argv = self._context(job_id, meta)
+        batch.add("submit", script_keys + extra, argv + args)
+        return job_id
 
     def wait_durable(self) -> bool:
         """Where the server has WAITAOF (Redis >= 7.2) and AOF on, block until what this
@@ -232,14 +272,20 @@ class Store:
         )
 
     def start(self, handler: str, by_job: dict[str, list[int]]) -> list[StartedTask]:
-        """Turn reservations into running attempts, one script call per job, pipelined."""
-        pipe = self.redis.pipeline(transaction=False)
+        """Turn reservations into running attempts, one script call per job, pipelined.
+        Each reply also carries the job's meta, so later calls need no read for it."""
+        batch = self.scripts.batch()
         for job_id, indexes in by_job.items():
-            self._job_call("start", job_id, [handler, *indexes], with_queues=False, client=pipe)
+            self._job_call("start", job_id, [handler, *indexes], with_meta=False, batch=batch)
         started: list[StartedTask] = []
-        for job_id, reply in zip(by_job, pipe.execute(), strict=True):
+        for job_id, reply in zip(by_job, batch.execute(), strict=True):
             if reply[0] < 0:
                 continue  # the job is gone; the script dropped its reservations
+            if job_id not in self._meta:
+                queues, idem = _s(reply[2]), _s(reply[3])
+                self._remember(
+                    job_id, JobMeta(tuple(queues.split(",")) if queues else (), idem or None)
+                )
             for index, attempt, payload in reply[1]:
                 started.append(StartedTask(job_id, int(index), int(attempt), payload))
         return started
@@ -257,14 +303,14 @@ class Store:
         by_job: dict[str, list[tuple[int, int]]] = defaultdict(list)
         for job_id, index, attempt in done:
             by_job[job_id].append((index, attempt))
-        pipe = self.redis.pipeline(transaction=False)
+        batch = self.scripts.batch()
         for job_id, items in by_job.items():
             pairs = [x for index, attempt in items for x in (index, attempt)]
             args = [handler, self.settings.lease_ms, take_max, len(take_queues), *take_queues]
-            self._job_call("complete", job_id, [*args, *pairs], client=pipe)
+            self._job_call("complete", job_id, [*args, *pairs], batch=batch)
         codes: dict[tuple[str, int], int] = {}
         taken: list[StartedTask] = []
-        for (job_id, items), reply in zip(by_job.items(), pipe.execute(), strict=True):
+        for (job_id, items), reply in zip(by_job.items(), batch.execute(), strict=True):
             if reply[0] < 0:
                 codes.update({(job_id, index): reply[0] for index, _ in items})
                 continue
@@ -299,13 +345,13 @@ class Store:
             by_job[job_id].append((index, attempt, progress))
         if not by_job:
             return {}
-        pipe = self.redis.pipeline(transaction=False)
+        batch = self.scripts.batch()
         for job_id, items in by_job.items():
             triples = [x for item in items for x in item]
             args = [handler, self.settings.lease_ms, *triples]
-            self._job_call("heartbeat", job_id, args, with_queues=False, client=pipe)
+            self._job_call("heartbeat", job_id, args, with_meta=False, batch=batch)
         codes: dict[tuple[str, int], int] = {}
-        for (job_id, items), reply in zip(by_job.items(), pipe.execute(), strict=True):
+        for (job_id, items), reply in zip(by_job.items(), batch.execute(), strict=True):
             per_task = reply[1] if reply[0] == 0 else [reply[0]] * len(items)
             for (index, _, _), code in zip(items, per_task, strict=True):
                 codes[(job_id, index)] = int(code)
@@ -345,16 +391,8 @@ class Store:
         return int(reply[1]) if reply[0] == 0 else 0
 
     def finalize(self, job_id: str) -> tuple[int, str | None]:
-        idem, owner = (_s(v) for v in self.redis.hmget(self.keys.job(job_id).job, "idem", "owner"))
-        shard = self.keys.job_shard(job_id)
-        extra = [
-            self.keys.active(shard),
-            self.keys.idempotency(shard, idem) if idem else self.keys.job(job_id).job,
-            self.keys.expiring(shard),
-        ]
-        retention_ms = int(self.settings.retention_seconds * 1000)
-        args = [retention_ms, int(bool(idem)), f"{job_id}\t{owner or ''}"]
-        reply = self._job_call("finalize", job_id, args, with_queues=False, extra_keys=extra)
+        """Close a job whose tasks all ended (normally done inline by the last transition)."""
+        reply = self._job_call("finalize", job_id, [])
         return int(reply[0]), _s(reply[1]) if len(reply) > 1 else None
 
     def cancel_step(
@@ -397,28 +435,17 @@ class Store:
     def revive(self, job_id: str, roots: Sequence[int], resets: Sequence[int]) -> int:
         """Run failed `roots` again and put `resets` (upstream_failed) back to waiting;
         returns how many tasks were revived. Raises WrongState naming what is off."""
-        shard = self.keys.job_shard(job_id)
-        reply = self._job_call(
-            "revive", job_id, [len(roots), *roots, *resets], extra_keys=[self.keys.active(shard)]
-        )
+        reply = self._job_call("revive", job_id, [len(roots), *roots, *resets])
         raise_for_code(int(reply[0]), _s(reply[1]) or "" if len(reply) > 1 else f"no job {job_id}")
-
         return int(reply[1])
 
     def delete(self, job_id: str, failed: Sequence[int]) -> None:
         """Remove a finished job and its index entries; WrongState if it is not finished."""
         jk = self.keys.job(job_id)
         shard = self.keys.job_shard(job_id)
-        idem, owner = (_s(v) for v in self.redis.hmget(jk.job, "idem", "owner"))
-        extra = [
-            self.keys.jobs(shard),
-            self.keys.active(shard),
-            self.keys.owner_jobs(shard, owner) if owner else jk.job,
-            self.keys.idempotency(shard, idem) if idem else jk.job,
-            self.keys.expiring(shard),
-        ]
-        args = [f"{job_id}\t{owner or ''}", *failed]
-        code = int(self._job_call("delete", job_id, args, extra_keys=extra)[0])
+        owner = _s(self.redis.hget(jk.job, "owner"))
+        extra = [self.keys.jobs(shard), self.keys.owner_jobs(shard, owner) if owner else jk.job]
+        code = int(self._job_call("delete", job_id, list(failed), extra_keys=extra)[0])
         raise_for_code(code, f"job {job_id} is not finished: cancel it first")
 
     def drop_leader_message(self, kind: str, job_id: str) -> None:

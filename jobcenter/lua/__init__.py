@@ -1,20 +1,22 @@
 """Loads the Lua transitions: each file gets the generated state constants and the shared
-preludes prepended, and is registered once per connection (EVALSHA, reloaded on NOSCRIPT)."""
+preludes prepended. Calls go out as EVALSHA; a server that answers NOSCRIPT (restarted,
+flushed) gets the script loaded again and the call repeated."""
 
 from __future__ import annotations
 
+import hashlib
 from functools import cache
 from importlib import resources
 from typing import Any
 
-from redis import Redis
-from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from ..states import lua_constants
 
 # Scripts that run in the context of one job (_job.lua); the others see only _common.lua.
 JOB_SCRIPTS = frozenset(
     {
+        "submit",
         "start",
         "complete",
         "fail",
@@ -32,7 +34,7 @@ JOB_SCRIPTS = frozenset(
         "delete",
     }
 )
-SHARD_SCRIPTS = frozenset({"submit", "claim", "singleton"})
+SHARD_SCRIPTS = frozenset({"claim", "singleton"})
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS
 
 
@@ -52,14 +54,52 @@ def source(name: str) -> str:
     return "\n".join(parts)
 
 
+@cache
+def sha(name: str) -> str:
+    return hashlib.sha1(source(name).encode()).hexdigest()
+
+
 class Scripts:
-    """The registered scripts of one Redis client; call as `scripts.run(name, keys, args)`."""
+    """Runs the scripts on one Redis client: `run` for one call, `batch` for a pipeline."""
 
-    def __init__(self, redis: Redis) -> None:
-        self._scripts: dict[str, Script] = {
-            name: redis.register_script(source(name)) for name in ALL_SCRIPTS
-        }
+    def __init__(self, redis: Any) -> None:
+        self.redis = redis
 
-    def run(self, name: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
-        """Run script `name`; with a pipeline as `client` the call is queued on it."""
-        return self._scripts[name](keys=keys, args=args, client=client)
+    def load(self, name: str) -> None:
+        self.redis.script_load(source(name))
+
+    def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Run script `name` now and return its reply."""
+        try:
+            return self.redis.evalsha(sha(name), len(keys), *keys, *args)
+        except NoScriptError:
+            self.load(name)
+            return self.redis.evalsha(sha(name), len(keys), *keys, *args)
+
+    def batch(self) -> Batch:
+        return Batch(self)
+
+
+class Batch:
+    """Script calls sent in one pipeline (one round trip), replies in call order."""
+
+    def __init__(self, scripts: Scripts) -> None:
+        self.scripts = scripts
+        self.calls: list[tuple[str, list[str], list[Any]]] = []
+
+    def add(self, name: str, keys: list[str], args: list[Any]) -> None:
+        self.calls.append((name, keys, args))
+
+    def execute(self) -> list[Any]:
+        if not self.calls:
+            return []
+        pipe = self.scripts.redis.pipeline(transaction=False)
+        for name, keys, args in self.calls:
+            pipe.execute_command("EVALSHA", sha(name), len(keys), *keys, *args)
+        replies = pipe.execute(raise_on_error=False)
+        for i, reply in enumerate(replies):
+            if isinstance(reply, NoScriptError):  # that call did not run: load, run it again
+                replies[i] = self.scripts.run(*self.calls[i])
+            elif isinstance(reply, Exception):
+                raise reply
+        return replies  # type: ignore[no-any-return]

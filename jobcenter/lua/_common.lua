@@ -7,6 +7,16 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+local ARGS_PER_CALL_MAX = 4000 -- arguments unpacked into one call: clear of Lua's limit
+
+-- redis.call(command, key, ...args) with args sent in bounded chunks (variadic commands:
+-- HSET, HDEL, ZADD, ZREM, RPUSH); does nothing when args is empty.
+local function call_chunked(command, key, args)
+  for first = 1, #args, ARGS_PER_CALL_MAX do
+    redis.call(command, key, unpack(args, first, math.min(#args, first + ARGS_PER_CALL_MAX - 1)))
+  end
+end
+
 local WAKE_TOKENS_MAX = 8 -- tokens pushed per burst: wakes up to 8 idle workers at once
 local WAKE_LIST_MAX = 64 -- tokens kept while nobody sleeps, so the list stays small
 

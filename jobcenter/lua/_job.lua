@@ -1,24 +1,30 @@
 --[[ _job: the context of every job-scoped script, prepended after _common.
   KEYS[1] job hash  KEYS[2] tasks hash  KEYS[3] history list  KEYS[4] frontier list
   KEYS[5] leases zset  KEYS[6] claims hash  KEYS[7] leader zset  KEYS[8] leader wake list
-  KEYS[9] dead-letter zset
-  KEYS[10..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
-  ARGV[1] job id  ARGV[2] number of queues  ARGV[3..] their names, in KEYS order
-  A is the index of the script's own first ARGV; XK of its own first extra KEY. ]]
+  KEYS[9] dead-letter zset  KEYS[10] active jobs zset  KEYS[11] expiring zset (what recovery
+  trims from the list indexes, and when)  KEYS[12] the job's idempotency key (the job hash
+  again when it has none)
+  KEYS[13..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
+  ARGV[1] job id  ARGV[2] default retention ms  ARGV[3] number of queues  ARGV[4..] their
+  names, in KEYS order
+  A is the index of the script's own first ARGV; XK of its own first extra KEY.
+  Scripts that only touch running attempts (start, heartbeat) may pass no queues. ]]
 
 local J, T, H, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local LEASES, CLAIMS, LEADER, LWAKE, DLQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local ACTIVE, EXPIRING, IDEM = KEYS[10], KEYS[11], KEYS[12]
 local JOB_ID = ARGV[1]
-local NQ = tonumber(ARGV[2])
+local DEFAULT_RETENTION_MS = tonumber(ARGV[2])
+local NQ = tonumber(ARGV[3])
 local QUEUES = {}
 for qi = 1, NQ do
-  local k = 9 + (qi - 1) * 3
-  QUEUES[ARGV[2 + qi]] = {ready = KEYS[k + 1], delayed = KEYS[k + 2], wake = KEYS[k + 3]}
+  local k = 12 + (qi - 1) * 3
+  QUEUES[ARGV[3 + qi]] = {ready = KEYS[k + 1], delayed = KEYS[k + 2], wake = KEYS[k + 3]}
 end
-local A = 3 + NQ
-local XK = 10 + NQ * 3
+local A = 4 + NQ
+local XK = 13 + NQ * 3
 
-local FRONTIER_BUDGET = 1000 -- child visits per call: keeps every script call short
+local FRONTIER_BUDGET = 300 -- child visits per call: a few ms, well under 50 ms under load
 local HISTORY_MAX = 200000 -- history entries kept per job (oldest trimmed)
 
 local META = {}
@@ -32,12 +38,13 @@ local function load_job()
   return true
 end
 
--- Every queue the job's tasks may enter was passed in KEYS (checked before any write).
+-- Every queue the job's tasks may enter, and its idempotency key, were passed in KEYS
+-- (checked before any write).
 local function queues_passed()
   for name in string.gmatch(META.queues, '[^,]+') do
     if not QUEUES[name] then return false end
   end
-  return true
+  return IDEM ~= J or redis.call('HEXISTS', J, 'idem') == 0
 end
 
 local function task_state(i) return redis.call('HGET', T, 's:' .. i) end
@@ -74,17 +81,44 @@ local function leader_message(kind, due)
   wake(LWAKE, 1)
 end
 
-local function record_history(i, state, now, err)
-  local a = redis.call('HMGET', T, 'a:' .. i, 'h:' .. i, 'ts:' .. i)
-  redis.call('RPUSH', H, table.concat(
-    {i, a[1] or '0', state, a[2] or '', a[3] or '', now, err or ''}, '\t'))
-  redis.call('LTRIM', H, -HISTORY_MAX, -1)
+-- History entries: "index, attempt, state, handler, started, finished, error" tab-separated.
+local function append_history(entries)
+  if #entries == 0 then return end
+  local length = 0
+  for first = 1, #entries, ARGS_PER_CALL_MAX do
+    length = redis.call('RPUSH', H, unpack(entries, first,
+      math.min(#entries, first + ARGS_PER_CALL_MAX - 1)))
+  end
+  if length > HISTORY_MAX then redis.call('LTRIM', H, -HISTORY_MAX, -1) end
 end
 
--- One more task is terminal; the last one hands the job back to a leader to finalize.
-local function task_finished(now)
+local function record_history(i, state, now, err)
+  local a = redis.call('HMGET', T, 'a:' .. i, 'h:' .. i, 'ts:' .. i)
+  append_history({table.concat({i, a[1] or '0', state, a[2] or '', a[3] or '', now, err or ''},
+    '\t')})
+end
+
+-- Close a job whose tasks all ended: succeeded only if every task succeeded; cancelled if a
+-- user cancelled it; else failed. Its keys then live for the retention period.
+local function finalize_job(now)
+  local j = redis.call('HMGET', J, 'nfailed', 'stop', 'retention', 'owner')
+  local state = J_SUCCEEDED
+  if j[2] == 'cancel' then state = J_CANCELLED elseif tonumber(j[1] or 0) > 0 then state = J_FAILED end
+  redis.call('HSET', J, 'state', state, 'finished_at', now, 'updated_at', now)
+  redis.call('ZREM', ACTIVE, JOB_ID)
+  redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
+  local retention = tonumber(j[3] or DEFAULT_RETENTION_MS)
+  for _, key in ipairs({J, T, H, F}) do redis.call('PEXPIRE', key, retention) end
+  if IDEM ~= J then redis.call('PEXPIRE', IDEM, retention) end
+  redis.call('ZADD', EXPIRING, now + retention, JOB_ID .. '\t' .. (j[4] or ''))
+  META.state = state
+  return state
+end
+
+-- One more task (or `count` more) is terminal; the last one finalizes the job.
+local function task_finished(now, count)
   redis.call('HSET', J, 'updated_at', now)
-  if redis.call('HINCRBY', J, 'left', -1) == 0 then leader_message('finalize', now) end
+  if redis.call('HINCRBY', J, 'left', -(count or 1)) == 0 then finalize_job(now) end
 end
 
 -- Schedule a visit of i's children: 'r' releases them, 'f' marks them upstream_failed.

@@ -31,7 +31,7 @@ if META.state == J_PENDING then
   -- nothing is queued before the split ends: no task can have started
   redis.call('ZREM', LEADER, 'split|' .. JOB_ID)
   redis.call('HSET', J, 'left', 0, counter, redis.call('HGET', J, 'n'), 'error', err)
-  leader_message('finalize', now)
+  finalize_job(now)
   return {0, 0}
 end
 

@@ -36,15 +36,20 @@ for k = 4, #KEYS, 3 do
   end
   if want > 0 then
     local popped = redis.call('ZPOPMIN', ready, want)
+    local leases, claims = {}, {}
     for p = 1, #popped, 2 do
       local member = popped[p]
       local job, index = string.match(member, '^%d+|([^|]+)|(%d+)$')
       local lease = job .. '|' .. tonumber(index) -- leases name the unpadded index
-      redis.call('ZADD', LEASES, now + lease_ms, lease)
-      redis.call('HSET', CLAIMS, lease, handler)
+      leases[#leases + 1] = now + lease_ms
+      leases[#leases + 1] = lease
+      claims[#claims + 1] = lease
+      claims[#claims + 1] = handler
       reserved[#reserved + 1] = member
       want = want - 1
     end
+    call_chunked('ZADD', LEASES, leases)
+    call_chunked('HSET', CLAIMS, claims)
     -- more is ready: wake another idle worker rather than leave it asleep
     if redis.call('EXISTS', ready) == 1 then wake(wake_key, 1) end
   end

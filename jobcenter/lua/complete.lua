@@ -42,26 +42,37 @@ local function take(c)
   return true
 end
 
-local codes = {}
+-- One read per task; the writes of the whole batch go out in a few variadic calls.
+local codes, done = {}, {}
+local writes, clears, leases, history, frontier = {}, {}, {}, {}, {}
 for k = first_pair, #ARGV, 2 do
-  local i, token = ARGV[k], ARGV[k + 1] .. ':' .. handler
-  local state = task_state(i)
+  local i, attempt = ARGV[k], ARGV[k + 1]
+  local f = redis.call('HMGET', T, 's:' .. i, 'a:' .. i, 'h:' .. i, 'ts:' .. i, 'c:' .. i)
   local code = 0
-  if token_of(i) ~= token then
+  if (f[2] or '0') .. ':' .. (f[3] or '') ~= attempt .. ':' .. handler then
     code = -2
-  elseif state == T_SUCCEEDED then
+  elseif f[1] == T_SUCCEEDED or done[i] then
     code = 1
-  elseif state ~= T_RUNNING and state ~= T_TIMED_OUT then
+  elseif f[1] ~= T_RUNNING and f[1] ~= T_TIMED_OUT then
     code = -3
   else
-    redis.call('HSET', T, 's:' .. i, T_SUCCEEDED, 'tf:' .. i, now)
-    redis.call('HDEL', T, 'e:' .. i, 'pg:' .. i)
-    redis.call('ZREM', LEASES, lease_member(i))
-    record_history(i, T_SUCCEEDED, now, '')
-    push_frontier('r', i, i)
-    task_finished(now)
+    done[i] = true
+    for _, v in ipairs({'s:' .. i, T_SUCCEEDED, 'tf:' .. i, now}) do writes[#writes + 1] = v end
+    clears[#clears + 1] = 'e:' .. i
+    clears[#clears + 1] = 'pg:' .. i
+    leases[#leases + 1] = lease_member(i)
+    history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', now, ''}, '\t')
+    if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
   end
   codes[#codes + 1] = code
+end
+if #leases > 0 then
+  call_chunked('HSET', T, writes)
+  call_chunked('HDEL', T, clears)
+  call_chunked('ZREM', LEASES, leases)
+  append_history(history)
+  call_chunked('RPUSH', F, frontier)
+  task_finished(now, #leases)
 end
 drain_frontier(now, take)
 return {0, codes, taken}

@@ -5,7 +5,7 @@
   job re-opens (running, no TTL) and is finalized again when its tasks end.
   All checks come first: one task not in the state named, a cascade still under way, or a
   cancelled job, and nothing is written.
-  KEYS: the job context (_job.lua), then KEYS[XK] active jobs zset
+  KEYS: the job context (_job.lua)
   ARGV[A] number of roots  ARGV[A+1..] root indexes  then the indexes to reset to waiting
   Returns {0, tasks revived} | {-3, reason} | {-4} job gone | {-5} queues not passed ]]
 
@@ -43,5 +43,6 @@ redis.call('HSET', J, 'state', J_RUNNING, 'updated_at', now)
 redis.call('HDEL', J, 'finished_at', 'stop')
 redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
 for _, key in ipairs({J, T, H}) do redis.call('PERSIST', key) end
-redis.call('ZADD', KEYS[XK], redis.call('HGET', J, 'created_at'), JOB_ID)
+redis.call('ZADD', ACTIVE, redis.call('HGET', J, 'created_at'), JOB_ID)
+redis.call('ZREM', EXPIRING, JOB_ID .. '\t' .. (redis.call('HGET', J, 'owner') or ''))
 return {0, revived}

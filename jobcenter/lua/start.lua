@@ -1,7 +1,8 @@
 --[[ start: reserved -> running: a new attempt of each task this handler reserved.
   KEYS: the job context (_job.lua)
   ARGV[A] handler id  ARGV[A+1..] task indexes
-  Returns {0, {index, attempt, payload}...} | {-4} job gone (its reservations are dropped)
+  Returns {0, {{index, attempt, payload}...}, the job's queues, its idempotency key}
+          | {-4} job gone (its reservations are dropped)
   A task reserved by another handler is skipped untouched; one no longer queued (cancelled)
   has its reservation dropped. ]]
 
@@ -15,21 +16,28 @@ if not load_job() then
 end
 
 local now = now_ms()
-local started = {}
+local leases = {}
+for k = A + 1, #ARGV do leases[#leases + 1] = lease_member(ARGV[k]) end
+local holders = redis.call('HMGET', CLAIMS, unpack(leases))
+local started, mine, dropped, writes, seen = {}, {}, {}, {}, {}
 for k = A + 1, #ARGV do
-  local i = ARGV[k]
-  local lease = lease_member(i)
-  if redis.call('HGET', CLAIMS, lease) == handler then
-    redis.call('HDEL', CLAIMS, lease)
-    local state = task_state(i)
-    if state == T_QUEUED or state == T_RETRY_WAIT then
-      local attempt = redis.call('HINCRBY', T, 'a:' .. i, 1)
-      redis.call('HSET', T, 's:' .. i, T_RUNNING, 'h:' .. i, handler, 'ts:' .. i, now)
-      started[#started + 1] = {tonumber(i), attempt, redis.call('HGET', T, 'p:' .. i)}
+  local i, lease = ARGV[k], leases[k - A]
+  if holders[k - A] == handler and not seen[i] then
+    seen[i] = true
+    mine[#mine + 1] = lease
+    local f = redis.call('HMGET', T, 's:' .. i, 'a:' .. i, 'p:' .. i)
+    if f[1] == T_QUEUED or f[1] == T_RETRY_WAIT then
+      local attempt = tonumber(f[2] or 0) + 1
+      for _, v in ipairs({'s:' .. i, T_RUNNING, 'a:' .. i, attempt, 'h:' .. i, handler,
+                          'ts:' .. i, now}) do writes[#writes + 1] = v end
+      started[#started + 1] = {tonumber(i), attempt, f[3]}
     else
-      redis.call('ZREM', LEASES, lease)
+      dropped[#dropped + 1] = lease
     end
   end
 end
+call_chunked('HDEL', CLAIMS, mine)
+call_chunked('ZREM', LEASES, dropped)
+call_chunked('HSET', T, writes)
 if #started > 0 then redis.call('HSET', J, 'updated_at', now) end
-return {0, started}
+return {0, started, META.queues, redis.call('HGET', J, 'idem') or ''}

@@ -1,30 +1,61 @@
---[[ submit: store a validated job as `pending` and hand it to a leader to split.
-  KEYS[1] job hash  KEYS[2] idempotency key (the job hash again when there is none)
-  KEYS[3] shard sequence counter  KEYS[4] jobs zset  KEYS[5] active jobs zset
-  KEYS[6] owner's jobs zset (the job hash again when there is no owner)
-  KEYS[7] leader zset  KEYS[8] leader wake list
-  ARGV[1] job id  ARGV[2] 1 if KEYS[2] is an idempotency key  ARGV[3] 1 if KEYS[6] is an
-  owner zset  ARGV[4..] field, value pairs for the job hash
+--[[ submit: store a validated job. A small job is split here at once (its tasks written,
+  its ready tasks queued: it starts running with no leader round trip); a larger one is
+  handed to a leader, which splits it in bounded chunks.
+  KEYS: the job context (_job.lua), then KEYS[XK] shard sequence counter  KEYS[XK+1] jobs
+  zset  KEYS[XK+2] owner's jobs zset (the job hash again when there is no owner)
+  ARGV[A] number of job-hash arguments, then those field, value pairs
+  then the number of tasks-hash arguments (0: a leader splits the job), then those pairs,
+  then the indexes of the ready tasks
   Returns {0, job id} created | {1, job id} the idempotency key names an existing job
-          | {-3} a job with this id exists already ]]
+          | {-3} a job with this id exists already | {-5} queues not passed ]]
 
-local job_id = ARGV[1]
-if ARGV[2] == '1' then
-  local existing = redis.call('GET', KEYS[2])
+if IDEM ~= J then
+  local existing = redis.call('GET', IDEM)
   if existing then return {1, existing} end
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then return {-3} end
+if redis.call('EXISTS', J) == 1 then return {-3} end
+
+local HSET_ARGS_MAX = 4000 -- arguments per HSET call: stays clear of Lua's unpack limit
+local function hset_range(key, first, last)
+  local args = {}
+  for k = first, last do
+    args[#args + 1] = ARGV[k]
+    if #args == HSET_ARGS_MAX then
+      redis.call('HSET', key, unpack(args))
+      args = {}
+    end
+  end
+  if #args > 0 then redis.call('HSET', key, unpack(args)) end
+end
+
+local njob = tonumber(ARGV[A])
+local ntask_at = A + 1 + njob
+local ntask = tonumber(ARGV[ntask_at])
+-- the queues of an inline split are checked against the job's own list before any write
+for k = A + 1, A + njob, 2 do
+  if ARGV[k] == 'queues' then META.queues = ARGV[k + 1] end
+end
+if ntask > 0 and not queues_passed() then return {-5} end
 
 local now = now_ms()
-local seq = redis.call('INCR', KEYS[3])
-local fields = {}
-for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
-redis.call('HSET', KEYS[1], 'id', job_id, 'state', J_PENDING, 'seq', seq,
-  'created_at', now, 'updated_at', now, 'nfailed', 0, 'ncancelled', 0, unpack(fields))
-if ARGV[2] == '1' then redis.call('SET', KEYS[2], job_id) end
-redis.call('ZADD', KEYS[4], now, job_id)
-redis.call('ZADD', KEYS[5], now, job_id)
-if ARGV[3] == '1' then redis.call('ZADD', KEYS[6], now, job_id) end
-redis.call('ZADD', KEYS[7], now, 'split|' .. job_id)
-wake(KEYS[8], 1)
-return {0, job_id}
+local seq = redis.call('INCR', KEYS[XK])
+redis.call('HSET', J, 'id', JOB_ID, 'state', J_PENDING, 'seq', seq, 'created_at', now,
+  'updated_at', now, 'nfailed', 0, 'ncancelled', 0)
+hset_range(J, A + 1, A + njob)
+if IDEM ~= J then redis.call('SET', IDEM, JOB_ID) end
+redis.call('ZADD', KEYS[XK + 1], now, JOB_ID)
+redis.call('ZADD', ACTIVE, now, JOB_ID)
+if KEYS[XK + 2] ~= J then redis.call('ZADD', KEYS[XK + 2], now, JOB_ID) end
+
+if ntask == 0 then
+  leader_message('split', now)
+  return {0, JOB_ID}
+end
+hset_range(T, ntask_at + 1, ntask_at + ntask)
+load_job()
+local first_root = ntask_at + ntask + 1
+redis.call('HSET', J, 'state', J_RUNNING, 'started_at', now, 'written', redis.call('HGET', J, 'n'),
+  'queued', #ARGV - first_root + 1)
+for k = first_root, #ARGV do enqueue(ARGV[k], now) end
+flush_wakes()
+return {0, JOB_ID}
