@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from multiprocessing import forkserver
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -215,6 +216,7 @@ class ProcessRunner:
         self.modules = modules
         self.ctx = multiprocessing.get_context("forkserver")
         self.ctx.set_forkserver_preload(["jobcenter.execution", *modules])
+        forkserver.ensure_running()  # now, not on the first task (it takes ~2 s to start)
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="jobcenter-child")
         self.busy = 0
         self.lock = threading.Lock()
