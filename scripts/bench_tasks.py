@@ -1,0 +1,59 @@
+"""No-op tasks for scripts/bench.py (`jobcenter worker bench_tasks`, with scripts/ on PYTHONPATH).
+
+Each task does one Redis RPUSH of "<task id>|<fencing token>" to its job's bench list. The
+list proves every task ran (its length, one entry per attempt), and its order proves no
+dependency order was broken: a parent pushes before it completes, a child only after it
+starts, so every parent's entry must come before its children's.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import redis
+
+from jobcenter import Fatal, current_task, task
+
+REDIS_URL_ENV = "JOBCENTER_BENCH_REDIS_URL"  # where the bench lists live (the bench's Redis)
+RAN_KEY_PREFIX = "bench:ran:"  # + job id: the list of tasks of that job that ran
+MAX_CONNECTIONS = 4096  # above any --concurrency the bench uses
+
+_client: redis.Redis | None = None
+_client_lock = threading.Lock()
+
+
+def ran_key(job_id: str) -> str:
+    """The bench list of one job."""
+    return RAN_KEY_PREFIX + job_id
+
+
+def _redis() -> redis.Redis:
+    """One client per process (its pool gives each task thread a connection)."""
+    global _client
+    if _client is None:
+        with _client_lock:
+            if _client is None:
+                # one connection per task thread: redis-py's default pool stops at 100
+                _client = redis.Redis.from_url(
+                    os.environ[REDIS_URL_ENV], max_connections=MAX_CONNECTIONS
+                )
+    return _client
+
+
+def _record() -> None:
+    ctx = current_task()
+    _redis().rpush(ran_key(ctx.job_id), f"{ctx.task_id}|{ctx.token}")
+
+
+@task(name="bench.noop")
+def noop() -> None:
+    """The benchmark's unit of work: record that this attempt ran, nothing else."""
+    _record()
+
+
+@task(name="bench.fail")
+def fail() -> None:
+    """Record the attempt, then fail for good: every descendant becomes upstream_failed."""
+    _record()
+    raise Fatal("bench: failing on purpose to cascade")

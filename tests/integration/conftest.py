@@ -1,0 +1,43 @@
+"""Fixtures of the integration tier (real worker processes, real CLI runs, real Redis); the
+machinery behind them is in integration_harness.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from integration_harness import Cli, Scratch, Workers
+
+from jobcenter import Client
+
+
+@pytest.fixture
+def workers(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Workers]:
+    """Starts worker processes; at teardown each must stop on SIGTERM with exit 0 and
+    without a traceback in its log, or the test fails."""
+    pool = Workers(redis_url, namespace, tmp_path)
+    yield pool
+    problems = pool.close()
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def cli(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Cli]:
+    """Runs `jobcenter ...` in a subprocess against this test's Redis and namespace."""
+    runner = Cli(redis_url, namespace, tmp_path)
+    yield runner
+    runner.close()
+
+
+@pytest.fixture
+def client(redis_url: str, namespace: str) -> Client:
+    return Client.from_url(redis_url, namespace)
+
+
+@pytest.fixture
+def scratch(redis_client: redis.Redis, namespace: str) -> Scratch:
+    """What tasks_for_tests recorded in this namespace, and the gates its tasks wait on."""
+    return Scratch(redis_client, namespace)

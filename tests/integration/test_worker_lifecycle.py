@@ -1,0 +1,174 @@
+"""A worker process's life: graceful and forced shutdown on signals, --burst, --node."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from helpers import wait_until
+from integration_harness import JOB_SECONDS, Scratch, Workers
+
+from jobcenter import Client
+
+STOPPING_LOG = "stopping (signal"  # what a worker logs once a first SIGTERM reached it
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_sigterm_lets_the_running_task_finish_and_succeed_then_exits_0(
+    client: Client, workers: Workers, scratch: Scratch
+) -> None:
+    first = workers.start(name="first")
+    first_handler = workers.handler_of(first)
+    job_id = client.submit(
+        {
+            "name": "graceful",
+            "tasks": [
+                {"id": "running", "task": "tasks_for_tests.block", "args": ["running"]},
+                {"id": "next", "task": "tasks_for_tests.record", "depends_on": ["running"]},
+            ],
+        }
+    )
+    wait_until(lambda: scratch.events("started", "running"), message="task never started")
+
+    first.signal(signal.SIGTERM)
+    wait_until(lambda: STOPPING_LOG in first.log(), message="worker never got the SIGTERM")
+    assert first.proc.poll() is None, "the worker must wait for its running task"
+    scratch.open_gate("running")
+
+    assert first.wait() == 0
+    status = client.status(job_id)
+    assert status["tasks"]["running"]["state"] == "succeeded"
+    assert status["tasks"]["running"]["handler"] == first_handler
+    assert status["tasks"]["running"]["attempts"] == 1
+    # A stopping worker takes no new work: the released child waits for another worker.
+    assert status["tasks"]["next"]["state"] == "queued"
+
+    second = workers.start(name="second")
+    status = client.wait(job_id, JOB_SECONDS)
+    assert status["state"] == "succeeded"
+    assert status["tasks"]["next"]["handler"] == workers.handler_of(second)
+    assert [r["worker"] for r in scratch.events("finished")] == ["first"]
+
+
+@pytest.mark.parametrize("pool", ["thread", "process"])
+def test_second_sigterm_gives_the_running_task_back_to_run_on_another_worker(
+    pool: str, client: Client, workers: Workers, scratch: Scratch
+) -> None:
+    first = workers.start("--pool", pool, name="first")
+    first_handler = workers.handler_of(first)
+    job_id = client.submit(
+        {
+            "name": "forced",
+            "tasks": [{"id": "running", "task": "tasks_for_tests.block", "args": ["running"]}],
+        }
+    )
+    wait_until(lambda: scratch.events("started", "running"), message="task never started")
+
+    first.signal(signal.SIGTERM)
+    wait_until(lambda: STOPPING_LOG in first.log(), message="worker never got the SIGTERM")
+    first.signal(signal.SIGTERM)
+
+    assert first.wait() == 0
+    task = client.status(job_id)["tasks"]["running"]
+    assert task["state"] == "queued"
+    assert task["attempts"] == 1
+    # The given-back attempt must not run on beside the next one: whatever process ran it
+    # (the worker itself, or its child with --pool process) is gone.
+    attempt_pid = scratch.events("started", "running")[0]["pid"]
+    wait_until(
+        lambda: not pid_alive(attempt_pid),
+        timeout=5,
+        message=f"the given-back attempt still runs in process {attempt_pid}",
+    )
+    assert scratch.events("finished") == []
+
+    second = workers.start(name="second")
+    scratch.open_gate("running")
+    status = client.wait(job_id, JOB_SECONDS)
+    assert status["state"] == "succeeded"
+    task = status["tasks"]["running"]
+    assert task["handler"] == workers.handler_of(second) != first_handler
+    assert task["attempts"] == 2
+    assert [(h["attempt"], h["state"], h["handler"]) for h in client.history(job_id)] == [
+        (1, "queued", first_handler),
+        (2, "succeeded", task["handler"]),
+    ]
+    assert [(r["event"], r["worker"]) for r in scratch.runs()] == [
+        ("started", "first"), ("started", "second"), ("finished", "second"),
+    ]  # fmt: skip
+
+
+def test_burst_worker_exits_0_once_the_submitted_job_is_finished(
+    client: Client, workers: Workers, scratch: Scratch
+) -> None:
+    job_id = client.submit(
+        {
+            "name": "burst",
+            "tasks": [
+                {"id": "a", "task": "tasks_for_tests.record", "args": ["a", 0.05]},
+                {"id": "b", "task": "tasks_for_tests.record", "args": ["b", 0.05]},
+                {"id": "c", "task": "tasks_for_tests.record", "depends_on": ["a", "b"]},
+                {"id": "d", "task": "tasks_for_tests.fail_times", "args": [1, "d"],
+                 "depends_on": ["c"], "retries": 1, "retry_backoff": 0.2},
+            ],
+        }
+    )  # fmt: skip
+
+    burst = workers.start("--burst", wait_ready=False)
+
+    assert burst.wait(JOB_SECONDS) == 0
+    status = client.status(job_id)  # finished before the worker left, finalize included
+    assert status["state"] == "succeeded"
+    assert status["tasks"]["d"]["attempts"] == 2
+    assert len(scratch.events("run")) == 5
+
+
+def test_burst_worker_with_nothing_to_do_exits_0(workers: Workers) -> None:
+    burst = workers.start("--burst", wait_ready=False)
+
+    assert burst.wait(JOB_SECONDS) == 0
+
+
+def test_task_pinned_to_a_node_runs_only_on_that_nodes_worker(
+    client: Client, workers: Workers, scratch: Scratch
+) -> None:
+    workers.start(name="plain")
+    pinned = [f"pinned{i}" for i in range(4)]
+    job_id = client.submit(
+        {
+            "name": "pinned",
+            "tasks": [
+                {"id": "free", "task": "tasks_for_tests.record"},
+                *({"id": p, "task": "tasks_for_tests.record", "node": "n1"} for p in pinned),
+                {"id": "after", "task": "tasks_for_tests.record", "depends_on": pinned},
+            ],
+        }
+    )
+    wait_until(lambda: client.status(job_id)["tasks"]["free"]["state"] == "succeeded")
+    tasks = client.status(job_id)["tasks"]
+    assert {p: tasks[p]["state"] for p in pinned} == dict.fromkeys(pinned, "queued")
+
+    n1 = workers.start("--node", "n1", name="n1")
+    status = client.wait(job_id, JOB_SECONDS)
+
+    assert status["state"] == "succeeded"
+    n1_handler = workers.handler_of(n1)
+    for p in pinned:
+        assert status["tasks"][p]["handler"] == n1_handler, p
+    ran_on = {r["task"]: r["worker"] for r in scratch.events("run")}
+    assert {p: ran_on[p] for p in pinned} == dict.fromkeys(pinned, "n1")
+    assert ran_on["free"] == "plain"

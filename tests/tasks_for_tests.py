@@ -1,0 +1,99 @@
+"""Tasks that worker processes started by the tests import (`jobcenter worker tasks_for_tests`).
+
+Each task reports what it did into Redis keys of its own (never jobcenter's), under
+``jctest:<namespace>:…``, so a test can see which worker ran what, how often, and wait on it.
+A task that must keep running until the test says so polls a *gate* key the test sets: no
+task sleeps for longer than a demo step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from functools import cache
+
+import redis
+
+from jobcenter import Fatal, Retry, current_task, task
+
+# A gate that is never opened must not keep a worker busy forever once its test has failed.
+GATE_DEADLINE_SECONDS = 60.0
+GATE_POLL_SECONDS = 0.01  # short: a test waits this long at most after opening a gate
+WORKER_NAME_ENV = "JOBCENTER_TEST_WORKER_NAME"  # set per worker process by the fixture
+
+
+@cache
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(os.environ["JOBCENTER_REDIS_URL"])
+
+
+def scratch_key(namespace: str, what: str) -> str:
+    """A key of the tests' own; the fixtures use the same function."""
+    return f"jctest:{namespace}:{what}"
+
+
+def _key(what: str) -> str:
+    return scratch_key(os.environ["JOBCENTER_NAMESPACE"], what)
+
+
+def _record(event: str, **extra: object) -> None:
+    ctx = current_task()
+    entry = {
+        "event": event,
+        "job": ctx.job_id,
+        "task": ctx.task_id,
+        "attempt": ctx.attempt,
+        "handler": ctx.handler,
+        "worker": os.environ.get(WORKER_NAME_ENV, ""),
+        "pid": os.getpid(),
+        **extra,
+    }
+    _redis().rpush(_key("runs"), json.dumps(entry))
+
+
+@task(name="tasks_for_tests.record")
+def record(label: str = "", pause: float = 0.0) -> str:
+    """Records that it ran (and on which worker), works `pause` seconds, returns."""
+    _record("run", label=label)
+    if pause:
+        time.sleep(pause)  # stands for work, so that attempts overlap
+    return label
+
+
+@task(name="tasks_for_tests.block")
+def block(gate: str) -> str:
+    """Records that it started, then runs until the test sets the gate key."""
+    _record("started", gate=gate)
+    r = _redis()
+    deadline = time.monotonic() + GATE_DEADLINE_SECONDS
+    # "gate-all" is set by the fixture at teardown, so a failed test leaves no task blocked
+    while not r.exists(_key(f"gate:{gate}"), _key("gate-all")):
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"gate {gate!r} never opened")
+        time.sleep(GATE_POLL_SECONDS)
+    _record("finished", gate=gate)
+    return gate
+
+
+@task(name="tasks_for_tests.fail_times")
+def fail_times(times: int, counter: str) -> int:
+    """Fails its first `times` calls (counted in Redis across workers), then succeeds."""
+    calls = int(_redis().incr(_key(f"count:{counter}")))
+    _record("run", calls=calls)
+    if calls <= times:
+        raise RuntimeError(f"failing call {calls} of {times} on purpose")
+    return calls
+
+
+@task(name="tasks_for_tests.fatal")
+def fatal(message: str = "fatal on purpose") -> None:
+    """Fails without a retry."""
+    raise Fatal(message)
+
+
+@task(name="tasks_for_tests.retry_later")
+def retry_later(delay: float) -> None:
+    """Asks for a retry after `delay` seconds, every time."""
+    _record("run", delay=delay)
+    raise Retry("not yet", delay=delay)
