@@ -5,6 +5,7 @@
 
 if not load_job() then
   redis.call('ZREM', LEADER, 'continue|' .. JOB_ID)
+  redis.call('DEL', F)
   return {-4}
 end
 if not queues_passed() then return {-5} end

@@ -60,6 +60,8 @@ for k = A + 1, #ARGV do
   outcomes[#outcomes + 1] = outcome
   if outcome ~= 'live' then changed = true end
 end
-if changed then redis.call('HSET', J, 'updated_at', now) end
-drain_frontier(now, nil)
+if changed then
+  redis.call('HSET', J, 'updated_at', now)
+  drain_frontier(now, nil)
+end
 return {0, outcomes}

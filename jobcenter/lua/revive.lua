@@ -42,7 +42,8 @@ redis.call('HINCRBY', J, 'nfailed', -revived)
 redis.call('HSET', J, 'state', J_RUNNING, 'updated_at', now)
 redis.call('HDEL', J, 'finished_at', 'stop')
 redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
-for _, key in ipairs({J, T, H}) do redis.call('PERSIST', key) end
+for _, key in ipairs({J, T, H, F}) do redis.call('PERSIST', key) end
+if IDEM ~= J then redis.call('PERSIST', IDEM) end
 redis.call('ZADD', ACTIVE, redis.call('HGET', J, 'created_at'), JOB_ID)
 redis.call('ZREM', EXPIRING, JOB_ID .. '\t' .. (redis.call('HGET', J, 'owner') or ''))
 return {0, revived}

@@ -34,6 +34,7 @@ local ntask = tonumber(ARGV[ntask_at])
 -- the queues of an inline split are checked against the job's own list before any write
 for k = A + 1, A + njob, 2 do
   if ARGV[k] == 'queues' then META.queues = ARGV[k + 1] end
+  if ARGV[k] == 'idem' and IDEM == J then return {-5} end
 end
 if ntask > 0 and not queues_passed() then return {-5} end
 

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+import jobcenter.store
 from jobcenter.config import Settings
 from jobcenter.store import Store
 
@@ -40,3 +41,10 @@ def store(make_store: Callable[..., Store]) -> Store:
 def short_store(make_store: Callable[..., Store]) -> Store:
     """A store whose leases last SHORT_LEASE_SECONDS."""
     return make_store(SHORT_LEASE_SECONDS)
+
+
+@pytest.fixture
+def leader_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every job this test submits is split by the leader (publish_tasks, queue_roots), as a
+    job larger than INLINE_SPLIT_MAX is, instead of by its submit script."""
+    monkeypatch.setattr(jobcenter.store, "INLINE_SPLIT_MAX", 0)

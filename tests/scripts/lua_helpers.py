@@ -9,8 +9,9 @@ from typing import Any
 import redis
 
 from jobcenter.leader import Leader
+from jobcenter.lua import Batch
 from jobcenter.spec import parse_spec
-from jobcenter.store import StartedTask, Store
+from jobcenter.store import JobMeta, StartedTask, Store
 
 LEADER = "leader-handler"
 H1 = "handler-one"
@@ -78,9 +79,11 @@ def submit(store: Store, spec: dict[str, Any]) -> str:
 
 
 def submit_and_split(store: Store, spec: dict[str, Any]) -> tuple[str, dict[str, int]]:
-    """Submit `spec` and split it; returns the job id and each task id's index."""
+    """Submit `spec` and split it; returns the job id and each task id's index. A small job
+    is split by its submit already (the leader's split then finds nothing to do)."""
     job_id = submit(store, spec)
     Leader(store, LEADER).split(job_id)
+    assert job_field(store, job_id, "state") == "running"
     return job_id, {t["id"]: i for i, t in enumerate(spec["tasks"])}
 
 
@@ -95,6 +98,23 @@ def claim_by_index(store: Store, handler: str, n: int = 100) -> dict[int, Starte
     return {t.index: t for t in claim(store, handler, n)}
 
 
+def job_context(
+    store: Store,
+    job_id: str,
+    *,
+    queues: Sequence[str] | None = None,
+    without_idem: bool = False,
+) -> tuple[list[str], list[Any]]:
+    """KEYS and first ARGV of a job-scoped script, laid out as _job.lua expects; `queues`
+    overrides the queues passed (to leave some out), `without_idem` passes the job hash in
+    place of the job's idempotency key."""
+    meta = store.job_meta(job_id)
+    meta = JobMeta(
+        meta.queues if queues is None else tuple(queues), None if without_idem else meta.idem
+    )
+    return store._context(job_id, meta)
+
+
 def run_job_script(
     store: Store,
     name: str,
@@ -102,20 +122,51 @@ def run_job_script(
     args: Sequence[Any],
     *,
     queues: Sequence[str] | None = None,
+    without_idem: bool = False,
     extra_keys: Sequence[str] = (),
-    client: Any = None,
+    batch: Batch | None = None,
 ) -> Any:
-    """Call a job-scoped script directly, with KEYS and ARGV laid out as _job.lua expects;
-    `queues` overrides the queues passed (to leave some out)."""
-    if queues is None:
-        queues = store.job_queues(job_id)
+    """Call a job-scoped script directly (see job_context), or add the call to `batch`."""
+    keys, argv = job_context(store, job_id, queues=queues, without_idem=without_idem)
+    keys, argv = keys + list(extra_keys), argv + list(args)
+    if batch is not None:
+        batch.add(name, keys, argv)
+        return None
+    return decode(store.scripts.run(name, keys, argv))
+
+
+def submit_call(store: Store, spec: dict[str, Any]) -> tuple[str, list[str], list[Any]]:
+    """The submit.lua call Store.submit would make for `spec`, not run: the new job's id,
+    and the script's own KEYS and ARGV (after the job context)."""
+    batch = store.scripts.batch()
+    job_id = store._add_submit(batch, parse_spec(spec), None, None)
+    ((name, keys, argv),) = batch.calls
+    assert name == "submit"
+    nq = len(store.job_meta(job_id).queues)
+    return job_id, keys[12 + 3 * nq :], argv[3 + nq :]
+
+
+def assert_finalized(store: Store, job_id: str, state: str, *, snapshot_check: bool = True) -> None:
+    """The job was closed (by the transition that ended its last task): final state, out of
+    the active set, its keys on retention, in the expiring set; finalize finds it done (and,
+    unless `snapshot_check` is off for a loop's sake, changes nothing)."""
+    jk = store.keys.job(job_id)
     shard = store.keys.job_shard(job_id)
-    keys = store.keys.job(job_id).as_list()
-    for queue in queues:
-        keys += store.keys.queue_keys(shard, queue)
-    keys += list(extra_keys)
-    reply = store.scripts.run(name, keys, [job_id, len(queues), *queues, *args], client)
-    return reply if client is not None else decode(reply)
+    assert job_field(store, job_id, "state") == state
+    assert job_field(store, job_id, "finished_at") is not None
+    assert job_field(store, job_id, "left") == "0"
+    assert store.redis.zscore(store.keys.active(shard), job_id) is None
+    assert store.redis.pttl(jk.job) > 0
+    for key in (jk.tasks, jk.history, jk.frontier):
+        assert store.redis.pttl(key) != -1, f"{key} outlives the job's retention"
+    owner = job_field(store, job_id, "owner") or ""
+    assert store.redis.zscore(store.keys.expiring(shard), f"{job_id}\t{owner}") is not None
+    assert "finalize" not in leader_messages(store, job_id)
+    if not snapshot_check:
+        assert store.finalize(job_id) == (1, state)
+        return
+    with untouched(store):
+        assert store.finalize(job_id) == (1, state)
 
 
 def complete_one(store: Store, handler: str, job_id: str, index: int, attempt: int) -> int:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from lua_helpers import (
     H1,
     H2,
+    LEADER,
+    assert_finalized,
     claim,
     claim_by_index,
     complete_one,
@@ -20,6 +23,7 @@ from lua_helpers import (
     untouched,
 )
 
+import jobcenter.store
 from jobcenter.leader import Leader
 from jobcenter.spec import parse_spec
 from jobcenter.store import Store
@@ -59,7 +63,10 @@ def test_cancel_empties_queues_revokes_attempts_and_finalizes_cancelled(store: S
         "s": "queued",
     }
 
+    assert job_field(store, job_id, "state") == "running"
     assert store.cancel_step(job_id, from_client=True) == (0, 0)
+    # the cancel ended the last unfinished task, so it finalized the job itself
+    assert_finalized(store, job_id, "cancelled")
 
     assert set(task_states(store, job_id).values()) == {"cancelled"}
     assert queued_indexes(store, job_id) == []
@@ -78,8 +85,6 @@ def test_cancel_empties_queues_revokes_attempts_and_finalizes_cancelled(store: S
         assert store.start(H2, {job_id: [E]}) == []
         assert claim(store, H2) == []
 
-    assert leader_messages(store, job_id) == {"finalize"}
-    Leader(store, "leader").finalize(job_id)
     assert store.status(job_id)["state"] == "cancelled"
     assert store.redis.zscore(keys.active(0), job_id) is None
     assert leader_messages(store, job_id) == set()
@@ -95,15 +100,19 @@ def test_a_cancelled_job_finishes_cancelled_even_after_some_tasks_succeeded(
     assert complete_one(store, H1, job_id, A, a.attempt) == 0
     assert store.cancel_step(job_id, from_client=True) == (0, 0)
     assert task_states(store, job_id)["a"] == "succeeded"
-    assert store.finalize(job_id) == (0, "cancelled")
+    assert_finalized(store, job_id, "cancelled")
 
 
-def test_cancel_of_a_pending_job_finalizes_it_before_any_task_is_written(store: Store) -> None:
+def test_cancel_of_a_pending_job_finalizes_it_before_any_task_is_written(
+    store: Store, leader_split: None
+) -> None:
     job_id = submit(store, MIXED)
+    assert job_field(store, job_id, "state") == "pending"
     assert leader_messages(store, job_id) == {"split"}
     assert store.cancel_step(job_id, from_client=True) == (0, 0)
-    assert leader_messages(store, job_id) == {"finalize"}
-    assert store.finalize(job_id) == (0, "cancelled")
+    assert leader_messages(store, job_id) == set()  # the split is called off
+    assert_finalized(store, job_id, "cancelled")
+    assert job_field(store, job_id, "ncancelled") == str(len(MIXED["tasks"]))
     # a leader that picked up the split message before the cancel writes nothing
     with untouched(store):
         Leader(store, "late-leader").split(job_id)
@@ -111,7 +120,12 @@ def test_cancel_of_a_pending_job_finalizes_it_before_any_task_is_written(store: 
     assert store.status(job_id)["state"] == "cancelled"
 
 
-def test_submitting_the_same_idempotency_key_again_returns_the_first_job(store: Store) -> None:
+@pytest.mark.parametrize("split", ["inline", "leader"])
+def test_submitting_the_same_idempotency_key_again_returns_the_first_job(
+    store: Store, monkeypatch: pytest.MonkeyPatch, split: str
+) -> None:
+    if split == "leader":
+        monkeypatch.setattr(jobcenter.store, "INLINE_SPLIT_MAX", 0)
     spec = parse_spec(
         {
             "name": "nightly",
@@ -122,9 +136,19 @@ def test_submitting_the_same_idempotency_key_again_returns_the_first_job(store: 
     )
     job_id, created = store.submit(spec)
     assert created
+    assert job_field(store, job_id, "state") == ("running" if split == "inline" else "pending")
     with untouched(store):
         assert store.submit(spec) == (job_id, False)
-    Leader(store, "leader").split(job_id)
+    Leader(store, LEADER).split(job_id)
+    assert job_field(store, job_id, "state") == "running"
+    with untouched(store):
+        assert store.submit(spec) == (job_id, False)
+    # still after the job ended: the key lives as long as the job
+    (x,) = claim(store, H1)
+    assert complete_one(store, H1, job_id, x.index, x.attempt) == 0
+    assert_finalized(store, job_id, "succeeded")
+    idem = store.keys.idempotency(store.keys.job_shard(job_id), "etl-2026-11-22")
+    assert store.redis.pttl(idem) > 0
     with untouched(store):
         assert store.submit(spec) == (job_id, False)
 
@@ -152,13 +176,16 @@ def test_a_completion_between_cancel_chunks_never_requeues_a_cancelled_child(
     assert "cancel" in leader_messages(store, job_id)
     assert complete_one(store, H1, job_id, p.index, p.attempt) == 0
     assert task_states(store, job_id)["c"] == "cancelled"
+    assert "continue" in leader_messages(store, job_id)  # p's release is not over yet
+    assert job_field(store, job_id, "state") == "running"  # f999 has not ended yet
 
-    leader = Leader(store, "leader")
-    leader.cancel(job_id)
-    leader.go_on(job_id)  # p's release of its 1,001 children takes two bounded steps
+    leader = Leader(store, LEADER)
+    leader.cancel(job_id)  # visits f999, the last unfinished task: the job is finalized
+    assert_finalized(store, job_id, "cancelled")
+    leader.go_on(job_id)  # p's release of its 1,001 children takes several bounded steps
     states = task_states(store, job_id)
     assert states.pop("p") == "succeeded"
     assert set(states.values()) == {"cancelled"}
     assert queued_indexes(store, job_id) == []
-    assert leader_messages(store, job_id) == {"finalize"}
-    assert store.finalize(job_id) == (0, "cancelled")
+    assert leader_messages(store, job_id) == set()
+    assert_finalized(store, job_id, "cancelled")

@@ -13,15 +13,16 @@ from lua_helpers import (
     H1,
     H2,
     NO_RETRY,
+    assert_finalized,
     claim_by_index,
     complete_one,
     job_field,
     leader_messages,
+    run_job_script,
     submit_and_split,
     task_states,
 )
 
-from jobcenter.leader import Leader
 from jobcenter.store import Store
 
 
@@ -80,21 +81,12 @@ def test_seed_000_failure_of_t4_fails_t7_and_t9_but_t8_still_runs(store: Store, 
         assert task_states(store, job_id)["t9"] == "waiting"
         fail_t4()
     else:
-        pipe = store.redis.pipeline(transaction=False)
-        jk = store.keys.job(job_id).as_list() + store.keys.queue_keys(0, "default")
-        store.scripts.run(
-            "fail",
-            jk,
-            [job_id, 1, "default", H2, t4.index, t4.attempt, "ValueError: t4", NO_RETRY],
-            client=pipe,
-        )
-        store.scripts.run(
-            "complete",
-            jk,
-            [job_id, 1, "default", H2, 30_000, 0, 0, t5.index, t5.attempt, t6.index, t6.attempt],
-            client=pipe,
-        )
-        fail_reply, complete_reply = pipe.execute()
+        batch = store.scripts.batch()
+        fail_args = [H2, t4.index, t4.attempt, "ValueError: t4", NO_RETRY]
+        run_job_script(store, "fail", job_id, fail_args, batch=batch)
+        complete_args = [H2, 30_000, 0, 0, t5.index, t5.attempt, t6.index, t6.attempt]
+        run_job_script(store, "complete", job_id, complete_args, batch=batch)
+        fail_reply, complete_reply = batch.execute()
         assert fail_reply[0] == 0 and list(complete_reply[1]) == [0, 0]
 
     status = store.status(job_id)
@@ -105,11 +97,12 @@ def test_seed_000_failure_of_t4_fails_t7_and_t9_but_t8_still_runs(store: Store, 
     (t8,) = claim_by_index(store, H1).values()
     assert t8.index == ids["t8"]
     assert job_field(store, job_id, "left") == "1"
-    assert "finalize" not in leader_messages(store, job_id)  # t8 has not ended yet
+    assert job_field(store, job_id, "state") == "running"  # t8 has not ended yet
+    assert "finalize" not in leader_messages(store, job_id)
     assert complete_one(store, H1, job_id, t8.index, t8.attempt) == 0
 
-    assert leader_messages(store, job_id) == {"finalize"}
-    Leader(store, "leader").finalize(job_id)
+    # t8's completion ended the last task: it finalized the job itself
+    assert_finalized(store, job_id, "failed")
     assert store.status(job_id)["state"] == "failed"
     assert task_states(store, job_id) == {
         "t1": "succeeded",
@@ -188,10 +181,14 @@ def test_a_failure_cascades_through_a_wide_fan_out_in_bounded_chunks(
     states = Counter(task_states(store, job_id).values())
     assert states["waiting"] > 0, "the whole cascade ran in one script call"
     assert "continue" in leader_messages(store, job_id)
+    assert job_field(store, job_id, "state") == "running"  # tasks are still waiting
     assert "finalize" not in leader_messages(store, job_id)
 
     while _timed(log, lambda: store.continue_frontier(job_id), durations) > 0:
         assert "continue" in leader_messages(store, job_id)
+        # finalized by the very step that ends the last task, never before
+        finished = job_field(store, job_id, "left") == "0"
+        assert job_field(store, job_id, "state") == ("failed" if finished else "running")
         assert len(durations) < 100, "the cascade does not progress"
 
     max_us = max(us for us, _ in durations)
@@ -201,9 +198,10 @@ def test_a_failure_cascades_through_a_wide_fan_out_in_bounded_chunks(
     status = store.status(job_id)
     assert status["tasks"]["join"]["error"] == "upstream task root failed"
     assert status["tasks"]["c4999"]["error"] == "upstream task root failed"
+    assert len(durations) > 2, "the cascade was not split in bounded chunks"
     assert job_field(store, job_id, "left") == "0"
-    assert leader_messages(store, job_id) == {"finalize"}
-    assert store.finalize(job_id) == (0, "failed")
+    assert leader_messages(store, job_id) == set()
+    assert_finalized(store, job_id, "failed")
 
     report = (
         f"fan-out {FAN_OUT}: {len(durations)} script calls; slowest by SLOWLOG "

@@ -10,18 +10,23 @@ from lua_helpers import (
     H2,
     LEADER,
     NO_RETRY,
+    assert_finalized,
     claim,
     claim_by_index,
     complete_one,
     decode,
     heartbeat_one,
+    job_context,
+    job_field,
     run_job_script,
     submit,
     submit_and_split,
+    submit_call,
     task_field,
     untouched,
 )
 
+import jobcenter.store
 from jobcenter.errors import UnknownJob
 from jobcenter.store import StartedTask, Store
 
@@ -128,9 +133,12 @@ UNKNOWN_JOB_CALLS: dict[str, list[Any]] = {
     "publish_tasks": [LEADER, 30_000, 0, 1, "s:0", "waiting"],
     "queue_roots": [LEADER, 30_000, 0, 1, 1, 0],
     "continue": [],
-    "finalize": [60_000, 0],
+    "finalize": [],
     "cancel": ["cancel", ""],
     "release": [H1, 0, 1],
+    "repair": ["requeue", "", 0],
+    "resubmit": ["split"],
+    "revive": [1, 0],
 }
 
 
@@ -139,14 +147,18 @@ def test_scripts_on_an_unknown_job_return_minus_4_and_change_nothing(
     store: Store, busy: tuple[str, dict[int, StartedTask]], name: str
 ) -> None:
     ghost = store.keys.new_job_id()
-    extra = []
-    if name == "finalize":
-        extra = [store.keys.active(0), store.keys.job(ghost).job]
     with untouched(store):
-        reply = run_job_script(
-            store, name, ghost, UNKNOWN_JOB_CALLS[name], queues=["default"], extra_keys=extra
-        )
+        reply = run_job_script(store, name, ghost, UNKNOWN_JOB_CALLS[name], queues=["default"])
         assert reply == [-4]
+
+
+def test_delete_of_an_unknown_job_returns_minus_4_and_changes_nothing(
+    store: Store, busy: tuple[str, dict[int, StartedTask]]
+) -> None:
+    ghost = store.keys.new_job_id()
+    extra = [store.keys.jobs(0), store.keys.job(ghost).job]
+    with untouched(store):
+        assert run_job_script(store, "delete", ghost, [0], extra_keys=extra) == [-4]
 
 
 def test_store_calls_on_an_unknown_job_report_it_and_change_nothing(
@@ -172,6 +184,9 @@ QUEUE_SCRIPT_CALLS: dict[str, list[Any]] = {
     "continue": [],
     "cancel": ["cancel", ""],
     "release": [H1, A, 1],
+    "finalize": [],
+    "repair": ["requeue", "", A],
+    "revive": [1, A],
 }
 
 
@@ -186,10 +201,49 @@ def test_scripts_without_all_their_queue_keys_return_minus_5_and_change_nothing(
         assert reply == [-5]
 
 
-def test_publish_tasks_with_a_moved_cursor_returns_minus_6_and_changes_nothing(
+IDEM_BUSY = {**BUSY, "name": "busy-idem", "idempotency_key": "busy-2026-11-22"}
+
+
+@pytest.mark.parametrize("name", sorted(QUEUE_SCRIPT_CALLS))
+def test_scripts_without_the_jobs_idempotency_key_return_minus_5_and_change_nothing(
+    store: Store, name: str
+) -> None:
+    """A script that may finalize the job must be given its idempotency key (to put it on
+    retention): passing the job hash in its place is rejected before any write."""
+    job_id, _ = submit_and_split(store, IDEM_BUSY)
+    assert sorted(claim_by_index(store, H1)) == [A, E]
+    with untouched(store):
+        reply = run_job_script(store, name, job_id, QUEUE_SCRIPT_CALLS[name], without_idem=True)
+        assert reply == [-5]
+
+
+def test_finalize_and_delete_of_a_finished_job_without_its_idempotency_key_change_nothing(
     store: Store,
 ) -> None:
+    spec = {"name": "one", "idempotency_key": "one-key", "tasks": [{"id": "x", "task": "t.x"}]}
+    job_id, _ = submit_and_split(store, spec)
+    (task,) = claim(store, H1)
+    assert complete_one(store, H1, job_id, task.index, task.attempt) == 0
+    assert_finalized(store, job_id, "succeeded")
+    idem = store.keys.idempotency(0, "one-key")
+    assert store.redis.pttl(idem) > 0  # on the job's retention
+    extra = [store.keys.jobs(0), store.keys.job(job_id).job]  # no owner
+    with untouched(store):
+        reply = run_job_script(store, "delete", job_id, [], without_idem=True, extra_keys=extra)
+        assert reply == [-5]
+        reply = run_job_script(store, "finalize", job_id, [], without_idem=True)
+        assert reply == [1, "succeeded"]  # finished already: nothing to put on retention
+    store.delete(job_id, [])
+    assert not store.redis.exists(store.keys.job(job_id).job, idem)
+    assert store.redis.zscore(store.keys.jobs(0), job_id) is None
+    assert store.redis.zscore(store.keys.expiring(0), f"{job_id}\t") is None
+
+
+def test_publish_tasks_with_a_moved_cursor_returns_minus_6_and_changes_nothing(
+    store: Store, leader_split: None
+) -> None:
     job_id = submit(store, BUSY)
+    assert job_field(store, job_id, "state") == "pending"
     chunk = ["id:0", "a", "s:0", "waiting"]
     assert store.publish_tasks(job_id, LEADER, 0, 1, chunk) == 0
     with untouched(store):
@@ -201,9 +255,13 @@ def test_publish_tasks_with_a_moved_cursor_returns_minus_6_and_changes_nothing(
         assert store.queue_roots(job_id, LEADER, 0, 1, True, [0]) == -3
 
 
+@pytest.mark.parametrize("split", ["inline", "leader"])
 def test_queue_roots_with_a_moved_cursor_returns_minus_6_and_changes_nothing(
-    store: Store,
+    store: Store, monkeypatch: pytest.MonkeyPatch, split: str
 ) -> None:
+    """Whoever split the job (its submit, or a leader) left the cursors at the end."""
+    if split == "leader":
+        monkeypatch.setattr(jobcenter.store, "INLINE_SPLIT_MAX", 0)
     job_id, _ = submit_and_split(store, BUSY)
     assert task_field(store, job_id, "s", A) == "queued"
     with untouched(store):
@@ -224,32 +282,59 @@ def test_finalize_while_tasks_are_unfinished_changes_nothing(
 def test_cancel_of_a_finished_job_changes_nothing(store: Store) -> None:
     job_id, _ = submit_and_split(store, {"name": "one", "tasks": [{"id": "x", "task": "t.x"}]})
     (task,) = claim(store, H1)
+    assert job_field(store, job_id, "state") == "running"
     assert complete_one(store, H1, job_id, task.index, task.attempt) == 0
-    assert store.finalize(job_id) == (0, "succeeded")
+    assert_finalized(store, job_id, "succeeded")
     with untouched(store):
         assert store.cancel_step(job_id, from_client=True) == (1, 0)
         assert store.finalize(job_id) == (1, "succeeded")
 
 
+# submit.lua's own ARGV after the job context: job-hash pairs, then task-hash pairs (none:
+# a leader splits the job; some: split at once), then the ready tasks' indexes.
+RESUBMIT_ARGS = {
+    "leader-split": [4, "name", "again", "queues", "default,other", 0],
+    "inline": [4, "name", "again", "queues", "default,other", 2, "s:0", "waiting", 0],
+}
+
+
+@pytest.mark.parametrize("split", sorted(RESUBMIT_ARGS))
 def test_submit_over_an_existing_job_id_returns_minus_3_and_changes_nothing(
-    store: Store, busy: tuple[str, dict[int, StartedTask]]
+    store: Store, busy: tuple[str, dict[int, StartedTask]], split: str
 ) -> None:
     job_id, _ = busy
     keys = store.keys
-    jk = keys.job(job_id)
-    script_keys = [
-        jk.job,
-        jk.job,
-        keys.seq(0),
-        keys.jobs(0),
-        keys.active(0),
-        jk.job,
-        jk.leader,
-        jk.leader_wake,
-    ]
+    script_keys, argv = job_context(store, job_id)
+    script_keys += [keys.seq(0), keys.jobs(0), keys.job(job_id).job]
     with untouched(store):
-        reply = store.scripts.run("submit", script_keys, [job_id, 0, 0, "name", "again"])
+        reply = store.scripts.run("submit", script_keys, argv + RESUBMIT_ARGS[split])
         assert decode(reply) == [-3]
+
+
+@pytest.mark.parametrize("passed", [[], ["default"], ["other"]], ids=["none", "one", "other"])
+def test_a_small_submit_without_all_its_queue_keys_returns_minus_5_and_changes_nothing(
+    store: Store, passed: list[str]
+) -> None:
+    """submit.lua splits a small job at once: it checks the job's queues before any write."""
+    job_id, own_keys, own_args = submit_call(store, BUSY)
+    keys, argv = job_context(store, job_id, queues=passed)
+    with untouched(store):
+        assert decode(store.scripts.run("submit", keys + own_keys, argv + own_args)) == [-5]
+    keys, argv = job_context(store, job_id)
+    assert decode(store.scripts.run("submit", keys + own_keys, argv + own_args)) == [0, job_id]
+    assert job_field(store, job_id, "state") == "running"
+
+
+@pytest.mark.parametrize("split", ["inline", "leader"])
+def test_a_submit_without_its_idempotency_key_returns_minus_5_and_changes_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch, split: str
+) -> None:
+    if split == "leader":
+        monkeypatch.setattr(jobcenter.store, "INLINE_SPLIT_MAX", 0)
+    job_id, own_keys, own_args = submit_call(store, IDEM_BUSY)
+    keys, argv = job_context(store, job_id, without_idem=True)
+    with untouched(store):
+        assert decode(store.scripts.run("submit", keys + own_keys, argv + own_args)) == [-5]
 
 
 def test_start_skips_a_task_another_handler_reserved_and_changes_nothing(

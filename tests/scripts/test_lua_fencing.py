@@ -7,11 +7,13 @@ from lua_helpers import (
     H1,
     H2,
     H3,
+    assert_finalized,
     claim,
     complete_one,
     decode,
     heartbeat_one,
     history_of,
+    job_field,
     lease_deadline_ms,
     lease_expired,
     queued_indexes,
@@ -97,6 +99,7 @@ def test_an_expired_attempt_times_out_resumes_then_is_taken_over_and_finally_fai
     _wait_expired(store, job_id, A)
     assert store.expire([(job_id, A)], GRACE_MS) == {"timed_out": 1}
     _wait_expired(store, job_id, A)
+    assert job_field(store, job_id, "state") == "running"
     assert store.expire([(job_id, A)], GRACE_MS) == {"failed": 1}
     status = store.status(job_id)
     assert status["tasks"]["a"]["state"] == "failed"
@@ -104,7 +107,7 @@ def test_an_expired_attempt_times_out_resumes_then_is_taken_over_and_finally_fai
     assert status["tasks"]["b"]["state"] == "upstream_failed"
     assert "a" in status["tasks"]["b"]["error"]
     assert lease_deadline_ms(store, job_id, A) is None
-    assert store.finalize(job_id) == (0, "failed")
+    assert_finalized(store, job_id, "failed")  # by the expire that failed a (b cascaded)
     with untouched(store):
         assert complete_one(store, H2, job_id, A, 2) == -3
 

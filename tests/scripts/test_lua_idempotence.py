@@ -12,6 +12,7 @@ from lua_helpers import (
     H2,
     H3,
     NO_RETRY,
+    assert_finalized,
     claim,
     claim_by_index,
     complete_one,
@@ -117,12 +118,12 @@ def test_a_duplicate_fail_after_an_immediate_retry_changes_nothing(store: Store)
 def _complete_in_one_pipeline(
     store: Store, job_id: str, b: tuple[str, int, int], c: tuple[str, int, int]
 ) -> list[int]:
-    pipe = store.redis.pipeline(transaction=False)
+    batch = store.scripts.batch()
     for handler, index, attempt in (b, c):
         run_job_script(
-            store, "complete", job_id, [handler, 30_000, 0, 0, index, attempt], client=pipe
+            store, "complete", job_id, [handler, 30_000, 0, 0, index, attempt], batch=batch
         )
-    replies = pipe.execute()
+    replies = batch.execute()
     return [int(reply[1][0]) for reply in replies]
 
 
@@ -170,6 +171,7 @@ def test_a_join_whose_parents_complete_together_is_released_exactly_once(
             assert codes == [0, 0]
             counter, queued, owner = _join_after_race(store, job_id)
             assert counter == 0  # decremented exactly once per parent
+            assert job_field(store, job_id, "state") == "running"  # d has not ended yet
             if take:
                 # exactly one completer took d to run at once; it never entered the queue
                 assert [(t.index, t.attempt) for t in taken_d] == [(D, 1)]
@@ -180,7 +182,7 @@ def test_a_join_whose_parents_complete_together_is_released_exactly_once(
                 (d,) = claim(store, H3)
                 assert (d.job_id, d.index, d.attempt) == (job_id, D, 1)
                 assert complete_one(store, H3, job_id, D, 1) == 0
-            assert store.finalize(job_id) == (0, "succeeded")
+            assert_finalized(store, job_id, "succeeded", snapshot_check=False)
             assert _attempts_in_history(store, job_id, D) == [1]
             assert store.redis.zcard(store.keys.queue(0, "default")) == 0
 

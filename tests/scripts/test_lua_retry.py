@@ -6,8 +6,10 @@ from helpers import wait_until
 from lua_helpers import (
     H1,
     H2,
+    assert_finalized,
     claim,
     history_of,
+    job_field,
     queued_indexes,
     submit_and_split,
     task_field,
@@ -50,10 +52,11 @@ def test_a_failure_asking_for_a_retry_with_no_attempt_left_fails_and_cascades(
     assert store.fail(H1, job_id, A, first.attempt, "flaky", 0) == (0, "queued")
     (second,) = claim(store, H1)
     assert second.attempt == 2
+    assert job_field(store, job_id, "state") == "running"
     assert store.fail(H1, job_id, A, second.attempt, "flaky again", 0) == (0, "failed")
     assert task_states(store, job_id) == {"a": "failed", "b": "upstream_failed"}
     assert queued_indexes(store, job_id) == []
-    assert store.finalize(job_id) == (0, "failed")
+    assert_finalized(store, job_id, "failed")
 
 
 def test_a_stopping_worker_gives_its_attempt_back_without_using_up_a_retry(store: Store) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from jobcenter.lua import ALL_SCRIPTS, source
+from jobcenter.lua import ALL_SCRIPTS, JOB_SCRIPTS, SHARD_SCRIPTS, source
 from jobcenter.states import JobState, TaskState, lua_constants
 
 LUA_DIR = Path(str(resources.files("jobcenter.lua")))
@@ -115,3 +115,50 @@ def test_every_script_starts_with_a_header_naming_it(path: Path) -> None:
 def test_every_script_compiles_on_the_server(redis_client: redis.Redis) -> None:
     for name in sorted(ALL_SCRIPTS):
         redis_client.script_load(source(name))
+
+
+@pytest.mark.parametrize("name", sorted(ALL_SCRIPTS))
+def test_job_scripts_and_only_they_get_the_job_context(name: str) -> None:
+    """A job script (submit among them) reads the job context of _job.lua and says so in
+    its header; a shard script (claim, singleton) names its own KEYS from KEYS[1]."""
+    header = _read_header(name)
+    if name in JOB_SCRIPTS:
+        assert "local JOB_ID = ARGV[1]" in source(name), name
+        assert "the job context (_job.lua)" in header, name
+    else:
+        assert "local JOB_ID" not in source(name), name
+        assert "KEYS[1]" in header and "ARGV[1]" in header, name
+
+
+# _job.lua helpers that write to a queue or may finalize the job (which puts the job's
+# idempotency key on retention): a script must check its keys before the first of them.
+KEYED_WRITES = re.compile(
+    r"\b(enqueue|task_finished|finalize_job|fail_task|fail_one|release_one|drain_frontier)\("
+)
+QUEUES_CHECK = "if not queues_passed() then return {-5} end"
+
+
+@pytest.mark.parametrize("name", sorted(JOB_SCRIPTS))
+def test_job_scripts_that_queue_or_finalize_check_their_queue_and_idempotency_keys_first(
+    name: str,
+) -> None:
+    code = _code(LUA_DIR / f"{name}.lua")
+    write = KEYED_WRITES.search(code)
+    if write is None and not re.search(r"\b(QUEUES|IDEM)\b", code):
+        return  # start, heartbeat, publish_tasks, resubmit: no queue, no finalize
+    check = code.find("queues_passed()")
+    assert check >= 0, f"{name} writes through the job context without queues_passed()"
+    assert write is None or check < write.start(), f"{name}: {write and write.group()} first"
+    assert QUEUES_CHECK in code or name == "submit", name
+    assert "-5" in _read_header(name), f"{name}'s header does not list -5"
+
+
+def test_submit_is_a_job_script() -> None:
+    """submit.lua splits a small job itself, so it runs in the job's context."""
+    assert "submit" in JOB_SCRIPTS and "submit" not in SHARD_SCRIPTS
+    assert JOB_SCRIPTS.isdisjoint(SHARD_SCRIPTS) and JOB_SCRIPTS | SHARD_SCRIPTS == ALL_SCRIPTS
+
+
+def _read_header(name: str) -> str:
+    text = (LUA_DIR / f"{name}.lua").read_text()
+    return text[: text.index("]]")]

@@ -1,0 +1,178 @@
+"""A small job is split by its submit script; a transition that ends a job's last task
+finalizes it; start hands back what later calls of the job need (its queues, its key)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from lua_helpers import (
+    H1,
+    H2,
+    LEADER,
+    NO_RETRY,
+    assert_finalized,
+    claim,
+    complete_one,
+    decode,
+    job_context,
+    job_field,
+    leader_messages,
+    queued_indexes,
+    submit,
+    task_states,
+    untouched,
+)
+
+import jobcenter.store
+from jobcenter.leader import Leader
+from jobcenter.store import Store
+
+SPEC = {
+    "name": "two-queues",
+    "idempotency_key": "two-queues-key",
+    "tasks": [
+        {"id": "a", "task": "t.a"},
+        {"id": "b", "task": "t.b", "depends_on": ["a"]},
+        {"id": "e", "task": "t.e", "retries": 2},
+        {"id": "f", "task": "t.f", "queue": "other"},
+    ],
+}
+A, B, E, F = 0, 1, 2, 3
+SPLIT_FIELDS = ("state", "n", "left", "written", "queued", "queues", "nfailed", "ncancelled")
+
+
+def _split_state(store: Store, job_id: str) -> dict[str, Any]:
+    """What a finished split leaves: job fields, tasks hash (queue times aside), queues."""
+    tasks = store.redis.hgetall(store.keys.job(job_id).tasks)
+    return {
+        "job": {name: job_field(store, job_id, name) for name in SPLIT_FIELDS},
+        "tasks": {k.decode(): v for k, v in tasks.items() if not k.startswith(b"tq:")},
+        "default": queued_indexes(store, job_id),
+        "other": queued_indexes(store, job_id, "other"),
+    }
+
+
+def test_a_small_job_is_split_by_its_submit_exactly_as_a_leader_splits_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inline_id = submit(store, {**SPEC, "idempotency_key": "inline"})
+    assert job_field(store, inline_id, "state") == "running"
+    assert job_field(store, inline_id, "started_at") is not None
+    assert not store.redis.hexists(store.keys.job(inline_id).job, "spec")
+    assert leader_messages(store, inline_id) == set()
+    assert task_states(store, inline_id) == {
+        "a": "queued",
+        "b": "waiting",
+        "e": "queued",
+        "f": "queued",
+    }
+    with untouched(store):  # a leader finds nothing left to split
+        Leader(store, LEADER).split(inline_id)
+
+    monkeypatch.setattr(jobcenter.store, "INLINE_SPLIT_MAX", 0)
+    leader_id = submit(store, {**SPEC, "idempotency_key": "leader"})
+    assert job_field(store, leader_id, "state") == "pending"
+    assert store.redis.hexists(store.keys.job(leader_id).job, "spec")
+    assert leader_messages(store, leader_id) == {"split"}
+    assert not store.redis.exists(store.keys.job(leader_id).tasks)
+    Leader(store, LEADER).split(leader_id)
+    assert not store.redis.hexists(store.keys.job(leader_id).job, "spec")
+    assert leader_messages(store, leader_id) == set()
+
+    expected = _split_state(store, leader_id)
+    assert expected["job"]["written"] == "4" and expected["job"]["queued"] == "3"
+    assert (expected["default"], expected["other"]) == ([A, E], [F])
+    assert _split_state(store, inline_id) == expected
+
+
+@pytest.mark.parametrize(("extra", "split"), [(0, "inline"), (1, "leader")])
+def test_jobs_up_to_inline_split_max_tasks_are_split_by_submit_larger_ones_by_a_leader(
+    store: Store, extra: int, split: str
+) -> None:
+    n = jobcenter.store.INLINE_SPLIT_MAX + extra
+    spec = {"name": "edge", "tasks": [{"id": f"r{k}", "task": "t.r"} for k in range(n)]}
+    job_id = submit(store, spec)
+    if split == "inline":
+        assert job_field(store, job_id, "state") == "running"
+        assert leader_messages(store, job_id) == set()
+    else:
+        assert job_field(store, job_id, "state") == "pending"
+        assert leader_messages(store, job_id) == {"split"}
+        assert queued_indexes(store, job_id) == []
+        Leader(store, LEADER).split(job_id)
+    assert job_field(store, job_id, "state") == "running"
+    assert queued_indexes(store, job_id) == list(range(n))
+
+
+def test_start_returns_the_jobs_queues_and_idempotency_key(store: Store) -> None:
+    """start runs without the job's meta (a worker may not know the job yet), and returns
+    it, so the worker's later calls for the job need no read."""
+    job_id = submit(store, SPEC)
+    plain_id = submit(store, {**SPEC, "idempotency_key": None, "name": "plain"})
+    k = store.keys
+    claim_keys = [k.leader(0), k.leases(0), k.claims(0), *k.queue_keys(0, "other")]
+    reserved = decode(store.scripts.run("claim", claim_keys, [H1, 0, 2, 30_000, 30_000, 100]))
+    assert sorted(m.split("|")[1] for m in reserved[2]) == sorted([job_id, plain_id])
+    for job, idem in ((job_id, "two-queues-key"), (plain_id, "")):
+        script_keys, argv = job_context(store, job, queues=[], without_idem=True)
+        reply = store.scripts.run("start", script_keys, [*argv, H1, F])  # payloads stay bytes
+        assert reply[0] == 0
+        assert [(index, attempt) for index, attempt, _ in reply[1]] == [(F, 1)]
+        assert decode(reply[2:]) == ["default,other", idem]
+
+    other = jobcenter.store.Store(store.redis, store.settings)  # knows no job yet
+    (started,) = other.claim(H2, ["default"], max_tasks=1, max_leader=0).tasks
+    assert started.job_id == job_id
+    assert other.job_meta(job_id) == jobcenter.store.JobMeta(("default", "other"), "two-queues-key")
+
+
+def test_claim_reports_when_the_next_retry_is_due(store: Store) -> None:
+    job_id = submit(store, {"name": "later", "tasks": [{"id": "a", "task": "t.a", "retries": 1}]})
+    (a,) = claim(store, H1)
+    assert store.claim(H1, ["default"], max_tasks=1, max_leader=0).next_retry_ms == -1
+    assert store.fail(H1, job_id, A, a.attempt, "flaky", 60_000) == (0, "retry_wait")
+    report = store.claim(H1, ["default"], max_tasks=1, max_leader=0)
+    assert report.tasks == []
+    assert 0 < report.next_retry_ms <= 60_000
+
+
+def test_a_revived_job_keeps_its_idempotency_key_while_it_runs_again(store: Store) -> None:
+    job_id = submit(store, SPEC)
+    idem = store.keys.idempotency(0, "two-queues-key")
+    assert store.redis.pttl(idem) == -1  # no TTL while the job runs
+    roots = {t.index: t for t in claim(store, H1, queues=["default", "other"])}
+    assert sorted(roots) == [A, E, F]
+    assert complete_one(store, H1, job_id, E, roots[E].attempt) == 0
+    assert complete_one(store, H1, job_id, F, roots[F].attempt) == 0
+    assert store.fail(H1, job_id, A, roots[A].attempt, "boom", NO_RETRY) == (0, "failed")
+    assert_finalized(store, job_id, "failed")
+    assert store.redis.pttl(idem) > 0
+
+    assert store.revive(job_id, [A], [B]) == 2
+    assert job_field(store, job_id, "state") == "running"
+    assert store.redis.pttl(store.keys.job(job_id).job) == -1
+    assert store.redis.pttl(idem) == -1
+
+
+def test_a_finalized_job_drops_its_frontier_and_never_recreates_it(store: Store) -> None:
+    """As in test_a_completion_between_cancel_chunks_never_requeues_a_cancelled_child: the
+    cancel's last step finalizes the job while p's release is still under way. Every task is
+    terminal then, so what the frontier holds would change nothing: finalize drops it, and no
+    later step re-creates it (a list without the job's TTL would outlive the job)."""
+    fillers = [{"id": f"f{k}", "task": "t.f", "depends_on": ["p"]} for k in range(1_000)]
+    c = {"id": "c", "task": "t.c", "depends_on": ["p"]}
+    spec = {"name": "late-frontier", "tasks": [c, *fillers, {"id": "p", "task": "t.p"}]}
+    job_id = submit(store, spec)  # more than INLINE_SPLIT_MAX tasks: a leader splits it
+    Leader(store, LEADER).split(job_id)
+    (p,) = claim(store, H1)
+    code, left = store.cancel_step(job_id, from_client=True)
+    assert code == 0 and left > 0  # f999 and p are visited in the next step
+    assert complete_one(store, H1, job_id, p.index, p.attempt) == 0  # a release under way
+    assert store.cancel_step(job_id) == (0, 0)  # cancels f999, the last task: finalized
+    assert job_field(store, job_id, "state") == "cancelled"
+    frontier = store.keys.job(job_id).frontier
+    assert not store.redis.exists(frontier)
+    assert store.redis.zscore(store.keys.leader(0), f"continue|{job_id}") is None
+    assert store.continue_frontier(job_id) == 0
+    assert not store.redis.exists(frontier)
