@@ -11,6 +11,7 @@ import heapq
 import itertools
 import logging
 import multiprocessing
+import os
 import queue
 import random
 import signal
@@ -27,6 +28,7 @@ from typing import Any
 from . import codec, registry
 from .context import TaskContext, set_current
 from .errors import Fatal, Retry
+from .lifeline import exit_with
 from .store import StartedTask
 
 log = logging.getLogger(__name__)
@@ -198,10 +200,16 @@ class ThreadRunner:
 
 
 def _child_main(
-    conn: Connection, task: StartedTask, payload: dict[str, Any], handler: str, modules: list[str]
+    conn: Connection,
+    task: StartedTask,
+    payload: dict[str, Any],
+    handler: str,
+    modules: list[str],
+    worker_pid: int,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when children stop
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    exit_with(worker_pid)  # a kill -9'd worker's attempt must not run on
     registry.import_modules(modules)
     outcome = execute(task, payload, handler, lambda m: conn.send(("progress", m)))
     conn.send(("done", outcome))
@@ -245,7 +253,7 @@ class ProcessRunner:
         receiver, sender = self.ctx.Pipe(duplex=False)
         child = self.ctx.Process(
             target=_child_main,
-            args=(sender, task, payload, self.handler, self.modules),
+            args=(sender, task, payload, self.handler, self.modules, os.getpid()),
             daemon=True,
         )
         child.start()

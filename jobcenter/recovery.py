@@ -34,6 +34,7 @@ class RecoveryReport:
     requeued: int = 0  # queued tasks whose queue entry was lost
     released: int = 0  # waiting tasks whose parents had all succeeded
     node_failed: int = 0  # tasks pinned to a node with no live worker
+    leased: int = 0  # running tasks that had lost their lease
     resubmitted: dict[str, int] = field(default_factory=dict)  # leader messages re-added
     finalized: int = 0
     abandoned: int = 0  # stalled scheduled jobs marked failed instead of resubmitted
@@ -50,6 +51,7 @@ class RecoveryReport:
             + self.requeued
             + self.released
             + self.node_failed
+            + self.leased
             + sum(self.resubmitted.values())
             + self.finalized
             + self.abandoned
@@ -64,6 +66,7 @@ class Recovery:
         self.handler = handler
         self.settings = store.settings
         self.report = RecoveryReport()
+        self._lease_ms = int(self.settings.worker_timeout_seconds * 1000)
 
     def _now_ms(self) -> int:
         seconds, micros = self.store.redis.time()
@@ -71,7 +74,9 @@ class Recovery:
 
     def run(self, round_no: int = 0) -> RecoveryReport:
         """Run one pass unless another holds the lease or round `round_no` ran already."""
-        lease_ms = int(max(self.settings.recovery_interval_seconds, 60) * 1000)
+        # a pass killed half way blocks the next ones only until its handler would count as
+        # gone; the lease is renewed as the pass goes
+        lease_ms = self._lease_ms
         code = self.store.singleton(SINGLETON, "acquire", self.handler, lease_ms, round_no)
         if code != 0:
             self.report.ran = False
@@ -85,7 +90,7 @@ class Recovery:
                 self._leader_messages(shard)
                 for job_id in self.store.redis.zrange(self.store.keys.active(shard), 0, -1):
                     self._job(job_id.decode())
-                    self.store.singleton(SINGLETON, "renew", self.handler, lease_ms)
+                    self._renew()
             self.report.trimmed = trim_expired(self.store)
         finally:
             self.store.singleton(SINGLETON, "release", self.handler, lease_ms)
@@ -103,6 +108,7 @@ class Recovery:
             pairs = [(j, int(i)) for j, i in (m.decode().split("|") for m in members)]
             for outcome, n in self.store.expire(pairs, grace_ms).items():
                 self.report.leases[outcome] = self.report.leases.get(outcome, 0) + n
+            self._renew()
             if len(members) < LEASES_PAGE or self.report.leases.get("live") == len(members):
                 return
 
@@ -119,6 +125,10 @@ class Recovery:
                     self.report.abandoned += 1
                 else:
                     self.report.leader_steps += 1
+            self._renew()
+
+    def _renew(self) -> None:
+        self.store.singleton(SINGLETON, "renew", self.handler, self._lease_ms)
 
     # -- rules 2-5 for one unfinished job ---------------------------------------------------
 
@@ -133,8 +143,13 @@ class Recovery:
             return
         now = self._now_ms()
         idle_ms = now - int(job.get("updated_at", now))
+        if job.get("stop"):  # a cancel (or abandon) under way: its leader may have died
+            limit = int(job["n"]) if state == JobState.RUNNING else int(job.get("written", 0))
+            if int(job.get("cancel_cursor", 0)) < limit:
+                self._resubmit(job_id, "cancel")
         if state == JobState.PENDING:
-            self._resubmit(job_id, "split")
+            if not job.get("stop"):
+                self._resubmit(job_id, "split")
             return
         if int(job.get("left", 1)) == 0:
             if idle_ms >= self.settings.worker_timeout_seconds * 1000:
@@ -145,8 +160,6 @@ class Recovery:
             return
         if store.redis.exists(store.keys.job(job_id).frontier):
             self._resubmit(job_id, "continue")
-        if job.get("stop") and int(job.get("cancel_cursor", 0)) < int(job["n"]):
-            self._resubmit(job_id, "cancel")
         self._tasks(job_id, now)
 
     def _resubmit(self, job_id: str, kind: str) -> None:
@@ -177,6 +190,9 @@ class Recovery:
         alive = [i for i in parked if i not in set(dead)]
         for batch in _batches(alive):
             self.report.requeued += self.store.repair(job_id, "requeue", batch)
+        running = by_state[TaskState.RUNNING] + by_state[TaskState.TIMED_OUT]
+        for batch in _batches(running):  # a running task must always hold a lease
+            self.report.leased += self.store.repair(job_id, "lease", batch)
 
         waiting = by_state[TaskState.WAITING]
         if waiting:

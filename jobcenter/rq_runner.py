@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 from typing import Any
 
 from rq import Queue, SimpleWorker, get_current_job
@@ -21,13 +20,13 @@ from rq.exceptions import DuplicateJobError
 from rq.serializers import JSONSerializer
 
 from .config import Settings
+from .lifeline import exit_with
 from .recovery import Recovery
 from .store import Store, connect
 
 log = logging.getLogger(__name__)
 
 RECOVERY_FUNC = "jobcenter.rq_runner.run_recovery_job"
-ORPHAN_CHECK_SECONDS = 1.0  # how soon the rq child notices its jobcenter worker died
 RQ_STOP_SECONDS = 10  # an rq child finishing a recovery run gets this long at shutdown
 
 
@@ -117,13 +116,6 @@ def stop_rq_worker(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-def _exit_when_orphaned(parent: int) -> None:
-    """The rq child of a kill -9'd jobcenter worker must not outlive it."""
-    while os.getppid() == parent:
-        threading.Event().wait(ORPHAN_CHECK_SECONDS)
-    os._exit(0)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description="jobcenter's rq worker for recovery jobs")
     parser.add_argument("--parent", type=int, default=0)
@@ -131,7 +123,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     settings = Settings.from_env()
     if args.parent:
-        threading.Thread(target=_exit_when_orphaned, args=(args.parent,), daemon=True).start()
+        exit_with(args.parent)
     connection = connect(settings.redis_url)
     queue = Queue(
         system_queue_name(settings.namespace), connection=connection, serializer=JSONSerializer

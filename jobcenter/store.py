@@ -542,16 +542,16 @@ class Store:
             attr, _, index = k.decode().partition(":")
             fields[index][attr] = v
         tasks: dict[str, Any] = {}
-        if "spec" in job and not fields:  # not split yet, or stopped before its split
+        if "spec" in job:  # not fully split: tasks never written show the job's outcome
             state = {b"cancelled": b"cancelled", b"failed": b"failed"}.get(job["state"], b"waiting")
+            unwritten = {"s": state, **({"e": job["error"]} if "error" in job else {})}
             spec = codec.unpack(job["spec"])
-            for t in spec["tasks"]:  # type: ignore[index]
-                tasks[t["id"]] = _task_view({"s": state})
-
-        for index in sorted(fields, key=int):
-            f = fields[index]
-            task_id = _s(f.get("id")) or index
-            tasks[task_id] = _task_view(f)
+            for i, t in enumerate(spec["tasks"]):  # type: ignore[index]
+                tasks[t["id"]] = _task_view(fields.get(str(i), unwritten))
+        else:
+            for index in sorted(fields, key=int):
+                f = fields[index]
+                tasks[_s(f.get("id")) or index] = _task_view(f)
         return {
             "id": job_id,
             "name": _s(job.get("name")),

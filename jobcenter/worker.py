@@ -418,7 +418,10 @@ class Worker:
                     "rq recovery worker exited (%s); restarting it", self.rq_child.returncode
                 )
             self.rq_child = rq_runner.spawn_rq_worker(self.store.settings)
-        rq_runner.enqueue_recovery(self.store)
+        try:
+            rq_runner.enqueue_recovery(self.store)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("cannot enqueue the recovery job (%s); next heartbeat tries again", exc)
 
     def _register(self) -> None:
         info = {

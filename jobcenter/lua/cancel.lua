@@ -27,17 +27,24 @@ local final, counter, err = T_CANCELLED, 'ncancelled', 'cancelled'
 if mode == 'abandon' then final, counter, err = T_FAILED, 'nfailed', ARGV[A + 1] end
 redis.call('HSET', J, 'updated_at', now)
 redis.call('ZREM', LEADER, 'cancel|' .. JOB_ID)
+local n = tonumber(redis.call('HGET', J, 'n'))
+local limit = n
 if META.state == J_PENDING then
-  -- nothing is queued before the split ends: no task can have started
+  -- Nothing is queued before the split ends, so no task has started. The tasks a leader
+  -- wrote so far are stopped one by one below; those never written end here, at once.
   redis.call('ZREM', LEADER, 'split|' .. JOB_ID)
-  redis.call('HSET', J, 'left', 0, counter, redis.call('HGET', J, 'n'), 'error', err)
-  finalize_job(now)
-  return {0, 0}
+  limit = tonumber(redis.call('HGET', J, 'written') or 0)
+  if redis.call('HSETNX', J, 'unwritten_stopped', 1) == 1 then
+    redis.call('HSET', J, 'error', err)
+    if n > limit then
+      redis.call('HINCRBY', J, counter, n - limit)
+      task_finished(now, n - limit)
+    end
+  end
 end
 
-local n = tonumber(redis.call('HGET', J, 'n'))
 local cursor = tonumber(redis.call('HGET', J, 'cancel_cursor') or 0)
-local upto = math.min(n, cursor + CANCEL_BUDGET)
+local upto = math.min(limit, cursor + CANCEL_BUDGET)
 for i = cursor, upto - 1 do
   local state = task_state(i)
   if state == T_WAITING or state == T_QUEUED or state == T_RETRY_WAIT
@@ -54,5 +61,5 @@ for i = cursor, upto - 1 do
   end
 end
 redis.call('HSET', J, 'cancel_cursor', upto)
-if upto < n then leader_message('cancel', now) end
-return {0, n - upto}
+if upto < limit then leader_message('cancel', now) end
+return {0, limit - upto}

@@ -5,6 +5,8 @@
   'release'  waiting with every parent succeeded (parents given): queued (rule 3)
   'abandon'  queued, retry_wait or timed_out on a node with no live worker: failed, and its
              descendants upstream_failed (rule 4)
+  'lease'    running or timed_out with no lease: given a lease due now, so the expiry
+             rules (rule 1) take it from there
   KEYS: the job context (_job.lua)
   ARGV[A] action  ARGV[A+1] error text (abandon)  then per task: index, and for 'release'
   a count of parents followed by the parents' indexes
@@ -41,6 +43,11 @@ while k <= #ARGV do
     if state == T_WAITING and all_succeeded then
       redis.call('HSET', T, 'd:' .. i, 0)
       enqueue(i, now)
+      repaired = repaired + 1
+    end
+  elseif action == 'lease' then
+    if (state == T_RUNNING or state == T_TIMED_OUT) and not redis.call('ZSCORE', LEASES, lease) then
+      redis.call('ZADD', LEASES, now, lease)
       repaired = repaired + 1
     end
   elseif action == 'abandon' then

@@ -31,9 +31,9 @@ for k = A + 1, #ARGV do
       for _, v in ipairs({'s:' .. i, T_RUNNING, 'a:' .. i, attempt, 'h:' .. i, handler,
                           'ts:' .. i, now}) do writes[#writes + 1] = v end
       started[#started + 1] = {tonumber(i), attempt, f[3]}
-    else
-      dropped[#dropped + 1] = lease
-    end
+    elseif f[1] ~= T_RUNNING and f[1] ~= T_TIMED_OUT then
+      dropped[#dropped + 1] = lease -- cancelled or finished meanwhile
+    end -- running: a duplicate entry was claimed; the lease stays the running attempt's
   end
 end
 call_chunked('HDEL', CLAIMS, mine)

@@ -1,0 +1,458 @@
+"""The machinery of the chaos tier: real `jobcenter worker` processes (with their rq children)
+that tests kill -9, SIGSTOP and SIGCONT; real `jobcenter recover --once` runs; and the check
+that a job converged (every task terminal, the right final state, no task started before its
+parents finished, nothing left in any queue), with the re-runs it took.
+
+Leases and timeouts are shortened through the env vars every process reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+from chaos_tasks import WORKER_NAME_ENV, all_gates_key, events_key, gate_key
+from helpers import wait_until
+
+from jobcenter.config import Settings
+from jobcenter.keys import Keys
+from jobcenter.states import JobState, TaskState
+from jobcenter.store import Store
+
+CHAOS_DIR = Path(__file__).resolve().parent
+TESTS_DIR = CHAOS_DIR.parent
+
+LEASE_SECONDS = 1.0  # heartbeats every 1/3 s; a dead worker's task is taken over in ~1-2 s
+WORKER_TIMEOUT_SECONDS = 2.0  # a node silent this long is gone (recovery rule 4)
+RECOVERY_INTERVAL_SECONDS = 1.0  # the rq child of every worker runs a recovery pass each second
+SHORT_ENV = {
+    "JOBCENTER_LEASE_SECONDS": str(LEASE_SECONDS),
+    "JOBCENTER_WORKER_TIMEOUT_SECONDS": str(WORKER_TIMEOUT_SECONDS),
+    "JOBCENTER_RECOVERY_INTERVAL_SECONDS": str(RECOVERY_INTERVAL_SECONDS),
+}
+# Starting a Python process that imports jobcenter, on a loaded 2-core CI machine.
+PROCESS_START_SECONDS = 15.0
+RQ_CHILD_EXIT_SECONDS = 5.0  # an orphaned rq child checks its parent every second
+CLI_TIMEOUT_SECONDS = 30.0
+# A takeover waits out the lease (it ends at most one lease after the last heartbeat), a
+# sweep that notices (idle workers sweep at least once a second), the timed_out grace
+# (lease / 3), the next sweep, then the claim; plus a second of slack for a loaded 2-core CI
+# machine. The bound the takeover tests hold the system to: "within about one lease".
+TAKEOVER_BOUND_SECONDS = LEASE_SECONDS + LEASE_SECONDS / 3 + 2 * 1.0 + 1.0
+
+
+def subprocess_env(redis_url: str, namespace: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBCENTER_", "CHAOS_"))}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(CHAOS_DIR), str(TESTS_DIR), os.environ.get("PYTHONPATH", "")) if p
+    )
+    env["JOBCENTER_REDIS_URL"] = redis_url
+    env["JOBCENTER_NAMESPACE"] = namespace
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(SHORT_ENV)
+    env.update(extra)
+    return env
+
+
+def rq_children_of(pid: int) -> list[int]:
+    """Pids of the rq child a worker started (found by its `--parent PID` argument, so it is
+    found even after the worker died and the child was re-parented)."""
+    wanted = ["jobcenter.rq_runner", "--parent", str(pid)]
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if all(arg in argv for arg in wanted):
+            found.append(int(entry.name))
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@dataclass
+class WorkerProc:
+    """One `jobcenter worker` process of a test."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    handler: str = ""
+    rq_pids: set[int] = field(default_factory=set)
+    killed_at: float | None = None
+    stopped_by_test: bool = False  # an exit the test did not cause is a crash
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def note_rq_children(self) -> None:
+        if self.alive:
+            self.rq_pids.update(rq_children_of(self.pid))
+
+    def kill9(self) -> float:
+        """kill -9; returns the wall-clock time of the kill."""
+        self.note_rq_children()
+        self.stopped_by_test = True
+        self.killed_at = time.time()
+        os.kill(self.pid, signal.SIGKILL)
+        self.proc.wait()
+        return self.killed_at
+
+    def stop(self) -> int:
+        """SIGTERM (graceful: running tasks finish, the rq child stops); the exit code."""
+        self.stopped_by_test = True
+        self.proc.terminate()
+        return self.proc.wait(PROCESS_START_SECONDS)
+
+    def freeze(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+
+class Cluster:
+    """Worker processes, CLI runs and the event log of one test (one namespace)."""
+
+    def __init__(self, redis_url: str, namespace: str, log_dir: Path) -> None:
+        self.redis_url = redis_url
+        self.namespace = namespace
+        self.log_dir = log_dir
+        self.redis = redis.Redis.from_url(redis_url)
+        self.keys = Keys(namespace)
+        self.store = Store(self.redis, Settings(redis_url=redis_url, namespace=namespace))
+        self.workers: list[WorkerProc] = []
+        self.helpers: list[subprocess.Popen[bytes]] = []
+
+    # -- processes ------------------------------------------------------------------------
+
+    def start_worker(
+        self,
+        *options: str,
+        name: str | None = None,
+        concurrency: int = 4,
+        env: dict[str, str] | None = None,
+        wait_ready: bool = True,
+    ) -> WorkerProc:
+        name = name or f"w{len(self.workers) + 1}"
+        args = [
+            sys.executable, "-m", "jobcenter", "worker", "chaos_tasks",
+            "--concurrency", str(concurrency), *options,
+        ]  # fmt: skip
+        log_path = self.log_dir / f"worker-{name}.log"
+        extra = {WORKER_NAME_ENV: name, **(env or {})}
+        with log_path.open("ab") as log_file:
+            proc = subprocess.Popen(
+                args,
+                env=subprocess_env(self.redis_url, self.namespace, **extra),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.log_dir,
+            )
+        worker = WorkerProc(name, proc, log_path)
+        self.workers.append(worker)
+        if wait_ready:
+            wait_until(
+                lambda: self._registered(worker) or not worker.alive,
+                timeout=PROCESS_START_SECONDS,
+                message=f"worker {name} did not register",
+            )
+            if not worker.alive:
+                raise AssertionError(f"worker {name} exited at start:\n{worker.log()}")
+        return worker
+
+    def power_off(self, worker: WorkerProc) -> float:
+        """kill -9 a worker and its rq child at once, as a power loss would; returns the
+        time of the kill. The rq child is frozen first and the kill waits for a moment when
+        it runs no recovery pass: a pass killed half way is a test of its own, and here it
+        would only hold the recovery lease and stall the repairs the test waits for."""
+        worker.note_rq_children()
+        rq_pids = [p for p in worker.rq_pids if pid_alive(p)]
+        lease = self.keys.singleton("recovery")
+        deadline = time.monotonic() + PROCESS_START_SECONDS
+        while True:
+            for pid in rq_pids:
+                os.kill(pid, signal.SIGSTOP)
+            holder = self.redis.get(lease)
+            if holder is None or not holder.decode().startswith("rq:"):
+                break
+            for pid in rq_pids:
+                os.kill(pid, signal.SIGCONT)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"a recovery pass held its lease for {deadline}s")
+            time.sleep(0.01)  # polls for the pass to end; no ordering rests on it
+        killed_at = worker.kill9()
+        for pid in rq_pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return killed_at
+
+    def wait_recovery_round_done(self, interval: float) -> None:
+        """Wait until this interval's recovery round has run (workers enqueue it at start) and
+        no pass runs now, so a test can act knowing no pass runs until the next round."""
+
+        def done() -> bool:
+            seconds, _ = self.redis.time()
+            ran = self.redis.get(self.keys.singleton_round("recovery"))
+            running = self.redis.exists(self.keys.singleton("recovery"))
+            return ran is not None and int(ran) >= seconds // interval and not running
+
+        wait_until(done, timeout=PROCESS_START_SECONDS, message="no recovery round ran")
+
+    def _registered(self, worker: WorkerProc) -> bool:
+        for raw in self.redis.zrange(self.keys.workers(), 0, -1):
+            handler = raw.decode()
+            pid = self.redis.hget(self.keys.worker_info(handler), "pid")
+            if pid is not None and int(pid) == worker.pid:
+                worker.handler = handler
+                return True
+        return False
+
+    def spawn(self, *args: str, **env: str) -> subprocess.Popen[bytes]:
+        """A helper process of the test (e.g. `python -m chaos_tasks ...`); output to a log."""
+        log_path = self.log_dir / f"helper-{len(self.helpers) + 1}.log"
+        with log_path.open("ab") as log_file:
+            proc = subprocess.Popen(
+                [sys.executable, *args],
+                env=subprocess_env(self.redis_url, self.namespace, **env),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.log_dir,
+            )
+        self.helpers.append(proc)
+        return proc
+
+    def cli(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "jobcenter", *args],
+            env=subprocess_env(self.redis_url, self.namespace, **env),
+            cwd=self.log_dir,
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT_SECONDS,
+            check=False,
+        )
+
+    def recover(self, **env: str) -> dict[str, Any]:
+        """`jobcenter recover --once --json`; its report."""
+        done = self.cli("recover", "--once", "--json", **env)
+        assert done.returncode == 0, f"recover exited {done.returncode}: {done.stderr}"
+        report: dict[str, Any] = json.loads(done.stdout)
+        return report
+
+    def close(self) -> list[str]:
+        """Stop everything this test started; returns what went wrong (empty if nothing).
+
+        The rq child of a worker the test killed must have exited by itself; workers still
+        running are killed -9 with their rq child (graceful shutdown is the integration
+        tier's subject, and waiting out each worker's idle BLPOP would double this tier's
+        run time)."""
+        problems = []
+        with contextlib.suppress(redis.RedisError):
+            self.redis.set(all_gates_key(self.namespace), 1)
+        for worker in self.workers:
+            if not worker.alive and not worker.stopped_by_test:
+                tail = "\n".join(worker.log().splitlines()[-20:])
+                problems.append(f"worker {worker.name} exited {worker.proc.returncode}:\n{tail}")
+        orphans = {pid for w in self.workers if not w.alive for pid in w.rq_pids}
+        for worker in self.workers:
+            if worker.alive:
+                worker.note_rq_children()
+                worker.proc.kill()
+                worker.proc.wait()
+                for pid in worker.rq_pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+        for proc in self.helpers:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        deadline = time.monotonic() + RQ_CHILD_EXIT_SECONDS
+        while any(pid_alive(p) for p in orphans) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid in orphans:
+            if pid_alive(pid):
+                problems.append(f"rq child {pid} outlived its killed worker")
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        self.redis.close()
+        return problems
+
+    # -- the tests' own keys ------------------------------------------------------------
+
+    def open_gate(self, gate: str) -> None:
+        self.redis.set(gate_key(self.namespace, gate), 1)
+
+    def events(self, kind: str | None = None, job: str | None = None) -> list[dict[str, Any]]:
+        raw = self.redis.lrange(events_key(self.namespace), 0, -1)
+        out = []
+        for position, item in enumerate(raw):
+            event = json.loads(item)
+            event["pos"] = position
+            if (kind is None or event["e"] == kind) and (job is None or event.get("job") == job):
+                out.append(event)
+        return out
+
+    def starts(self, job: str, task: str) -> list[dict[str, Any]]:
+        return [e for e in self.events("start", job) if e["task"] == task]
+
+    # -- jobcenter state, read directly ---------------------------------------------------
+
+    def task_field(self, job: str, attr: str, index: int) -> str | None:
+        raw = self.redis.hget(self.keys.job(job).tasks, f"{attr}:{index}")
+        return None if raw is None else raw.decode()
+
+    def job_field(self, job: str, name: str) -> str | None:
+        raw = self.redis.hget(self.keys.job(job).job, name)
+        return None if raw is None else raw.decode()
+
+
+def chain_of_layers(
+    width: int, depth: int, *, work: float, fan_in: int = 3, seed: int = 1
+) -> dict[str, Any]:
+    """A layered DAG: `depth` layers of `width` tasks, each task depending on up to `fan_in`
+    tasks of the layer before (picked deterministically)."""
+    import random
+
+    rng = random.Random(seed)
+    tasks: list[dict[str, Any]] = []
+    for layer in range(depth):
+        for k in range(width):
+            task: dict[str, Any] = {
+                "id": f"L{layer}.{k}",
+                "task": "chaos.step",
+                "kwargs": {"work": work},
+                "retries": 10,
+            }
+            if layer:
+                parents = rng.sample(range(width), rng.randint(1, fan_in))
+                task["depends_on"] = [f"L{layer - 1}.{p}" for p in parents]
+            tasks.append(task)
+    return {"name": f"layers-{width}x{depth}", "tasks": tasks}
+
+
+@dataclass
+class Convergence:
+    """What a finished job looks like, and every invariant it broke."""
+
+    state: str
+    task_states: dict[str, str]
+    starts: Counter[str]
+    problems: list[str]
+
+    @property
+    def reruns(self) -> int:
+        return sum(n - 1 for n in self.starts.values() if n > 1)
+
+    @property
+    def rerun_tasks(self) -> dict[str, int]:
+        return {t: n - 1 for t, n in sorted(self.starts.items()) if n > 1}
+
+
+def check_converged(
+    cluster: Cluster, job_id: str, spec: dict[str, Any], expected_state: str
+) -> Convergence:
+    """Every task terminal; the job `expected_state` (succeeded iff every task did); no task
+    started (any attempt) before the accepted attempt of each parent recorded its finish, nor
+    before the parent's finish time in Redis; the accepted attempt of each succeeded task is
+    one that ran to its end; no queue entry, lease, claim or leader message of the job left."""
+    r, keys = cluster.redis, cluster.keys
+    jk = keys.job(job_id)
+    problems: list[str] = []
+    job = {k.decode(): v.decode(errors="replace") for k, v in r.hgetall(jk.job).items()}
+    raw_tasks = {k.decode(): v for k, v in r.hgetall(jk.tasks).items()}
+    fields: dict[str, dict[str, str]] = defaultdict(dict)
+    for k, v in raw_tasks.items():
+        attr, _, index = k.partition(":")
+        if attr != "p":
+            fields[index][attr] = v.decode(errors="replace")
+    by_id = {f["id"]: f for f in fields.values() if "id" in f}
+    deps = {t["id"]: t.get("depends_on", []) for t in spec["tasks"]}
+
+    state = job.get("state", "?")
+    if state != expected_state:
+        problems.append(f"job ended {state}, expected {expected_state}")
+    shown = cluster.store.status(job_id)["tasks"]  # what `jobcenter status` shows
+    task_states = {t: shown.get(t, {}).get("state") or "<not in status>" for t in deps}
+    for t, f in by_id.items():
+        if f.get("s") != task_states.get(t):
+            problems.append(f"task {t} is {f.get('s')} in Redis but {task_states.get(t)} in status")
+    for t, s in task_states.items():
+        if s not in {x.value for x in TaskState} or not TaskState(s).terminal:
+            problems.append(f"task {t} is {s}, not terminal")
+    all_ok = all(s == TaskState.SUCCEEDED for s in task_states.values())
+    if JobState(state).terminal and (state == JobState.SUCCEEDED) != all_ok:
+        problems.append(f"job is {state} but all tasks succeeded is {all_ok}")
+
+    events = cluster.events(job=job_id)
+    starts = Counter(e["task"] for e in events if e["e"] == "start")
+    finish_pos = {(e["task"], e["token"]): e["pos"] for e in events if e["e"] == "finish"}
+    accepted_finish: dict[str, int] = {}
+    for t, f in by_id.items():
+        if f.get("s") == TaskState.SUCCEEDED:
+            token = f"{f.get('a')}:{f.get('h')}"
+            pos = finish_pos.get((t, token))
+            if pos is None:
+                problems.append(f"task {t} succeeded with token {token} that never finished")
+            else:
+                accepted_finish[t] = pos
+    for t, parents in deps.items():
+        for e in (e for e in events if e["e"] == "start" and e["task"] == t):
+            for p in parents:
+                if p not in accepted_finish:
+                    problems.append(f"task {t} started although parent {p} did not succeed")
+                elif e["pos"] < accepted_finish[p]:
+                    problems.append(f"task {t} ({e['token']}) started before parent {p} finished")
+        ts = by_id.get(t, {}).get("ts")
+        for p in parents:
+            tf = by_id.get(p, {}).get("tf")
+            if ts and tf and by_id[t].get("s") != TaskState.UPSTREAM_FAILED and int(ts) < int(tf):
+                problems.append(f"task {t} started at {ts} before parent {p} finished at {tf}")
+
+    member_part = f"|{job_id}|"
+    for queue in (job.get("queues") or "default").split(","):
+        for key in (keys.queue(0, queue), keys.delayed(0, queue)):
+            left = [m for m in r.zrange(key, 0, -1) if member_part in m.decode()]
+            if left:
+                problems.append(f"{len(left)} entries of the job left in {key}")
+    for key in (keys.leases(0),):
+        left = [m for m in r.zrange(key, 0, -1) if m.decode().startswith(job_id + "|")]
+        if left:
+            problems.append(f"leases left: {left}")
+    claims = [k for k in r.hkeys(keys.claims(0)) if k.decode().startswith(job_id + "|")]
+    if claims:
+        problems.append(f"claims left: {claims}")
+    leader = [m for m in r.zrange(keys.leader(0), 0, -1) if m.decode().endswith("|" + job_id)]
+    if leader and JobState(state).terminal:
+        problems.append(f"leader messages left: {leader}")
+    return Convergence(state, task_states, starts, problems)

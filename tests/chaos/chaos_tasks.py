@@ -1,0 +1,171 @@
+"""Tasks and test hooks for the chaos tier's worker processes (`jobcenter worker chaos_tasks`).
+
+Every attempt of `chaos.step` records its start and its finish, with its fencing token
+(`attempt:handler`), in an event list of the tests' own (``chaos:<namespace>:events``, never a
+jobcenter key). The list's order is Redis's order, so a test can count re-runs, check that no
+task started before its parents finished, and time a takeover from the `at` stamps.
+
+Hooks, switched on by env vars of one worker process only:
+
+- ``CHAOS_PUBLISH_CHUNK=n`` makes the leader write a job's tasks n at a time, so a small job
+  splits in several chunks;
+- ``CHAOS_STALL_SPLIT_AFTER=k`` makes the leader stop for good after writing k chunks (it
+  records a ``split-stalled`` event first), so a test can kill -9 it mid-split.
+
+``python -m chaos_tasks recover-pausing K`` runs one recovery pass that stops for good after
+K repair calls (recording ``recovery-paused``), so a test can kill -9 a recovery half way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from functools import cache
+from typing import Any
+
+import redis
+
+from jobcenter import current_task, task
+from jobcenter import leader as leader_module
+from jobcenter.config import Settings
+from jobcenter.recovery import Recovery
+from jobcenter.store import Store, connect
+
+# A gate never opened must not keep a worker busy forever once its test has failed.
+GATE_DEADLINE_SECONDS = 60.0
+GATE_POLL_SECONDS = 0.01  # a test waits at most this long after opening a gate
+# Recording an event rides out a Redis restart (the test restarts it within seconds).
+RECORD_RETRY_SECONDS = 30.0
+RECORD_RETRY_PAUSE = 0.05
+WORKER_NAME_ENV = "CHAOS_WORKER_NAME"
+
+
+def events_key(namespace: str) -> str:
+    return f"chaos:{namespace}:events"
+
+
+def gate_key(namespace: str, gate: str) -> str:
+    return f"chaos:{namespace}:gate:{gate}"
+
+
+def all_gates_key(namespace: str) -> str:
+    """Set by the fixtures at teardown: every gate opens, so no task outlives its test."""
+    return f"chaos:{namespace}:gate-all"
+
+
+@cache
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(os.environ["JOBCENTER_REDIS_URL"])
+
+
+def _namespace() -> str:
+    return os.environ["JOBCENTER_NAMESPACE"]
+
+
+def record(event: str, **fields: Any) -> None:
+    """Append one event; retried while Redis is down (a test may be restarting it)."""
+    entry = json.dumps(
+        {
+            "e": event,
+            "at": time.time(),
+            "pid": os.getpid(),
+            "worker": os.environ.get(WORKER_NAME_ENV, ""),
+            **fields,
+        }
+    )
+    deadline = time.monotonic() + RECORD_RETRY_SECONDS
+    while True:
+        try:
+            _redis().rpush(events_key(_namespace()), entry)
+            return
+        except (redis.ConnectionError, redis.TimeoutError):
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(RECORD_RETRY_PAUSE)
+
+
+def _record_attempt(event: str) -> None:
+    ctx = current_task()
+    record(event, job=ctx.job_id, task=ctx.task_id, token=ctx.token, handler=ctx.handler)
+
+
+def _gate_open(gate: str) -> bool:
+    try:
+        return bool(_redis().exists(gate_key(_namespace(), gate), all_gates_key(_namespace())))
+    except (redis.ConnectionError, redis.TimeoutError):
+        return False
+
+
+@task(name="chaos.step")
+def step(work: float = 0.0, gate: str = "") -> None:
+    """Records its start, works `work` seconds, waits for `gate` if given, records its finish."""
+    _record_attempt("start")
+    if work:
+        time.sleep(work)  # stands for the task's work, so attempts overlap and kills land
+    if gate:
+        deadline = time.monotonic() + GATE_DEADLINE_SECONDS
+        while not _gate_open(gate):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"gate {gate!r} never opened")
+            time.sleep(GATE_POLL_SECONDS)
+    _record_attempt("finish")
+
+
+# -- hooks ----------------------------------------------------------------------------------
+
+
+def _stall_forever(event: str, **fields: Any) -> None:
+    record(event, **fields)
+    threading.Event().wait()  # until kill -9
+
+
+def _install_split_hooks() -> None:
+    chunk = os.environ.get("CHAOS_PUBLISH_CHUNK")
+    if chunk:
+        leader_module.PUBLISH_CHUNK = int(chunk)
+    stall_after = os.environ.get("CHAOS_STALL_SPLIT_AFTER")
+    if not stall_after:
+        return
+    original = Store.publish_tasks
+    written = {"chunks": 0}
+
+    def publish_then_stall(self: Store, job_id: str, handler: str, *args: Any) -> int:
+        code = original(self, job_id, handler, *args)
+        written["chunks"] += 1
+        if written["chunks"] >= int(stall_after):
+            _stall_forever("split-stalled", job=job_id, handler=handler, code=code)
+        return code
+
+    Store.publish_tasks = publish_then_stall  # type: ignore[method-assign]
+
+
+_install_split_hooks()
+
+
+def recover_pausing(after_repairs: int) -> None:
+    """One recovery pass (as `jobcenter recover --once` runs it) that stops for good after
+    `after_repairs` repair calls, leaving the rest of its work undone."""
+    original = Store.repair
+    calls = {"n": 0}
+
+    def repair_then_pause(self: Store, *args: Any, **kwargs: Any) -> int:
+        repaired = original(self, *args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] >= after_repairs:
+            _stall_forever("recovery-paused", repairs=calls["n"])
+        return repaired
+
+    Store.repair = repair_then_pause  # type: ignore[method-assign]
+    settings = Settings.from_env()
+    report = Recovery(Store(connect(settings.redis_url), settings), "chaos-recovery").run()
+    print(json.dumps(report.to_dict()))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "recover-pausing":
+        recover_pausing(int(sys.argv[2]))
+    else:
+        sys.exit("usage: python -m chaos_tasks recover-pausing REPAIRS")

@@ -1,0 +1,66 @@
+"""Fixtures of the chaos tier: worker processes that tests kill -9 and freeze, on the session's
+Redis or on a Redis of the test's own (for tests that kill Redis itself). The machinery is in
+chaos_harness.py; the tasks the workers run are in chaos_tasks.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from chaos_harness import SHORT_ENV, Cluster
+
+from jobcenter import Client
+from jobcenter.config import Settings
+from jobcenter.server import RedisServer
+from jobcenter.store import Store, connect
+
+
+def _settings(url: str, namespace: str) -> Settings:
+    return Settings(
+        redis_url=url,
+        namespace=namespace,
+        lease_seconds=float(SHORT_ENV["JOBCENTER_LEASE_SECONDS"]),
+        worker_timeout_seconds=float(SHORT_ENV["JOBCENTER_WORKER_TIMEOUT_SECONDS"]),
+        recovery_interval_seconds=float(SHORT_ENV["JOBCENTER_RECOVERY_INTERVAL_SECONDS"]),
+    )
+
+
+def _close(cluster: Cluster) -> None:
+    problems = cluster.close()
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def cluster(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Cluster]:
+    """Workers on the session's Redis; at teardown every worker and rq child must be gone."""
+    c = Cluster(redis_url, namespace, tmp_path)
+    yield c
+    _close(c)
+
+
+@pytest.fixture
+def store(redis_url: str, namespace: str) -> Store:
+    """The test's own view of the namespace, with the same short lease as the workers."""
+    return Store(connect(redis_url), _settings(redis_url, namespace))
+
+
+@pytest.fixture
+def client(store: Store) -> Client:
+    return Client(store)
+
+
+@pytest.fixture
+def private_cluster(
+    private_redis: RedisServer, namespace: str, tmp_path: Path
+) -> Iterator[Cluster]:
+    """Workers on a Redis of this test's own (appendfsync always), which the test may kill."""
+    c = Cluster(private_redis.url, namespace, tmp_path)
+    yield c
+    _close(c)
+
+
+@pytest.fixture
+def private_client(private_redis: RedisServer, namespace: str) -> Client:
+    return Client(Store(connect(private_redis.url), _settings(private_redis.url, namespace)))
