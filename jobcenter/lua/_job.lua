@@ -47,6 +47,15 @@ local function queues_passed()
   return IDEM ~= J or redis.call('HEXISTS', J, 'idem') == 0
 end
 
+-- The job is gone (expired, deleted): drop the leases and claims of the task indexes
+-- ARGV[first..], so nothing keeps pointing at it.
+local function drop_reservations(first)
+  for k = first, #ARGV do
+    redis.call('ZREM', LEASES, JOB_ID .. '|' .. ARGV[k])
+    redis.call('HDEL', CLAIMS, JOB_ID .. '|' .. ARGV[k])
+  end
+end
+
 local function task_state(i) return redis.call('HGET', T, 's:' .. i) end
 local function lease_member(i) return JOB_ID .. '|' .. i end
 -- The index is zero-padded so a job's tasks sort in spec order, not as strings (10 < 2).

@@ -11,10 +11,7 @@
 
 local grace_ms = tonumber(ARGV[A])
 if not load_job() then
-  for k = A + 1, #ARGV do
-    redis.call('ZREM', LEASES, lease_member(ARGV[k]))
-    redis.call('HDEL', CLAIMS, lease_member(ARGV[k]))
-  end
+  drop_reservations(A + 1)
   return {-4}
 end
 if not queues_passed() then return {-5} end
