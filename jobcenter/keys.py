@@ -179,7 +179,7 @@ class Keys:
         """Zset of node names -> last heartbeat of any worker serving that node."""
         return f"{self._base}:nodes"
 
-    # -- schedules (all in shard 0's slot, so one MULTI/WATCH may span several) -----------
+    # -- schedules (all in shard 0's slot, so one script may touch several) ----------------
 
     def schedules(self) -> str:
         """Zset of every schedule id -> creation time (ms): what `schedule list` walks."""
@@ -190,14 +190,27 @@ class Keys:
         or an unfinished fire to complete."""
         return f"{self._tagged(0)}:schedules:due"
 
-    def schedule_names(self) -> str:
-        """Hash of schedule name -> schedule id (names are unique per namespace)."""
-        return f"{self._tagged(0)}:schedules:names"
+    def schedule_name(self, name: str) -> str:
+        """String: the id of the schedule called `name` (names are unique per namespace); it
+        expires with its schedule, so a finished one-time schedule frees its name."""
+        return f"{self._tagged(0)}:schedules:name:{name}"
 
     def schedule(self, schedule_id: str) -> str:
-        """Hash: the schedule's definition (msgpack) and its firing state."""
+        """Hash: the schedule's definition (msgpack), its firing state and its revision."""
         return f"{self._tagged(0)}:schedule:{schedule_id}"
 
     def schedule_fires(self, schedule_id: str) -> str:
         """Capped list of the schedule's recent fires, skips and misses (msgpack), newest first."""
         return f"{self._tagged(0)}:schedule:{schedule_id}:fires"
+
+    def schedule_keys(self, schedule_id: str, name: str | None) -> list[str]:
+        """The KEYS of every schedule script, in order: hash, fires, the schedule index, the due
+        index, and the name key (the hash again for a schedule without a name)."""
+        key = self.schedule(schedule_id)
+        return [
+            key,
+            self.schedule_fires(schedule_id),
+            self.schedules(),
+            self.schedules_due(),
+            key if name is None else self.schedule_name(name),
+        ]

@@ -5,17 +5,19 @@ Guarantees, and how:
 
 - No fire makes two jobs: each fire is submitted with idempotency key `schedule_id:fire_ms`.
 - No fire is lost when a ticker dies: a fire is first *decided* (written to the schedule as
-  `pending`, with the next fire time advanced, in one transaction), then submitted, then
+  `pending`, with the next fire time advanced, in one script), then submitted, then
   *confirmed* (recorded, `pending` cleared). A ticker that dies in between leaves `pending`
   behind; the next tick submits it again, which the idempotency key turns into a no-op if the
   first submit got through.
-- One ticker at a time: a tick holds the `scheduler` singleton lease. Each decision and
-  confirmation is also a transaction WATCHing the schedule's hash, so a ticker that lost its
-  lease while stalled, or a `pause`/`remove` racing a tick, cannot apply a stale decision.
+- One ticker at a time: a tick holds the `scheduler` singleton lease. Beyond that, every
+  write is one Lua script (lua/schedule_*.lua). Decisions are made in Python from the
+  schedule as read, at a revision the hash carries; schedule_save applies one only if the
+  revision is unchanged, else the ticker reads again and decides again. So a ticker that lost
+  its lease while stalled, or a `pause`/`remove` racing a tick, cannot apply a stale decision.
 
 Every time is Redis TIME in milliseconds (worker clocks never count). Naive `at` times and
 cron expressions are read in `tz`, UTC when it is not given. All schedule keys share shard 0's
-hash tag, so a transaction may span them on Redis Cluster too.
+hash tag, so one script may touch several on Redis Cluster too.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import redis
 from croniter import CroniterBadDateError, CroniterError, croniter
-from redis.client import Pipeline
 
 from . import codec
 from .errors import JobcenterError, NotFound, SpecError
@@ -66,6 +67,16 @@ FIRES_KEPT = 100  # fire/skip/miss records kept per schedule (newest first)
 DUE_PER_TICK = 1_000  # schedules one tick visits at most; the rest wait for the next tick
 STEPS_PER_SCHEDULE = 100  # fires one tick handles per schedule (catchup=all after an outage)
 TICK_SECONDS = 1.0  # how often a worker should tick: the lateness of a fire in normal running
+# Reads a pause/resume may take when ticks keep changing the schedule under it: a tick writes
+# a schedule at most twice per fire, a job submit apart, so a retry almost always gets through.
+CHANGE_ATTEMPTS = 20
+
+# The schedule scripts' return codes (their headers list the same).
+_SAVED = 0
+_NAME_TAKEN = -1  # schedule_add: the name belongs to another schedule
+_STALE = -2  # schedule_save: changed since the decision read it; read again, decide again
+_GONE = -4  # schedule_save, schedule_remove: no such schedule
+_REVISION = "rev"  # hash field every script bumps: what schedule_save compares
 
 # Outcomes of a fire, as recorded and returned by Scheduler.tick().
 SUBMITTED = "submitted"  # a job was submitted (or, after a crash, found submitted already)
@@ -427,14 +438,11 @@ class ScheduleState:
             **counters,
         )
 
-    def write(self, pipe: Pipeline, key: str) -> None:
-        """Queue the commands that store this state in the schedule's hash `key`."""
+    def fields(self) -> list[Any]:
+        """The state as the hash's field/value pairs for the scripts; '' marks an absent field."""
         values: dict[str, Any] = {"paused": int(self.paused)}
         values.update({k: getattr(self, k) for k in (*_STATE_INTS, "last_job", *_STATE_COUNTERS)})
-        pipe.hset(key, mapping={k: v for k, v in values.items() if v is not None})
-        unset = [k for k, v in values.items() if v is None]
-        if unset:
-            pipe.hdel(key, *unset)
+        return [x for k, v in values.items() for x in (k, "" if v is None else v)]
 
 
 @dataclass(frozen=True)
@@ -531,49 +539,49 @@ def _load(raw: Mapping[str, bytes]) -> tuple[Schedule, ScheduleState]:
     return Schedule.from_dict(definition), ScheduleState.from_hash(raw)
 
 
-def _write_due(pipe: Pipeline, store: Store, schedule_id: str, state: ScheduleState) -> None:
-    due = store.keys.schedules_due()
+def _read(store: Store, schedule_id: str) -> tuple[Schedule, ScheduleState, int] | None:
+    """A schedule, its state and the revision they were read at; None when it is gone."""
+    raw = _decode(store.redis.hgetall(store.keys.schedule(schedule_id)))
+    if not raw:
+        return None
+    return *_load(raw), int(raw.get(_REVISION, 0))
+
+
+def _due(state: ScheduleState) -> int | str:
     score = state.due_score()
-    if score is None:
-        pipe.zrem(due, schedule_id)
-    else:
-        pipe.zadd(due, {schedule_id: score})
+    return "" if score is None else score
 
 
 def _save(
-    pipe: Pipeline,
     store: Store,
-    schedule_id: str,
+    schedule: Schedule,
+    revision: int,
     state: ScheduleState,
-    records: Sequence[bytes] = (),
-) -> None:
-    """Queue the writes of a new state (and its fire records) inside a MULTI."""
-    keys = store.keys
-    key, fires = keys.schedule(schedule_id), keys.schedule_fires(schedule_id)
-    state.write(pipe, key)
-    if records:
-        pipe.lpush(fires, *reversed(records))  # newest first
-        pipe.ltrim(fires, 0, FIRES_KEPT - 1)
-    _write_due(pipe, store, schedule_id, state)
-    if state.done:  # a finished one-time schedule is kept as long as a finished job
-        retention_ms = int(store.settings.retention_seconds * 1000)
-        pipe.pexpire(key, retention_ms)
-        pipe.pexpire(fires, retention_ms)
-
-
-def _transaction(store: Store, fn: Callable[[Pipeline], Any], *watch: str) -> Any:
-    """Run `fn` under WATCH on `watch`, retried if a watched key changed before EXEC."""
-    return store.redis.transaction(fn, *watch, value_from_callable=True)
+    fires: Sequence[Fire] = (),
+    now: int = 0,
+) -> int:
+    """Write `state` (and the records of `fires`) if the schedule is still at `revision`:
+    _SAVED, _STALE (decide again from a fresh read) or _GONE."""
+    # a finished one-time schedule is kept as long as a finished job
+    retention = int(store.settings.retention_seconds * 1000) if state.done else ""
+    records = [f.record(now) for f in fires]
+    args = [schedule.id, revision, _due(state), retention, FIRES_KEPT, len(records), *records]
+    keys = store.keys.schedule_keys(schedule.id, schedule.name)
+    return int(store.scripts.run("schedule_save", keys, [*args, *state.fields()])[0])
 
 
 def resolve(store: Store, ref: str) -> str:
     """A schedule id from an id or a name; NotFound names what was asked for."""
     if store.redis.exists(store.keys.schedule(ref)):
         return ref
-    found = store.redis.hget(store.keys.schedule_names(), ref)
+    found = store.redis.get(store.keys.schedule_name(ref))
     if found is not None and store.redis.exists(store.keys.schedule(_text(found))):
         return _text(found)
-    raise NotFound(f"no schedule {ref!r} in namespace {store.settings.namespace!r}")
+    raise _not_found(store, ref)
+
+
+def _not_found(store: Store, ref: str) -> NotFound:
+    return NotFound(f"no schedule {ref!r} in namespace {store.settings.namespace!r}")
 
 
 def add_schedule(
@@ -609,22 +617,12 @@ def add_schedule(
     schedule = Schedule(ulid(), trigger, job, name, overlap, catchup, created_ms=now)
     first = trigger.at_ms if trigger.kind == AT else schedule.next_after(now)
     state = ScheduleState(next=first)
-    keys = store.keys
     definition = codec.pack(schedule.to_dict(), what="schedule")
-
-    def write(pipe: Pipeline) -> None:
-        if name is not None:
-            taken = pipe.hget(keys.schedule_names(), name)
-            if taken is not None and pipe.exists(keys.schedule(_text(taken))):
-                raise SpecError(f"a schedule named {name!r} exists already ({_text(taken)})")
-        pipe.multi()
-        pipe.hset(keys.schedule(schedule.id), "def", definition)
-        _save(pipe, store, schedule.id, state)
-        pipe.zadd(keys.schedules(), {schedule.id: now})
-        if name is not None:
-            pipe.hset(keys.schedule_names(), name, schedule.id)
-
-    _transaction(store, write, keys.schedule_names())
+    keys = store.keys.schedule_keys(schedule.id, name)
+    args = [schedule.id, now, _due(state), "def", definition, *state.fields()]
+    reply = store.scripts.run("schedule_add", keys, args)
+    if int(reply[0]) == _NAME_TAKEN:
+        raise SpecError(f"a schedule named {name!r} exists already ({_text(reply[1])})")
     return schedule
 
 
@@ -705,22 +703,21 @@ def _record_view(record: object) -> dict[str, Any]:
 def _change(
     store: Store, ref: str, fn: Callable[[Schedule, ScheduleState], ScheduleState]
 ) -> dict[str, Any]:
-    """Apply `fn` to a schedule's state in a WATCHed transaction; returns the new view."""
+    """Apply `fn` to a schedule's state as read, decided again when a tick changed the
+    schedule meanwhile; returns the new view."""
     schedule_id = resolve(store, ref)
-    key = store.keys.schedule(schedule_id)
-
-    def update(pipe: Pipeline) -> dict[str, Any]:
-        raw = _decode(pipe.hgetall(key))
-        if not raw:
-            raise NotFound(f"no schedule {ref!r} in namespace {store.settings.namespace!r}")
-        schedule, state = _load(raw)
+    for _ in range(CHANGE_ATTEMPTS):
+        read = _read(store, schedule_id)
+        if read is None:
+            raise _not_found(store, ref)
+        schedule, state, revision = read
         new = fn(schedule, state)
-        pipe.multi()
-        _save(pipe, store, schedule_id, new)
-        return _view(schedule, new)
-
-    result: dict[str, Any] = _transaction(store, update, key)
-    return result
+        code = _save(store, schedule, revision, new)
+        if code == _SAVED:
+            return _view(schedule, new)
+        if code != _STALE:
+            raise _not_found(store, ref)
+    raise JobcenterError(f"schedule {ref!r} kept changing under a ticker; try again")
 
 
 def pause_schedule(store: Store, ref: str) -> dict[str, Any]:
@@ -746,23 +743,11 @@ def resume_schedule(store: Store, ref: str, *, now: int | None = None) -> dict[s
 def remove_schedule(store: Store, ref: str) -> str:
     """Delete a schedule and its records; jobs it submitted are untouched. Returns its id."""
     schedule_id = resolve(store, ref)
-    keys = store.keys
-    key = keys.schedule(schedule_id)
-
-    def remove(pipe: Pipeline) -> None:
-        raw = _decode(pipe.hgetall(key))
-        if not raw:
-            raise NotFound(f"no schedule {ref!r} in namespace {store.settings.namespace!r}")
-        schedule, _ = _load(raw)
-        named = pipe.hget(keys.schedule_names(), schedule.name) if schedule.name else None
-        pipe.multi()
-        pipe.delete(key, keys.schedule_fires(schedule_id))
-        pipe.zrem(keys.schedules(), schedule_id)
-        pipe.zrem(keys.schedules_due(), schedule_id)
-        if schedule.name is not None and named is not None and _text(named) == schedule_id:
-            pipe.hdel(keys.schedule_names(), schedule.name)
-
-    _transaction(store, remove, key, keys.schedule_names())
+    read = _read(store, schedule_id)
+    name = None if read is None else read[0].name  # its key holds the id: freed with it
+    keys = store.keys.schedule_keys(schedule_id, name)
+    if read is None or int(store.scripts.run("schedule_remove", keys, [schedule_id])[0]) == _GONE:
+        raise _not_found(store, ref)
     return schedule_id
 
 
@@ -838,42 +823,29 @@ class Scheduler:
         return raw is not None and not JobState(_text(raw)).terminal
 
     def _decide(self, schedule_id: str, now: int) -> _Decision:
-        """Step 1 of a fire: decide it and advance the schedule, in one transaction."""
+        """Step 1 of a fire: decide it from the schedule as read, and advance the schedule
+        (schedule_save) unless it changed meanwhile: then the next step reads it again."""
         store = self.store
-        key = store.keys.schedule(schedule_id)
-
-        def decide(pipe: Pipeline) -> _Decision:
-            raw = _decode(pipe.hgetall(key))
-            if not raw:  # removed: drop what is left of it in the due index
-                pipe.multi()
-                pipe.zrem(store.keys.schedules_due(), schedule_id)
-                return _Decision(stop=True)
-            schedule, state = _load(raw)
-            if state.pending is not None:  # a ticker died between decide and confirm
-                return _Decision(submit=state.pending, schedule=schedule)
-            decision = _Decision(schedule=schedule)
-            new = state
-            if (
-                state.buffered is not None
-                and not state.paused
-                and not self._running(state.last_job)
-            ):
-                new = replace(state, pending=state.buffered, buffered=None)
-                decision.submit = state.buffered
-            elif not state.paused and state.next is not None and state.next <= now:
-                new, decision = self._apply(schedule, state, now)
-            else:
-                decision.stop = True
-                if pipe.zscore(store.keys.schedules_due(), schedule_id) != state.due_score():
-                    pipe.multi()
-                    _write_due(pipe, store, schedule_id, state)
-                return decision
-            pipe.multi()
-            _save(pipe, store, schedule_id, new, [f.record(now) for f in decision.fires])
-            return decision
-
-        result: _Decision = _transaction(store, decide, key)
-        return result
+        due = store.keys.schedules_due()
+        read = _read(store, schedule_id)
+        if read is None:  # removed or expired; ids are never reused, so nothing races this
+            store.redis.zrem(due, schedule_id)
+            return _Decision(stop=True)
+        schedule, state, revision = read
+        if state.pending is not None:  # a ticker died between decide and confirm
+            return _Decision(submit=state.pending, schedule=schedule)
+        if state.buffered is not None and not state.paused and not self._running(state.last_job):
+            new = replace(state, pending=state.buffered, buffered=None)
+            decision = _Decision(submit=state.buffered, schedule=schedule)
+        elif not state.paused and state.next is not None and state.next <= now:
+            new, decision = self._apply(schedule, state, now)
+        else:
+            if store.redis.zscore(due, schedule_id) != state.due_score():
+                _save(store, schedule, revision, state)
+            return _Decision(stop=True)
+        if _save(store, schedule, revision, new, decision.fires, now) != _SAVED:
+            return _Decision()
+        return decision
 
     def _apply(
         self, schedule: Schedule, state: ScheduleState, now: int
@@ -925,33 +897,25 @@ class Scheduler:
 
     def _confirm(self, fire: Fire, now: int) -> bool:
         """Record a submitted (or failed) fire and clear `pending`; False when another
-        ticker confirmed it first or the schedule was removed meanwhile."""
-        store = self.store
-        key = store.keys.schedule(fire.schedule_id)
-
-        def confirm(pipe: Pipeline) -> bool:
-            raw = _decode(pipe.hgetall(key))
-            if not raw:
-                return False
-            state = ScheduleState.from_hash(raw)
-            if state.pending != fire.fire_ms:
-                return False
-            if fire.outcome == SUBMITTED:
-                new = replace(
-                    state,
-                    pending=None,
-                    last_fire=fire.fire_ms,
-                    last_job=fire.job_id,
-                    fires=state.fires + 1,
-                )
-            else:
-                new = replace(state, pending=None, failed=state.failed + 1)
-            pipe.multi()
-            _save(pipe, store, fire.schedule_id, new, [fire.record(now)])
-            return True
-
-        confirmed: bool = _transaction(store, confirm, key)
-        return confirmed
+        ticker confirmed it first, the schedule was removed, or it changed since read (the
+        fire stays pending: the next step submits it again, a no-op, and confirms it)."""
+        read = _read(self.store, fire.schedule_id)
+        if read is None:
+            return False
+        schedule, state, revision = read
+        if state.pending != fire.fire_ms:
+            return False
+        if fire.outcome == SUBMITTED:
+            new = replace(
+                state,
+                pending=None,
+                last_fire=fire.fire_ms,
+                last_job=fire.job_id,
+                fires=state.fires + 1,
+            )
+        else:
+            new = replace(state, pending=None, failed=state.failed + 1)
+        return _save(self.store, schedule, revision, new, [fire], now) == _SAVED
 
 
 def run_ticker(

@@ -34,7 +34,9 @@ JOB_SCRIPTS = frozenset(
         "delete",
     }
 )
-SHARD_SCRIPTS = frozenset({"claim", "singleton"})
+SHARD_SCRIPTS = frozenset(
+    {"claim", "singleton", "schedule_add", "schedule_save", "schedule_remove"}
+)
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS
 
 

@@ -116,15 +116,11 @@ local function finalize_job(now)
   redis.call('HSET', J, 'state', state, 'finished_at', now, 'updated_at', now)
   redis.call('ZREM', ACTIVE, JOB_ID)
   redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
-  -- every task is terminal: whatever the frontier still holds would change nothing
-  redis.call('DEL', F)
-  redis.call('ZREM', LEADER, 'continue|' .. JOB_ID)
   local retention = tonumber(j[3] or DEFAULT_RETENTION_MS)
-  for _, key in ipairs({J, T, H}) do redis.call('PEXPIRE', key, retention) end
+  for _, key in ipairs({J, T, H, F}) do redis.call('PEXPIRE', key, retention) end
   if IDEM ~= J then redis.call('PEXPIRE', IDEM, retention) end
   redis.call('ZADD', EXPIRING, now + retention, JOB_ID .. '\t' .. (j[4] or ''))
   META.state = state
-  META.finalized = true
   return state
 end
 
@@ -175,13 +171,19 @@ local function drain_frontier(now, take)
       budget = budget - 1
       if kind == 'r' then release_one(c, now, take) else fail_one(c, origin, now) end
     end
-    if META.finalized then break end -- the frontier was dropped with the job's last task
     if string.find(csv, '[^,]+', pos) then
       redis.call('LPUSH', F, kind .. '|' .. i .. '|' .. origin .. '|' .. pos)
     end
   end
   flush_wakes()
-  if redis.call('EXISTS', F) == 1 then leader_message('continue', now) end
+  if redis.call('EXISTS', F) == 1 then
+    -- Releases go on after a job is finalized too (they keep every dependency counter
+    -- equal to the parents not yet succeeded, which a later retry relies on); a list
+    -- re-created by the push-back above must expire with the job.
+    local ttl = redis.call('PTTL', J)
+    if ttl > 0 then redis.call('PEXPIRE', F, ttl) end
+    leader_message('continue', now)
+  end
 end
 
 -- Terminal failure of task i: record it (and dead-letter it), then cascade to every
