@@ -32,6 +32,7 @@ JOB_SCRIPTS = frozenset(
         "resubmit",
         "revive",
         "delete",
+        "compact",
     }
 )
 SHARD_SCRIPTS = frozenset(

@@ -327,7 +327,7 @@ def test_overlap_buffer_one_runs_one_buffered_fire_when_the_previous_run_ends(
 def test_at_fires_once_then_the_schedule_is_done(store: Store) -> None:
     now = sched.now_ms(store)
     at = datetime.fromtimestamp((now + MINUTE) / 1000, ZoneInfo("UTC")).isoformat()
-    s = sched.add_schedule(store, SPEC, at=at)
+    s = sched.add_schedule(store, SPEC, at=at, name="launch")
     a = ticker(store, "a")
     assert a.tick(s.trigger.at_ms - 1) == []  # type: ignore[operator]
 
@@ -339,6 +339,7 @@ def test_at_fires_once_then_the_schedule_is_done(store: Store) -> None:
     assert a.tick(s.trigger.at_ms + 10 * MINUTE) == []  # type: ignore[operator]
     assert store.redis.zscore(store.keys.schedules_due(), s.id) is None
     assert store.redis.pttl(store.keys.schedule(s.id)) > 0  # kept like a finished job
+    assert store.redis.pttl(store.keys.schedule_name("launch")) > 0  # then the name is free
     assert len(scheduled_jobs(store)) == 1
 
 
@@ -367,8 +368,51 @@ def test_removed_schedule_is_gone_and_never_fires(store: Store) -> None:
     with pytest.raises(NotFound, match="no schedule"):
         sched.show_schedule(store, s.id)
     assert not store.redis.exists(store.keys.schedule(s.id), store.keys.schedule_fires(s.id))
-    assert store.redis.hget(store.keys.schedule_names(), "hourly-report") is None
+    assert not store.redis.exists(store.keys.schedule_name("hourly-report"))
     sched.add_schedule(store, SPEC, every="PT1M", name="hourly-report")  # the name is free
+
+
+def test_a_pause_landing_while_a_tick_decides_wins_over_the_stale_decision(store: Store) -> None:
+    s = sched.add_schedule(store, SPEC, every="PT1M")
+    a = ticker(store, "a")
+    decide = a._apply
+
+    def pause_then_decide(
+        schedule: sched.Schedule, state: sched.ScheduleState, now: int
+    ) -> tuple[sched.ScheduleState, Any]:
+        if sched.show_schedule(store, s.id)["state"] != "paused":
+            sched.pause_schedule(other_store(store), s.id)
+        return decide(schedule, state, now)
+
+    a._apply = pause_then_decide  # type: ignore[method-assign]
+
+    assert a.tick(s.created_ms + MINUTE) == []
+
+    view = sched.show_schedule(store, s.id)
+    assert (view["state"], view["pending_fire"]) == ("paused", None)
+    assert view["next_fire"] == (s.created_ms + MINUTE) / 1000  # not advanced
+    assert view["recent"] == [] and scheduled_jobs(store) == []
+    assert store.redis.zscore(store.keys.schedules_due(), s.id) is None
+
+
+def test_a_schedule_removed_while_its_fire_is_submitted_stays_removed(store: Store) -> None:
+    s = sched.add_schedule(store, SPEC, every="PT1M", name="etl")
+    racing = other_store(store)
+    submit = racing.submit
+
+    def submit_then_remove(*args: Any, **kwargs: Any) -> Any:
+        submitted_job = submit(*args, **kwargs)
+        sched.remove_schedule(store, "etl")
+        return submitted_job
+
+    racing.submit = submit_then_remove  # type: ignore[method-assign]
+
+    assert ticker(racing, "a").tick(s.created_ms + MINUTE) == []  # its confirm found nothing
+
+    assert len(scheduled_jobs(store)) == 1  # the job it submitted stays
+    keys = store.keys.schedule_keys(s.id, "etl")
+    assert not store.redis.exists(*keys[:2], keys[4])  # no half schedule written back
+    assert store.redis.zscore(store.keys.schedules_due(), s.id) is None
 
 
 def test_names_are_unique_and_usable_in_place_of_ids(store: Store) -> None:

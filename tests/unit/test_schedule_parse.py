@@ -311,6 +311,21 @@ def test_schedule_round_trips_through_its_dict() -> None:
     assert Schedule.from_dict(sched.to_dict()) == sched
 
 
+@pytest.mark.parametrize(
+    "state",
+    [
+        ScheduleState(),
+        ScheduleState(paused=True, next=5, pending=4, buffered=3, last_fire=2, last_job="J"),
+        ScheduleState(next=5, fires=7, skipped=1, missed=2, failed=3),
+    ],
+)
+def test_a_state_survives_the_scripts_field_pairs(state: ScheduleState) -> None:
+    """What fields() hands the scripts ('' for an absent field) reads back as the same state."""
+    pairs = state.fields()
+    stored = {k: str(v).encode() for k, v in zip(pairs[::2], pairs[1::2], strict=True) if v != ""}
+    assert ScheduleState.from_hash(stored) == state
+
+
 def test_due_score_follows_pending_then_pause_then_the_earliest_fire() -> None:
     assert ScheduleState(next=5).due_score() == 5
     assert ScheduleState(next=5, buffered=3).due_score() == 3
