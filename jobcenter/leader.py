@@ -32,6 +32,7 @@ class Leader:
             "continue": self.go_on,
             "finalize": self.finalize,
             "cancel": self.cancel,
+            "compact": self.compact,
         }.get(kind)
         if step is None:
             log.warning("dropping unknown leader message %s|%s", kind, job_id)
@@ -99,6 +100,12 @@ class Leader:
         """Carry on a job's unfinished releases and failure cascades."""
         for _ in range(STEPS_PER_MESSAGE):
             if self.store.continue_frontier(job_id) == 0:
+                return
+
+    def compact(self, job_id: str) -> None:
+        """Free a large succeeded job's working fields, a chunk per call."""
+        for _ in range(STEPS_PER_MESSAGE):
+            if self.store.compact_step(job_id) <= 0:
                 return
 
     def cancel(self, job_id: str) -> None:

@@ -390,6 +390,11 @@ class Store:
         reply = self._job_call("continue", job_id, [])
         return int(reply[1]) if reply[0] == 0 else 0
 
+    def compact_step(self, job_id: str) -> int:
+        """One chunk of freeing a succeeded job's working fields; returns tasks left."""
+        reply = self._job_call("compact", job_id, [], with_meta=False)
+        return int(reply[1]) if reply[0] == 0 else 0
+
     def finalize(self, job_id: str) -> tuple[int, str | None]:
         """Close a job whose tasks all ended (normally done inline by the last transition)."""
         reply = self._job_call("finalize", job_id, [])

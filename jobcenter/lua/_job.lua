@@ -107,6 +107,25 @@ local function record_history(i, state, now, err)
     '\t')})
 end
 
+local COMPACT_INLINE_MAX = 500 -- tasks compacted inside the finalizing call (bounded work)
+-- The fields only a running job needs: payload, children, counters, routing, attempt caps.
+local WORKING_FIELDS = {'p:', 'c:', 'd:', 'q:', 'pr:', 'm:'}
+
+-- A succeeded job can never run again: free its working fields, keep its record and
+-- history. A large job is compacted in chunks by a leader ('compact' message).
+local function compact(now)
+  local n = tonumber(redis.call('HGET', J, 'n'))
+  if n > COMPACT_INLINE_MAX then
+    leader_message('compact', now)
+    return
+  end
+  local fields = {}
+  for i = 0, n - 1 do
+    for _, prefix in ipairs(WORKING_FIELDS) do fields[#fields + 1] = prefix .. i end
+  end
+  call_chunked('HDEL', T, fields)
+end
+
 -- Close a job whose tasks all ended: succeeded only if every task succeeded; cancelled if a
 -- user cancelled it; else failed. Its keys then live for the retention period.
 local function finalize_job(now)
@@ -118,6 +137,7 @@ local function finalize_job(now)
   redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
   local retention = tonumber(j[3] or DEFAULT_RETENTION_MS)
   for _, key in ipairs({J, T, H, F}) do redis.call('PEXPIRE', key, retention) end
+  if state == J_SUCCEEDED then compact(now) end
   if IDEM ~= J then redis.call('PEXPIRE', IDEM, retention) end
   redis.call('ZADD', EXPIRING, now + retention, JOB_ID .. '\t' .. (j[4] or ''))
   META.state = state

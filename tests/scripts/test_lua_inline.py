@@ -175,3 +175,41 @@ def test_a_finalized_jobs_frontier_keeps_its_retention_while_it_drains(store: St
     assert store.redis.llen(frontier) == 1 and store.redis.pttl(frontier) > 0
     assert store.continue_frontier(job_id) > 0
     assert store.redis.pttl(frontier) > 0
+
+
+def test_a_succeeded_job_keeps_its_record_and_history_but_frees_its_working_fields(
+    store: Store,
+) -> None:
+    job_id = submit(store, {"name": "small", "tasks": [
+        {"id": "a", "task": "t.a", "retries": 2}, {"id": "b", "task": "t.b", "depends_on": ["a"]},
+    ]})  # fmt: skip
+    (a,) = claim(store, H1)
+    assert complete_one(store, H1, job_id, a.index, a.attempt) == 0
+    (b,) = claim(store, H1)
+    assert complete_one(store, H1, job_id, b.index, b.attempt) == 0
+    fields = {k.decode() for k in store.redis.hkeys(store.keys.job(job_id).tasks)}
+    assert not {f for f in fields if f.split(":")[0] in {"p", "c", "d", "q", "pr", "m"}}
+    status = store.status(job_id)
+    assert status["state"] == "succeeded"
+    assert {t: s["state"] for t, s in status["tasks"].items()} == {
+        "a": "succeeded",
+        "b": "succeeded",
+    }
+    assert [h["task"] for h in store.history(job_id)] == ["a", "b"]
+
+
+def test_a_large_succeeded_job_is_compacted_in_chunks_by_a_leader(store: Store) -> None:
+    tasks = [{"id": f"t{k}", "task": "t.x"} for k in range(1_200)]
+    job_id = submit(store, {"name": "large", "tasks": tasks})
+    Leader(store, LEADER).split(job_id)
+    while started := claim(store, H1, 500):
+        codes, _ = store.complete(H1, [(job_id, t.index, t.attempt) for t in started])
+        assert set(codes.values()) == {0}
+    assert job_field(store, job_id, "state") == "succeeded"
+    assert store.redis.zscore(store.keys.leader(0), f"compact|{job_id}") is not None
+    assert store.redis.hexists(store.keys.job(job_id).tasks, "p:0")
+    assert store.compact_step(job_id) == 200  # bounded: 1,000 tasks per call
+    Leader(store, LEADER).compact(job_id)
+    assert not store.redis.hexists(store.keys.job(job_id).tasks, "p:1199")
+    assert store.redis.zscore(store.keys.leader(0), f"compact|{job_id}") is None
+    assert store.status(job_id)["tasks"]["t1199"]["state"] == "succeeded"
