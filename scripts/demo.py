@@ -31,18 +31,21 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="jobcenter-demo-") as data_dir:
         redis_server = RedisServer(data_dir).start()
         print(f"embedded redis at {redis_server.url} ({redis_server.binary})")
-        env = {**os.environ, "JOBCENTER_REDIS_URL": redis_server.url,
-               "JOBCENTER_NAMESPACE": "demo"}
+        env = {**os.environ, "JOBCENTER_REDIS_URL": redis_server.url, "JOBCENTER_NAMESPACE": "demo"}
         cli = [sys.executable, "-m", "jobcenter"]
         workers = [
-            subprocess.Popen([*cli, "worker", "jobcenter.demo", "--concurrency", "3"], env=env,
-                             stderr=subprocess.DEVNULL)
+            subprocess.Popen(
+                [*cli, "worker", "jobcenter.demo", "--concurrency", "3"],
+                env=env,
+                stderr=subprocess.DEVNULL,
+            )
             for _ in range(2)
         ]
         print(f"started 2 workers (pids {', '.join(str(w.pid) for w in workers)})")
         try:
-            submitted = subprocess.run([*cli, "submit", str(spec), "--wait"], env=env,
-                                       capture_output=True, text=True)
+            submitted = subprocess.run(
+                [*cli, "submit", str(spec), "--wait"], env=env, capture_output=True, text=True
+            )
             print(submitted.stdout, end="")
             print(submitted.stderr, end="", file=sys.stderr)
             job_id = submitted.stdout.split()[1] if submitted.stdout else ""
