@@ -114,8 +114,6 @@ class Store:
             meta = self._remember(job_id, JobMeta(tuple(raw.split(",")) if raw else (), _s(idem)))
         return meta
 
-    def job_queues(self, job_id: str) -> list[str]:
-        return list(self.job_meta(job_id).queues)
 
     def _context(self, job_id: str, meta: JobMeta | None) -> tuple[list[str], list[Any]]:
         """KEYS and first ARGV of a job-scoped script (the layout in _job.lua)."""
@@ -528,9 +526,6 @@ class Store:
         raw = self.redis.hgetall(self.keys.job(job_id).job)
         return {k.decode(): v for k, v in raw.items()}
 
-    def spec_of(self, job_id: str) -> dict[str, Any] | None:
-        raw = self.redis.hget(self.keys.job(job_id).job, "spec")
-        return None if raw is None else codec.unpack(raw)  # type: ignore[return-value]
 
     def status(self, job_id: str) -> dict[str, Any]:
         """The job and each task, in the shape of DESIGN.md section 7."""
