@@ -60,7 +60,7 @@ class Layout:
             "s:" + n,
             "waiting",
             "p:" + n,
-            codec.pack(payload, what=f"task {t['id']!r}"),
+            codec.pack_valid(payload),  # its args were checked when the spec was parsed
         ]
         queue = node_queue(t["node"]) if t.get("node") else (t.get("queue") or self.queue)
         if queue != self.queue:

@@ -4,6 +4,10 @@ bounded releases, cascades and cancels; finalize jobs. Any worker plays it."""
 from __future__ import annotations
 
 import logging
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
 
 from . import codec
 from .layout import Layout
@@ -63,9 +67,8 @@ class Leader:
         layout = Layout(spec)
         n = len(layout)
         written = int(job.get("written", 0))
-        for start in range(written, n, PUBLISH_CHUNK):
-            end = min(start + PUBLISH_CHUNK, n)
-            code = store.publish_tasks(job_id, self.handler, start, end, layout.pairs(start, end))
+        for start, end, pairs in _prepared(layout, written):
+            code = store.publish_tasks(job_id, self.handler, start, end, pairs)
             if code < 0:
                 self._stopped("split", job_id, code)
                 return None
@@ -118,3 +121,32 @@ class Leader:
         code, state = self.store.finalize(job_id)
         if code == 0:
             log.info("job %s %s", job_id, state)
+
+
+def _prepared(layout: Layout, start: int) -> Iterator[tuple[int, int, list[Any]]]:
+    """The chunks of a layout from `start`, built by a helper thread one chunk ahead, so
+    building chunk k+1 overlaps Redis writing chunk k."""
+    chunks: queue.Queue[tuple[int, int, list[Any]] | BaseException | None] = queue.Queue(2)
+    stop = threading.Event()
+
+    def build() -> None:
+        try:
+            for first in range(start, len(layout), PUBLISH_CHUNK):
+                if stop.is_set():
+                    return
+                last = min(first + PUBLISH_CHUNK, len(layout))
+                chunks.put((first, last, layout.pairs(first, last)))
+            chunks.put(None)
+        except BaseException as exc:  # the leader's thread raises it
+            chunks.put(exc)
+
+    threading.Thread(target=build, name="jobcenter-split", daemon=True).start()
+    try:
+        while (chunk := chunks.get()) is not None:
+            if isinstance(chunk, BaseException):
+                raise chunk
+            yield chunk
+    finally:
+        stop.set()  # the consumer stopped early: let the builder end
+        while not chunks.empty():
+            chunks.get_nowait()

@@ -10,6 +10,7 @@ import difflib
 import json
 import math
 import re
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -306,6 +307,11 @@ def _check_payload(task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         )
 
 
+# The JobSpecs parse_spec made (by id; weak, so they are forgotten with the spec): only
+# those are known valid, since a frozen dataclass can also be built by hand.
+_VALIDATED: weakref.WeakValueDictionary[int, JobSpec] = weakref.WeakValueDictionary()
+
+
 def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpec:
     """Validate a job spec given as plain data (parsed YAML/JSON) and build a JobSpec.
 
@@ -343,7 +349,7 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
     seen_names: set[str] = set()
     tasks = tuple(_parse_task(raw, i, seen_names) for i, raw in enumerate(raw_tasks))
     check_dag([t.id for t in tasks], {t.id: t.depends_on for t in tasks if t.depends_on})
-    return JobSpec(
+    spec = JobSpec(
         name=name,
         tasks=tasks,
         owner=owner,
@@ -352,6 +358,8 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
         idempotency_key=idempotency_key,
         retention=retention,
     )
+    _VALIDATED[id(spec)] = spec
+    return spec
 
 
 def load_spec_file(path: str | Path) -> JobSpec:
@@ -413,9 +421,10 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 
 
 def spec_from_any(obj: object) -> JobSpec:
-    """A JobSpec from a JobSpec (as is), a mapping (parse_spec) or a builder (its .build())."""
+    """A validated JobSpec from a JobSpec, a mapping (parse_spec) or a builder (.build()).
+    A JobSpec built by hand rather than by parse_spec is validated here too."""
     if isinstance(obj, JobSpec):
-        return obj
+        return obj if _VALIDATED.get(id(obj)) is obj else parse_spec(obj.to_dict())
     if isinstance(obj, Mapping):
         return parse_spec(obj)
     build = getattr(obj, "build", None)

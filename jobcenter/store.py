@@ -21,7 +21,7 @@ from .errors import NotFound, RedisUnavailable, raise_for_code
 from .keys import Keys
 from .layout import Layout, job_queues
 from .lua import Batch, Scripts
-from .spec import JobSpec
+from .spec import JobSpec, spec_from_any
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,6 @@ class Store:
             meta = self._remember(job_id, JobMeta(tuple(raw.split(",")) if raw else (), _s(idem)))
         return meta
 
-
     def _context(self, job_id: str, meta: JobMeta | None) -> tuple[list[str], list[Any]]:
         """KEYS and first ARGV of a job-scoped script (the layout in _job.lua)."""
         shard = self.keys.job_shard(job_id)
@@ -171,6 +170,7 @@ class Store:
         fire_time: float | None = None,
     ) -> list[tuple[str, bool]]:
         """Submit many jobs in one round trip; (job id, created) for each, in order."""
+        specs = [spec_from_any(spec) for spec in specs]  # a hand-built JobSpec is checked too
         batch = self.scripts.batch()
         job_ids = [self._add_submit(batch, spec, schedule_id, fire_time) for spec in specs]
         results = []
@@ -200,7 +200,7 @@ class Store:
             "left": len(spec.tasks),
         }
         optional = {
-            "spec": None if inline else codec.pack(spec_dict, what="job spec"),
+            "spec": None if inline else codec.pack_valid(spec_dict),  # parse_spec checked it
             "owner": spec.owner,
             "idem": spec.idempotency_key,
             "retention": int(spec.retention * 1000) if spec.retention else None,
@@ -525,7 +525,6 @@ class Store:
     def job_fields(self, job_id: str) -> dict[str, bytes]:
         raw = self.redis.hgetall(self.keys.job(job_id).job)
         return {k.decode(): v for k, v in raw.items()}
-
 
     def status(self, job_id: str) -> dict[str, Any]:
         """The job and each task, in the shape of DESIGN.md section 7."""

@@ -520,3 +520,17 @@ def test_spec_from_any() -> None:
     assert spec_from_any(Builder()) is spec
     with pytest.raises(SpecError, match="cannot make a job spec from int"):
         spec_from_any(5)
+
+
+def test_a_hand_built_jobspec_is_validated_before_submit() -> None:
+    from jobcenter.spec import JobSpec, TaskSpec, spec_from_any
+
+    looped = JobSpec(
+        name="by-hand",
+        tasks=(TaskSpec(id="a", task="t.a", depends_on=("b",)),
+               TaskSpec(id="b", task="t.b", depends_on=("a",))),
+    )  # fmt: skip
+    with pytest.raises(SpecError, match="cycle: a -> b -> a"):
+        spec_from_any(looped)
+    parsed = parse_spec({"name": "ok", "tasks": [{"id": "a", "task": "t.a"}]})
+    assert spec_from_any(parsed) is parsed  # what parse_spec made is not parsed again
