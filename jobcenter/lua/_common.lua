@@ -7,13 +7,22 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local ARGS_PER_CALL_MAX = 4000 -- arguments unpacked into one call: clear of Lua's limit
+-- Arguments unpacked into one call: clear of Lua's limit, and even, so field/value and
+-- score/member pairs never straddle two calls.
+local ARGS_PER_CALL_MAX = 4000
 
 -- redis.call(command, key, ...args) with args sent in bounded chunks (variadic commands:
 -- HSET, HDEL, ZADD, ZREM, RPUSH); does nothing when args is empty.
 local function call_chunked(command, key, args)
   for first = 1, #args, ARGS_PER_CALL_MAX do
     redis.call(command, key, unpack(args, first, math.min(#args, first + ARGS_PER_CALL_MAX - 1)))
+  end
+end
+
+-- The same for the script's own arguments ARGV[first..last].
+local function call_chunked_argv(command, key, first, last)
+  for from = first, last, ARGS_PER_CALL_MAX do
+    redis.call(command, key, unpack(ARGV, from, math.min(last, from + ARGS_PER_CALL_MAX - 1)))
   end
 end
 

@@ -15,18 +15,6 @@ if IDEM ~= J then
 end
 if redis.call('EXISTS', J) == 1 then return {-3} end
 
-local HSET_ARGS_MAX = 4000 -- arguments per HSET call: stays clear of Lua's unpack limit
-local function hset_range(key, first, last)
-  local args = {}
-  for k = first, last do
-    args[#args + 1] = ARGV[k]
-    if #args == HSET_ARGS_MAX then
-      redis.call('HSET', key, unpack(args))
-      args = {}
-    end
-  end
-  if #args > 0 then redis.call('HSET', key, unpack(args)) end
-end
 
 local njob = tonumber(ARGV[A])
 local ntask_at = A + 1 + njob
@@ -42,7 +30,7 @@ local now = now_ms()
 local seq = redis.call('INCR', KEYS[XK])
 redis.call('HSET', J, 'id', JOB_ID, 'state', J_PENDING, 'seq', seq, 'created_at', now,
   'updated_at', now, 'nfailed', 0, 'ncancelled', 0)
-hset_range(J, A + 1, A + njob)
+call_chunked_argv('HSET', J, A + 1, A + njob)
 if IDEM ~= J then redis.call('SET', IDEM, JOB_ID) end
 redis.call('ZADD', KEYS[XK + 1], now, JOB_ID)
 redis.call('ZADD', ACTIVE, now, JOB_ID)
@@ -52,7 +40,7 @@ if ntask == 0 then
   leader_message('split', now)
   return {0, JOB_ID}
 end
-hset_range(T, ntask_at + 1, ntask_at + ntask)
+call_chunked_argv('HSET', T, ntask_at + 1, ntask_at + ntask)
 load_job()
 local first_root = ntask_at + ntask + 1
 redis.call('HSET', J, 'state', J_RUNNING, 'started_at', now, 'written', redis.call('HGET', J, 'n'),
