@@ -14,16 +14,6 @@ REVIVE_MAX = 10_000  # tasks one retry may touch: it is a single script call (DE
 TRIM_BATCH = 1_000  # expired jobs trimmed from the indexes per read
 
 
-def _task_fields(store: Store, job_id: str, *attrs: str) -> dict[str, dict[str, str]]:
-    """attr -> (task index -> value) for one job, read with HSCAN."""
-    out: dict[str, dict[str, str]] = {a: {} for a in attrs}
-    key = store.keys.job(job_id).tasks
-    for attr in attrs:
-        for k, v in store.redis.hscan_iter(key, match=f"{attr}:*", count=1000):
-            out[attr][k.decode().split(":", 1)[1]] = v.decode()
-    return out
-
-
 def dead_letters(store: Store, limit: int = 100) -> list[dict[str, Any]]:
     """The newest dead letters: tasks that failed for good (attempts exhausted or Fatal)."""
     rows: list[tuple[float, str]] = []
@@ -56,12 +46,11 @@ def _dead_letter(store: Store, job_id: str, index: int) -> dict[str, Any] | None
         "handler": _s(handler),
         "failed_at": _seconds(failed_at),
         "error": _s(error),
-        "history": [h for h in store.history(job_id) if h["task"] == _s(task_id)],
     }
 
 
 def _index_of(store: Store, job_id: str, task_id: str) -> int:
-    ids = _task_fields(store, job_id, "id")["id"]
+    ids = store.task_fields(job_id, "id")["id"]
     for index, tid in ids.items():
         if tid == task_id:
             return int(index)
@@ -69,9 +58,11 @@ def _index_of(store: Store, job_id: str, task_id: str) -> int:
 
 
 def dead_letter(store: Store, job_id: str, task_id: str) -> dict[str, Any]:
+    """One dead letter with every attempt of its task (the list leaves history out)."""
     entry = _dead_letter(store, job_id, _index_of(store, job_id, task_id))
     if entry is None:
         raise NotFound(f"task {task_id!r} of job {job_id} is not a dead letter")
+    entry["history"] = [h for h in store.history(job_id) if h["task"] == task_id]
     return entry
 
 
@@ -82,7 +73,7 @@ def requeue(store: Store, job_id: str, task_id: str) -> int:
 
 def retry_job(store: Store, job_id: str) -> int:
     """Re-run a job's failed and upstream_failed tasks; its succeeded tasks are kept."""
-    states = _task_fields(store, job_id, "s")["s"]
+    states = store.task_fields(job_id, "s")["s"]
     if not states and not store.redis.exists(store.keys.job(job_id).job):
         raise NotFound(f"no job {job_id}")
     failed = [int(i) for i, s in states.items() if s == TaskState.FAILED]
@@ -94,7 +85,7 @@ def retry_job(store: Store, job_id: str) -> int:
 def _revive(store: Store, job_id: str, roots: list[int]) -> int:
     """Plan which upstream_failed tasks the roots' re-run unblocks, then revive them all
     in one script call (so nothing is half-done if this process dies)."""
-    fields = _task_fields(store, job_id, "s", "c")
+    fields = store.task_fields(job_id, "s", "c")
     states = {int(i): s for i, s in fields["s"].items()}
     children = {int(i): [int(c) for c in csv.split(",")] for i, csv in fields["c"].items()}
     parents: dict[int, list[int]] = defaultdict(list)
@@ -136,7 +127,7 @@ def delete_job(store: Store, job_id: str) -> None:
     state = store.redis.hget(store.keys.job(job_id).job, "state")
     if state is None:
         raise NotFound(f"no job {job_id}")
-    states = _task_fields(store, job_id, "s")["s"]
+    states = store.task_fields(job_id, "s")["s"]
     failed = [int(i) for i, s in states.items() if s == TaskState.FAILED]
     store.delete(job_id, failed)
 

@@ -282,9 +282,7 @@ def dlq_list(settings: Settings, limit: int, as_json: bool) -> None:
     """The newest dead letters."""
     rows = client_for(settings).dead_letters(limit)
     if as_json:
-        click.echo(
-            json.dumps([{k: v for k, v in r.items() if k != "history"} for r in rows], indent=2)
-        )
+        click.echo(json.dumps(rows, indent=2))
         return
     for r in rows:
         error = (r["error"] or "").splitlines()

@@ -1,4 +1,4 @@
-"""Pure graph code over task ids: validation, topological order, children, descendants.
+"""Pure graph code over task ids: validation, topological order, children.
 
 Everything here is iterative: a job may hold a 100,000-task chain, far past Python's
 recursion limit.
@@ -117,15 +117,3 @@ def children_of(task_ids: Sequence[str], deps: Mapping[str, Sequence[str]]) -> d
                 raise SpecError(f"task {task_id!r} depends on unknown task {dep!r}")
             siblings.append(task_id)
     return children
-
-
-def descendants(start: str, children: Mapping[str, Sequence[str]]) -> set[str]:
-    """Every task that depends on `start`, directly or not (not `start` itself)."""
-    found: set[str] = set()
-    stack = list(children.get(start, ()))
-    while stack:
-        task_id = stack.pop()
-        if task_id not in found:
-            found.add(task_id)
-            stack.extend(children.get(task_id, ()))
-    return found

@@ -20,7 +20,6 @@ log = logging.getLogger(__name__)
 SINGLETON = "recovery"
 LEASES_PAGE = 1_000  # expired leases handled per read
 LEADER_MESSAGES_MAX = 1_000  # due leader messages one pass runs at most
-SCAN_PAGE = 1_000  # HSCAN page when reading a job's tasks
 REPAIR_BATCH = 500  # tasks per repair script call: bounded work
 
 
@@ -166,23 +165,15 @@ class Recovery:
         if self.store.resubmit(job_id, kind):
             self.report.resubmitted[kind] = self.report.resubmitted.get(kind, 0) + 1
 
-    def _scan(self, key: str, attr: str) -> dict[str, str]:
-        """Task index -> value of one attribute, for every task that has it."""
-        out = {}
-        for k, v in self.store.redis.hscan_iter(key, match=f"{attr}:*", count=SCAN_PAGE):
-            out[k.decode().split(":", 1)[1]] = v.decode()
-        return out
-
     def _tasks(self, job_id: str, now: int) -> None:
-        tasks_key = self.store.keys.job(job_id).tasks
-        states = self._scan(tasks_key, "s")
+        states = self.store.task_fields(job_id, "s")["s"]
         by_state: dict[str, list[str]] = defaultdict(list)
         for index, state in states.items():
             by_state[state].append(index)
 
         parked = by_state[TaskState.QUEUED] + by_state[TaskState.RETRY_WAIT]
         stuck = parked + by_state[TaskState.TIMED_OUT]
-        dead = self._on_dead_nodes(tasks_key, stuck, now) if stuck else []
+        dead = self._on_dead_nodes(job_id, stuck, now) if stuck else []
         for batch in _batches(dead):
             self.report.node_failed += self.store.repair(
                 job_id, "abandon", batch, "failed: no live worker on its node"
@@ -197,7 +188,7 @@ class Recovery:
         waiting = by_state[TaskState.WAITING]
         if waiting:
             parents: dict[str, list[str]] = defaultdict(list)
-            for index, csv in self._scan(tasks_key, "c").items():
+            for index, csv in self.store.task_fields(job_id, "c")["c"].items():
                 for child in csv.split(","):
                     parents[child].append(index)
             ready = [
@@ -207,20 +198,23 @@ class Recovery:
                 items = [x for i in batch for x in (i, len(parents[i]), *parents[i])]
                 self.report.released += self.store.repair(job_id, "release", items)
 
-    def _on_dead_nodes(self, tasks_key: str, indexes: list[str], now: int) -> list[str]:
+    def _on_dead_nodes(self, job_id: str, indexes: list[str], now: int) -> list[str]:
         """Tasks pinned to a node no live worker served for the worker timeout."""
         timeout_ms = self.settings.worker_timeout_seconds * 1000
-        queues = self._scan(tasks_key, "q")
+        queues = self.store.task_fields(job_id, "q")["q"]
         pinned = [i for i in indexes if queues.get(i, "").startswith(NODE_QUEUE_PREFIX)]
         if not pinned:
             return []
         redis = self.store.redis
-        since = redis.hmget(tasks_key, [f"tq:{i}" for i in pinned])
-        seen = redis.zscore  # node name -> last heartbeat
+        since = redis.hmget(self.store.keys.job(job_id).tasks, [f"tq:{i}" for i in pinned])
+        seen = {  # node name -> last heartbeat of any of its workers
+            name.decode(): score
+            for name, score in redis.zrange(self.store.keys.nodes(), 0, -1, withscores=True)
+        }
         dead = []
         for index, queued_at in zip(pinned, since, strict=True):
             node = queues[index][len(NODE_QUEUE_PREFIX) :]
-            last = seen(self.store.keys.nodes(), node) or 0
+            last = seen.get(node, 0)
             waited = now - int(queued_at or now)
             if now - last > timeout_ms and waited > timeout_ms:
                 dead.append(index)

@@ -53,14 +53,6 @@ def lookup(name: str) -> Callable[..., Any]:
         raise UnknownTask(f"task {name!r} is not registered on this worker") from None
 
 
-def registered() -> list[str]:
-    return sorted(_REGISTRY)
-
-
-def unregister(name: str) -> None:
-    _REGISTRY.pop(name, None)
-
-
 def import_modules(modules: Iterable[str]) -> None:
     """Import the modules named on the worker's command line, so their @task run."""
     for module in modules:

@@ -26,6 +26,7 @@ from .spec import JobSpec, spec_from_any
 log = logging.getLogger(__name__)
 
 SWEEP_MAX = 100  # expired leases reported per claim: bounded work on the fast path
+SCAN_PAGE = 1_000  # HSCAN page when reading a job's tasks
 META_CACHE_MAX = 10_000  # jobs whose queues and idempotency key a store remembers
 INLINE_SPLIT_MAX = 500  # a job this small is split by its submit script (one short call)
 WAITAOF_TIMEOUT_MS = 5_000  # a submit waits at most this for its fsync
@@ -609,6 +610,15 @@ class Store:
                 break
         return rows
 
+    def task_fields(self, job_id: str, *attrs: str) -> dict[str, dict[str, str]]:
+        """attr -> (task index -> value) for one job's tasks, read with HSCAN."""
+        key = self.keys.job(job_id).tasks
+        out: dict[str, dict[str, str]] = {}
+        for attr in attrs:
+            scanned = self.redis.hscan_iter(key, match=f"{attr}:*", count=SCAN_PAGE)
+            out[attr] = {k.decode().split(":", 1)[1]: v.decode() for k, v in scanned}
+        return out
+
     def history(self, job_id: str) -> list[dict[str, Any]]:
         """Every finished attempt of every task, oldest first."""
         jk = self.keys.job(job_id)
@@ -618,12 +628,12 @@ class Store:
         exists, entries = pipe.execute()
         if not exists:
             raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
-        ids = {}
+        rows = [raw.decode().split("\t", 6) for raw in entries]
+        indexes = sorted({row[0] for row in rows})
+        names = self.redis.hmget(jk.tasks, [f"id:{i}" for i in indexes]) if indexes else []
+        ids = {i: _s(name) or i for i, name in zip(indexes, names, strict=True)}
         out = []
-        for raw in entries:
-            index, attempt, state, handler, started, finished, error = raw.decode().split("\t", 6)
-            if index not in ids:
-                ids[index] = _s(self.redis.hget(jk.tasks, f"id:{index}")) or index
+        for index, attempt, state, handler, started, finished, error in rows:
             out.append(
                 {
                     "task": ids[index],

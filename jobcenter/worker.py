@@ -38,7 +38,6 @@ CLAIM_BATCH_MAX = 256  # tasks reserved per claim: one round trip serves many ta
 REPORT_BATCH_MAX = 512  # finished attempts reported per round trip
 LEADER_BATCH = 4  # leader messages taken per claim
 RECONNECT_MAX_SECONDS = 5.0  # longest pause between tries while Redis is unreachable
-WORKER_INFO_FIELDS = ("host", "pid", "queues", "node", "concurrency", "started_at")
 
 
 @dataclass

@@ -1,10 +1,10 @@
-"""dag: validation messages, cycle paths, stable topological order, children, descendants."""
+"""dag: validation messages, cycle paths, stable topological order, children."""
 
 from __future__ import annotations
 
 import pytest
 
-from jobcenter.dag import check_dag, children_of, descendants
+from jobcenter.dag import check_dag, children_of
 from jobcenter.errors import SpecError
 
 # Seed 000: roots 1, 2, 3; 2 releases 4, 5, 6; 4 releases 7; 6 releases 8 and 9.
@@ -108,17 +108,3 @@ def test_children_in_input_order() -> None:
 def test_children_of_refuses_unknown_deps() -> None:
     with pytest.raises(SpecError, match="unknown task 'nope'"):
         children_of(["a"], {"a": ["nope"]})
-
-
-def test_descendants_of_failed_task_4_are_7_and_9() -> None:
-    children = children_of(SEED_IDS, SEED_DEPS)
-    assert descendants("t4", children) == {"t7", "t9"}
-    assert descendants("t2", children) == {"t4", "t5", "t6", "t7", "t8", "t9"}
-    assert descendants("t3", children) == set()
-
-
-def test_descendants_of_a_100k_chain_without_recursion() -> None:
-    n = 100_000
-    ids = [f"t{i}" for i in range(n)]
-    children = children_of(ids, {f"t{i}": [f"t{i - 1}"] for i in range(1, n)})
-    assert len(descendants("t0", children)) == n - 1
