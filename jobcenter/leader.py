@@ -86,11 +86,10 @@ class Leader:
         return None
 
     def abandon(self, job_id: str, error: str) -> None:
-        """Mark the job and its unfinished tasks failed, and finalize it."""
+        """Mark the job and its unfinished tasks failed (the last step finalizes it)."""
         code, left = self.store.cancel_step(job_id, True, mode="abandon", error=error)
         while code == 0 and left:
             code, left = self.store.cancel_step(job_id)
-        self.store.finalize(job_id)
         log.warning("job %s: %s", job_id, error)
 
     def _stopped(self, kind: str, job_id: str, code: int) -> None:
