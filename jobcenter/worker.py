@@ -38,6 +38,7 @@ CLAIM_BATCH_MAX = 256  # tasks reserved per claim: one round trip serves many ta
 REPORT_BATCH_MAX = 512  # finished attempts reported per round trip
 LEADER_BATCH = 4  # leader messages taken per claim
 RECONNECT_MAX_SECONDS = 5.0  # longest pause between tries while Redis is unreachable
+PROGRESS_MIN_INTERVAL_SECONDS = 1.0  # a task's progress goes out at once at most this often
 
 
 @dataclass
@@ -74,6 +75,7 @@ class Backoff:
 class Running:
     task: StartedTask
     progress: str = ""
+    progress_sent_at: float = 0.0  # monotonic time the last progress went out at once
 
 
 class Worker:
@@ -299,10 +301,17 @@ class Worker:
             self.runner.submit(task, self._report_progress, self.outcomes.put)
 
     def _report_progress(self, task: StartedTask, message: str) -> None:
+        """Store the message; send it at once unless this task sent one under a second ago
+        (the next heartbeat carries it then), so a chatty task cannot flood Redis."""
+        now = time.monotonic()
         with self.lock:
             running = self.running.get((task.job_id, task.index))
-            if running is not None:
-                running.progress = message
+            if running is None:
+                return
+            running.progress = message
+            if now - running.progress_sent_at < PROGRESS_MIN_INTERVAL_SECONDS:
+                return
+            running.progress_sent_at = now
         self.store.heartbeat(self.handler, [(task.job_id, task.index, task.attempt, message)])
 
     # -- reporting -------------------------------------------------------------------------

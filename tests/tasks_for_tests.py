@@ -76,6 +76,14 @@ def block(gate: str) -> str:
     return gate
 
 
+@task(name="tasks_for_tests.report_then_block")
+def report_then_block(message: str, gate: str) -> str:
+    """Reports progress, records its fencing token, then waits for the gate like block()."""
+    current_task().progress(message)
+    _record("reported", token=current_task().token)
+    return block(gate)
+
+
 @task(name="tasks_for_tests.fail_times")
 def fail_times(times: int, counter: str) -> int:
     """Fails its first `times` calls (counted in Redis across workers), then succeeds."""
