@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from chaos_tasks import WORKER_NAME_ENV, all_gates_key, events_key, gate_key
+from chaos_tasks import EVENTS_URL_ENV, WORKER_NAME_ENV, all_gates_key, events_key, gate_key
 from helpers import wait_until
 
 from jobcenter.config import Settings
@@ -140,13 +140,20 @@ class WorkerProc:
 
 
 class Cluster:
-    """Worker processes, CLI runs and the event log of one test (one namespace)."""
+    """Worker processes, CLI runs and the event log of one test (one namespace).
 
-    def __init__(self, redis_url: str, namespace: str, log_dir: Path) -> None:
+    The event log and the gates live on jobcenter's Redis, or on `events_url` for a test
+    that makes jobcenter's Redis refuse writes (the tasks' bookkeeping must not suffer it)."""
+
+    def __init__(
+        self, redis_url: str, namespace: str, log_dir: Path, events_url: str | None = None
+    ) -> None:
         self.redis_url = redis_url
         self.namespace = namespace
         self.log_dir = log_dir
         self.redis = redis.Redis.from_url(redis_url)
+        self.events_url = events_url
+        self.events_redis = redis.Redis.from_url(events_url) if events_url else self.redis
         self.keys = Keys(namespace)
         self.store = Store(self.redis, Settings(redis_url=redis_url, namespace=namespace))
         self.workers: list[WorkerProc] = []
@@ -169,6 +176,8 @@ class Cluster:
         ]  # fmt: skip
         log_path = self.log_dir / f"worker-{name}.log"
         extra = {WORKER_NAME_ENV: name, **(env or {})}
+        if self.events_url:
+            extra[EVENTS_URL_ENV] = self.events_url
         with log_path.open("ab") as log_file:
             proc = subprocess.Popen(
                 args,
@@ -279,7 +288,7 @@ class Cluster:
         run time)."""
         problems = []
         with contextlib.suppress(redis.RedisError):
-            self.redis.set(all_gates_key(self.namespace), 1)
+            self.events_redis.set(all_gates_key(self.namespace), 1)
         for worker in self.workers:
             if not worker.alive and not worker.stopped_by_test:
                 tail = "\n".join(worker.log().splitlines()[-20:])
@@ -306,15 +315,16 @@ class Cluster:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         self.redis.close()
+        self.events_redis.close()
         return problems
 
     # -- the tests' own keys ------------------------------------------------------------
 
     def open_gate(self, gate: str) -> None:
-        self.redis.set(gate_key(self.namespace, gate), 1)
+        self.events_redis.set(gate_key(self.namespace, gate), 1)
 
     def events(self, kind: str | None = None, job: str | None = None) -> list[dict[str, Any]]:
-        raw = self.redis.lrange(events_key(self.namespace), 0, -1)
+        raw = self.events_redis.lrange(events_key(self.namespace), 0, -1)
         out = []
         for position, item in enumerate(raw):
             event = json.loads(item)

@@ -28,7 +28,7 @@ from typing import Any
 
 import redis
 
-from jobcenter import current_task, task
+from jobcenter import Fatal, current_task, task
 from jobcenter import leader as leader_module
 from jobcenter.config import Settings
 from jobcenter.recovery import Recovery
@@ -41,6 +41,7 @@ GATE_POLL_SECONDS = 0.01  # a test waits at most this long after opening a gate
 RECORD_RETRY_SECONDS = 30.0
 RECORD_RETRY_PAUSE = 0.05
 WORKER_NAME_ENV = "CHAOS_WORKER_NAME"
+EVENTS_URL_ENV = "CHAOS_EVENTS_URL"  # where events and gates live, if not on jobcenter's Redis
 
 
 def events_key(namespace: str) -> str:
@@ -58,7 +59,9 @@ def all_gates_key(namespace: str) -> str:
 
 @cache
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(os.environ["JOBCENTER_REDIS_URL"])
+    return redis.Redis.from_url(
+        os.environ.get(EVENTS_URL_ENV) or os.environ["JOBCENTER_REDIS_URL"]
+    )
 
 
 def _namespace() -> str:
@@ -66,7 +69,8 @@ def _namespace() -> str:
 
 
 def record(event: str, **fields: Any) -> None:
-    """Append one event; retried while Redis is down (a test may be restarting it)."""
+    """Append one event; retried while Redis is down or refuses writes (a test may be
+    restarting it, or holding it out of memory)."""
     entry = json.dumps(
         {
             "e": event,
@@ -81,7 +85,7 @@ def record(event: str, **fields: Any) -> None:
         try:
             _redis().rpush(events_key(_namespace()), entry)
             return
-        except (redis.ConnectionError, redis.TimeoutError):
+        except redis.RedisError:
             if time.monotonic() >= deadline:
                 raise
             time.sleep(RECORD_RETRY_PAUSE)
@@ -112,6 +116,13 @@ def step(work: float = 0.0, gate: str = "") -> None:
                 raise TimeoutError(f"gate {gate!r} never opened")
             time.sleep(GATE_POLL_SECONDS)
     _record_attempt("finish")
+
+
+@task(name="chaos.fail")
+def fail() -> None:
+    """Records its start, then fails for good: a task whose true outcome is failed."""
+    _record_attempt("start")
+    raise Fatal("chaos.fail fails by design")
 
 
 # -- hooks ----------------------------------------------------------------------------------
