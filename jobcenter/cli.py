@@ -164,6 +164,10 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
     rows = [("TASK", "STATE", "ATT", "HANDLER", "STARTED", "FINISHED", "ERROR / PROGRESS")]
     for task_id, t in st["tasks"].items():
         note = (t["error"] or t.get("progress") or "").splitlines()
+        text = note[0][:60] if note else ""
+        if t.get("waiting_for"):  # workers gave it back for want of its code
+            waiting = t["waiting_for"]
+            text = f"waiting since {_time(waiting['since'])} for a worker with {waiting['task']}"
         rows.append(
             (
                 task_id,
@@ -172,7 +176,7 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
                 (t["handler"] or "-")[:8],
                 _time(t["started_at"])[11:],
                 _time(t["finished_at"])[11:],
-                note[0][:60] if note else "",
+                text,
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
@@ -379,6 +383,10 @@ def worker(
     logging.getLogger("jobcenter").setLevel(min(logging.INFO, logging.getLogger().level))
     if allow_shell:
         modules = (*modules, "jobcenter.shell")
+    # MODULES are found in the current directory, as under `python -m jobcenter` (the
+    # console script's sys.path starts with its own bin directory instead)
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
     registry.import_modules(modules)
     options = Options(
         queues=[q for q in queues.split(",") if q],

@@ -37,6 +37,9 @@ class Settings:
     recovery_interval_seconds: float = 60.0
     # How long a finished job is kept (DESIGN section 5: 7 days by default).
     retention_seconds: float = 7 * 24 * 3600.0
+    # A task whose name no live worker serving its queue has registered fails after waiting
+    # this long for one (a rolling deploy or a late worker start has this long to arrive).
+    unknown_task_timeout_seconds: float = 600.0
     # Number of hash-tag shards; 1 on a single Redis, more on Redis Cluster. Fixed per namespace.
     shards: int = 1
 
@@ -50,6 +53,9 @@ class Settings:
             worker_timeout_seconds=_env_float("JOBCENTER_WORKER_TIMEOUT_SECONDS", 60.0),
             recovery_interval_seconds=_env_float("JOBCENTER_RECOVERY_INTERVAL_SECONDS", 60.0),
             retention_seconds=_env_float("JOBCENTER_RETENTION_SECONDS", 7 * 24 * 3600.0),
+            unknown_task_timeout_seconds=_env_float(
+                "JOBCENTER_UNKNOWN_TASK_TIMEOUT_SECONDS", 600.0
+            ),
             shards=int(_env_float("JOBCENTER_SHARDS", 1)),
         )
         return replace(settings, **{k: v for k, v in overrides.items() if v is not None})

@@ -47,6 +47,8 @@ class Outcome:
     ok: bool
     error: str = ""
     retry_delay_ms: int = -1  # < 0: do not retry
+    # set when this worker has no code for the task: the attempt is given back, unused
+    missing_task: str = ""
 
 
 def backoff_ms(attempt: int, base: float, cap: float) -> int:
@@ -83,8 +85,8 @@ def execute(
         fn = registry.lookup(payload["t"])
         fn(*payload.get("a", ()), **payload.get("k", {}))
         return Outcome(task, True)
-    except registry.UnknownTask as exc:
-        return Outcome(task, False, str(exc))  # another attempt here would fail the same way
+    except registry.UnknownTask as exc:  # not a failure of the task: a worker with it may come
+        return Outcome(task, False, str(exc), missing_task=payload["t"])
     except Fatal as exc:
         return Outcome(task, False, describe(exc))
     except Retry as exc:

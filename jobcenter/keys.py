@@ -175,6 +175,12 @@ class Keys:
     def worker_info(self, handler: str) -> str:
         return f"{self._base}:worker:{handler}"
 
+    def served_tasks(self) -> str:
+        """Zset of "<queue>|<task name>" -> last time a live worker serving that queue said it
+        has that task registered (ms, Redis TIME): how recovery tells a task no live worker
+        can run."""
+        return f"{self._base}:served"
+
     def nodes(self) -> str:
         """Zset of node names -> last heartbeat of any worker serving that node."""
         return f"{self._base}:nodes"

@@ -13,7 +13,7 @@ from .admin import trim_expired
 from .keys import NODE_QUEUE_PREFIX
 from .leader import Leader
 from .states import JobState, TaskState
-from .store import Store
+from .store import Store, served_member
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,7 @@ class RecoveryReport:
     requeued: int = 0  # queued tasks whose queue entry was lost
     released: int = 0  # waiting tasks whose parents had all succeeded
     node_failed: int = 0  # tasks pinned to a node with no live worker
+    no_worker: int = 0  # tasks whose task name no live worker had registered for too long
     leased: int = 0  # running tasks that had lost their lease
     resubmitted: dict[str, int] = field(default_factory=dict)  # leader messages re-added
     finalized: int = 0
@@ -50,6 +51,7 @@ class RecoveryReport:
             + self.requeued
             + self.released
             + self.node_failed
+            + self.no_worker
             + self.leased
             + sum(self.resubmitted.values())
             + self.finalized
@@ -66,6 +68,7 @@ class Recovery:
         self.settings = store.settings
         self.report = RecoveryReport()
         self._lease_ms = int(self.settings.worker_timeout_seconds * 1000)
+        self._served: set[str] | None = None  # read once per pass, when first needed
 
     def _now_ms(self) -> int:
         seconds, micros = self.store.redis.time()
@@ -159,13 +162,13 @@ class Recovery:
             return
         if store.redis.exists(store.keys.job(job_id).frontier):
             self._resubmit(job_id, "continue")
-        self._tasks(job_id, now)
+        self._tasks(job_id, now, job["queue"].decode())
 
     def _resubmit(self, job_id: str, kind: str) -> None:
         if self.store.resubmit(job_id, kind):
             self.report.resubmitted[kind] = self.report.resubmitted.get(kind, 0) + 1
 
-    def _tasks(self, job_id: str, now: int) -> None:
+    def _tasks(self, job_id: str, now: int, job_queue: str) -> None:
         states = self.store.task_fields(job_id, "s")["s"]
         by_state: dict[str, list[str]] = defaultdict(list)
         for index, state in states.items():
@@ -178,7 +181,13 @@ class Recovery:
             self.report.node_failed += self.store.repair(
                 job_id, "abandon", batch, "failed: no live worker on its node"
             )
-        alive = [i for i in parked if i not in set(dead)]
+        parked = [i for i in parked if i not in set(dead)]  # the node rule came first
+        unrunnable = self._without_worker(job_id, parked, now, job_queue)
+        for error, indexes in unrunnable.items():
+            for batch in _batches(indexes):
+                self.report.no_worker += self.store.repair(job_id, "abandon", batch, error)
+        given_up = {i for indexes in unrunnable.values() for i in indexes}
+        alive = [i for i in parked if i not in given_up]
         for batch in _batches(alive):
             self.report.requeued += self.store.repair(job_id, "requeue", batch)
         running = by_state[TaskState.RUNNING] + by_state[TaskState.TIMED_OUT]
@@ -197,6 +206,36 @@ class Recovery:
             for batch in _batches(ready):
                 items = [x for i in batch for x in (i, len(parents[i]), *parents[i])]
                 self.report.released += self.store.repair(job_id, "release", items)
+
+    def _without_worker(
+        self, job_id: str, parked: list[str], now: int, job_queue: str
+    ) -> dict[str, list[str]]:
+        """Tasks a worker gave back for want of their code (give_back.lua) that have waited
+        past the limit while no live worker serving their queue had their task name
+        registered, by the error they fail with."""
+        waiting = self.store.task_fields(job_id, "wf")["wf"] if parked else {}
+        limit_ms = self.settings.unknown_task_timeout_seconds * 1000
+        overdue: dict[str, str] = {}  # index -> task name
+        for index in parked:
+            since, _, name = waiting.get(index, "").partition("|")
+            if since and now - int(since) >= limit_ms:
+                overdue[index] = name
+        if not overdue:
+            return {}
+        if self._served is None:
+            self._served = self.store.served_since(int(now - limit_ms))
+        queues = self.store.task_fields(job_id, "q")["q"]
+        out: dict[str, list[str]] = defaultdict(list)
+        for index, name in overdue.items():
+            queue = queues.get(index, job_queue)
+            if served_member(queue, name) not in self._served:
+                error = (
+                    f"no live worker has task {name!r} registered (queue {queue!r}): waited "
+                    f"{self.settings.unknown_task_timeout_seconds:g} s for one; start a "
+                    "worker that imports its module"
+                )
+                out[error].append(index)
+        return out
 
     def _on_dead_nodes(self, job_id: str, indexes: list[str], now: int) -> list[str]:
         """Tasks pinned to a node no live worker served for the worker timeout."""

@@ -46,6 +46,11 @@ def task(fn: Any = None, *, name: str | None = None) -> Any:
     return register(fn) if fn is not None else register
 
 
+def names() -> list[str]:
+    """Every task name registered in this process."""
+    return sorted(_REGISTRY)
+
+
 def lookup(name: str) -> Callable[..., Any]:
     try:
         return _REGISTRY[name]

@@ -922,12 +922,13 @@ def run_ticker(
     store: Store, handler: str, stopped: threading.Event, interval: float = TICK_SECONDS
 ) -> None:
     """A worker thread's loop: tick every `interval` seconds until `stopped` is set. A failed
-    tick is retried at the next one (every step of a fire is safe to repeat)."""
+    tick is retried at the next one (every step of a fire is safe to repeat), whatever Redis
+    answered (unreachable, out of memory, read-only)."""
     scheduler = Scheduler(store, handler)
     while not stopped.wait(interval):
         try:
             scheduler.tick()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            log.warning("scheduler tick failed: redis unreachable (%s)", exc)
+        except redis.RedisError as exc:
+            log.warning("scheduler tick failed: redis refused or unreachable (%s)", exc)
         except Exception:  # a bug must not end the thread: schedules would silently stop
             log.exception("scheduler tick failed")

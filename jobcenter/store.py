@@ -22,6 +22,7 @@ from .keys import Keys
 from .layout import Layout, job_queues
 from .lua import Batch, Scripts
 from .spec import JobSpec, spec_from_any
+from .states import TaskState
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,12 @@ def connect(url: str, **kwargs: Any) -> Redis:
     return client
 
 
+def served_member(queue: str, task_name: str) -> str:
+    """How the served-tasks zset names a task name served on a queue (queue names hold no
+    '|')."""
+    return f"{queue}|{task_name}"
+
+
 def _s(value: bytes | str | None) -> str | None:
     if value is None:
         return None
@@ -62,6 +69,22 @@ class StartedTask:
     index: int
     attempt: int
     payload: bytes
+
+
+class RefusedInPart(redis.RedisError):
+    """Redis ran some calls of a pipelined batch and refused others (out of memory,
+    read-only, busy): what the calls that ran did is kept here, so none of it is lost when
+    the caller tries the rest again."""
+
+    def __init__(
+        self,
+        cause: Exception,
+        codes: dict[tuple[str, int], int],
+        taken: list[StartedTask] | None = None,
+    ) -> None:
+        super().__init__(str(cause))
+        self.codes = codes  # (job, index) -> code, for the tasks whose call ran
+        self.taken = taken or []  # children the calls that ran started for the caller
 
 
 @dataclass(frozen=True)
@@ -298,7 +321,8 @@ class Store:
         take_max: int = 0,
     ) -> tuple[dict[tuple[str, int], int], list[StartedTask]]:
         """Complete (job, index, attempt) attempts; returns a code per task and the children
-        this worker took to run at once (at most `take_max`, from `take_queues`)."""
+        this worker took to run at once (at most `take_max`, from `take_queues`).
+        RefusedInPart when Redis refused some jobs' calls (their tasks have no code)."""
         by_job: dict[str, list[tuple[int, int]]] = defaultdict(list)
         for job_id, index, attempt in done:
             by_job[job_id].append((index, attempt))
@@ -309,7 +333,12 @@ class Store:
             self._job_call("complete", job_id, [*args, *pairs], batch=batch)
         codes: dict[tuple[str, int], int] = {}
         taken: list[StartedTask] = []
-        for (job_id, items), reply in zip(by_job.items(), batch.execute(), strict=True):
+        refused: Exception | None = None
+        replies = batch.execute(raise_on_error=False)
+        for (job_id, items), reply in zip(by_job.items(), replies, strict=True):
+            if isinstance(reply, Exception):
+                refused = refused or reply
+                continue
             if reply[0] < 0:
                 codes.update({(job_id, index): reply[0] for index, _ in items})
                 continue
@@ -319,7 +348,62 @@ class Store:
                 taken.append(StartedTask(job_id, int(index), int(attempt), payload))
             if take_max:
                 take_max = max(0, take_max - len(reply[2]))
+        if refused is not None:
+            raise RefusedInPart(refused, codes, taken)
         return codes, taken
+
+    def running_children(
+        self, handler: str, job_id: str, parents: Sequence[int]
+    ) -> list[StartedTask]:
+        """The children of `parents` now running as attempts of `handler`: what a complete
+        call whose reply was lost may have started for that worker (complete.lua takes
+        released children)."""
+        tasks = self.keys.job(job_id).tasks
+        csvs = self.redis.hmget(tasks, [f"c:{i}" for i in parents])
+        children = sorted({int(c) for csv in csvs if csv for c in csv.decode().split(",")})
+        if not children:
+            return []
+        attrs = ("s", "h", "a", "p")
+        values = self.redis.hmget(tasks, [f"{attr}:{c}" for c in children for attr in attrs])
+        running = {TaskState.RUNNING.value, TaskState.TIMED_OUT.value}
+        started = []
+        for k, child in enumerate(children):
+            state, owner, attempt, payload = values[k * len(attrs) : (k + 1) * len(attrs)]
+            if _s(state) in running and _s(owner) == handler and attempt and payload:
+                started.append(StartedTask(job_id, child, int(attempt), payload))
+        return started
+
+    def give_back(
+        self,
+        handler: str,
+        attempts: Sequence[tuple[str, int, int, str]],
+        delay_min_ms: int,
+        delay_max_ms: int,
+    ) -> dict[tuple[str, int], int]:
+        """Hand back (job, index, attempt, task name) attempts this worker has no code for:
+        unused, queued again after a delay (give_back.lua); a code per task.
+        RefusedInPart when Redis refused some jobs' calls (their tasks have no code)."""
+        by_job: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+        for job_id, index, attempt, name in attempts:
+            by_job[job_id].append((index, attempt, name))
+        batch = self.scripts.batch()
+        for job_id, items in by_job.items():
+            triples = [x for item in items for x in item]
+            args = [handler, delay_min_ms, delay_max_ms, *triples]
+            self._job_call("give_back", job_id, args, batch=batch)
+        codes: dict[tuple[str, int], int] = {}
+        refused: Exception | None = None
+        replies = batch.execute(raise_on_error=False)
+        for (job_id, items), reply in zip(by_job.items(), replies, strict=True):
+            if isinstance(reply, Exception):
+                refused = refused or reply
+                continue
+            per_task = reply[1] if reply[0] == 0 else [reply[0]] * len(items)
+            for (index, _, _), code in zip(items, per_task, strict=True):
+                codes[(job_id, index)] = int(code)
+        if refused is not None:
+            raise RefusedInPart(refused, codes)
+        return codes
 
     def fail(
         self,
@@ -492,6 +576,23 @@ class Store:
             pipe.zadd(self.keys.nodes(), {node: now_ms})
         pipe.execute()
 
+    def publish_served(self, queues: Sequence[str], names: Sequence[str], keep_ms: int) -> None:
+        """Say (with Redis TIME) that a live worker serves each of `queues` with each task name
+        in `names`; entries nobody renewed for `keep_ms` are dropped (recovery reads them)."""
+        seconds, micros = self.redis.time()
+        now_ms = seconds * 1000 + micros // 1000
+        key = self.keys.served_tasks()
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zremrangebyscore(key, "-inf", now_ms - keep_ms)
+        if names:
+            pipe.zadd(key, {served_member(q, name): now_ms for q in queues for name in names})
+        pipe.execute()
+
+    def served_since(self, since_ms: int) -> set[str]:
+        """The served_member()s some live worker published at or after `since_ms`."""
+        members = self.redis.zrangebyscore(self.keys.served_tasks(), since_ms, "+inf")
+        return {m.decode() for m in members}
+
     def deregister_worker(self, handler: str) -> None:
         pipe = self.redis.pipeline(transaction=False)
         pipe.zrem(self.keys.workers(), handler)
@@ -658,4 +759,15 @@ def _task_view(f: dict[str, bytes]) -> dict[str, Any]:
         "finished_at": _seconds(f.get("tf")),
         "error": _s(f.get("e")),
         "progress": _s(f.get("pg")),
+        "waiting_for": _waiting_for(f),
     }
+
+
+def _waiting_for(f: dict[str, bytes]) -> dict[str, Any] | None:
+    """A queued task that workers gave back for want of its code (give_back.lua): the task
+    name it waits for a worker with, and since when."""
+    raw = _s(f.get("wf"))
+    if raw is None or _s(f.get("s")) not in (TaskState.QUEUED, TaskState.RETRY_WAIT):
+        return None
+    since, _, name = raw.partition("|")
+    return {"task": name, "since": int(since) / 1000}

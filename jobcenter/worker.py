@@ -5,6 +5,11 @@ Threads: the main thread claims tasks (blocking on wake-up lists when idle), a l
 runs leader messages and sweeps expired leases (so leader steps never wait for a free task
 slot), a reporter thread reports finished attempts in batches, a heartbeat thread renews
 leases; the runner's threads or child processes run the tasks.
+
+Every loop rides out any Redis error (unreachable, out of memory, read-only, busy): it logs
+it, backs off and goes on, and what it had to write waits and is tried again. A loop that
+fails otherwise (a bug) takes the process down with a non-zero exit, its running tasks given
+back, so a supervisor restarts it: never a live process that does no work.
 """
 
 from __future__ import annotations
@@ -17,17 +22,18 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import redis
 
-from . import rq_runner, schedule
+from . import registry, rq_runner, schedule
 from .execution import Outcome, ProcessRunner, ThreadRunner
 from .ids import handler_id
 from .keys import node_queue
 from .leader import Leader
-from .store import SWEEP_MAX, StartedTask, Store
+from .store import SWEEP_MAX, RefusedInPart, StartedTask, Store
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +44,19 @@ CLAIM_BATCH_MAX = 256  # tasks reserved per claim: one round trip serves many ta
 REPORT_BATCH_MAX = 512  # finished attempts reported per round trip
 LEADER_BATCH = 4  # leader messages taken per claim
 RECONNECT_MAX_SECONDS = 5.0  # longest pause between tries while Redis is unreachable
+BACKOFF_FIRST_SECONDS = 0.1  # first pause after a Redis error
+REPORT_RETRY_MAX_SECONDS = 1.0  # a refused report is tried again at least this often
+# A refused heartbeat is tried again this many times per heartbeat interval, so once Redis
+# takes writes again each lease is renewed well within the grace a timed-out attempt gets.
+HEARTBEAT_RETRIES_PER_INTERVAL = 4
 PROGRESS_MIN_INTERVAL_SECONDS = 1.0  # a task's progress goes out at once at most this often
+# A task this worker has no code for waits this long at least before it is claimed again (no
+# hot loop on the worker that lacks it), and at most this long (a worker that has the code,
+# once started, gets it soon); in between, a quarter of the time it has waited so far.
+GIVE_BACK_DELAY_MIN_MS = 500
+GIVE_BACK_DELAY_MAX_MS = 10_000
+GIVE_BACK_WAIT_SECONDS = 5.0  # a forced stop waits this long at most for a claim under way
+EXIT_LOOP_FAILED = 70  # exit code when a loop met an error it cannot go on from (EX_SOFTWARE)
 
 
 @dataclass
@@ -54,21 +72,30 @@ class Options:
 
 
 class Backoff:
-    """Pauses between tries while Redis is unreachable: 0.1 s doubling to a cap."""
+    """Pauses between tries while Redis is unreachable or refuses commands: 0.1 s doubling
+    to a cap."""
 
-    def __init__(self) -> None:
-        self.pause = 0.1
+    def __init__(self, cap: float = RECONNECT_MAX_SECONDS) -> None:
+        self.cap = cap
+        self.pause = min(BACKOFF_FIRST_SECONDS, cap)
 
     def reset(self) -> None:
-        self.pause = 0.1
+        self.pause = min(BACKOFF_FIRST_SECONDS, self.cap)
 
     def wait(self, stop: threading.Event | None, why: str) -> None:
-        log.warning("%s; retrying in %.1fs", why, self.pause)
+        log.warning("%s; retrying in %.2fs", why, self.pause)
         if stop is None:
             time.sleep(self.pause)
         else:
             stop.wait(self.pause)
-        self.pause = min(self.pause * 2, RECONNECT_MAX_SECONDS)
+        self.pause = min(self.pause * 2, self.cap)
+
+
+def trouble(exc: redis.RedisError) -> str:
+    """How the log names a Redis error a loop waits out."""
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        return f"redis unreachable ({exc})"
+    return f"redis refused ({exc})"
 
 
 @dataclass
@@ -99,6 +126,11 @@ class Worker:
         self.rq_child: Any = None
         self.next_retry_ms = -1  # from the last claim: when a retry in our queues is due
         self.own_wake = store.keys.worker_wake(0, self.handler)
+        self.lacking: set[str] = set()  # task names given back for want of their code
+        # held while tasks are started and registered in `running`, so the reporter never
+        # takes a task just started by a claim for one it has to adopt (_adopt), and a forced
+        # stop gives back every task a claim started (reentrant: a signal handler takes it)
+        self.starting = threading.RLock()
 
     def _make_runner(self) -> ThreadRunner | ProcessRunner:
         if self.options.pool == "process":
@@ -133,10 +165,13 @@ class Worker:
         with contextlib.suppress(redis.RedisError):
             self.store.poke(self.handler, tokens=2)  # the claim loop and the leader loop
 
-    def give_back_and_exit(self) -> None:
+    def give_back_and_exit(self, exit_code: int = 0) -> NoReturn:
         """Forced stop: kill what runs, give it back to the queues, exit. Whatever fails on
         the way (Redis down), the process exits; leases then expire and recovery re-drives."""
         try:
+            self.stopping.set()  # nothing more is claimed, nor any child taken on completion
+            # nor is a claim left half done: what it started is given back too
+            self.starting.acquire(timeout=GIVE_BACK_WAIT_SECONDS)
             with self.lock:
                 running = [
                     (r.task.job_id, r.task.index, r.task.attempt) for r in self.running.values()
@@ -151,7 +186,29 @@ class Worker:
         except Exception:
             log.exception("worker %s: forced stop could not finish cleanly", self.handler)
         finally:
-            os._exit(0)
+            os._exit(exit_code)
+
+    def _die(self, loop: str) -> NoReturn:
+        """A loop met an error it cannot go on from (not Redis's: those it waits out): give
+        the running tasks back and exit non-zero, so a supervisor restarts the worker."""
+        log.critical(
+            "worker %s: its %s loop failed; giving its tasks back and exiting",
+            self.handler,
+            loop,
+            exc_info=True,
+        )
+        self.give_back_and_exit(EXIT_LOOP_FAILED)
+
+    def _thread(self, loop: Callable[[], None], name: str) -> threading.Thread:
+        """A daemon thread running `loop`; if it ever raises, the process exits (_die)."""
+
+        def run() -> None:
+            try:
+                loop()
+            except BaseException:
+                self._die(name)
+
+        return threading.Thread(target=run, name=f"jobcenter-{name}", daemon=True)
 
     def run(self) -> None:
         """Serve until stopped (or, with burst, until nothing is left to do)."""
@@ -159,19 +216,15 @@ class Worker:
         self._register()
         self._supervise_recovery()
         threads = [
-            threading.Thread(target=self._report_loop, name="jobcenter-reporter", daemon=True),
-            threading.Thread(target=self._heartbeat_loop, name="jobcenter-heartbeat", daemon=True),
+            self._thread(self._report_loop, "reporter"),
+            self._thread(self._heartbeat_loop, "heartbeat"),
         ]
         if self.options.leader:
+            threads.append(self._thread(self._leader_loop, "leader"))
             threads.append(
-                threading.Thread(target=self._leader_loop, name="jobcenter-leader", daemon=True)
-            )
-            threads.append(
-                threading.Thread(
-                    target=schedule.run_ticker,
-                    args=(self.store, self.handler, self.stopped),
-                    name="jobcenter-scheduler",
-                    daemon=True,
+                self._thread(
+                    lambda: schedule.run_ticker(self.store, self.handler, self.stopped),
+                    "scheduler",
                 )
             )
 
@@ -185,7 +238,10 @@ class Worker:
             self.options.pool,
         )
         try:
-            self._claim_loop()
+            try:
+                self._claim_loop()
+            except Exception:
+                self._die("claim")
             with self.lock:  # graceful: wait for running tasks to be reported
                 while self.running:
                     self.lock.wait()
@@ -221,8 +277,8 @@ class Worker:
                     return
                 self._wait_for_work()
                 backoff.reset()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                backoff.wait(self.stopping, f"redis unreachable ({exc})")
+            except redis.RedisError as exc:
+                backoff.wait(self.stopping, f"claim: {trouble(exc)}")
 
     def _claim_once(self) -> bool:
         """One claim round trip per shard; True if it found any task."""
@@ -233,15 +289,21 @@ class Worker:
         sweep = 0 if self.options.leader else SWEEP_MAX  # the leader thread sweeps
         self.next_retry_ms = -1
         for shard in range(self.store.keys.shards):
-            result = self.store.claim(
-                self.handler, self.queues, max_tasks=free, max_leader=0, shard=shard, sweep=sweep
-            )
+            with self.starting:
+                result = self.store.claim(
+                    self.handler,
+                    self.queues,
+                    max_tasks=free,
+                    max_leader=0,
+                    shard=shard,
+                    sweep=sweep,
+                )
+                self._run(result.tasks)
             if result.next_retry_ms >= 0 and (
                 self.next_retry_ms < 0 or result.next_retry_ms < self.next_retry_ms
             ):
                 self.next_retry_ms = result.next_retry_ms
             self._expire(result.expired)
-            self._run(result.tasks)
             free -= len(result.tasks)
             found = found or bool(result.tasks)
         return found
@@ -268,13 +330,13 @@ class Worker:
                 if not found:
                     self.store.redis.blpop([*wake, self.own_wake], timeout=IDLE_WAIT_SECONDS)
                 backoff.reset()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                backoff.wait(self.stopped, f"leader: redis unreachable ({exc})")
+            except redis.RedisError as exc:  # the message comes back when its lease ends
+                backoff.wait(self.stopped, f"leader: {trouble(exc)}")
 
     def _lead(self, kind: str, job_id: str) -> None:
         try:
             self.leader.handle(kind, job_id)
-        except (redis.ConnectionError, redis.TimeoutError):
+        except redis.RedisError:
             raise
         except Exception:  # one bad job must not take the worker down; its message comes back
             log.exception("leader step %s of job %s failed", kind, job_id)
@@ -312,7 +374,10 @@ class Worker:
             if now - running.progress_sent_at < PROGRESS_MIN_INTERVAL_SECONDS:
                 return
             running.progress_sent_at = now
-        self.store.heartbeat(self.handler, [(task.job_id, task.index, task.attempt, message)])
+        try:
+            self.store.heartbeat(self.handler, [(task.job_id, task.index, task.attempt, message)])
+        except redis.RedisError as exc:  # the heartbeat loop carries it, and logs the trouble
+            log.debug("progress of job %s task %d not sent: %s", task.job_id, task.index, exc)
 
     # -- reporting -------------------------------------------------------------------------
 
@@ -334,68 +399,130 @@ class Worker:
             self._report_with_retry(batch)
 
     def _report_with_retry(self, batch: list[Outcome]) -> None:
-        backoff = Backoff()
-        while True:
+        """Report a batch until Redis has taken all of it. What Redis refuses (unreachable,
+        out of memory, read-only) is kept and tried again, never turned into a task failure;
+        meanwhile those attempts stay in `running`, so the heartbeat keeps their leases. A
+        lease that runs out all the same makes the late report stale: the task then runs
+        again elsewhere."""
+        backoff = Backoff(REPORT_RETRY_MAX_SECONDS)
+        left = list(batch)
+        while left:
             try:
-                self._report(batch)
-                return
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                # Results are kept until Redis answers; a lease that expires meanwhile
-                # makes the report stale, and the task runs again elsewhere.
-                backoff.wait(None, f"cannot report results ({exc})")
+                self._report(left)
+            except redis.RedisError as exc:
+                backoff.wait(None, f"cannot report {len(left)} results: {trouble(exc)}")
 
-    def _report(self, batch: list[Outcome]) -> None:
-        done = [(o.task.job_id, o.task.index, o.task.attempt) for o in batch if o.ok]
-        taken: list[StartedTask] = []
+    def _report(self, left: list[Outcome]) -> None:
+        """Report finished attempts. Each one Redis takes leaves `left` (and `running`) at
+        once, so when a RedisError comes out, `left` holds just what is still to report."""
+        done = [o for o in left if o.ok]
         if done:
-            take_max = 0 if self.stopping.is_set() else len(done)
-            codes, taken = self.store.complete(
-                self.handler, done, take_queues=self.queues, take_max=take_max
+            self._complete(done, left)
+        given_back = [o for o in left if o.missing_task]
+        if given_back:
+            self._give_back(given_back, left)
+        for outcome in list(left):
+            t = outcome.task
+            code, _ = self.store.fail(
+                self.handler, t.job_id, t.index, t.attempt, outcome.error, outcome.retry_delay_ms
             )
-            for (job_id, index), code in codes.items():
-                if code < 0:
-                    log.warning(
-                        "late result of job %s task %d discarded (code %d): the "
-                        "attempt was taken over or cancelled",
-                        job_id,
-                        index,
-                        code,
-                    )
-            self.completed += len(done)
-        for outcome in batch:
-            if not outcome.ok:
-                t = outcome.task
-                code, state = self.store.fail(
-                    self.handler,
-                    t.job_id,
-                    t.index,
-                    t.attempt,
-                    outcome.error,
-                    outcome.retry_delay_ms,
+            if code < 0:
+                log.warning(
+                    "late failure of job %s task %d discarded (code %d)", t.job_id, t.index, code
                 )
-                if code < 0:
-                    log.warning(
-                        "late failure of job %s task %d discarded (code %d)",
-                        t.job_id,
-                        t.index,
-                        code,
-                    )
-                self.failed += 1
+            self.failed += 1
+            self._settle(left, [outcome])
+
+    def _complete(self, done: list[Outcome], left: list[Outcome]) -> None:
+        take_max = 0 if self.stopping.is_set() else len(done)
+        attempts = [(o.task.job_id, o.task.index, o.task.attempt) for o in done]
+        refused: RefusedInPart | None = None
+        try:
+            codes, taken = self.store.complete(
+                self.handler, attempts, take_queues=self.queues, take_max=take_max
+            )
+        except RefusedInPart as exc:
+            codes, taken, refused = exc.codes, exc.taken, exc
+        for (job_id, index), code in codes.items():
+            if code < 0:
+                log.warning(
+                    "late result of job %s task %d discarded (code %d): the "
+                    "attempt was taken over or cancelled",
+                    job_id,
+                    index,
+                    code,
+                )
+        reported = [o for o in done if (o.task.job_id, o.task.index) in codes]
+        self.completed += len(reported)
+        self._settle(left, reported)
+        self._run(taken)
+        self._adopt([key for key, code in codes.items() if code == 1])
+        if refused is not None:
+            raise refused
+
+    def _adopt(self, completed_before: list[tuple[str, int]]) -> None:
+        """Run the children that a completion whose reply was lost (a connection reset: the
+        call ran, it was sent again and found done) started for this worker: they run under
+        its handler, and nobody else would run them before their lease ran out."""
+        by_job: dict[str, list[int]] = {}
+        for job_id, index in completed_before:
+            by_job.setdefault(job_id, []).append(index)
+        for job_id, parents in by_job.items():
+            with self.starting:
+                children = self.store.running_children(self.handler, job_id, parents)
+                with self.lock:
+                    orphans = [t for t in children if (t.job_id, t.index) not in self.running]
+                self._run(orphans)
+
+    def _give_back(self, given_back: list[Outcome], left: list[Outcome]) -> None:
+        """Hand back attempts of tasks this worker has no code for: unused, they wait in
+        their queue for a worker that has the code (warned once per task name)."""
+        for name in sorted({o.missing_task for o in given_back} - self.lacking):
+            self.lacking.add(name)
+            log.warning(
+                "task %r is not registered on this worker (modules: %s): giving its tasks "
+                "back to the queue for a worker that has it",
+                name,
+                ", ".join(self.options.modules) or "none",
+            )
+        attempts = [
+            (o.task.job_id, o.task.index, o.task.attempt, o.missing_task) for o in given_back
+        ]
+        refused: RefusedInPart | None = None
+        try:
+            codes = self.store.give_back(
+                self.handler, attempts, GIVE_BACK_DELAY_MIN_MS, GIVE_BACK_DELAY_MAX_MS
+            )
+        except RefusedInPart as exc:
+            codes, refused = exc.codes, exc
+        self._settle(left, [o for o in given_back if (o.task.job_id, o.task.index) in codes])
+        if refused is not None:
+            raise refused
+
+    def _settle(self, left: list[Outcome], reported: list[Outcome]) -> None:
+        """Outcomes Redis took: no longer to report, and their slots are free."""
+        ids = {id(o) for o in reported}
+        left[:] = [o for o in left if id(o) not in ids]
         with self.lock:
-            for outcome in batch:
+            for outcome in reported:
                 self.running.pop((outcome.task.job_id, outcome.task.index), None)
             self.lock.notify_all()
-        self._run(taken)
 
     # -- heartbeats ------------------------------------------------------------------------
 
     def _heartbeat_loop(self) -> None:
+        """Renew leases every lease/3; a heartbeat Redis refuses is tried again soon, since
+        the leases it renews may be running out."""
         interval = self.store.settings.lease_seconds / 3
+        backoff = Backoff(interval / HEARTBEAT_RETRIES_PER_INTERVAL)
         while not self.stopped.wait(interval):
-            try:
-                self._heartbeat()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                log.warning("heartbeat failed: %s", exc)
+            while not self.stopped.is_set():
+                try:
+                    self._heartbeat()
+                    break
+                except redis.RedisError as exc:
+                    backoff.wait(self.stopped, f"heartbeat: {trouble(exc)}")
+            backoff.reset()
 
     def _heartbeat(self) -> None:
         with self.lock:
@@ -428,7 +555,7 @@ class Worker:
             self.rq_child = rq_runner.spawn_rq_worker(self.store.settings)
         try:
             rq_runner.enqueue_recovery(self.store)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except redis.RedisError as exc:
             log.warning("cannot enqueue the recovery job (%s); next heartbeat tries again", exc)
 
     def _register(self) -> None:
@@ -440,6 +567,8 @@ class Worker:
             "concurrency": self.options.concurrency,
         }
         self.store.register_worker(self.handler, info, self.options.node)
+        keep_ms = int(self.store.settings.unknown_task_timeout_seconds * 1000)
+        self.store.publish_served(self.queues, registry.names(), keep_ms)
 
     def _deregister(self) -> None:
         with contextlib.suppress(redis.RedisError):

@@ -9,7 +9,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 
 from ..states import lua_constants
 
@@ -20,6 +20,7 @@ JOB_SCRIPTS = frozenset(
         "start",
         "complete",
         "fail",
+        "give_back",
         "heartbeat",
         "expire",
         "publish_tasks",
@@ -93,7 +94,10 @@ class Batch:
     def add(self, name: str, keys: list[str], args: list[Any]) -> None:
         self.calls.append((name, keys, args))
 
-    def execute(self) -> list[Any]:
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        """Send the calls; their replies in order. A call Redis refused (out of memory,
+        read-only, ...) raises its error, or with `raise_on_error` off stands in its place,
+        so the caller can keep what the other calls did."""
         if not self.calls:
             return []
         pipe = self.scripts.redis.pipeline(transaction=False)
@@ -102,7 +106,10 @@ class Batch:
         replies = pipe.execute(raise_on_error=False)
         for i, reply in enumerate(replies):
             if isinstance(reply, NoScriptError):  # that call did not run: load, run it again
-                replies[i] = self.scripts.run(*self.calls[i])
-            elif isinstance(reply, Exception):
+                try:
+                    replies[i] = reply = self.scripts.run(*self.calls[i])
+                except RedisError as exc:
+                    replies[i] = reply = exc
+            if raise_on_error and isinstance(reply, Exception):
                 raise reply
         return replies  # type: ignore[no-any-return]

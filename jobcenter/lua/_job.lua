@@ -210,6 +210,7 @@ end
 -- descendant.
 local function fail_task(i, now, err)
   redis.call('HSET', T, 's:' .. i, T_FAILED, 'tf:' .. i, now, 'e:' .. i, err)
+  redis.call('HDEL', T, 'wf:' .. i) -- no longer waiting for a worker (give_back.lua)
   redis.call('ZREM', LEASES, lease_member(i))
   redis.call('ZADD', DLQ, now, lease_member(i))
   redis.call('HINCRBY', J, 'nfailed', 1)

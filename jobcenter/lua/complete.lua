@@ -60,6 +60,7 @@ for k = first_pair, #ARGV, 2 do
     for _, v in ipairs({'s:' .. i, T_SUCCEEDED, 'tf:' .. i, now}) do writes[#writes + 1] = v end
     clears[#clears + 1] = 'e:' .. i
     clears[#clears + 1] = 'pg:' .. i
+    clears[#clears + 1] = 'wf:' .. i -- it ran: no longer waiting for a worker with its code
     leases[#leases + 1] = lease_member(i)
     history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', now, ''}, '\t')
     if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end

@@ -10,7 +10,10 @@ Hooks, switched on by env vars of one worker process only:
 - ``CHAOS_PUBLISH_CHUNK=n`` makes the leader write a job's tasks n at a time, so a small job
   splits in several chunks;
 - ``CHAOS_STALL_SPLIT_AFTER=k`` makes the leader stop for good after writing k chunks (it
-  records a ``split-stalled`` event first), so a test can kill -9 it mid-split.
+  records a ``split-stalled`` event first), so a test can kill -9 it mid-split;
+- ``CHAOS_BREAK_LOOP=claim|leader|reporter|heartbeat`` makes that loop of the worker raise a
+  RuntimeError (a bug, not a Redis error): the claim and leader loops at their first step,
+  the reporter and heartbeat loops once a task runs.
 
 ``python -m chaos_tasks recover-pausing K`` runs one recovery pass that stops for good after
 K repair calls (recording ``recovery-paused``), so a test can kill -9 a recovery half way.
@@ -59,9 +62,7 @@ def all_gates_key(namespace: str) -> str:
 
 @cache
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(
-        os.environ.get(EVENTS_URL_ENV) or os.environ["JOBCENTER_REDIS_URL"]
-    )
+    return redis.Redis.from_url(os.environ.get(EVENTS_URL_ENV) or os.environ["JOBCENTER_REDIS_URL"])
 
 
 def _namespace() -> str:
@@ -154,6 +155,35 @@ def _install_split_hooks() -> None:
 
 
 _install_split_hooks()
+
+BREAK_LOOP_ENV = "CHAOS_BREAK_LOOP"
+# the Worker method each loop calls for its work, and whether it breaks only once a task runs
+LOOP_STEPS = {
+    "claim": ("_claim_once", False),
+    "leader": ("_lead", False),
+    "reporter": ("_report", True),
+    "heartbeat": ("_heartbeat", True),
+}
+
+
+def _install_loop_breaker() -> None:
+    loop = os.environ.get(BREAK_LOOP_ENV)
+    if not loop:
+        return
+    from jobcenter.worker import Worker
+
+    method, once_running = LOOP_STEPS[loop]
+    original = getattr(Worker, method)
+
+    def broken(self: Worker, *args: Any, **kwargs: Any) -> Any:
+        if once_running and not self.running:
+            return original(self, *args, **kwargs)
+        raise RuntimeError(f"the {loop} loop is broken by the test")
+
+    setattr(Worker, method, broken)
+
+
+_install_loop_breaker()
 
 
 def recover_pausing(after_repairs: int) -> None:

@@ -138,8 +138,10 @@ def test_redis_out_of_memory_mid_run_every_task_still_ends_with_its_true_outcome
     admin.config_set("maxmemory", 1)  # below what Redis uses: every write is refused
     out_until = time.monotonic() + OOM_SECONDS
     wait_until(
-        lambda: time.monotonic() >= out_until
-        and all(w.log().count(OUT_OF_MEMORY) > n for w, n in zip(workers, noticed, strict=True)),
+        lambda: (
+            time.monotonic() >= out_until
+            and all(w.log().count(OUT_OF_MEMORY) > n for w, n in zip(workers, noticed, strict=True))
+        ),
         timeout=JOB_SECONDS,
         message="a worker never met Redis's out-of-memory refusals",
     )

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from helpers import wait_until
-from integration_harness import JOB_SECONDS, Scratch, Workers
+from integration_harness import JOB_SECONDS, Scratch, Workers, subprocess_env
 
 from jobcenter import Client
 
@@ -172,3 +174,31 @@ def test_task_pinned_to_a_node_runs_only_on_that_nodes_worker(
     ran_on = {r["task"]: r["worker"] for r in scratch.events("run")}
     assert {p: ran_on[p] for p in pinned} == dict.fromkeys(pinned, "n1")
     assert ran_on["free"] == "plain"
+
+
+def test_the_worker_console_script_imports_task_modules_from_the_current_directory(
+    client: Client, redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """`jobcenter worker MODULE` finds MODULE in the directory it starts in, as
+    `python -m jobcenter worker MODULE` does."""
+    script = Path(sys.executable).parent / "jobcenter"
+    assert script.exists(), "the package's console script is not installed"
+    here = tmp_path / "project"
+    here.mkdir()
+    (here / "local_tasks.py").write_text(
+        "from jobcenter import task\n\n\n@task(name='local.hello')\ndef hello() -> None: ...\n"
+    )
+    job_id = client.submit({"name": "local", "tasks": [{"id": "h", "task": "local.hello"}]})
+
+    done = subprocess.run(
+        [str(script), "worker", "local_tasks", "--burst"],
+        cwd=here,
+        env=subprocess_env(redis_url, namespace),
+        capture_output=True,
+        text=True,
+        timeout=JOB_SECONDS,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert client.status(job_id)["state"] == "succeeded"
