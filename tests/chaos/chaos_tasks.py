@@ -105,11 +105,14 @@ def _gate_open(gate: str) -> bool:
 
 
 @task(name="chaos.step")
-def step(work: float = 0.0, gate: str = "") -> None:
-    """Records its start, works `work` seconds, waits for `gate` if given, records its finish."""
+def step(work: float = 0.0, gate: str = "", progress: bool = False) -> None:
+    """Records its start, works `work` seconds (reporting progress if asked), waits for
+    `gate` if given, records its finish."""
     _record_attempt("start")
     if work:
         time.sleep(work)  # stands for the task's work, so attempts overlap and kills land
+    if progress:
+        current_task().progress("worked")
     if gate:
         deadline = time.monotonic() + GATE_DEADLINE_SECONDS
         while not _gate_open(gate):

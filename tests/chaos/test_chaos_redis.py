@@ -105,6 +105,7 @@ def layers_with_failures(width: int, depth: int, failing: int) -> dict[str, Any]
     spec = chain_of_layers(width=width, depth=depth, work=0.05, fan_in=2, seed=5)
     for task in spec["tasks"]:
         task["retries"] = 0
+        task["kwargs"]["progress"] = True  # a progress report Redis refuses fails no task
     for k in range(failing):
         parent = f"L{depth // 2}.{k}"
         spec["tasks"].append({"id": f"doomed{k}", "task": "chaos.fail", "depends_on": [parent]})
