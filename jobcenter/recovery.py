@@ -162,7 +162,7 @@ class Recovery:
             return
         if store.redis.exists(store.keys.job(job_id).frontier):
             self._resubmit(job_id, "continue")
-        self._tasks(job_id, now, job["queue"].decode())
+        self._tasks(job_id, now, job.get("queue", b"default").decode())
 
     def _resubmit(self, job_id: str, kind: str) -> None:
         if self.store.resubmit(job_id, kind):
