@@ -18,6 +18,8 @@ from lua_helpers import (
     untouched,
 )
 
+from jobcenter.config import Settings
+from jobcenter.recovery import Recovery
 from jobcenter.store import Store
 
 DELAY_MIN_MS, DELAY_MAX_MS = 300, 2_000
@@ -128,3 +130,36 @@ def test_a_give_back_for_a_job_that_is_gone_is_rejected(store: Store) -> None:
 
 def delayed_members(store: Store) -> list[bytes]:
     return list(store.redis.zrange(store.keys.delayed(0, "default"), 0, -1))
+
+
+LIMIT_SECONDS = 0.2  # how long a given-back task may wait for a worker with its code
+
+
+def test_recovery_fails_a_given_back_task_only_once_no_live_worker_has_its_name(
+    redis_url: str, namespace: str
+) -> None:
+    settings = Settings(
+        redis_url=redis_url, namespace=namespace, unknown_task_timeout_seconds=LIMIT_SECONDS
+    )
+    store = Store.from_settings(settings)
+    job_id, _ = submit_and_split(store, SPEC)
+    (first,) = claim(store, H1)
+    assert give_back(store, H1, job_id, first.attempt) == 0
+    since = int(str(task_field(store, job_id, "wf", A)).split("|")[0])
+    wait_until(lambda: redis_now_ms(store) > since + LIMIT_SECONDS * 1000, 5.0)
+
+    # a live worker serving the queue has the name (it is busy): the task waits on
+    keep_ms = int(LIMIT_SECONDS * 1000)
+    store.publish_served(["default"], [NAME], keep_ms)
+    assert Recovery(store, "test-recovery").run().no_worker == 0
+    assert store.status(job_id)["tasks"]["a"]["state"] == "queued"
+
+    # only a worker serving another queue has it: no live worker can run it
+    store.redis.delete(store.keys.served_tasks())
+    store.publish_served(["elsewhere"], [NAME], keep_ms)
+    assert Recovery(store, "test-recovery").run().no_worker == 1
+    tasks = store.status(job_id)["tasks"]
+    assert tasks["a"]["state"] == "failed" and tasks["a"]["waiting_for"] is None
+    assert tasks["a"]["error"].startswith(f"no live worker has task '{NAME}' registered")
+    assert tasks["b"]["state"] == "upstream_failed"
+    store.redis.close()
