@@ -25,6 +25,7 @@ from .states import JobState, TaskState
 EXIT_FAILED = 1  # the job failed or was cancelled
 EXIT_BAD_INPUT = 2
 EXIT_NO_REDIS = 3
+HEALTH_TIMEOUT_SECONDS = 5.0  # `jobcenter health`: a worker's endpoint answers in under a second
 
 
 def fail(message: str, code: int) -> None:
@@ -334,22 +335,37 @@ def cancel(settings: Settings, job_id: str) -> None:
 
 
 @main.command()
-@click.argument("modules", nargs=-1)
+@click.argument("modules", nargs=-1, envvar="JOBCENTER_MODULES")
 @click.option(
     "--queues",
     "-q",
+    envvar="JOBCENTER_QUEUES",
     default="default",
     show_default=True,
-    help="Comma-separated queues, served in this order.",
+    help="Comma-separated queues, served in this order [env JOBCENTER_QUEUES].",
 )
-@click.option("--node", default=None, help="Also serve this node's private queue.")
-@click.option("--concurrency", "-c", type=int, default=4, show_default=True)
+@click.option(
+    "--node",
+    envvar="JOBCENTER_NODE",
+    default=None,
+    help="Also serve this node's private queue [env JOBCENTER_NODE].",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    envvar="JOBCENTER_CONCURRENCY",
+    type=int,
+    default=4,
+    show_default=True,
+    help="Task slots [env JOBCENTER_CONCURRENCY].",
+)
 @click.option(
     "--pool",
+    envvar="JOBCENTER_POOL",
     type=click.Choice(["thread", "process"]),
     default="thread",
     show_default=True,
-    help="process: for CPU-bound tasks.",
+    help="process: for CPU-bound tasks [env JOBCENTER_POOL].",
 )
 @click.option("--burst", is_flag=True, help="Exit when nothing is left to do.")
 @click.option(
@@ -357,6 +373,22 @@ def cancel(settings: Settings, job_id: str) -> None:
     is_flag=True,
     help="Register the built-in 'jobcenter.shell' task (runs commands): off by "
     "default, since anyone who can submit jobs could then run commands here.",
+)
+@click.option(
+    "--health-port",
+    envvar="JOBCENTER_HEALTH_PORT",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve /healthz (alive) and /readyz (ready) on this port; 0: any free port "
+    "(logged) [env JOBCENTER_HEALTH_PORT; default: none].",
+)
+@click.option(
+    "--health-host",
+    envvar="JOBCENTER_HEALTH_HOST",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address of the health endpoint; 0.0.0.0 for Kubernetes probes "
+    "[env JOBCENTER_HEALTH_HOST].",
 )
 @redis_options
 def worker(
@@ -368,9 +400,12 @@ def worker(
     pool: str,
     burst: bool,
     allow_shell: bool,
+    health_port: int | None,
+    health_host: str,
 ) -> None:
-    """Run a worker; MODULES are imported to register their @task functions."""
-    from . import registry
+    """Run a worker; MODULES are imported to register their @task functions
+    [env JOBCENTER_MODULES, separated by spaces]."""
+    from . import health, registry
     from .store import Store
     from .worker import Options, Worker
 
@@ -390,7 +425,35 @@ def worker(
     )
     w = Worker(Store.from_settings(settings), options)
     w.install_signal_handlers()
+    health.start(w, health_host, health_port)
     w.run()
+
+
+@main.command(name="health")
+@click.option(
+    "--port",
+    envvar="JOBCENTER_HEALTH_PORT",
+    type=click.IntRange(1, 65535),
+    required=True,
+    help="The worker's --health-port [env JOBCENTER_HEALTH_PORT].",
+)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--alive", "check_alive", is_flag=True, help="Ask /healthz instead of /readyz.")
+def health_command(port: int, host: str, check_alive: bool) -> None:
+    """Ask a worker's health endpoint: exit 0 if it is ready (alive, with --alive), else 1.
+    For supervisors that run a command (Docker HEALTHCHECK, compose)."""
+    import urllib.error
+    import urllib.request
+
+    url = f"http://{host}:{port}/{'healthz' if check_alive else 'readyz'}"
+    try:
+        with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_SECONDS) as reply:
+            click.echo(reply.read().decode().strip())
+    except urllib.error.HTTPError as exc:  # 503: it answered "no"
+        click.echo(exc.read().decode().strip())
+        sys.exit(EXIT_FAILED)
+    except OSError as exc:
+        fail(f"no worker health endpoint at {url}: {exc}", EXIT_FAILED)
 
 
 @main.command()
