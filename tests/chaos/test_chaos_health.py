@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import signal
 
-from chaos_harness import WORKER_TIMEOUT_SECONDS, Cluster
+from chaos_harness import WORKER_TIMEOUT_SECONDS, Cluster, WorkerProc
 from helpers import health_port, probe, wait_probe, wait_until
 
 from jobcenter.server import RedisServer
@@ -16,12 +16,18 @@ from jobcenter.server import RedisServer
 OUTAGE_SECONDS = 15.0  # how long a test waits for a worker to notice and get over an outage
 
 
+def ready_worker(cluster: Cluster) -> tuple[WorkerProc, int]:
+    """A worker with a health endpoint, once it answers ready; and the endpoint's port."""
+    worker = cluster.start_worker("--health-port", "0")
+    port = health_port(worker.log)
+    wait_probe(port, "/readyz", 200)
+    return worker, port
+
+
 def test_readyz_is_503_while_redis_is_down_and_healthz_stays_200(
     private_redis: RedisServer, private_cluster: Cluster
 ) -> None:
-    worker = private_cluster.start_worker("--health-port", "0")
-    port = health_port(worker.log)
-    wait_probe(port, "/readyz", 200)
+    worker, port = ready_worker(private_cluster)
 
     private_redis.stop()
     body = wait_probe(port, "/readyz", 503, OUTAGE_SECONDS)
@@ -44,9 +50,7 @@ def test_readyz_is_503_while_redis_is_down_and_healthz_stays_200(
 def test_healthz_is_503_when_a_hung_redis_stalls_the_heartbeat_and_200_again_after(
     private_redis: RedisServer, private_cluster: Cluster
 ) -> None:
-    worker = private_cluster.start_worker("--health-port", "0")
-    port = health_port(worker.log)
-    wait_probe(port, "/readyz", 200)
+    worker, port = ready_worker(private_cluster)
     redis_pid = private_redis.pid
     assert redis_pid is not None
 
