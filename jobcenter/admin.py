@@ -84,20 +84,21 @@ def requeue(store: Store, job_id: str, task_id: str) -> int:
 
 def retry_job(store: Store, job_id: str) -> int:
     """Re-run a job's failed and upstream_failed tasks; its succeeded tasks are kept."""
-    states = store.task_fields(job_id, "s")["s"]
-    if not states and not store.redis.exists(store.keys.job(job_id).job):
+    if not store.redis.exists(store.keys.job(job_id).job):
         raise NotFound(f"no job {job_id}")
-    return _revive(store, job_id, [int(i) for i, s in states.items() if s == TaskState.FAILED])
+    return _revive(store, job_id, None)
 
 
-def _revive(store: Store, job_id: str, roots: list[int]) -> int:
-    """Plan which upstream_failed tasks the roots' re-run unblocks, then revive them in
-    bounded calls: the roots first, then the blocked tasks, parents before children. Each
-    call leaves the job consistent, so a retry that dies half way leaves a job that ends,
-    and that the next retry takes up where it stopped."""
+def _revive(store: Store, job_id: str, roots: list[int] | None) -> int:
+    """Plan which upstream_failed tasks the re-run of `roots` (None: every failed task)
+    unblocks, then revive them in bounded calls: the roots first, then the blocked tasks,
+    parents before children. Each call leaves the job consistent, so a retry that dies half
+    way leaves a job that ends, and that the next retry takes up where it stopped."""
     _finish_cascade(store, job_id)  # the states read next must not be changing under us
     fields = store.task_fields(job_id, "s", "c")
     states = {int(i): s for i, s in fields["s"].items()}
+    if roots is None:
+        roots = sorted(i for i, s in states.items() if s == TaskState.FAILED)
     children = {int(i): [int(c) for c in csv.split(",")] for i, csv in fields["c"].items()}
     parents: dict[int, list[int]] = defaultdict(list)
     for parent, kids in children.items():

@@ -117,9 +117,9 @@ class Store:
         _, stored = pipe.execute()
         if int(stored) != mine:
             raise SettingsMismatch(
-                f"namespace {self.settings.namespace!r} uses {int(stored)} shards, but this "
-                f"process was started with {mine} (JOBCENTER_SHARDS): set "
-                f"JOBCENTER_SHARDS={int(stored)} for every client and worker of this namespace"
+                f"namespace {self.settings.namespace!r} has shard count {int(stored)} (fixed "
+                f"at its first use), but this process has JOBCENTER_SHARDS={mine}: give every "
+                f"client and worker of the namespace JOBCENTER_SHARDS={int(stored)}"
             )
 
     # -- helpers -------------------------------------------------------------------------
