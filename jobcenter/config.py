@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from .spec import check_name
@@ -12,30 +13,27 @@ from .spec import check_name
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_NAMESPACE = "default"
 
+N = TypeVar("N", int, float)
+
 
 def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {raw!r}")
-    return value
+    return _env_positive(name, default, float, "a number of seconds")
 
 
 def _env_int(name: str, default: int) -> int:
+    return _env_positive(name, default, int, "a whole number")
+
+
+def _env_positive(name: str, default: N, parse: Callable[[str], N], what: str) -> N:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = int(raw)
+        value = parse(raw)
     except ValueError:
-        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {raw!r}")
+        raise ValueError(f"{name} must be {what}, got {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {raw!r}")
     return value
 
 
