@@ -27,8 +27,8 @@ def test_workers_killed_by_restarts_leave_the_registry(workers: Workers) -> None
         worker.expect_exit = {-signal.SIGKILL}
         worker.signal(signal.SIGKILL)
         worker.wait()
+        assert handler in registered(workers)  # it could not deregister itself
         dead.add(handler)
-    assert dead <= registered(workers)  # nobody deregistered them
 
     live = workers.start(name="live", env=FAST)
     handler = workers.handler_of(live)
