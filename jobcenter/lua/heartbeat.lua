@@ -24,7 +24,9 @@ for k = A + 2, #ARGV, 3 do
     if state == T_TIMED_OUT then
       redis.call('HSET', T, 's:' .. i, T_RUNNING, 'tu:' .. i, now)
     end
-    if progress ~= '' then redis.call('HSET', T, 'pg:' .. i, progress, 'tu:' .. i, now) end
+    if progress ~= '' and progress ~= redis.call('HGET', T, 'pg:' .. i) then
+      redis.call('HSET', T, 'pg:' .. i, progress, 'tu:' .. i, now) -- news: a change of the task
+    end
   end
   codes[#codes + 1] = code
 end

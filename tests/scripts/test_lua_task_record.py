@@ -133,6 +133,8 @@ def test_every_task_records_when_it_was_created_last_modified_and_completed(
     store.heartbeat(H1, [(job_id, A, first.attempt, "half way")])
     progressed = task(store, job_id, "a")
     assert progressed["updated_at"] >= running["updated_at"]
+    store.heartbeat(H1, [(job_id, A, first.attempt, "half way")])  # no news
+    assert task(store, job_id, "a")["updated_at"] == progressed["updated_at"]
 
     assert complete_one(store, H1, job_id, A, first.attempt) == 0
     done = task(store, job_id, "a")
