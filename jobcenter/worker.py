@@ -30,6 +30,7 @@ import redis
 
 from . import registry, rq_runner, schedule
 from .execution import Outcome, ProcessRunner, ThreadRunner
+from .health import Pulse
 from .ids import handler_id
 from .keys import node_queue
 from .leader import Leader
@@ -126,6 +127,7 @@ class Worker:
         self.rq_child: Any = None
         self.next_retry_ms = -1  # from the last claim: when a retry in our queues is due
         self.own_wake = store.keys.worker_wake(0, self.handler)
+        self.pulse = Pulse()  # what health.py reports: the heartbeat's rounds
         self.lacking: set[str] = set()  # task names given back for want of their code
         # held while tasks are started and registered in `running`, so the reporter never
         # takes a task just started by a claim for one it has to adopt (_adopt), and a forced
@@ -214,6 +216,7 @@ class Worker:
         """Serve until stopped (or, with burst, until nothing is left to do)."""
         self.store.check_server()
         self._register()
+        self.pulse.beat(ok=True)
         self._supervise_recovery()
         threads = [
             self._thread(self._report_loop, "reporter"),
@@ -519,8 +522,10 @@ class Worker:
             while not self.stopped.is_set():
                 try:
                     self._heartbeat()
+                    self.pulse.beat(ok=True)
                     break
                 except redis.RedisError as exc:
+                    self.pulse.beat(ok=False)
                     backoff.wait(self.stopped, f"heartbeat: {trouble(exc)}")
             backoff.reset()
 

@@ -23,7 +23,7 @@ end
 
 local now = now_ms()
 if delay >= 0 and tonumber(attempt) < max_attempts(i) then
-  redis.call('HSET', T, 'e:' .. i, err, 'tf:' .. i, now)
+  redis.call('HSET', T, 'e:' .. i, err, 'tf:' .. i, now, 'tu:' .. i, now)
   redis.call('HDEL', T, 'wf:' .. i) -- it ran: no longer waiting for a worker with its code
   record_history(i, T_RETRY_WAIT, now, err)
   redis.call('ZREM', LEASES, lease_member(i))

@@ -32,7 +32,7 @@ for k = A + 3, #ARGV, 3 do
     local since = tonumber(waiting and string.match(waiting, '^(%d+)|') or now)
     local delay = math.min(delay_max, math.max(delay_min, math.floor((now - since) / 4)))
     redis.call('HSET', T, 's:' .. i, T_QUEUED, 'a:' .. i, tonumber(attempt) - 1,
-      'wf:' .. i, since .. '|' .. name)
+      'wf:' .. i, since .. '|' .. name, 'tu:' .. i, now)
     redis.call('HDEL', T, 'h:' .. i, 'ts:' .. i)
     redis.call('ZREM', LEASES, lease_member(i))
     local queue = QUEUES[task_queue(i)]
