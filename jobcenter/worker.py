@@ -57,6 +57,7 @@ PROGRESS_MIN_INTERVAL_SECONDS = 1.0  # a task's progress goes out at once at mos
 GIVE_BACK_DELAY_MIN_MS = 500
 GIVE_BACK_DELAY_MAX_MS = 10_000
 GIVE_BACK_WAIT_SECONDS = 5.0  # a forced stop waits this long at most for a claim under way
+FORCED_STOP_MAX_SECONDS = 60.0  # past this, a forced stop that hangs (Redis hung) exits anyway
 EXIT_LOOP_FAILED = 70  # exit code when a loop met an error it cannot go on from (EX_SOFTWARE)
 
 
@@ -128,6 +129,7 @@ class Worker:
         self.next_retry_ms = -1  # from the last claim: when a retry in our queues is due
         self.own_wake = store.keys.worker_wake(0, self.handler)
         self.pulse = Pulse()  # what health.py reports: the heartbeat's rounds
+        self.exiting = threading.Event()  # a forced stop is under way (give_back_and_exit)
         self.lacking: set[str] = set()  # task names given back for want of their code
         # held while tasks are started and registered in `running`, so the reporter never
         # takes a task just started by a claim for one it has to adopt (_adopt), and a forced
@@ -171,6 +173,7 @@ class Worker:
         """Forced stop: kill what runs, give it back to the queues, exit. Whatever fails on
         the way (Redis down), the process exits; leases then expire and recovery re-drives."""
         try:
+            self.exiting.set()
             self.stopping.set()  # nothing more is claimed, nor any child taken on completion
             # nor is a claim left half done: what it started is given back too
             self.starting.acquire(timeout=GIVE_BACK_WAIT_SECONDS)
@@ -249,6 +252,11 @@ class Worker:
                 while self.running:
                     self.lock.wait()
         finally:
+            if self.exiting.is_set():
+                # a loop failed, and its thread gives the running tasks back and ends the
+                # process: not a normal exit here (it would say 0), unless it hangs
+                threading.Event().wait(FORCED_STOP_MAX_SECONDS)
+                os._exit(EXIT_LOOP_FAILED)
             self.outcomes.put(None)
             threads[0].join()
             self.stopped.set()
@@ -571,9 +579,9 @@ class Worker:
             "node": self.options.node or "",
             "concurrency": self.options.concurrency,
         }
-        self.store.register_worker(self.handler, info, self.options.node)
         keep_ms = int(self.store.settings.unknown_task_timeout_seconds * 1000)
         self.store.publish_served(self.queues, registry.names(), keep_ms)
+        self.store.register_worker(self.handler, info, self.options.node)
 
     def _deregister(self) -> None:
         with contextlib.suppress(redis.RedisError):
