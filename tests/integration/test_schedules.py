@@ -159,7 +159,7 @@ def test_a_fire_decided_by_a_ticker_that_died_is_submitted_by_the_next(store: St
     def die(*args: Any, **kwargs: Any) -> Any:
         raise SystemExit("ticker killed between deciding and submitting")
 
-    dying.submit = die  # type: ignore[method-assign]
+    dying.submit_many = die  # type: ignore[method-assign]
     with pytest.raises(SystemExit):
         ticker(dying, "dead").tick(s.created_ms + MINUTE)
     assert sched.show_schedule(store, s.id)["pending_fire"] == (s.created_ms + MINUTE) / 1000
@@ -398,14 +398,14 @@ def test_a_pause_landing_while_a_tick_decides_wins_over_the_stale_decision(store
 def test_a_schedule_removed_while_its_fire_is_submitted_stays_removed(store: Store) -> None:
     s = sched.add_schedule(store, SPEC, every="PT1M", name="etl")
     racing = other_store(store)
-    submit = racing.submit
+    submit = racing.submit_many
 
     def submit_then_remove(*args: Any, **kwargs: Any) -> Any:
         submitted_job = submit(*args, **kwargs)
         sched.remove_schedule(store, "etl")
         return submitted_job
 
-    racing.submit = submit_then_remove  # type: ignore[method-assign]
+    racing.submit_many = submit_then_remove  # type: ignore[method-assign]
 
     assert ticker(racing, "a").tick(s.created_ms + MINUTE) == []  # its confirm found nothing
 
