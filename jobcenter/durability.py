@@ -24,11 +24,13 @@ class GroupCommit:
         self._finished = 0  # rounds finished; a round runs while this trails _started
         self._outcome: bool | BaseException = False  # of the last finished round
         self.rounds = 0  # rounds run so far (what a test or a metric can read)
+        self.waiting = 0  # threads inside wait() now, leaders included
 
     def wait(self) -> bool:
         """Block until a round that started after this call has finished; its outcome (True:
         confirmed). A round's error is raised in every thread that waited on it."""
         with self._changed:
+            self.waiting += 1
             needed = self._started + 1  # a round already running may have missed our write
             while self._finished < needed:
                 if self._finished == self._started:
@@ -36,6 +38,7 @@ class GroupCommit:
                 else:
                     self._changed.wait()
             outcome = self._outcome
+            self.waiting -= 1
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome

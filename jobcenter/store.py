@@ -283,7 +283,8 @@ class Store:
         if self.redis.info("persistence").get("aof_enabled") != 1:
             return "the server runs with appendonly off"
         try:
-            fsync = _s(self.redis.config_get("appendfsync").get(b"appendfsync"))
+            config = {_s(k): _s(v) for k, v in self.redis.config_get("appendfsync").items()}
+            fsync = config.get("appendfsync")
         except redis.ResponseError:
             fsync = None  # CONFIG disabled: assume the default, everysec
         if fsync == "no":
