@@ -35,7 +35,9 @@ LIST_PAGE_MIN = 100  # index entries per page when `list` checks several filters
 LIST_SCAN_MAX = 10_000  # index entries one `list` reads per shard at most
 META_CACHE_MAX = 10_000  # jobs whose queues and idempotency key a store remembers
 INLINE_SPLIT_MAX = 500  # a job this small is split by its submit script (one short call)
-WAITAOF_TIMEOUT_MS = 5_000  # a submit waits at most this for its fsync
+# A submit waits at most this for its fsync: two of `everysec`'s fsyncs. Kept under half the
+# client's socket timeout (redis-py 8 defaults to 5 s), so the wait never reads as a dead link.
+WAITAOF_TIMEOUT_MS = 2_000
 LEADER_TIMEOUT_FACTOR = 1.0  # a leader step not renewed within one lease is taken over
 
 
@@ -295,9 +297,13 @@ class Store:
         """One group commit round: a write on this connection, then WAITAOF for it. WAITAOF
         waits only for its own connection's writes; the AOF is one sequence, so this write
         being fsynced means every write acknowledged before it was too."""
+        socket_timeout = self.redis.connection_pool.connection_kwargs.get("socket_timeout")
+        timeout_ms = WAITAOF_TIMEOUT_MS
+        if socket_timeout:
+            timeout_ms = max(1, min(timeout_ms, int(socket_timeout * 1000 / 2)))
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.keys.fsync_mark(), 1)
-        pipe.execute_command("WAITAOF", 1, 0, WAITAOF_TIMEOUT_MS)
+        pipe.execute_command("WAITAOF", 1, 0, timeout_ms)
         try:
             _, (local, _) = pipe.execute()
         except redis.ResponseError as exc:  # AOF turned off at run time
@@ -305,7 +311,7 @@ class Store:
             self._waitaof = False
             return False
         if int(local) < 1:
-            log.warning("WAITAOF: no fsync within %d ms; the submits are acked", WAITAOF_TIMEOUT_MS)
+            log.warning("WAITAOF: no fsync within %d ms; the submits are acked", timeout_ms)
         return int(local) >= 1
 
     # -- the follower's fast path ---------------------------------------------------------
