@@ -64,6 +64,7 @@ MIN_INTERVAL_MS = 1_000
 # Fire times stay exact as zset scores (doubles) and datetimes far below this.
 MAX_INTERVAL_MS = 100 * 366 * 86_400_000
 FIRES_KEPT = 100  # fire/skip/miss records kept per schedule (newest first)
+LIST_PAGE = 500  # schedules `schedule list` reads per round trip
 DUE_PER_TICK = 1_000  # schedules one tick visits at most; the rest wait for the next tick
 STEPS_PER_SCHEDULE = 100  # fires one tick handles per schedule (catchup=all after an outage)
 TICK_SECONDS = 1.0  # how often a worker should tick: the lateness of a fire in normal running
@@ -657,18 +658,26 @@ def _seconds(ms: int | None) -> float | None:
 
 
 def list_schedules(store: Store) -> list[dict[str, Any]]:
-    """Every schedule, oldest first."""
+    """Every schedule, oldest first, read LIST_PAGE at a time (each read stays short)."""
     keys = store.keys
-    ids = [_text(raw) for raw in store.redis.zrange(keys.schedules(), 0, -1)]
-    pipe = store.redis.pipeline(transaction=False)
-    for schedule_id in ids:
-        pipe.hgetall(keys.schedule(schedule_id))
-    rows, gone = [], []
-    for schedule_id, raw in zip(ids, pipe.execute(), strict=True):
-        if not raw:
-            gone.append(schedule_id)  # a finished one-time schedule past its retention
-            continue
-        rows.append(_view(*_load(_decode(raw))))
+    rows: list[dict[str, Any]] = []
+    gone: list[str] = []
+    read = 0
+    while True:
+        ids = [
+            _text(raw) for raw in store.redis.zrange(keys.schedules(), read, read + LIST_PAGE - 1)
+        ]
+        read += len(ids)
+        pipe = store.redis.pipeline(transaction=False)
+        for schedule_id in ids:
+            pipe.hgetall(keys.schedule(schedule_id))
+        for schedule_id, raw in zip(ids, pipe.execute(), strict=True):
+            if not raw:
+                gone.append(schedule_id)  # a finished one-time schedule past its retention
+                continue
+            rows.append(_view(*_load(_decode(raw))))
+        if len(ids) < LIST_PAGE:
+            break
     if gone:
         store.redis.zrem(keys.schedules(), *gone)
     return rows

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 SWEEP_MAX = 100  # expired leases reported per claim: bounded work on the fast path
 SCAN_PAGE = 1_000  # HSCAN page when reading a job's tasks
+STATUS_PAGE = 10_000  # task fields per read of `status`: a job of ~1,000 tasks in one read
 HISTORY_PAGE = 1_000  # history entries per LRANGE: each read of a long history stays short
 LIST_PAGE_MIN = 100  # index entries per page when `list` checks several filters per job
 LIST_SCAN_MAX = 10_000  # index entries one `list` reads per shard at most
@@ -613,8 +614,11 @@ class Store:
         jk = self.keys.job(job_id)
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(jk.job)
-        pipe.hgetall(jk.tasks)
-        job_raw, tasks_raw = pipe.execute()
+        pipe.hscan(jk.tasks, 0, count=STATUS_PAGE)
+        job_raw, (cursor, tasks_raw) = pipe.execute()
+        while cursor:  # a large job, in short reads (a view over a few moments, not one)
+            cursor, page = self.redis.hscan(jk.tasks, cursor, count=STATUS_PAGE)
+            tasks_raw.update(page)
         if not job_raw:
             raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
         job = {k.decode(): v for k, v in job_raw.items()}

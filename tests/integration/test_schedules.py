@@ -219,6 +219,20 @@ def test_the_job_records_its_schedule_and_fire_time(store: Store) -> None:
     assert fields["idem"].decode() == f"{s.id}:{s.created_ms + MINUTE}"
 
 
+def test_jobs_a_schedule_fired_are_listed_by_it_and_schedules_are_listed_in_pages(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sched, "LIST_PAGE", 2)
+    schedules = [sched.add_schedule(store, SPEC, every="PT1M") for _ in range(5)]
+    fires = ticker(store, "a").tick(max(s.created_ms for s in schedules) + MINUTE)
+
+    assert sorted(v["id"] for v in sched.list_schedules(store)) == sorted(s.id for s in schedules)
+    for s in schedules:
+        (fire,) = [f for f in fires if f.schedule_id == s.id]
+        listed = store.list_jobs(schedule_id=s.id)
+        assert [(j["id"], j["fire_time"]) for j in listed] == [(fire.job_id, fire.fire_ms / 1000)]
+
+
 # -- catch-up after the scheduler was down ---------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """The job indexes `list` reads. Every transition that changes a job's state moves the job
 between the per-state indexes; submit files a fired job under its schedule; delete and the
 trimming of expired jobs take it out of all of them. `list` then reads about `limit` entries
-of one index, whatever the namespace holds."""
+of one index, whatever the namespace holds; `status` and `history` read long lists in pages."""
 
 from __future__ import annotations
 
@@ -172,3 +172,21 @@ def test_history_reads_a_long_history_in_pages(
     assert page == history[2:6]
     ranges = [c.args[1:] for c in log.commands if c.name == "LRANGE"]
     assert ranges == [("0", "2"), ("3", "5"), ("6", "8"), ("2", "4"), ("5", "5")]
+
+
+def test_status_reads_a_large_job_in_pages(
+    store: Store, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobcenter.store, "STATUS_PAGE", 10)
+    tasks = [{"id": f"t{i}", "task": "t.a"} for i in range(200)]  # a hashtable, not a listpack
+    job_id = submit(store, {"name": "wide", "tasks": tasks})
+
+    with CommandLog(redis_url) as log:
+        status = store.status(job_id)
+
+    assert list(status["tasks"]) == [t["id"] for t in tasks]
+    assert {t["state"] for t in status["tasks"].values()} == {"queued"}
+    tasks_key = store.keys.job(job_id).tasks
+    reads = [c for c in log.commands if c.key == tasks_key]
+    assert {c.name for c in reads} == {"HSCAN"} and len(reads) > 10
+    assert all(c.args[-2:] == ("COUNT", "10") for c in reads)
