@@ -455,8 +455,7 @@ class SlowlogDrain(threading.Thread):
         self.client_name = client_name
         self.stopping = threading.Event()
         self.longest: dict[str, dict[str, Any] | None] = {"named": None, "others": None}
-        self.named_commands: Counter[str] = Counter()
-        self.named_longest_us: dict[str, int] = {}  # per command name
+        self.named_us: dict[str, list[int]] = {}  # the named client's times, per command
 
     def run(self) -> None:
         self.redis.config_set("slowlog-log-slower-than", 0)
@@ -482,10 +481,7 @@ class SlowlogDrain(threading.Thread):
                 continue
             who = "named" if e["client"] == self.client_name else "others"
             if who == "named":
-                self.named_commands[e["name"]] += 1
-                self.named_longest_us[e["name"]] = max(
-                    e["us"], self.named_longest_us.get(e["name"], 0)
-                )
+                self.named_us.setdefault(e["name"], []).append(e["us"])
             best = self.longest[who]
             if best is None or e["us"] > best["us"]:
                 self.longest[who] = e
@@ -830,8 +826,8 @@ def run_follow(bench: Bench, n: int) -> dict[str, Any]:
         "follower_longest": drain.longest["named"],
         "others_longest": drain.longest["others"],
         "follower_commands": {
-            name: {"calls": calls, "longest_us": drain.named_longest_us[name]}
-            for name, calls in drain.named_commands.items()
+            name: {"calls": len(us), "median_us": statistics.median(us), "longest_us": max(us)}
+            for name, us in drain.named_us.items()
         },
         "tasks_hash_fields": tasks_fields,
         "hgetall_tasks_us": whole[0]["us"] if whole else None,
@@ -1196,11 +1192,18 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, s
             shown = f"{e['us'] / 1000:.2f} ms ({e['name']})" if e else "-"
             rows.append((label, figure, shown, "", "", verdict(not r["problems"])))
             label = ""
-        calls = ", ".join(
-            f"{name} {c['calls']:,} (<= {c['longest_us'] / 1000:.2f} ms)"
-            for name, c in sorted(r["follower_commands"].items())
-        )
-        rows.append(("", "  its commands: calls (longest)", calls, "", "", ""))
+        for name, c in sorted(r["follower_commands"].items(), key=lambda kv: -kv[1]["calls"]):
+            median, longest = c["median_us"] / 1000, c["longest_us"] / 1000
+            rows.append(
+                (
+                    "",
+                    f"  its {name}: calls, median / longest",
+                    f"{c['calls']:,}, {median:.3f} / {longest:.2f} ms",
+                    "",
+                    "",
+                    "",
+                )
+            )
         rows.append(
             (
                 "",
