@@ -31,6 +31,7 @@ META_CACHE_MAX = 10_000  # jobs whose queues and idempotency key a store remembe
 INLINE_SPLIT_MAX = 500  # a job this small is split by its submit script (one short call)
 WAITAOF_TIMEOUT_MS = 5_000  # a submit waits at most this for its fsync
 LEADER_TIMEOUT_FACTOR = 1.0  # a leader step not renewed within one lease is taken over
+HEARTBEAT_CANCELLED = -7  # heartbeat.lua: the attempt's job was cancelled or abandoned
 
 
 def connect(url: str, **kwargs: Any) -> Redis:
