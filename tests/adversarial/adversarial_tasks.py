@@ -104,16 +104,25 @@ def deep_error(depth: int = 100_000) -> None:
 
 @task(name="adversarial.non_utf8_error")
 def non_utf8_error() -> None:
-    """Messages UTF-8 cannot encode: bytes decoded with surrogateescape, and raw bytes."""
-    text = b"caf\xe9 \xff\xfe".decode("utf-8", "surrogateescape")
-    raise ValueError(text, b"\xff\xfe raw")
+    """A message UTF-8 cannot encode: bytes decoded with surrogateescape (as os.fsdecode
+    and sys.argv do)."""
+    raise ValueError(b"caf\xe9 \xff\xfe".decode("utf-8", "surrogateescape"))
+
+
+@task(name="adversarial.bytes_error")
+def bytes_error() -> None:
+    """A message of raw bytes that are not UTF-8."""
+    raise ValueError(b"\xff\xfe raw")
 
 
 @task(name="adversarial.non_utf8_progress")
-def non_utf8_progress(path: str) -> None:
-    """Reports progress UTF-8 cannot encode, then finishes."""
+def non_utf8_progress(path: str, hold: str = "") -> None:
+    """Reports progress UTF-8 cannot encode, then finishes (once file `hold` exists)."""
     current_task().progress(b"\xff\xfe".decode("utf-8", "surrogateescape"))
     mark(path, "reported")
+    deadline = time.monotonic() + STOP_DEADLINE_SECONDS
+    while hold and not os.path.exists(hold) and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
 
 
 @task(name="adversarial.str_raises")
@@ -158,6 +167,14 @@ def wait_until_cancelled(path: str) -> str:
     mark(path, "saw cancel" if ctx.cancelled else "never cancelled")
     ctx.check_cancelled()
     return "done"
+
+
+@task(name="adversarial.run_on")
+def run_on(path: str) -> None:
+    """Marks 'started', then runs on, paying no attention to being cancelled."""
+    mark(path, f"started {os.getpid()}")
+    time.sleep(STOP_DEADLINE_SECONDS)
+    mark(path, "ran to its end")
 
 
 @task(name="adversarial.async_mark")

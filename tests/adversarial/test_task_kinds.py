@@ -203,10 +203,11 @@ def test_a_child_that_leaves_a_thread_running_still_reports_and_frees_its_slot(
     [
         ("adversarial.huge_error", [10 * 1024 * 1024], "ValueError: xxx"),
         ("adversarial.deep_error", [], "RecursionError: maximum recursion depth exceeded"),
-        ("adversarial.non_utf8_error", [], "ValueError: ('caf\\udce9 \\udcff\\udcfe', b'\\xff"),
+        ("adversarial.non_utf8_error", [], "ValueError: caf\\udce9 \\udcff\\udcfe\n"),
+        ("adversarial.bytes_error", [], "ValueError: b'\\xff\\xfe raw'\n"),
         ("adversarial.str_raises", [], "StrRaises: <str() of the exception raised RuntimeError>"),
     ],
-    ids=["10MB-message", "recursion", "non-utf8", "str-raises"],
+    ids=["10MB-message", "recursion", "non-utf8", "bytes", "str-raises"],
 )
 def test_an_error_over_any_limit_is_reported_bounded_and_valid_utf8(
     pool: Pool, name: str, args: list[Any], starts: str

@@ -32,7 +32,7 @@ def alive(pid: int) -> bool:
     [
         ("thread", "adversarial.wait_until_cancelled"),
         ("thread", "adversarial.async_wait_until_cancelled"),
-        ("process", "adversarial.wait_until_cancelled"),
+        ("process", "adversarial.run_on"),  # killed, whether it looks or not
     ],
     ids=["thread", "thread-async", "process"],
 )

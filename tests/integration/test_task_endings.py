@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 from adversarial.adversarial_tasks import BASE_EXCEPTIONS, marks
+from helpers import wait_until
 from integration_harness import JOB_SECONDS, Workers
 
 from jobcenter import Client
+from jobcenter.execution import ERROR_TEXT_MAX
 
 MODULES = ("tasks_for_tests", "jobcenter.demo", "adversarial.adversarial_tasks")
 RETRY = {"retries": 1, "retry_backoff": 0.01, "retry_backoff_max": 0.02}
@@ -112,3 +114,43 @@ def test_async_tasks_run_before_they_succeed_and_their_failures_are_failures(
     assert status["state"] == "failed"
     if pool == "thread":  # its thread was not left running: the coroutine was cancelled
         assert "cancelled" in marks(path)
+
+
+@pytest.mark.parametrize("pool", ["thread", "process"])
+def test_errors_and_progress_over_the_limits_are_stored_bounded_and_escaped(
+    pool: str, client: Client, workers: Workers, tmp_path: Path
+) -> None:
+    workers.start("--pool", pool, concurrency=1, modules=MODULES)
+    path, hold = str(tmp_path / "marks"), tmp_path / "hold"
+    job_id = client.submit(
+        {
+            "name": "over-the-limits",
+            "tasks": [
+                {"id": "progress", "task": "adversarial.non_utf8_progress",
+                 "args": [path, str(hold)]},
+                {"id": "non-utf8", "task": "adversarial.non_utf8_error",
+                 "depends_on": ["progress"]},
+                {"id": "huge", "task": "adversarial.huge_error", "args": [10 * 1024 * 1024],
+                 "depends_on": ["progress"]},
+                {"id": "str-raises", "task": "adversarial.str_raises",
+                 "depends_on": ["progress"]},
+                {"id": "after", "task": "adversarial.async_mark", "args": [path, "after"],
+                 "depends_on": ["progress"]},
+            ],
+        }
+    )  # fmt: skip
+    wait_until(
+        lambda: client.status(job_id)["tasks"]["progress"]["progress"] == "\\udcff\\udcfe",
+        timeout=JOB_SECONDS,
+        message="the progress was not stored",
+    )
+    hold.touch()
+
+    status = client.wait(job_id, JOB_SECONDS)
+
+    tasks = status["tasks"]
+    assert tasks["progress"]["state"] == tasks["after"]["state"] == "succeeded"
+    assert tasks["non-utf8"]["error"].startswith("ValueError: caf\\udce9 \\udcff\\udcfe")
+    assert tasks["huge"]["error"].startswith("ValueError: xxx")
+    assert len(tasks["huge"]["error"]) <= ERROR_TEXT_MAX
+    assert tasks["str-raises"]["error"].startswith("StrRaises: <str() of the exception raised")
