@@ -4,12 +4,11 @@ stops waiting for it; the slot is freed and the worker logs a cancel, not a take
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 from adversarial.adversarial_tasks import marks
-from helpers import wait_until
+from helpers import pid_alive, wait_until
 from integration_harness import JOB_SECONDS, Workers
 
 from jobcenter import Client
@@ -17,14 +16,6 @@ from jobcenter import Client
 MODULES = ("tasks_for_tests", "jobcenter.demo", "adversarial.adversarial_tasks")
 # Workers learn of a cancel from their next heartbeat, every third of a lease.
 SHORT_LEASE = {"JOBCENTER_LEASE_SECONDS": "1"}
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.mark.parametrize(
@@ -57,7 +48,7 @@ def test_cancel_stops_the_running_attempt_and_frees_its_slot(
     assert client.cancel(job_id) == "cancelled"
 
     if pool == "process":
-        wait_until(lambda: not alive(pid), message="the attempt's child process still runs")
+        wait_until(lambda: not pid_alive(pid), message="the attempt's child process still runs")
         assert marks(path) == [f"started {pid}"]
     else:
         wait_until(
