@@ -84,7 +84,7 @@ def describe(exc: BaseException, note: str = "") -> str:
         head = f"{name}: {_clip(_safe_str(exc), ERROR_MESSAGE_MAX)}" + (f"\n{note}" if note else "")
         lines = "".join(traceback.format_exception(exc)).replace("\t", "  ").splitlines()
         text = "\n".join([head, *(_clip(line, ERROR_LINE_MAX) for line in lines)])
-    except BaseException as failure:  # noqa: BLE001 - a description must not end the attempt
+    except BaseException as failure:  # a description must not end the attempt
         text = f"{name} (its traceback could not be formatted: {type(failure).__name__})"
     return valid_utf8(_clip(text, ERROR_TEXT_MAX))
 
@@ -92,7 +92,7 @@ def describe(exc: BaseException, note: str = "") -> str:
 def _safe_str(exc: BaseException) -> str:
     try:
         return str(exc)
-    except BaseException as failure:  # noqa: BLE001 - a hostile __str__ may raise anything
+    except BaseException as failure:  # a hostile __str__ may raise anything
         return f"<str() of the exception raised {type(failure).__name__}>"
 
 
