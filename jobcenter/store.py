@@ -47,6 +47,7 @@ INLINE_SPLIT_MAX = 500  # a job this small is split by its submit script (one sh
 WAITAOF_TIMEOUT_MS = 2_000
 LEADER_TIMEOUT_FACTOR = 1.0  # a leader step not renewed within one lease is taken over
 IDEMPOTENCY_CONFLICT = -7  # submit.lua: the key names a job with a different spec
+HEARTBEAT_CANCELLED = -7  # heartbeat.lua: the attempt's job was cancelled or abandoned
 
 
 def connect(url: str, **kwargs: Any) -> Redis:

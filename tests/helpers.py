@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -11,6 +12,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
@@ -39,6 +41,19 @@ def wait_until(
                 message or f"condition not met within {timeout:g} s: {predicate!r}"
             )
         time.sleep(interval)
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 # What `jobcenter worker --health-port N` logs once its endpoint listens (N may be 0: any port).
