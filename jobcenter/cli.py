@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -26,6 +27,18 @@ EXIT_FAILED = 1  # the job failed or was cancelled
 EXIT_BAD_INPUT = 2
 EXIT_NO_REDIS = 3
 HEALTH_TIMEOUT_SECONDS = 5.0  # `jobcenter health`: a worker's endpoint answers in under a second
+
+
+def log_format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--log-format",
+        envvar="JOBCENTER_LOG_FORMAT",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="json: one object a line (time, level, worker, job, task, attempt, event) "
+        "[env JOBCENTER_LOG_FORMAT].",
+    )(fn)
 
 
 def fail(message: str, code: int) -> None:
@@ -390,6 +403,7 @@ def cancel(settings: Settings, job_id: str) -> None:
     help="Address of the health endpoint; 0.0.0.0 for Kubernetes probes "
     "[env JOBCENTER_HEALTH_HOST].",
 )
+@log_format_option
 @redis_options
 def worker(
     settings: Settings,
@@ -402,15 +416,18 @@ def worker(
     allow_shell: bool,
     health_port: int | None,
     health_host: str,
+    log_format: str,
 ) -> None:
     """Run a worker; MODULES are imported to register their @task functions
     [env JOBCENTER_MODULES, separated by spaces]."""
-    from . import health, registry
+    from . import health, logs, registry
     from .store import Store
     from .worker import Options, Worker
 
     if concurrency < 1:
         raise SpecError("--concurrency must be >= 1")
+    logs.configure(log_format)
+    os.environ[logs.FORMAT_ENV] = log_format  # the rq recovery child logs the same way
     logging.getLogger("jobcenter").setLevel(min(logging.INFO, logging.getLogger().level))
     if allow_shell:
         modules = (*modules, "jobcenter.shell")
@@ -424,9 +441,47 @@ def worker(
         modules=list(modules),
     )
     w = Worker(Store.from_settings(settings), options)
+    logs.set_worker(w.handler)
     w.install_signal_handlers()
     health.start(w, health_host, health_port)
     w.run()
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="0: any."
+)
+@click.option(
+    "--token",
+    envvar="JOBCENTER_DASHBOARD_TOKEN",
+    default=None,
+    help="Allow actions (cancel, retry, requeue, pause, resume) to whoever sends this "
+    "token; without it the dashboard is read-only [env JOBCENTER_DASHBOARD_TOKEN, "
+    "which `ps` does not show].",
+)
+@log_format_option
+@redis_options
+def dashboard(settings: Settings, host: str, port: int, token: str | None, log_format: str) -> None:
+    """Serve the web dashboard: jobs, each job's live DAG, workers, queues, dead letters,
+    schedules and recovery."""
+    from . import logs
+
+    try:
+        from .web import serve
+    except ImportError as exc:
+        fail(f"the dashboard needs its extra: pip install 'jobcenter[dashboard]' ({exc})", 2)
+    logs.configure(log_format)
+    verbose = logging.getLogger().level < logging.WARNING
+    logging.getLogger("jobcenter").setLevel(min(logging.INFO, logging.getLogger().level))
+    logging.getLogger("uvicorn.error").setLevel(logging.INFO)
+    try:
+        serve.run(
+            client_for(settings), host=host, port=port, token=token or None,
+            access_log=verbose, announce=click.echo,
+        )  # fmt: skip
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc}", EXIT_BAD_INPUT)
 
 
 @main.command(name="health")
