@@ -470,15 +470,20 @@ def dashboard(settings: Settings, host: str, port: int, token: str | None, log_f
     try:
         from .web import serve
     except ImportError as exc:
-        fail(f"the dashboard needs its extra: pip install 'jobcenter[dashboard]' ({exc})", 2)
+        fail(
+            f"the dashboard needs its extra: pip install 'jobcenter[dashboard]' ({exc})",
+            EXIT_BAD_INPUT,
+        )
     logs.configure(log_format)
     verbose = logging.getLogger().level < logging.WARNING
     logging.getLogger("jobcenter").setLevel(min(logging.INFO, logging.getLogger().level))
     logging.getLogger("uvicorn.error").setLevel(logging.INFO)
+    # a collector reading JSON lines gets the address as one of them
+    announce = click.echo if log_format == "text" else logging.getLogger("jobcenter.web").info
     try:
         serve.run(
             client_for(settings), host=host, port=port, token=token or None,
-            access_log=verbose, announce=click.echo,
+            access_log=verbose, announce=announce,
         )  # fmt: skip
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc}", EXIT_BAD_INPUT)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import signal
 import socket
+import threading
 from collections.abc import Callable
 
 import uvicorn
@@ -64,4 +66,9 @@ def run(
         timeout_graceful_shutdown=SHUTDOWN_SECONDS,
         lifespan="off",
     )
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the
+    # handler it found: a quiet one makes a stopped dashboard exit 0, like a worker
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: None)
     uvicorn.Server(config).run(sockets=[sock])
