@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+import select
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 T = TypeVar("T")
 
@@ -67,3 +68,20 @@ def wait_probe(port: int, path: str, status: int, timeout: float = 10.0) -> dict
 
     wait_until(answered, timeout, message=f"{path} never answered {status}: last {last}")
     return last[0][1]
+
+
+def read_until(stream: IO[str], pattern: re.Pattern[str], timeout: float) -> re.Match[str]:
+    """Read lines of a running process's output until one matches."""
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        line = stream.readline()
+        if not line:
+            break  # the process ended
+        seen.append(line)
+        if match := pattern.search(line):
+            return match
+    raise AssertionError(f"no line matched {pattern.pattern!r}; output: {''.join(seen)}")

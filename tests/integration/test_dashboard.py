@@ -112,9 +112,7 @@ def test_jobs_are_listed_newest_first_in_pages_without_gaps_or_repeats(
     assert pages >= 3
 
 
-def test_jobs_filter_by_state_owner_schedule_and_name(
-    dashboard: Dashboard, client: Client
-) -> None:
+def test_jobs_filter_by_state_owner_schedule_and_name(dashboard: Dashboard, client: Client) -> None:
     etl = client.submit(one_task("nightly-etl", owner="alice"))
     report = client.submit(one_task("weekly-report", owner="bob"))
     fired, _ = client.store.submit(spec_from_any(one_task("fired")), schedule_id="sched-1")
@@ -381,9 +379,7 @@ def test_actions_are_refused_without_the_right_token_and_change_nothing(
     assert (client.status(job_id), client.schedules()) == before
 
 
-def test_a_read_only_dashboard_shows_no_action_buttons(
-    readonly: Dashboard, client: Client
-) -> None:
+def test_a_read_only_dashboard_shows_no_action_buttons(readonly: Dashboard, client: Client) -> None:
     job_id = client.submit(one_task())
 
     html = readonly.get(f"/jobs/{job_id}").text

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 import re
-import select
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from helpers import read_until
 from integration_harness import JOB_SECONDS, PROCESS_START_SECONDS, TESTS_DIR, Cli, Workers
 from integration_harness import subprocess_env as env_for
 
@@ -21,23 +20,6 @@ from jobcenter import Client
 
 URL = re.compile(r"jobcenter dashboard on (http://127\.0\.0\.1:\d+/)")
 JSON_KEYS = {"time", "level", "logger", "worker", "job", "task", "attempt", "event"}
-
-
-def read_until(stream: IO[str], pattern: re.Pattern[str], timeout: float) -> re.Match[str]:
-    """Read lines of a running process's output until one matches."""
-    deadline = time.monotonic() + timeout
-    seen = []
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
-            break
-        line = stream.readline()
-        if not line:
-            break  # the process ended
-        seen.append(line)
-        if match := pattern.search(line):
-            return match
-    raise AssertionError(f"no line matched {pattern.pattern!r}; output: {''.join(seen)}")
 
 
 def fetch(url: str) -> tuple[int, str]:

@@ -14,7 +14,8 @@
   const JOB_DONE = new Set(["succeeded", "failed", "cancelled"]);
   const TASK_DONE = new Set(["succeeded", "failed", "upstream_failed", "cancelled"]);
   const IDLE_POLL_MS = 3000; // a finished job is still watched: a retry re-opens it
-  const TASK_W = 110, TASK_H = 34, GROUP_W = 200, GROUP_H = 58, CHAR_W = 7;
+  const TASK_W = 110, TASK_H = 34, GROUP_W = 170, GROUP_H = 58, CHAR_W = 7;
+  const MIN_SCALE = 0.6; // a picture larger than the view is shrunk to this at most, then panned
   const MEMBERS_SHOWN = 500; // tasks of a group listed in the side panel
 
   const root = document.getElementById("job");
@@ -92,7 +93,7 @@
       return { at, sizes, paths: [], width: cols * w + 20, height: Math.ceil(sizes.length / cols) * h + 20 };
     }
     const g = new dagre.graphlib.Graph();
-    g.setGraph({ rankdir: "LR", nodesep: 14, ranksep: 46, marginx: 12, marginy: 12 });
+    g.setGraph({ rankdir: "LR", nodesep: 14, ranksep: 56, marginx: 12, marginy: 12 });
     g.setDefaultEdgeLabel(() => ({}));
     sizes.forEach(([width, height], i) => g.setNode(String(i), { width, height }));
     for (const [a, b] of picture.edges) g.setEdge(String(a), String(b));
@@ -121,7 +122,8 @@
       svgEl("path", { d, class: "edge", "marker-end": "url(#arrow)" }, view);
       if (count > 1) {
         const mid = pts[Math.floor(pts.length / 2)];
-        svgEl("text", { x: mid.x + 3, y: mid.y - 3, class: "edge-label" }, view).textContent = `${count}`;
+        const label = svgEl("text", { x: mid.x, y: mid.y - 4, "text-anchor": "middle", class: "edge-label" }, view);
+        label.textContent = `${count}`;
       }
     });
     model.boxes = picture.nodes.map((node, i) => {
@@ -148,7 +150,8 @@
       });
       return box;
     });
-    fitView(placed.width, placed.height);
+    model.size = [placed.width, placed.height];
+    fitView();
   }
 
   // -- pan and zoom (the viewBox) ----------------------------------------------------------
@@ -156,14 +159,23 @@
   let vb = { x: 0, y: 0, w: 1, h: 1 };
   function setViewBox() { svg.setAttribute("viewBox", `${vb.x} ${vb.y} ${vb.w} ${vb.h}`); }
 
-  function fitView(width, height) {
+  // Show the whole picture if it fits at MIN_SCALE, else its start; never enlarge it.
+  function fitView() {
+    if (!model.size) return;
+    const [width, height] = model.size;
     const maxH = Math.max(220, window.innerHeight * 0.7);
     svg.style.height = `${Math.min(maxH, Math.max(220, height + 24))}px`;
     const box = svg.getBoundingClientRect();
-    const scale = Math.max(width / box.width, height / box.height, 1); // never enlarge
+    if (!box.width) return;
+    const scale = Math.min(Math.max(width / box.width, height / box.height, 1), 1 / MIN_SCALE);
     vb = { x: 0, y: 0, w: box.width * scale, h: box.height * scale };
     setViewBox();
   }
+  let lastWidth = 0;
+  new ResizeObserver(() => {
+    const width = svg.getBoundingClientRect().width;
+    if (Math.abs(width - lastWidth) > 1) { lastWidth = width; fitView(); }
+  }).observe(svg);
 
   svg.addEventListener("wheel", (ev) => {
     ev.preventDefault();
@@ -391,6 +403,7 @@
       html("span", null, item, "dot").style.background = colours[s];
       item.append(s);
     }
+    html("span", "· drag to move, wheel to zoom", box);
   }
 
   async function load() {
