@@ -326,9 +326,16 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
     if not 0 <= index < int(n or 0):
         raise NotFound(f"job {job_id} has no task #{index}")
     f = dict(zip(TASK_ATTRS, values, strict=True))
+    task_id = _s(f["id"])
+    payload: Any = codec.unpack(f["p"]) if f["p"] is not None else None
+    if task_id is None:  # not written by its leader yet: read it from the job's spec
+        raw_spec = store.redis.hget(jk.job, "spec")
+        if raw_spec is not None:
+            t: Any = codec.unpack(raw_spec)["tasks"][index]  # type: ignore[index]
+            task_id = t["id"]
+            payload = {"t": t["task"], "a": t.get("args", []), "k": t.get("kwargs", {})}
     name, args = None, None
-    if f["p"] is not None:
-        payload: Any = codec.unpack(f["p"])
+    if payload is not None:
         name = payload.get("t")
         shown = {"args": payload.get("a", []), "kwargs": payload.get("k", {})}
         args = json.dumps(shown, default=repr)[:ARGS_PREVIEW_MAX]
@@ -349,12 +356,12 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
     return TaskDetail(
         job_id=job_id,
         index=index,
-        id=_s(f["id"]) or str(index),
+        id=task_id or str(index),
         state=_s(f["s"]) or _unwritten_state(job_state.decode()),
         task=name,
         args=args,
         attempts=_int(f["a"]) or 0,
-        max_attempts=_int(f["m"]) or (1 if f["p"] is not None else None),
+        max_attempts=_int(f["m"]) or (1 if payload is not None else None),
         handler=_s(f["h"]),
         queue=_s(f["q"]) or _s(job_queue),
         queued_at=_seconds(f["tq"]),

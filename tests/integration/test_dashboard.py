@@ -82,6 +82,16 @@ def test_every_page_answers_with_html_that_cannot_run_foreign_scripts(
     assert 'id="token"' in reply.text  # actions are allowed: the token box is there
 
 
+def test_text_from_a_job_is_escaped_in_every_page(dashboard: Dashboard, client: Client) -> None:
+    job_id = client.submit(one_task("<script>alert(1)</script>"))
+
+    pages = [dashboard.get(p).text for p in ("/jobs", f"/jobs/{job_id}")]
+
+    for html in pages:
+        assert "<script>alert(1)</script>" not in html
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
 def test_home_leads_to_the_jobs_and_unknown_pages_are_404(dashboard: Dashboard) -> None:
     assert dashboard.get("/", follow_redirects=False).headers["location"] == "/jobs"
     assert dashboard.get("/jobs/01NOSUCHJOB").status_code == 404
@@ -208,6 +218,7 @@ def test_a_2000_task_job_is_drawn_as_a_few_groups(dashboard: Dashboard, client: 
 
     graph: Any = dashboard.json(f"/api/jobs/{job_id}/graph")
     live: Any = dashboard.json(f"/api/jobs/{job_id}/live")
+    task: Any = dashboard.json(f"/api/jobs/{job_id}/tasks/1")
 
     picture = graph["picture"]
     assert picture["grouping"] == "level and id shape"
@@ -219,6 +230,11 @@ def test_a_2000_task_job_is_drawn_as_a_few_groups(dashboard: Dashboard, client: 
     assert sorted(picture["edges"]) == [[0, 1, 1_998], [1, 2, 1_998]]
     assert len(picture["node_of"]) == len(graph["ids"]) == len(live["states"]) == 2_000
     assert set(live["states"]) == {"waiting"}
+    assert (task["id"], task["task"], task["state"]) == (
+        "work-0000",
+        "tasks_for_tests.record",
+        "waiting",
+    )
 
 
 # -- workers and queues ---------------------------------------------------------------------------

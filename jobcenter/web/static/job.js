@@ -321,7 +321,7 @@
     h.append(" ");
     html("span", t.state, h, `badge state-${t.state}`);
     const dl = html("dl", null, panelBody, "facts");
-    fact(dl, "task", t.task || "(freed: the job succeeded)");
+    fact(dl, "task", t.task || (root.dataset.state === "succeeded" ? "(freed when the job succeeded)" : null));
     fact(dl, "attempts", t.max_attempts ? `${t.attempts} of ${t.max_attempts}` : t.attempts);
     fact(dl, "handler", t.handler).className = "mono";
     fact(dl, "queue", t.queue);
