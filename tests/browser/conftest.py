@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 from browser_harness import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS, TOKEN, URL, missing_browser
 from helpers import read_until
-from integration.integration_harness import PROCESS_START_SECONDS, Cli, Scratch, Workers
+from integration.integration_harness import (
+    PROCESS_START_SECONDS,
+    Cli,
+    Scratch,
+    Workers,
+    worker_pool,
+)
 
 from jobcenter import Client
 
@@ -39,11 +45,8 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 
 @pytest.fixture
 def workers(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Workers]:
-    pool = Workers(redis_url, namespace, tmp_path)
-    yield pool
-    problems = pool.close()
-    if problems:
-        pytest.fail("\n".join(problems), pytrace=False)
+    with worker_pool(redis_url, namespace, tmp_path) as pool:
+        yield pool
 
 
 @pytest.fixture
