@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 class JobcenterError(Exception):
     """Root of every error jobcenter raises on purpose."""
@@ -9,6 +11,19 @@ class JobcenterError(Exception):
 
 class SpecError(JobcenterError, ValueError):
     """A job spec, schedule or argument is invalid; the message names the offending thing."""
+
+
+class SettingsMismatch(JobcenterError, ValueError):
+    """This process's settings disagree with what the namespace stored (CLI exit code 2)."""
+
+
+class IdempotencyConflict(SpecError):
+    """An idempotency key already names a job submitted with a different spec."""
+
+
+class Refused(JobcenterError):
+    """Not allowed in the current state: deleting an unfinished job, retrying a cancelled
+    one, starting a second server in one directory (CLI exit code 5)."""
 
 
 class RedisUnavailable(JobcenterError):
@@ -22,7 +37,7 @@ class NotFound(JobcenterError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-class TransitionRejected(JobcenterError):
+class TransitionRejected(Refused):
     """A Lua transition refused to change anything (stale token, wrong state, ...)."""
 
     code: int = 0
@@ -59,7 +74,14 @@ class Retry(TaskFailure):
 
     def __init__(self, message: str = "retry requested", delay: float | None = None) -> None:
         super().__init__(message)
-        self.delay = delay
+        if delay is not None and not 0 <= float(delay) < math.inf:
+            raise ValueError(f"Retry delay must be a finite number of seconds >= 0, got {delay!r}")
+        self.delay = None if delay is None else float(delay)
+
+
+class TaskCancelled(JobcenterError):
+    """Raised by `current_task().check_cancelled()` in an attempt that was stopped (its job
+    was cancelled, or it ran past its timeout): its result is discarded anyway."""
 
 
 # The one table from Lua return codes to exceptions. Scripts return {code, ...};

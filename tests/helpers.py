@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import select
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any, TypeVar
 
 T = TypeVar("T")
@@ -35,6 +37,19 @@ def wait_until(
                 message or f"condition not met within {timeout:g} s: {predicate!r}"
             )
         time.sleep(interval)
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 # What `jobcenter worker --health-port N` logs once its endpoint listens (N may be 0: any port).
