@@ -441,9 +441,10 @@ def _busy_by_handler(store: Store) -> tuple[dict[str, int], int, bool]:
     total, exact = 0, True
     for shard in range(store.keys.shards):
         key = store.keys.leases(shard)
-        total += store.redis.zcard(key)
+        count = store.redis.zcard(key)
+        total += count
+        exact = exact and count <= LEASES_MAX
         members = [m.decode() for m in store.redis.zrange(key, 0, LEASES_MAX - 1)]
-        exact = exact and total <= LEASES_MAX
         pipe = store.redis.pipeline(transaction=False)
         for member in members:
             job_id, index = member.split("|")
