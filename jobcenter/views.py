@@ -116,12 +116,15 @@ class JobFilter:
 
     @property
     def narrows(self) -> bool:
-        """Filters that the job index cannot apply (owner has an index of its own)."""
-        return bool(self.state or self.schedule_id or self.name)
+        """Whether some job read from the index may not match: the name has no index, and
+        of several indexed filters only one index is walked."""
+        indexed = [f for f in (self.owner, self.state, self.schedule_id) if f]
+        return bool(self.name) or len(indexed) > 1
 
     def admits(self, job: JobSummary) -> bool:
         return (
-            (not self.state or job.state == self.state)
+            (not self.owner or job.owner == self.owner)
+            and (not self.state or job.state == self.state)
             and (not self.schedule_id or job.schedule_id == self.schedule_id)
             and (not self.name or self.name.lower() in (job.name or "").lower())
         )
@@ -152,17 +155,19 @@ def _parse_cursor(cursor: str | None) -> tuple[float, str] | None:
 def jobs_page(
     store: Store, filters: JobFilter, before: str | None = None, size: int = PAGE_SIZE
 ) -> JobsPage:
-    """Jobs newest first, `size` at most, older than the cursor `before`. A filter the
-    index cannot apply is applied to at most JOBS_EXAMINED_MAX jobs per page."""
+    """Jobs newest first, `size` at most, older than the cursor `before`. The smallest index
+    of the owner, state and schedule filters is walked; a filter it cannot apply is checked
+    on at most JOBS_EXAMINED_MAX jobs per page."""
     if not 1 <= size <= PAGE_SIZE_MAX:
         raise ValueError(f"page size must be 1-{PAGE_SIZE_MAX}, got {size}")
     after = _parse_cursor(before)
+    indexes = [_job_index(store, shard, filters) for shard in range(store.keys.shards)]
     chunk = JOBS_CHUNK if filters.narrows else size
     rows: list[JobSummary] = []
     examined = 0
     last: tuple[float, str] | None = after
     while len(rows) < size and examined < JOBS_EXAMINED_MAX:
-        ids = _index_chunk(store, filters.owner, last, chunk)
+        ids = _index_chunk(store, indexes, last, chunk)
         if not ids:
             return JobsPage(rows, None, examined, False)
         pipe = store.redis.pipeline(transaction=False)
@@ -184,13 +189,33 @@ def jobs_page(
     return JobsPage(rows, _cursor(*last), examined, len(rows) < size)
 
 
+def _job_index(store: Store, shard: int, filters: JobFilter) -> str:
+    """The shard's smallest index that applies a filter (all jobs when none does)."""
+    keys = store.keys
+    candidates = [
+        index
+        for value, index in (
+            (filters.owner, keys.owner_jobs(shard, filters.owner or "")),
+            (filters.state, keys.state_jobs(shard, filters.state or "")),
+            (filters.schedule_id, keys.schedule_jobs(shard, filters.schedule_id or "")),
+        )
+        if value
+    ]
+    if len(candidates) < 2:
+        return candidates[0] if candidates else keys.jobs(shard)
+    pipe = store.redis.pipeline(transaction=False)
+    for index in candidates:
+        pipe.zcard(index)
+    return min(zip(pipe.execute(), candidates, strict=True))[1]
+
+
 def _index_chunk(
-    store: Store, owner: str | None, after: tuple[float, str] | None, count: int
+    store: Store, indexes: list[str], after: tuple[float, str] | None, count: int
 ) -> list[tuple[float, str]]:
-    """The next `count` (score, job id) of the job index, newest first, after the cursor."""
+    """The next `count` (score, job id) of the job indexes (one per shard), newest first,
+    after the cursor."""
     merged: list[tuple[float, str]] = []
-    for shard in range(store.keys.shards):
-        index = store.keys.owner_jobs(shard, owner) if owner else store.keys.jobs(shard)
+    for index in indexes:
         if after is None:
             batch = store.redis.zrevrange(index, 0, count - 1, withscores=True)
         else:  # jobs submitted in one batch share a millisecond: skip those already shown

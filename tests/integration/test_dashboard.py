@@ -142,6 +142,18 @@ def test_jobs_filter_by_state_owner_schedule_and_name(dashboard: Dashboard, clie
     assert dashboard.get("/jobs?state=bogus").status_code == 400
 
 
+def test_a_state_filter_walks_its_own_index_not_every_job(client: Client) -> None:
+    old = client.submit(one_task("old"))
+    client.cancel(old)
+    client.submit_many([one_task(f"new-{i}") for i in range(views.JOBS_EXAMINED_MAX + 100)])
+
+    page = views.jobs_page(client.store, views.JobFilter(state="cancelled"))
+    narrowed = views.jobs_page(client.store, views.JobFilter(state="cancelled", name="new"))
+
+    assert [j.id for j in page.jobs] == [old] and page.examined == 1 and page.older is None
+    assert narrowed.jobs == [] and narrowed.examined == 1
+
+
 # -- the job page ---------------------------------------------------------------------------------
 
 
