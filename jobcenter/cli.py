@@ -62,10 +62,27 @@ def redis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(exc), EXIT_NO_REDIS)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             fail(f"cannot reach Redis: {exc}", EXIT_NO_REDIS)
+        except redis.ResponseError as exc:
+            reason = _write_refused(exc)
+            if reason is None:
+                raise
+            # Each transition is one script, refused before its first write: none half-done.
+            fail(f"Redis refused the write ({reason}); nothing of it was applied", EXIT_NO_REDIS)
         except JobcenterError as exc:
             fail(str(exc), EXIT_FAILED)
 
     return wrapper
+
+
+def _write_refused(exc: redis.ResponseError) -> str | None:
+    """Why Redis refused to write, if that is what `exc` says (script errors wrap the
+    reply, so the text is matched, not the class)."""
+    message = str(exc)
+    if "OOM command not allowed" in message:
+        return "out of memory: maxmemory reached and eviction is off"
+    if "READONLY" in message:
+        return "it is a read-only replica"
+    return None
 
 
 def client_for(settings: Settings) -> Client:

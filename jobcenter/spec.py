@@ -436,7 +436,7 @@ def load_spec_file(path: str | Path) -> JobSpec:
     Errors name the file, and for syntax errors the line and column.
     """
     path = Path(path)
-    where = f"spec file {_show(str(path))}"
+    where = f"spec file {str(path)!r}"
     text = _read_text(path, where)
     data: object
     try:
@@ -459,9 +459,11 @@ def load_spec_file(path: str | Path) -> JobSpec:
 
 def _read_text(path: Path, where: str) -> str:
     """The file's text: at most MAX_SPEC_FILE_BYTES of UTF-8."""
+    raw = bytearray()
     try:
-        with path.open("rb") as file:
-            raw = file.read(MAX_SPEC_FILE_BYTES + 1)
+        with path.open("rb") as file:  # in pieces: read(n) sets n bytes aside up front
+            while len(raw) <= MAX_SPEC_FILE_BYTES and (piece := file.read(1 << 20)):
+                raw += piece
     except FileNotFoundError:
         raise SpecError(f"{where} not found") from None
     except OSError as exc:
@@ -469,7 +471,7 @@ def _read_text(path: Path, where: str) -> str:
     if len(raw) > MAX_SPEC_FILE_BYTES:
         raise SpecError(f"{where} is larger than {MAX_SPEC_FILE_BYTES} bytes (the limit)")
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig")  # an editor's byte order mark is no error
     except UnicodeDecodeError as exc:
         raise SpecError(f"{where} is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
 
