@@ -10,7 +10,18 @@ from .errors import NotFound, SpecError
 from .states import TaskState
 from .store import Store, _s, _seconds
 
-REVIVE_MAX = 10_000  # tasks one retry may touch: it is a single script call (DESIGN 5)
+REVIVE_ARGS_MAX = 2_000  # task and parent indexes per revive call: each call is short
+# A blocked task may run again once each parent is in one of these (or revived with it).
+UNBLOCKING_STATES = frozenset(
+    {
+        TaskState.SUCCEEDED,
+        TaskState.WAITING,
+        TaskState.QUEUED,
+        TaskState.RUNNING,
+        TaskState.TIMED_OUT,
+        TaskState.RETRY_WAIT,
+    }
+)
 TRIM_BATCH = 1_000  # expired jobs trimmed from the indexes per read
 
 
@@ -73,39 +84,67 @@ def requeue(store: Store, job_id: str, task_id: str) -> int:
 
 def retry_job(store: Store, job_id: str) -> int:
     """Re-run a job's failed and upstream_failed tasks; its succeeded tasks are kept."""
-    states = store.task_fields(job_id, "s")["s"]
-    if not states and not store.redis.exists(store.keys.job(job_id).job):
+    if not store.redis.exists(store.keys.job(job_id).job):
         raise NotFound(f"no job {job_id}")
-    failed = [int(i) for i, s in states.items() if s == TaskState.FAILED]
-    if not failed:
-        raise SpecError(f"job {job_id} has no failed task to retry")
-    return _revive(store, job_id, failed)
+    return _revive(store, job_id, None)
 
 
-def _revive(store: Store, job_id: str, roots: list[int]) -> int:
-    """Plan which upstream_failed tasks the roots' re-run unblocks, then revive them all
-    in one script call (so nothing is half-done if this process dies)."""
+def _revive(store: Store, job_id: str, roots: list[int] | None) -> int:
+    """Plan which upstream_failed tasks the re-run of `roots` (None: every failed task)
+    unblocks, then revive them in bounded calls: the roots first, then the blocked tasks,
+    parents before children. Each call leaves the job consistent, so a retry that dies half
+    way leaves a job that ends, and that the next retry takes up where it stopped."""
+    _finish_cascade(store, job_id)  # the states read next must not be changing under us
     fields = store.task_fields(job_id, "s", "c")
     states = {int(i): s for i, s in fields["s"].items()}
+    if roots is None:
+        roots = sorted(i for i, s in states.items() if s == TaskState.FAILED)
     children = {int(i): [int(c) for c in csv.split(",")] for i, csv in fields["c"].items()}
     parents: dict[int, list[int]] = defaultdict(list)
     for parent, kids in children.items():
         for kid in kids:
             parents[kid].append(parent)
     reviving = set(roots)
-    resets: list[int] = []
+    resets: list[tuple[int, list[int]]] = []
     for index in _topological(states, children):
         if states[index] != TaskState.UPSTREAM_FAILED:
             continue
-        if all(states[p] == TaskState.SUCCEEDED or p in reviving for p in parents[index]):
+        if all(p in reviving or states[p] in UNBLOCKING_STATES for p in parents[index]):
             reviving.add(index)
-            resets.append(index)
-    if len(roots) + len(resets) > REVIVE_MAX:
-        raise SpecError(
-            f"retrying would revive {len(roots) + len(resets)} tasks; the limit "
-            f"for one retry is {REVIVE_MAX}"
-        )
-    return store.revive(job_id, roots, resets)
+            resets.append((index, parents[index]))
+    if not reviving:
+        raise SpecError(f"job {job_id} has no failed task to retry")
+    revived = 0
+    for start in range(0, len(roots), REVIVE_ARGS_MAX):
+        revived += _revive_call(store, job_id, roots[start : start + REVIVE_ARGS_MAX], [])
+    chunk: list[tuple[int, list[int]]] = []
+    size = 0
+    for reset in resets:
+        chunk.append(reset)
+        size += 2 + len(reset[1])
+        if size >= REVIVE_ARGS_MAX:
+            revived += _revive_call(store, job_id, [], chunk)
+            chunk, size = [], 0
+    if chunk:
+        revived += _revive_call(store, job_id, [], chunk)
+    return revived
+
+
+def _revive_call(
+    store: Store, job_id: str, roots: list[int], resets: list[tuple[int, list[int]]]
+) -> int:
+    while True:
+        revived = store.revive(job_id, roots, resets)
+        if revived is not None:
+            return revived
+        _finish_cascade(store, job_id)  # a task revived by an earlier call failed again
+
+
+def _finish_cascade(store: Store, job_id: str) -> None:
+    """Run the job's pending releases and failure cascades to the end (bounded steps, the
+    same a leader runs on a 'continue' message)."""
+    while store.continue_frontier(job_id):
+        pass
 
 
 def _topological(states: dict[int, str], children: dict[int, list[int]]) -> list[int]:

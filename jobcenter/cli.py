@@ -17,14 +17,20 @@ import redis
 
 from . import server
 from .client import Client
-from .config import Settings
-from .errors import JobcenterError, NotFound, RedisUnavailable, SpecError
-from .spec import load_spec_file
+from .config import DEFAULT_REDIS_URL, Settings, redacted_url
+from .errors import JobcenterError, NotFound, RedisUnavailable, Refused, SpecError
+from .spec import check_name, load_spec_file
 from .states import JobState, TaskState
 
-EXIT_FAILED = 1  # the job failed or was cancelled
+EXIT_FAILED = 1  # the job failed or was cancelled; nothing else
 EXIT_BAD_INPUT = 2
 EXIT_NO_REDIS = 3
+EXIT_TIMEOUT = 4  # --wait gave up; the job goes on
+EXIT_REFUSED = 5  # not allowed in the current state (delete of an unfinished job, ...)
+EXIT_ERROR = 6  # anything else the message names (a task module that fails to import, ...)
+URL_SOURCE = "jobcenter.url_source"  # click context meta: where the Redis URL came from
+EXIT_UNHEALTHY = 1  # `jobcenter health` only: not ready/alive (the code Docker healthchecks expect)
+HEALTH_TIMEOUT_SECONDS = 5.0  # `jobcenter health`: a worker's endpoint answers in under a second
 
 
 def fail(message: str, code: int) -> None:
@@ -39,8 +45,9 @@ def redis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         "--redis-url",
         envvar="JOBCENTER_REDIS_URL",
         default=None,
-        help="Redis URL [env JOBCENTER_REDIS_URL; default: the URL `jobcenter up` "
-        "recorded, else redis://127.0.0.1:6379/0]",
+        help="Redis URL [env JOBCENTER_REDIS_URL; default: the server a running `jobcenter "
+        "up` recorded in the nearest .jobcenter/ here or above, else the one this user "
+        "started last, else redis://127.0.0.1:6379/0]",
     )
     @click.option(
         "--namespace",
@@ -50,9 +57,16 @@ def redis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     )
     @functools.wraps(fn)
     def wrapper(redis_url: str | None, namespace: str | None, **kwargs: Any) -> Any:
-        url = redis_url or server.recorded_url()
+        if redis_url is not None:
+            source = "--redis-url / JOBCENTER_REDIS_URL"
+        elif (found := server.find_recorded_url()) is not None:
+            redis_url, place = found
+            source = f"recorded by `jobcenter up` in {place}"
+        else:
+            redis_url, source = DEFAULT_REDIS_URL, "the default"
+        click.get_current_context().meta[URL_SOURCE] = source
         try:
-            settings = Settings.from_env(redis_url=url, namespace=namespace)
+            settings = Settings.from_env(redis_url=redis_url, namespace=namespace)
             return fn(settings, **kwargs)
         except SpecError as exc:
             fail(str(exc), EXIT_BAD_INPUT)
@@ -68,8 +82,10 @@ def redis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise
             # Each transition is one script, refused before its first write: none half-done.
             fail(f"Redis refused the write ({reason}); nothing of it was applied", EXIT_NO_REDIS)
+        except Refused as exc:
+            fail(str(exc), EXIT_REFUSED)
         except JobcenterError as exc:
-            fail(str(exc), EXIT_FAILED)
+            fail(str(exc), EXIT_ERROR)
 
     return wrapper
 
@@ -83,6 +99,17 @@ def _write_refused(exc: redis.ResponseError) -> str | None:
     if "READONLY" in message:
         return "it is a read-only replica"
     return None
+
+
+def log_server(settings: Settings) -> None:
+    """Say which server and namespace a long-running command uses, and how it found them,
+    so a process talking to an unexpected server shows it at once."""
+    logging.getLogger("jobcenter").info(
+        "using Redis at %s (%s), namespace %r",
+        redacted_url(settings.redis_url),
+        click.get_current_context().meta.get(URL_SOURCE, "given"),
+        settings.namespace,
+    )
 
 
 def client_for(settings: Settings) -> Client:
@@ -110,7 +137,12 @@ def main(verbose: int) -> None:
 @click.argument("spec_file", type=click.Path(dir_okay=False))
 @click.option("--wait", is_flag=True, help="Wait for the job; exit 0 if it succeeded, else 1.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (with --wait: final status).")
-@click.option("--timeout", type=float, default=None, help="With --wait: give up after seconds.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="With --wait: give up after seconds (exit 4; the job goes on).",
+)
 @redis_options
 def submit(
     settings: Settings, spec_file: str, wait: bool, as_json: bool, timeout: float | None
@@ -159,7 +191,7 @@ def _follow(
             if JobState(status["state"]).terminal:
                 return status
             if deadline is not None and time.monotonic() >= deadline:
-                fail(f"job {job_id} not finished after {timeout}s", EXIT_FAILED)
+                fail(f"job {job_id} not finished after {timeout}s", EXIT_TIMEOUT)
             time.sleep(0.1)
     finally:
         if bar is not None:
@@ -222,7 +254,7 @@ def _since(value: str | None) -> float | None:
 @click.option("--state", type=click.Choice([s.value for s in JobState]), default=None)
 @click.option("--schedule", "schedule_id", default=None, help="Only jobs fired by this schedule.")
 @click.option("--since", default=None, help="Created since: epoch, ISO time, or 15m/2h/7d.")
-@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @redis_options
 def list_jobs(
@@ -292,7 +324,7 @@ def dlq() -> None:
 
 
 @dlq.command(name="list")
-@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @redis_options
 def dlq_list(settings: Settings, limit: int, as_json: bool) -> None:
@@ -351,22 +383,37 @@ def cancel(settings: Settings, job_id: str) -> None:
 
 
 @main.command()
-@click.argument("modules", nargs=-1)
+@click.argument("modules", nargs=-1, envvar="JOBCENTER_MODULES")
 @click.option(
     "--queues",
     "-q",
+    envvar="JOBCENTER_QUEUES",
     default="default",
     show_default=True,
-    help="Comma-separated queues, served in this order.",
+    help="Comma-separated queues, served in this order [env JOBCENTER_QUEUES].",
 )
-@click.option("--node", default=None, help="Also serve this node's private queue.")
-@click.option("--concurrency", "-c", type=int, default=4, show_default=True)
+@click.option(
+    "--node",
+    envvar="JOBCENTER_NODE",
+    default=None,
+    help="Also serve this node's private queue [env JOBCENTER_NODE].",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    envvar="JOBCENTER_CONCURRENCY",
+    type=int,
+    default=4,
+    show_default=True,
+    help="Task slots [env JOBCENTER_CONCURRENCY].",
+)
 @click.option(
     "--pool",
+    envvar="JOBCENTER_POOL",
     type=click.Choice(["thread", "process"]),
     default="thread",
     show_default=True,
-    help="process: for CPU-bound tasks.",
+    help="process: for CPU-bound tasks [env JOBCENTER_POOL].",
 )
 @click.option("--burst", is_flag=True, help="Exit when nothing is left to do.")
 @click.option(
@@ -374,6 +421,22 @@ def cancel(settings: Settings, job_id: str) -> None:
     is_flag=True,
     help="Register the built-in 'jobcenter.shell' task (runs commands): off by "
     "default, since anyone who can submit jobs could then run commands here.",
+)
+@click.option(
+    "--health-port",
+    envvar="JOBCENTER_HEALTH_PORT",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve /healthz (alive) and /readyz (ready) on this port; 0: any free port "
+    "(logged) [env JOBCENTER_HEALTH_PORT; default: none].",
+)
+@click.option(
+    "--health-host",
+    envvar="JOBCENTER_HEALTH_HOST",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address of the health endpoint; 0.0.0.0 for Kubernetes probes "
+    "[env JOBCENTER_HEALTH_HOST].",
 )
 @redis_options
 def worker(
@@ -385,29 +448,64 @@ def worker(
     pool: str,
     burst: bool,
     allow_shell: bool,
+    health_port: int | None,
+    health_host: str,
 ) -> None:
-    """Run a worker; MODULES are imported to register their @task functions."""
-    from . import registry
+    """Run a worker; MODULES are imported to register their @task functions
+    [env JOBCENTER_MODULES, separated by spaces]."""
+    from . import health, registry
     from .store import Store
     from .worker import Options, Worker
 
     if concurrency < 1:
         raise SpecError("--concurrency must be >= 1")
+    served = [check_name(q.strip(), f"--queues {queues!r}: each queue") for q in queues.split(",")]
+    if node is not None:
+        check_name(node, "--node")
     logging.getLogger("jobcenter").setLevel(min(logging.INFO, logging.getLogger().level))
     if allow_shell:
         modules = (*modules, "jobcenter.shell")
     registry.import_modules(modules)
     options = Options(
-        queues=[q for q in queues.split(",") if q],
+        queues=served,
         node=node,
         concurrency=concurrency,
         pool=pool,
         burst=burst,
         modules=list(modules),
     )
+    log_server(settings)
     w = Worker(Store.from_settings(settings), options)
     w.install_signal_handlers()
+    health.start(w, health_host, health_port)
     w.run()
+
+
+@main.command(name="health")
+@click.option(
+    "--port",
+    envvar="JOBCENTER_HEALTH_PORT",
+    type=click.IntRange(1, 65535),
+    required=True,
+    help="The worker's --health-port [env JOBCENTER_HEALTH_PORT].",
+)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--alive", "check_alive", is_flag=True, help="Ask /healthz instead of /readyz.")
+def health_command(port: int, host: str, check_alive: bool) -> None:
+    """Ask a worker's health endpoint: exit 0 if it is ready (alive, with --alive), else 1.
+    For supervisors that run a command (Docker HEALTHCHECK, compose)."""
+    import urllib.error
+    import urllib.request
+
+    url = f"http://{host}:{port}/{'healthz' if check_alive else 'readyz'}"
+    try:
+        with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_SECONDS) as reply:
+            click.echo(reply.read().decode().strip())
+    except urllib.error.HTTPError as exc:  # 503: it answered "no"
+        click.echo(exc.read().decode().strip())
+        sys.exit(EXIT_UNHEALTHY)
+    except OSError as exc:
+        fail(f"no worker health endpoint at {url}: {exc}", EXIT_UNHEALTHY)
 
 
 @main.command()
@@ -448,13 +546,15 @@ def recover(settings: Settings, once: bool, as_json: bool) -> None:
     show_default=True,
     help="Where the server keeps its data and URL.",
 )
-@click.option("--port", type=int, default=None, help="Default: a free port.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Default: a free port.")
 def up(data_dir: str, port: int | None) -> None:
     """Run a managed redis-server for local use (AOF on, noeviction) until Ctrl-C."""
     try:
         server.run_up(Path(data_dir), port, click.echo)
+    except Refused as exc:
+        fail(str(exc), EXIT_REFUSED)
     except JobcenterError as exc:
-        fail(str(exc), EXIT_FAILED)
+        fail(str(exc), EXIT_ERROR)
 
 
 from .cli_schedule import schedule_group  # noqa: E402 (it imports redis_options from here)

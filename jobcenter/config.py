@@ -3,24 +3,49 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from .spec import check_name
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_NAMESPACE = "default"
 
+N = TypeVar("N", int, float)
+
 
 def _env_float(name: str, default: float) -> float:
+    return _env_positive(name, default, float, "a number of seconds")
+
+
+def _env_int(name: str, default: int) -> int:
+    return _env_positive(name, default, int, "a whole number")
+
+
+def _env_positive(name: str, default: N, parse: Callable[[str], N], what: str) -> N:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = float(raw)
+        value = parse(raw)
     except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
+        raise ValueError(f"{name} must be {what}, got {raw!r}") from None
     if value <= 0:
         raise ValueError(f"{name} must be > 0, got {raw!r}")
     return value
+
+
+def redacted_url(url: str) -> str:
+    """The URL with its password replaced by ***: fit for a log line."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:***" if parts.username else ":***"
+    host = parts.hostname or ""
+    netloc = f"{user}@{host}" + (f":{parts.port}" if parts.port is not None else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 @dataclass(frozen=True)
@@ -40,19 +65,26 @@ class Settings:
     # Number of hash-tag shards; 1 on a single Redis, more on Redis Cluster. Fixed per namespace.
     shards: int = 1
 
+    def __post_init__(self) -> None:
+        # both end up inside every key name and hash tag
+        check_name(self.namespace, "the namespace")
+        if not isinstance(self.shards, int) or self.shards < 1:
+            raise ValueError(f"the shard count must be a whole number >= 1, got {self.shards!r}")
+
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
         """Settings from JOBCENTER_* variables, then `overrides` (None values are ignored)."""
-        settings = cls(
-            redis_url=os.environ.get("JOBCENTER_REDIS_URL") or DEFAULT_REDIS_URL,
-            namespace=os.environ.get("JOBCENTER_NAMESPACE") or DEFAULT_NAMESPACE,
-            lease_seconds=_env_float("JOBCENTER_LEASE_SECONDS", 30.0),
-            worker_timeout_seconds=_env_float("JOBCENTER_WORKER_TIMEOUT_SECONDS", 60.0),
-            recovery_interval_seconds=_env_float("JOBCENTER_RECOVERY_INTERVAL_SECONDS", 60.0),
-            retention_seconds=_env_float("JOBCENTER_RETENTION_SECONDS", 7 * 24 * 3600.0),
-            shards=int(_env_float("JOBCENTER_SHARDS", 1)),
-        )
-        return replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+        values: dict[str, Any] = {
+            "redis_url": os.environ.get("JOBCENTER_REDIS_URL") or DEFAULT_REDIS_URL,
+            "namespace": os.environ.get("JOBCENTER_NAMESPACE") or DEFAULT_NAMESPACE,
+            "lease_seconds": _env_float("JOBCENTER_LEASE_SECONDS", 30.0),
+            "worker_timeout_seconds": _env_float("JOBCENTER_WORKER_TIMEOUT_SECONDS", 60.0),
+            "recovery_interval_seconds": _env_float("JOBCENTER_RECOVERY_INTERVAL_SECONDS", 60.0),
+            "retention_seconds": _env_float("JOBCENTER_RETENTION_SECONDS", 7 * 24 * 3600.0),
+            "shards": _env_int("JOBCENTER_SHARDS", 1),
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
 
     @property
     def lease_ms(self) -> int:

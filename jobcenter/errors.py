@@ -11,6 +11,19 @@ class SpecError(JobcenterError, ValueError):
     """A job spec, schedule or argument is invalid; the message names the offending thing."""
 
 
+class SettingsMismatch(JobcenterError, ValueError):
+    """This process's settings disagree with what the namespace stored (CLI exit code 2)."""
+
+
+class IdempotencyConflict(SpecError):
+    """An idempotency key already names a job submitted with a different spec."""
+
+
+class Refused(JobcenterError):
+    """Not allowed in the current state: deleting an unfinished job, retrying a cancelled
+    one, starting a second server in one directory (CLI exit code 5)."""
+
+
 class RedisUnavailable(JobcenterError):
     """Redis cannot be reached (CLI exit code 3)."""
 
@@ -22,7 +35,7 @@ class NotFound(JobcenterError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-class TransitionRejected(JobcenterError):
+class TransitionRejected(Refused):
     """A Lua transition refused to change anything (stale token, wrong state, ...)."""
 
     code: int = 0

@@ -168,6 +168,11 @@ class Keys:
 
     # -- namespace-wide (never touched by a script) ---------------------------------------
 
+    def shard_count(self) -> str:
+        """String: the shard count the namespace was first used with; every process must
+        use the same, or a job's keys are looked for in the wrong shard."""
+        return f"{self._base}:shards"
+
     def workers(self) -> str:
         """Zset of live handler ids -> last heartbeat (ms, Redis TIME)."""
         return f"{self._base}:workers"

@@ -24,9 +24,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from jobcenter.errors import JobcenterError
+from jobcenter.errors import JobcenterError, Refused
 
 BINARY_ENV_VAR = "JOBCENTER_REDIS_SERVER"
+STATE_HOME_ENV_VAR = "XDG_STATE_HOME"
 BINARY_NAME = "redis-server"
 HOST = "127.0.0.1"
 DEFAULT_DATA_DIR = Path(".jobcenter")
@@ -310,6 +311,27 @@ def record_url(data_dir: Path | str, url: str, pid: int) -> None:
     tmp.replace(path)  # atomic: a reader sees the old record or the new one, never half
 
 
+def user_state_dir() -> Path:
+    """Where `jobcenter up` also records its URL, so the CLI finds the server from any
+    directory: $XDG_STATE_HOME/jobcenter, else ~/.local/state/jobcenter."""
+    base = os.environ.get(STATE_HOME_ENV_VAR) or Path.home() / ".local" / "state"
+    return Path(base) / "jobcenter"
+
+
+def find_recorded_url(start: Path | None = None) -> tuple[str, Path] | None:
+    """The URL of a live `jobcenter up` server and where it was recorded: the nearest
+    .jobcenter/ in `start` (default: the current directory) or a directory above it, as git
+    finds its repository, else the last one started by this user; None if no such server
+    runs."""
+    here = (start or Path.cwd()).resolve()
+    places = [directory / DEFAULT_DATA_DIR for directory in (here, *here.parents)]
+    for place in [*places, user_state_dir()]:
+        url = recorded_url(place)
+        if url is not None:
+            return url, place
+    return None
+
+
 def recorded_url(data_dir: Path | str = DEFAULT_DATA_DIR) -> str | None:
     """The URL recorded in data_dir, if its server process is still alive; else None."""
     try:
@@ -320,9 +342,17 @@ def recorded_url(data_dir: Path | str = DEFAULT_DATA_DIR) -> str | None:
     return url if _pid_alive(pid) else None
 
 
-def clear_recorded_url(data_dir: Path | str) -> None:
-    """Remove the record written by record_url (no error if there is none)."""
-    (Path(data_dir) / URL_FILE_NAME).unlink(missing_ok=True)
+def clear_recorded_url(data_dir: Path | str, pid: int | None = None) -> None:
+    """Remove the record written by record_url (no error if there is none); with `pid`,
+    only if it still names that server (another `up` may have recorded its own since)."""
+    path = Path(data_dir) / URL_FILE_NAME
+    if pid is not None:
+        try:
+            if int(path.read_text().split()[1]) != pid:
+                return
+        except (OSError, ValueError, IndexError):
+            return
+    path.unlink(missing_ok=True)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -341,9 +371,7 @@ def run_up(data_dir: Path, port: int | None, echo: Callable[[str], None]) -> Non
     """Body of `jobcenter up`: run a server in data_dir until SIGINT/SIGTERM, then stop it."""
     existing = recorded_url(data_dir)
     if existing is not None:
-        raise JobcenterError(
-            f"a jobcenter redis is already running at {existing} (data in {data_dir})"
-        )
+        raise Refused(f"a jobcenter redis is already running at {existing} (data in {data_dir})")
     stop_requested = threading.Event()
     server_exited = threading.Event()
 
@@ -351,13 +379,17 @@ def run_up(data_dir: Path, port: int | None, echo: Callable[[str], None]) -> Non
         stop_requested.set()
 
     server = RedisServer(data_dir, port)
+    state_dir = user_state_dir()
+    pid = None
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         pid = server.start().pid
         if pid is None:
             raise JobcenterError(f"redis-server exited right after starting; see {server.log_path}")
         record_url(data_dir, server.url, pid)
+        record_url(state_dir, server.url, pid)
         echo(f"redis running at {server.url} (data in {data_dir}); Ctrl-C to stop")
+        echo(f"its URL is recorded in {data_dir} and {state_dir} for jobcenter commands")
 
         def watch() -> None:
             server.wait()
@@ -371,5 +403,7 @@ def run_up(data_dir: Path, port: int | None, echo: Callable[[str], None]) -> Non
     finally:
         server.stop()
         clear_recorded_url(data_dir)
+        if pid is not None:
+            clear_recorded_url(state_dir, pid)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -7,6 +7,7 @@ with a message naming it instead of leaving a half-built job behind.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import re
 import reprlib
@@ -213,6 +214,15 @@ def _name(value: object, key: str, task_id: str | None) -> str:
     """A queue, node or owner name: safe inside Redis key names."""
     if not isinstance(value, str) or not ID_RE.fullmatch(value):
         raise _bad(task_id, f"{key!r} must be {_ID_RULE}, got {_show(value)}")
+    return value
+
+
+def check_name(value: object, what: str) -> str:
+    """A queue, node or namespace name given outside a spec (a CLI option, a setting):
+    the same rule as inside one, since it ends up in Redis key names too."""
+    if not isinstance(value, str) or not ID_RE.fullmatch(value):
+        shown = "an empty name" if value == "" else _show(value)
+        raise SpecError(f"{what} must be {_ID_RULE}, got {shown}")
     return value
 
 
@@ -600,6 +610,22 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     if mark is None:
         return str(problem)
     return f"{problem} ({_position(mark)})"
+
+
+def spec_digest(spec: JobSpec) -> str:
+    """A digest of everything the spec says (maps in sorted key order, so the order a
+    caller built its kwargs in does not count): stored with an idempotency key, so a
+    resubmit with a different spec under the same key is caught."""
+    return hashlib.sha256(codec.pack_valid(_canonical(spec.to_dict()))).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dict):
+        items = sorted(value.items(), key=lambda item: (type(item[0]).__name__, repr(item[0])))
+        return {key: _canonical(item) for key, item in items}
+    if isinstance(value, list | tuple):
+        return [_canonical(item) for item in value]
+    return value
 
 
 def spec_from_any(obj: object) -> JobSpec:

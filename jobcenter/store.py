@@ -17,11 +17,18 @@ from redis import Redis
 
 from . import codec
 from .config import Settings
-from .errors import NotFound, RedisUnavailable, raise_for_code
+from .errors import (
+    IdempotencyConflict,
+    NotFound,
+    RedisUnavailable,
+    SettingsMismatch,
+    raise_for_code,
+)
 from .keys import Keys
 from .layout import Layout, job_queues
 from .lua import Batch, Scripts
-from .spec import JobSpec, spec_from_any
+from .spec import JobSpec, spec_digest, spec_from_any
+from .states import TERMINAL_TASK_STATES
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +38,7 @@ META_CACHE_MAX = 10_000  # jobs whose queues and idempotency key a store remembe
 INLINE_SPLIT_MAX = 500  # a job this small is split by its submit script (one short call)
 WAITAOF_TIMEOUT_MS = 5_000  # a submit waits at most this for its fsync
 LEADER_TIMEOUT_FACTOR = 1.0  # a leader step not renewed within one lease is taken over
+IDEMPOTENCY_CONFLICT = -7  # submit.lua: the key names a job with a different spec
 
 
 def connect(url: str, **kwargs: Any) -> Redis:
@@ -93,10 +101,26 @@ class Store:
         self.scripts = Scripts(client)
         self._meta: OrderedDict[str, JobMeta] = OrderedDict()
         self._waitaof: bool | None = None  # learnt from the server on first submit
+        self._check_shard_count()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Store:
         return cls(connect(settings.redis_url), settings)
+
+    def _check_shard_count(self) -> None:
+        """The first process to use a namespace stores its shard count; any other count is
+        refused, since a job's keys would then be looked for in the wrong shard."""
+        key, mine = self.keys.shard_count(), self.settings.shards
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(key, mine, nx=True)
+        pipe.get(key)
+        _, stored = pipe.execute()
+        if int(stored) != mine:
+            raise SettingsMismatch(
+                f"namespace {self.settings.namespace!r} has shard count {int(stored)} (fixed "
+                f"at its first use), but this process has JOBCENTER_SHARDS={mine}: give every "
+                f"client and worker of the namespace JOBCENTER_SHARDS={int(stored)}"
+            )
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -175,7 +199,13 @@ class Store:
         batch = self.scripts.batch()
         job_ids = [self._add_submit(batch, spec, schedule_id, fire_time) for spec in specs]
         results = []
-        for job_id, (code, returned) in zip(job_ids, batch.execute(), strict=True):
+        for spec, job_id, (code, returned) in zip(specs, job_ids, batch.execute(), strict=True):
+            if code == IDEMPOTENCY_CONFLICT:
+                raise IdempotencyConflict(
+                    f"idempotency key {spec.idempotency_key!r} names job {_s(returned)}, "
+                    "submitted with a different spec: submit that spec again to get the "
+                    "job back, or use a new key for this one"
+                )
             raise_for_code(code, f"job id {job_id} exists already")
             results.append((_s(returned) or job_id, code == 0))
         if any(created for _, created in results):
@@ -204,6 +234,7 @@ class Store:
             "spec": None if inline else codec.pack_valid(spec_dict),  # parse_spec checked it
             "owner": spec.owner,
             "idem": spec.idempotency_key,
+            "spec_digest": spec_digest(spec) if spec.idempotency_key else None,
             "retention": int(spec.retention * 1000) if spec.retention else None,
             "schedule_id": schedule_id,
             "fire_time": fire_time,
@@ -436,12 +467,19 @@ class Store:
         keys = [self.keys.singleton(name), self.keys.singleton_round(name)]
         return int(self.scripts.run("singleton", keys, [mode, holder, ms, round_no])[0])
 
-    def revive(self, job_id: str, roots: Sequence[int], resets: Sequence[int]) -> int:
-        """Run failed `roots` again and put `resets` (upstream_failed) back to waiting;
-        returns how many tasks were revived. Raises WrongState naming what is off."""
-        reply = self._job_call("revive", job_id, [len(roots), *roots, *resets])
+    def revive(
+        self, job_id: str, roots: Sequence[int], resets: Sequence[tuple[int, Sequence[int]]]
+    ) -> int | None:
+        """Run failed `roots` again and put `resets` (upstream_failed, each with its parents,
+        parents first) back to waiting; returns how many tasks were revived, or None while
+        a failure cascade is under way (finish it, then call again). Raises WrongState
+        naming what is off."""
+        args: list[int] = [len(roots), *roots]
+        for index, parents in resets:
+            args += [index, len(parents), *parents]
+        reply = self._job_call("revive", job_id, args)
         raise_for_code(int(reply[0]), _s(reply[1]) or "" if len(reply) > 1 else f"no job {job_id}")
-        return int(reply[1])
+        return int(reply[1]) if reply[0] == 0 else None
 
     def delete(self, job_id: str, failed: Sequence[int]) -> None:
         """Remove a finished job and its index entries; WrongState if it is not finished."""
@@ -485,6 +523,9 @@ class Store:
         now_ms = seconds * 1000 + micros // 1000
         ttl = int(self.settings.worker_timeout_seconds * 1000)
         pipe = self.redis.pipeline(transaction=False)
+        # a worker killed without deregistering (kill -9, power loss) stops heartbeating:
+        # drop it once silent past the timeout, so restarts do not grow the registry
+        pipe.zremrangebyscore(self.keys.workers(), "-inf", now_ms - ttl)
         pipe.zadd(self.keys.workers(), {handler: now_ms})
         pipe.hset(self.keys.worker_info(handler), mapping={**info, "seen_at": now_ms})
         pipe.pexpire(self.keys.worker_info(handler), ttl)
@@ -545,6 +586,8 @@ class Store:
         if "spec" in job:  # not fully split: tasks never written show the job's outcome
             state = {b"cancelled": b"cancelled", b"failed": b"failed"}.get(job["state"], b"waiting")
             unwritten = {"s": state, **({"e": job["error"]} if "error" in job else {})}
+            if "finished_at" in job:
+                unwritten["tf"] = job["finished_at"]
             spec = codec.unpack(job["spec"])
             for i, t in enumerate(spec["tasks"]):  # type: ignore[index]
                 tasks[t["id"]] = _task_view(fields.get(str(i), unwritten))
@@ -649,8 +692,11 @@ class Store:
 
 
 def _task_view(f: dict[str, bytes]) -> dict[str, Any]:
+    """One task of `status`: the current attempt's fields (a new attempt clears the last
+    one's error and finish time; `history` keeps them), and seed 000's three times."""
+    state = _s(f.get("s"))
     return {
-        "state": _s(f.get("s")),
+        "state": state,
         "attempts": int(f.get("a", 0)),
         "handler": _s(f.get("h")),
         "queued_at": _seconds(f.get("tq")),
@@ -658,4 +704,7 @@ def _task_view(f: dict[str, bytes]) -> dict[str, Any]:
         "finished_at": _seconds(f.get("tf")),
         "error": _s(f.get("e")),
         "progress": _s(f.get("pg")),
+        "created_at": _seconds(f.get("tc")),  # written to Redis by the split
+        "updated_at": _seconds(f.get("tu") or f.get("tc")),  # last change of its fields
+        "completed_at": _seconds(f.get("tf")) if state in TERMINAL_TASK_STATES else None,
     }

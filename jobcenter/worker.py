@@ -24,6 +24,7 @@ import redis
 
 from . import rq_runner, schedule
 from .execution import Outcome, ProcessRunner, ThreadRunner
+from .health import Pulse
 from .ids import handler_id
 from .keys import node_queue
 from .leader import Leader
@@ -99,6 +100,7 @@ class Worker:
         self.rq_child: Any = None
         self.next_retry_ms = -1  # from the last claim: when a retry in our queues is due
         self.own_wake = store.keys.worker_wake(0, self.handler)
+        self.pulse = Pulse()  # what health.py reports: the heartbeat's rounds
 
     def _make_runner(self) -> ThreadRunner | ProcessRunner:
         if self.options.pool == "process":
@@ -157,6 +159,7 @@ class Worker:
         """Serve until stopped (or, with burst, until nothing is left to do)."""
         self.store.check_server()
         self._register()
+        self.pulse.beat(ok=True)
         self._supervise_recovery()
         threads = [
             threading.Thread(target=self._report_loop, name="jobcenter-reporter", daemon=True),
@@ -394,7 +397,9 @@ class Worker:
         while not self.stopped.wait(interval):
             try:
                 self._heartbeat()
+                self.pulse.beat(ok=True)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
+                self.pulse.beat(ok=False)
                 log.warning("heartbeat failed: %s", exc)
 
     def _heartbeat(self) -> None:

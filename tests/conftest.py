@@ -16,6 +16,17 @@ import redis
 from jobcenter.server import RedisServer
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """`jobcenter up` also records its URL in the user's state directory: the suite's servers
+    (and every process it starts, which inherits this) use a temp dir, never the real one."""
+    state_home = tmp_path_factory.mktemp("state-home")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_STATE_HOME", str(state_home))
+    yield state_home
+    patch.undo()
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """The session's redis-server, shared by every test (tests isolate by namespace)."""

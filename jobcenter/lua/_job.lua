@@ -72,10 +72,21 @@ local function token_of(i)
   return (a[1] or '0') .. ':' .. (a[2] or '')
 end
 
+-- Tasks first..last (indexes) were just written by the split: record when (seed 000's
+-- creation time of a subtask; its last-modified time is this too until a transition).
+local function stamp_created(first, last, now)
+  local fields = {}
+  for i = first, last do
+    fields[#fields + 1] = 'tc:' .. i
+    fields[#fields + 1] = now
+  end
+  call_chunked('HSET', T, fields)
+end
+
 local pending_wakes = {}
 local function enqueue(i, now)
   local qname = task_queue(i)
-  redis.call('HSET', T, 's:' .. i, T_QUEUED, 'tq:' .. i, now)
+  redis.call('HSET', T, 's:' .. i, T_QUEUED, 'tq:' .. i, now, 'tu:' .. i, now)
   redis.call('ZADD', QUEUES[qname].ready, -task_priority(i), queue_member(i))
   pending_wakes[qname] = (pending_wakes[qname] or 0) + 1
 end
@@ -166,7 +177,7 @@ end
 local function fail_one(c, origin, now)
   if task_state(c) ~= T_WAITING then return end -- visited already, or cancelled
   local origin_id = redis.call('HGET', T, 'id:' .. origin) or origin
-  redis.call('HSET', T, 's:' .. c, T_UPSTREAM_FAILED, 'tf:' .. c, now,
+  redis.call('HSET', T, 's:' .. c, T_UPSTREAM_FAILED, 'tf:' .. c, now, 'tu:' .. c, now,
     'e:' .. c, 'upstream task ' .. origin_id .. ' failed')
   redis.call('HINCRBY', J, 'nfailed', 1)
   push_frontier('f', c, origin)
@@ -209,7 +220,7 @@ end
 -- Terminal failure of task i: record it (and dead-letter it), then cascade to every
 -- descendant.
 local function fail_task(i, now, err)
-  redis.call('HSET', T, 's:' .. i, T_FAILED, 'tf:' .. i, now, 'e:' .. i, err)
+  redis.call('HSET', T, 's:' .. i, T_FAILED, 'tf:' .. i, now, 'tu:' .. i, now, 'e:' .. i, err)
   redis.call('ZREM', LEASES, lease_member(i))
   redis.call('ZADD', DLQ, now, lease_member(i))
   redis.call('HINCRBY', J, 'nfailed', 1)

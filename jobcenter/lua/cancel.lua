@@ -55,7 +55,7 @@ for i = cursor, upto - 1 do
     redis.call('ZREM', LEASES, lease_member(i))
     redis.call('HDEL', CLAIMS, lease_member(i))
     if state == T_RUNNING or state == T_TIMED_OUT then record_history(i, final, now, err) end
-    redis.call('HSET', T, 's:' .. i, final, 'tf:' .. i, now, 'e:' .. i, err)
+    redis.call('HSET', T, 's:' .. i, final, 'tf:' .. i, now, 'tu:' .. i, now, 'e:' .. i, err)
     redis.call('HINCRBY', J, counter, 1)
     task_finished(now)
   end

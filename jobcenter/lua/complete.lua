@@ -36,7 +36,8 @@ local function take(c)
   take_left = take_left - 1
   local attempt = redis.call('HINCRBY', T, 'a:' .. c, 1)
   redis.call('HSET', T, 's:' .. c, T_RUNNING, 'h:' .. c, handler, 'tq:' .. c, now,
-    'ts:' .. c, now)
+    'ts:' .. c, now, 'tu:' .. c, now)
+  redis.call('HDEL', T, 'e:' .. c, 'tf:' .. c, 'pg:' .. c) -- a fresh attempt
   redis.call('ZADD', LEASES, now + lease_ms, lease_member(c))
   taken[#taken + 1] = {tonumber(c), attempt, redis.call('HGET', T, 'p:' .. c)}
   return true
@@ -57,7 +58,9 @@ for k = first_pair, #ARGV, 2 do
     code = -3
   else
     done[i] = true
-    for _, v in ipairs({'s:' .. i, T_SUCCEEDED, 'tf:' .. i, now}) do writes[#writes + 1] = v end
+    for _, v in ipairs({'s:' .. i, T_SUCCEEDED, 'tf:' .. i, now, 'tu:' .. i, now}) do
+      writes[#writes + 1] = v
+    end
     clears[#clears + 1] = 'e:' .. i
     clears[#clears + 1] = 'pg:' .. i
     leases[#leases + 1] = lease_member(i)

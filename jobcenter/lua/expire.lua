@@ -33,7 +33,7 @@ for k = A + 1, #ARGV do
     enqueue(i, now)
     outcome = 'requeued'
   elseif state == T_RUNNING then
-    redis.call('HSET', T, 's:' .. i, T_TIMED_OUT)
+    redis.call('HSET', T, 's:' .. i, T_TIMED_OUT, 'tu:' .. i, now)
     redis.call('ZADD', LEASES, now + grace_ms, lease)
     outcome = 'timed_out'
   elseif state == T_TIMED_OUT then

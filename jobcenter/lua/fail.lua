@@ -23,7 +23,7 @@ end
 
 local now = now_ms()
 if delay >= 0 and tonumber(attempt) < max_attempts(i) then
-  redis.call('HSET', T, 'e:' .. i, err, 'tf:' .. i, now)
+  redis.call('HSET', T, 'e:' .. i, err, 'tf:' .. i, now, 'tu:' .. i, now)
   record_history(i, T_RETRY_WAIT, now, err)
   redis.call('ZREM', LEASES, lease_member(i))
   if delay == 0 then

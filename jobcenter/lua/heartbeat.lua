@@ -21,8 +21,12 @@ for k = A + 2, #ARGV, 3 do
     code = -3
   else
     redis.call('ZADD', LEASES, now + lease_ms, lease_member(i))
-    if state == T_TIMED_OUT then redis.call('HSET', T, 's:' .. i, T_RUNNING) end
-    if progress ~= '' then redis.call('HSET', T, 'pg:' .. i, progress) end
+    if state == T_TIMED_OUT then
+      redis.call('HSET', T, 's:' .. i, T_RUNNING, 'tu:' .. i, now)
+    end
+    if progress ~= '' and progress ~= redis.call('HGET', T, 'pg:' .. i) then
+      redis.call('HSET', T, 'pg:' .. i, progress, 'tu:' .. i, now) -- news: a change of the task
+    end
   end
   codes[#codes + 1] = code
 end

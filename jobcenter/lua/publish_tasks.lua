@@ -13,6 +13,7 @@ if tonumber(redis.call('HGET', J, 'written') or 0) ~= tonumber(ARGV[A + 2]) then
 
 local now = now_ms()
 call_chunked_argv('HSET', T, A + 4, #ARGV)
+stamp_created(tonumber(ARGV[A + 2]), tonumber(ARGV[A + 3]) - 1, now)
 redis.call('HSET', J, 'written', ARGV[A + 3], 'leader', ARGV[A], 'updated_at', now)
 redis.call('ZADD', LEADER, now + tonumber(ARGV[A + 1]), 'split|' .. JOB_ID)
 return {0}

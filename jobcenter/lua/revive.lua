@@ -1,34 +1,62 @@
---[[ revive: run failed tasks again (a dead letter requeued, or `retry JOB`): each root goes
-  from failed back to queued with a fresh budget of attempts, and the upstream_failed tasks
-  the caller computed as blocked only by those roots go back to waiting. Their dependency
-  counters need no change: a counter only ever counts parents not yet succeeded. A finished
-  job re-opens (running, no TTL) and is finalized again when its tasks end.
-  All checks come first: one task not in the state named, a cascade still under way, or a
+--[[ revive: run failed tasks again (a dead letter requeued, or `retry JOB`, in chunks): each
+  root goes from failed back to queued with a fresh budget of attempts; each upstream_failed
+  task given goes back to waiting (queued if its parents have all succeeded meanwhile) when
+  every parent is succeeded, alive, or revived by this call. One whose parent is dead
+  (failed, upstream_failed, cancelled: a task revived by an earlier chunk failed again) stays
+  upstream_failed. Dependency counters need no change: a counter only ever counts parents
+  not yet succeeded. A finished job re-opens (running, no TTL) and is finalized again when
+  its tasks end.
+  All checks come first: a root not failed, a task to reset not upstream_failed, or a
   cancelled job, and nothing is written.
   KEYS: the job context (_job.lua)
-  ARGV[A] number of roots  ARGV[A+1..] root indexes  then the indexes to reset to waiting
-  Returns {0, tasks revived} | {-3, reason} | {-4} job gone | {-5} queues not passed ]]
+  ARGV[A] number of roots  ARGV[A+1..] root indexes  then for each task to reset (parents
+  before children): its index, its number of parents, their indexes
+  Returns {0, tasks revived} | {1} a failure cascade is under way: finish it ('continue')
+          and call again | {-3, reason} | {-4} job gone | {-5} queues not passed ]]
 
 if not load_job() then return {-4} end
 if not queues_passed() then return {-5} end
-local nroots = tonumber(ARGV[A])
-local first_reset = A + 1 + nroots
 if redis.call('HGET', J, 'stop') == 'cancel' then return {-3, 'the job was cancelled'} end
-if redis.call('EXISTS', F) == 1 then return {-3, 'a failure cascade is still under way'} end
-for k = A + 1, #ARGV do
-  local want = k < first_reset and T_FAILED or T_UPSTREAM_FAILED
-  if task_state(ARGV[k]) ~= want then
-    return {-3, 'task ' .. (redis.call('HGET', T, 'id:' .. ARGV[k]) or ARGV[k]) .. ' is not ' .. want}
-  end
+if redis.call('EXISTS', F) == 1 then return {1} end
+
+local function not_in(i, want)
+  return {-3, 'task ' .. (redis.call('HGET', T, 'id:' .. i) or i) .. ' is not ' .. want}
 end
+local ALIVE = {[T_SUCCEEDED] = true, [T_WAITING] = true, [T_QUEUED] = true,
+               [T_RUNNING] = true, [T_TIMED_OUT] = true, [T_RETRY_WAIT] = true}
+local nroots = tonumber(ARGV[A])
+local roots, resets, revived = {}, {}, {}
+for k = A + 1, A + nroots do
+  if task_state(ARGV[k]) ~= T_FAILED then return not_in(ARGV[k], T_FAILED) end
+  roots[#roots + 1] = ARGV[k]
+  revived[ARGV[k]] = true
+end
+local k = A + 1 + nroots
+while k <= #ARGV do
+  local i, nparents = ARGV[k], tonumber(ARGV[k + 1])
+  if task_state(i) ~= T_UPSTREAM_FAILED then return not_in(i, T_UPSTREAM_FAILED) end
+  local unblocked = true
+  for p = k + 2, k + 1 + nparents do
+    if not (revived[ARGV[p]] or ALIVE[task_state(ARGV[p])]) then unblocked = false end
+  end
+  if unblocked then
+    resets[#resets + 1] = i
+    revived[i] = true
+  end
+  k = k + 2 + nparents
+end
+if #roots + #resets == 0 then return {0, 0} end
 
 local now = now_ms()
-for k = first_reset, #ARGV do
-  redis.call('HSET', T, 's:' .. ARGV[k], T_WAITING)
-  redis.call('HDEL', T, 'tf:' .. ARGV[k], 'e:' .. ARGV[k])
+for _, i in ipairs(resets) do
+  redis.call('HDEL', T, 'tf:' .. i, 'e:' .. i)
+  if tonumber(redis.call('HGET', T, 'd:' .. i) or 0) == 0 then
+    enqueue(i, now) -- its parents all succeeded since it was blocked: nothing would release it
+  else
+    redis.call('HSET', T, 's:' .. i, T_WAITING, 'tu:' .. i, now)
+  end
 end
-for k = A + 1, first_reset - 1 do
-  local i = ARGV[k]
+for _, i in ipairs(roots) do
   local used = tonumber(redis.call('HGET', T, 'a:' .. i) or 0)
   redis.call('HSET', T, 'm:' .. i, used + max_attempts(i))
   redis.call('HDEL', T, 'tf:' .. i)
@@ -36,9 +64,9 @@ for k = A + 1, first_reset - 1 do
   enqueue(i, now)
 end
 flush_wakes()
-local revived = #ARGV - A
-redis.call('HINCRBY', J, 'left', revived)
-redis.call('HINCRBY', J, 'nfailed', -revived)
+local n = #roots + #resets
+redis.call('HINCRBY', J, 'left', n)
+redis.call('HINCRBY', J, 'nfailed', -n)
 redis.call('HSET', J, 'state', J_RUNNING, 'updated_at', now)
 redis.call('HDEL', J, 'finished_at', 'stop')
 redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
@@ -46,4 +74,4 @@ for _, key in ipairs({J, T, H, F}) do redis.call('PERSIST', key) end
 if IDEM ~= J then redis.call('PERSIST', IDEM) end
 redis.call('ZADD', ACTIVE, redis.call('HGET', J, 'created_at'), JOB_ID)
 redis.call('ZREM', EXPIRING, JOB_ID .. '\t' .. (redis.call('HGET', J, 'owner') or ''))
-return {0, revived}
+return {0, n}

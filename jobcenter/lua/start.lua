@@ -16,7 +16,7 @@ local now = now_ms()
 local leases = {}
 for k = A + 1, #ARGV do leases[#leases + 1] = lease_member(ARGV[k]) end
 local holders = redis.call('HMGET', CLAIMS, unpack(leases))
-local started, mine, dropped, writes, seen = {}, {}, {}, {}, {}
+local started, mine, dropped, writes, clears, seen = {}, {}, {}, {}, {}, {}
 for k = A + 1, #ARGV do
   local i, lease = ARGV[k], leases[k - A]
   if holders[k - A] == handler and not seen[i] then
@@ -26,7 +26,9 @@ for k = A + 1, #ARGV do
     if f[1] == T_QUEUED or f[1] == T_RETRY_WAIT then
       local attempt = tonumber(f[2] or 0) + 1
       for _, v in ipairs({'s:' .. i, T_RUNNING, 'a:' .. i, attempt, 'h:' .. i, handler,
-                          'ts:' .. i, now}) do writes[#writes + 1] = v end
+                          'ts:' .. i, now, 'tu:' .. i, now}) do writes[#writes + 1] = v end
+      -- a fresh attempt: the last one's error, finish time and progress are history now
+      for _, f in ipairs({'e:' .. i, 'tf:' .. i, 'pg:' .. i}) do clears[#clears + 1] = f end
       started[#started + 1] = {tonumber(i), attempt, f[3]}
     elseif f[1] ~= T_RUNNING and f[1] ~= T_TIMED_OUT then
       dropped[#dropped + 1] = lease -- cancelled or finished meanwhile
@@ -36,5 +38,6 @@ end
 call_chunked('HDEL', CLAIMS, mine)
 call_chunked('ZREM', LEASES, dropped)
 call_chunked('HSET', T, writes)
+call_chunked('HDEL', T, clears)
 if #started > 0 then redis.call('HSET', J, 'updated_at', now) end
 return {0, started, META.queues, redis.call('HGET', J, 'idem') or ''}

@@ -218,9 +218,13 @@ class Cli:
             proc.communicate()
 
     def __call__(
-        self, *args: str, redis_url: str | None = None, timeout: float = CLI_TIMEOUT_SECONDS
+        self,
+        *args: str,
+        redis_url: str | None = None,
+        timeout: float = CLI_TIMEOUT_SECONDS,
+        env: dict[str, str] | None = None,
     ) -> CliResult:
-        env = subprocess_env(redis_url or self.redis_url, self.namespace)
+        env = subprocess_env(redis_url or self.redis_url, self.namespace, **(env or {}))
         done = subprocess.run(
             [sys.executable, "-m", "jobcenter", *args],
             env=env,

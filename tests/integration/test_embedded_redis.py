@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import selectors
 import signal
@@ -15,6 +16,7 @@ import pytest
 import redis
 from helpers import wait_until
 
+from jobcenter import Client
 from jobcenter import server as server_mod
 from jobcenter.errors import JobcenterError
 from jobcenter.server import (
@@ -302,3 +304,65 @@ def test_session_server_is_private_and_tests_get_distinct_namespaces(
     assert namespace.startswith("t") and len(namespace) == 13
     redis_client.set(f"{namespace}:probe", 1)
     assert wait_until(lambda: redis_client.exists(f"{namespace}:probe"), timeout=1.0) == 1
+
+
+def _cli_env(**extra: str) -> dict[str, str]:
+    """An environment with no JOBCENTER_REDIS_URL: the CLI must find the server itself."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBCENTER_")}
+    return {**env, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", **extra}
+
+
+def _jobcenter(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jobcenter", *args],
+        cwd=cwd,
+        env=_cli_env(JOBCENTER_DEMO_STEP_SECONDS="0.01"),
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_SECONDS,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_commands_find_the_server_up_runs_from_below_its_directory_and_from_anywhere(
+    tmp_path: Path,
+) -> None:
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    below = project / "src" / "deeper"
+    below.mkdir(parents=True)
+    elsewhere.mkdir()
+    up = subprocess.Popen(
+        [sys.executable, "-m", "jobcenter", "up"],
+        cwd=project,
+        env=_cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = _read_line(up, SUBPROCESS_TIMEOUT_SECONDS).split()[3]
+        state_dir = server_mod.user_state_dir()
+        assert recorded_url(project / ".jobcenter") == url
+        assert recorded_url(state_dir) == url
+        spec = {"name": "found", "tasks": [{"id": "s", "task": "jobcenter.demo.step", "args": [1]}]}
+        job_id = Client.from_url(url, "lookup").submit(spec)
+
+        worker = _jobcenter(
+            elsewhere, "worker", "jobcenter.demo", "--burst", "--namespace", "lookup"
+        )
+
+        assert worker.returncode == 0, worker.stderr
+        assert f"using Redis at {url} (recorded by `jobcenter up` in {state_dir}), " in (
+            worker.stderr
+        )
+        assert "namespace 'lookup'" in worker.stderr
+        listed = _jobcenter(below, "list", "--json", "--namespace", "lookup")
+        assert listed.returncode == 0, listed.stderr
+        assert [(r["id"], r["state"]) for r in json.loads(listed.stdout)] == [(job_id, "succeeded")]
+
+        up.send_signal(signal.SIGTERM)
+        up.communicate(timeout=SUBPROCESS_TIMEOUT_SECONDS)
+        assert up.returncode == 0
+        assert recorded_url(state_dir) is None and not (state_dir / URL_FILE_NAME).exists()
+    finally:
+        _stop_up_process(up)

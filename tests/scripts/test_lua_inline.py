@@ -43,11 +43,12 @@ SPLIT_FIELDS = ("state", "n", "left", "written", "queued", "queues", "nfailed", 
 
 
 def _split_state(store: Store, job_id: str) -> dict[str, Any]:
-    """What a finished split leaves: job fields, tasks hash (queue times aside), queues."""
+    """What a finished split leaves: job fields, tasks hash (times aside), queues."""
     tasks = store.redis.hgetall(store.keys.job(job_id).tasks)
+    times = (b"tq:", b"tc:", b"tu:")
     return {
         "job": {name: job_field(store, job_id, name) for name in SPLIT_FIELDS},
-        "tasks": {k.decode(): v for k, v in tasks.items() if not k.startswith(b"tq:")},
+        "tasks": {k.decode(): v for k, v in tasks.items() if not k.startswith(times)},
         "default": queued_indexes(store, job_id),
         "other": queued_indexes(store, job_id, "other"),
     }
@@ -149,7 +150,7 @@ def test_a_revived_job_keeps_its_idempotency_key_while_it_runs_again(store: Stor
     assert_finalized(store, job_id, "failed")
     assert store.redis.pttl(idem) > 0
 
-    assert store.revive(job_id, [A], [B]) == 2
+    assert store.revive(job_id, [A], [(B, [A])]) == 2
     assert job_field(store, job_id, "state") == "running"
     assert store.redis.pttl(store.keys.job(job_id).job) == -1
     assert store.redis.pttl(idem) == -1

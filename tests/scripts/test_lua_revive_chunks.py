@@ -1,0 +1,139 @@
+"""`retry JOB` on any job `submit` accepts: revived in bounded calls, roots first, and a retry
+that stops half way (or whose revived task fails again between calls) leaves a job that
+ends, and that the next retry takes up."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from lua_helpers import (
+    H1,
+    NO_RETRY,
+    assert_finalized,
+    claim,
+    complete_one,
+    job_field,
+    queued_indexes,
+    submit_and_split,
+    task_states,
+    untouched,
+)
+
+from jobcenter import admin
+from jobcenter.spec import MAX_TASKS
+from jobcenter.store import Store
+
+R = 0  # the root of every job here
+
+
+def fan_out(n: int) -> dict[str, Any]:
+    """A root and n - 1 children of it."""
+    children = [{"id": f"c{k}", "task": "t.c", "depends_on": ["r"]} for k in range(1, n)]
+    return {"name": f"fan-out-{n}", "tasks": [{"id": "r", "task": "t.r"}, *children]}
+
+
+def fail_root(store: Store, job_id: str) -> None:
+    (root,) = claim(store, H1, n=1)
+    assert root.index == R
+    assert store.fail(H1, job_id, R, root.attempt, "boom", NO_RETRY) == (0, "failed")
+
+
+def state_counts(store: Store, job_id: str) -> Counter[str]:
+    return Counter(store.task_fields(job_id, "s")["s"].values())
+
+
+def run_to_the_end(store: Store, job_id: str) -> None:
+    """Play worker and leader until the job is finished: every task succeeds."""
+    while job_field(store, job_id, "state") == "running":
+        admin._finish_cascade(store, job_id)
+        started = claim(store, H1, n=1_000)
+        assert started or job_field(store, job_id, "state") != "running", "nothing to run"
+        store.complete(H1, [(t.job_id, t.index, t.attempt) for t in started])
+
+
+def test_retry_revives_every_task_of_the_largest_job_submit_accepts(store: Store) -> None:
+    job_id, _ = submit_and_split(store, fan_out(MAX_TASKS))
+    fail_root(store, job_id)  # its cascade is still under way: retry finishes it first
+
+    assert admin.retry_job(store, job_id) == MAX_TASKS
+
+    assert state_counts(store, job_id) == {"queued": 1, "waiting": MAX_TASKS - 1}
+    assert job_field(store, job_id, "left") == str(MAX_TASKS)
+    assert job_field(store, job_id, "nfailed") == "0"
+
+
+def test_a_retry_stopped_after_its_roots_is_taken_up_by_the_next_retry(store: Store) -> None:
+    spec = {"name": "stopped", "tasks": [
+        {"id": "r", "task": "t.r"},
+        {"id": "a", "task": "t.a", "depends_on": ["r"]},
+        {"id": "b", "task": "t.b", "depends_on": ["r"]},
+        {"id": "ab", "task": "t.ab", "depends_on": ["a", "b"]},
+    ]}  # fmt: skip
+    job_id, _ = submit_and_split(store, spec)
+    fail_root(store, job_id)
+    assert store.revive(job_id, [R], []) == 1  # the first call of a retry; then it died
+    (root,) = claim(store, H1)
+    assert complete_one(store, H1, job_id, R, root.attempt) == 0
+    # nothing released the children (still upstream_failed): the job ends, failed
+    assert task_states(store, job_id) == {
+        "r": "succeeded", "a": "upstream_failed", "b": "upstream_failed", "ab": "upstream_failed",
+    }  # fmt: skip
+    assert_finalized(store, job_id, "failed")
+
+    assert admin.retry_job(store, job_id) == 3
+
+    # a and b have every parent succeeded: queued at once (waiting, none would release them)
+    assert task_states(store, job_id) == {
+        "r": "succeeded", "a": "queued", "b": "queued", "ab": "waiting",
+    }  # fmt: skip
+    assert sorted(queued_indexes(store, job_id)) == [1, 2]
+    run_to_the_end(store, job_id)
+    assert_finalized(store, job_id, "succeeded")
+
+
+def test_a_task_whose_revived_parent_failed_again_stays_upstream_failed(store: Store) -> None:
+    job_id, _ = submit_and_split(store, fan_out(3))
+    fail_root(store, job_id)
+    assert store.revive(job_id, [R], []) == 1  # a retry's first call ...
+    fail_root(store, job_id)  # ... and the root fails again before its next call
+    assert_finalized(store, job_id, "failed")
+
+    with untouched(store):
+        assert store.revive(job_id, [], [(1, [R]), (2, [R])]) == 0
+
+    assert admin.retry_job(store, job_id) == 3  # the next retry revives them all
+
+
+def test_a_retry_in_many_small_calls_runs_the_job_to_success(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(admin, "REVIVE_ARGS_MAX", 3)  # a call per task or two
+    spec = {"name": "deep", "tasks": [
+        {"id": "r", "task": "t.r"},
+        {"id": "a", "task": "t.a", "depends_on": ["r"]},
+        {"id": "b", "task": "t.b", "depends_on": ["a"]},
+        {"id": "c", "task": "t.c", "depends_on": ["a", "b"]},
+        {"id": "d", "task": "t.d", "depends_on": ["r"]},
+        {"id": "e", "task": "t.e"},
+    ]}  # fmt: skip
+    job_id, _ = submit_and_split(store, spec)
+    started = {t.index: t for t in claim(store, H1)}
+    assert sorted(started) == [R, 5]
+    assert complete_one(store, H1, job_id, 5, started[5].attempt) == 0
+    assert store.fail(H1, job_id, R, started[R].attempt, "boom", NO_RETRY) == (0, "failed")
+    assert_finalized(store, job_id, "failed")
+    calls = []
+    revive = store.revive
+    monkeypatch.setattr(store, "revive", lambda *a: calls.append(a) or revive(*a))
+
+    assert admin.retry_job(store, job_id) == 5
+
+    assert len(calls) >= 4
+    assert task_states(store, job_id) == {
+        "r": "queued", "a": "waiting", "b": "waiting", "c": "waiting", "d": "waiting",
+        "e": "succeeded",
+    }  # fmt: skip
+    run_to_the_end(store, job_id)
+    assert_finalized(store, job_id, "succeeded")
