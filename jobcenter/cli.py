@@ -91,12 +91,12 @@ def redis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _write_refused(exc: redis.ResponseError) -> str | None:
-    """Why Redis refused to write, if that is what `exc` says (script errors wrap the
-    reply, so the text is matched, not the class)."""
+    """Why Redis refused to write, if that is what `exc` says. A command's refusal comes as
+    its own class; a script's wraps the reply in a plain ResponseError (Redis < 7)."""
     message = str(exc)
-    if "OOM command not allowed" in message:
+    if isinstance(exc, redis.exceptions.OutOfMemoryError) or "OOM command not allowed" in message:
         return "out of memory: maxmemory reached and eviction is off"
-    if "READONLY" in message:
+    if isinstance(exc, redis.exceptions.ReadOnlyError) or "READONLY" in message:
         return "it is a read-only replica"
     return None
 

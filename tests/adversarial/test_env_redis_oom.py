@@ -135,6 +135,17 @@ def test_a_refused_cancel_changes_nothing_and_the_cli_says_why(store: Store) -> 
     assert done.stdout.strip() == f"job {job_id} cancelled"
 
 
+def test_reads_still_work_when_redis_is_full(store: Store) -> None:
+    """A person looks at what is going on while Redis refuses writes: status, list and
+    history read only, so they answer."""
+    job_id = running_tasks(store)["a"].job_id
+    fill_to_maxmemory(store.redis)
+    for args in (("status", job_id), ("list",), ("history", job_id)):
+        done = cli(store, *args)
+        assert done.returncode == 0, done
+    assert job_id in cli(store, "status", job_id).stdout
+
+
 @pytest.mark.parametrize("name", sorted(ALL_SCRIPTS))
 def test_no_script_swallows_a_refused_write(name: str) -> None:
     """Redis refuses a script's first write under OOM and lets the rest run once one went
