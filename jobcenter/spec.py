@@ -8,23 +8,15 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import json
 import re
 import reprlib
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-from yaml.composer import Composer, ComposerError
-from yaml.constructor import SafeConstructor
-from yaml.events import MappingStartEvent, SequenceStartEvent
-from yaml.nodes import MappingNode, ScalarNode
-from yaml.resolver import Resolver
-
-from jobcenter import codec
+from jobcenter import codec, documents
 from jobcenter.dag import check_dag
 from jobcenter.errors import SpecError
 
@@ -447,16 +439,7 @@ def load_spec_file(path: str | Path) -> JobSpec:
     """
     path = Path(path)
     where = f"spec file {str(path)!r}"
-    text = _read_text(path, where)
-    data: object
-    try:
-        if path.suffix.lower() == ".json":
-            data = _parse_json(text, where)
-        else:
-            data = _parse_yaml(text, where)
-    except _TooDeep as exc:
-        at = f" ({_position(exc.mark)})" if exc.mark else ""
-        raise SpecError(f"{where} nests deeper than {SPEC_MAX_DEPTH} levels{at}") from None
+    data = documents.load(path, where, max_bytes=MAX_SPEC_FILE_BYTES, max_depth=SPEC_MAX_DEPTH)
     if data is None:
         raise SpecError(f"{where} is empty")
     if not isinstance(data, Mapping):
@@ -465,151 +448,6 @@ def load_spec_file(path: str | Path) -> JobSpec:
         return parse_spec(data)
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
-
-
-def _read_text(path: Path, where: str) -> str:
-    """The file's text: at most MAX_SPEC_FILE_BYTES of UTF-8."""
-    raw = bytearray()
-    try:
-        with path.open("rb") as file:  # in pieces: read(n) sets n bytes aside up front
-            while len(raw) <= MAX_SPEC_FILE_BYTES and (piece := file.read(1 << 20)):
-                raw += piece
-    except FileNotFoundError:
-        raise SpecError(f"{where} not found") from None
-    except OSError as exc:
-        raise SpecError(f"{where} cannot be read: {exc.strerror}") from None
-    if len(raw) > MAX_SPEC_FILE_BYTES:
-        raise SpecError(f"{where} is larger than {MAX_SPEC_FILE_BYTES} bytes (the limit)")
-    try:
-        return raw.decode("utf-8-sig")  # an editor's byte order mark is no error
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{where} is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
-
-
-class _TooDeep(Exception):
-    """A spec document nests containers deeper than any valid spec (SPEC_MAX_DEPTH)."""
-
-    def __init__(self, mark: yaml.Mark | None = None) -> None:
-        super().__init__()
-        self.mark = mark
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: str) -> None:
-        super().__init__()
-        self.key = key
-
-
-def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object, refusing a repeated key (json would silently keep the last)."""
-    obj = dict(pairs)
-    if len(obj) < len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
-    return obj
-
-
-def _parse_json(text: str, where: str) -> object:
-    try:
-        return json.loads(text, object_pairs_hook=_json_object)
-    except json.JSONDecodeError as exc:
-        raise SpecError(
-            f"{where} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-        ) from None
-    except _DuplicateKey as exc:
-        raise SpecError(f"{where} repeats the key {_show(exc.key)} in one object") from None
-    except RecursionError:  # json recurses per level: far deeper than a spec, yet catchable
-        raise _TooDeep() from None
-
-
-def _parse_yaml(text: str, where: str) -> object:
-    try:
-        loader = _SpecLoader(text)
-        try:
-            return loader.get_single_data()
-        finally:
-            loader.dispose()
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{where} is not valid YAML: {_yaml_problem(exc)}") from None
-
-
-class _SpecComposer(Composer):
-    """YAML's composer, bounded. It refuses containers nested deeper than a spec can be
-    (libyaml's own composer recurses in C: a deep enough document crashed the process)
-    and a key repeated in one mapping (YAML forbids it; PyYAML would keep the last value
-    without a word, so a second `retries:` would silently win)."""
-
-    _depth = 0
-    check_event: Callable[..., bool]  # from the parser it is mixed with
-    peek_event: Callable[[], Any]
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        opens = self.check_event(SequenceStartEvent, MappingStartEvent)  # exact classes
-        if opens:
-            self._depth += 1
-            if self._depth > SPEC_MAX_DEPTH:
-                raise _TooDeep(self.peek_event().start_mark)
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            if opens:
-                self._depth -= 1
-
-    def compose_mapping_node(self, anchor: Any) -> MappingNode:
-        node: MappingNode = super().compose_mapping_node(anchor)
-        seen: set[tuple[str, str]] = set()
-        for key, _ in node.value:
-            if isinstance(key, ScalarNode) and key.tag != _MERGE_TAG:
-                if (key.tag, key.value) in seen:
-                    raise ComposerError(
-                        "while reading a mapping",
-                        node.start_mark,
-                        f"found the key {_show(key.value)} twice",
-                        key.start_mark,
-                    )
-                seen.add((key.tag, key.value))
-        return node
-
-
-_MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *defaults` may repeat keys on purpose
-
-if yaml.__with_libyaml__:  # libyaml's parser (events) when PyYAML was built with it: faster
-    from yaml.cyaml import CParser as _EventParser  # type: ignore[attr-defined]
-else:  # pragma: no cover
-
-    class _EventParser(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser):  # type: ignore[no-redef]
-        def __init__(self, stream: str) -> None:
-            yaml.reader.Reader.__init__(self, stream)
-            yaml.scanner.Scanner.__init__(self)
-            yaml.parser.Parser.__init__(self)
-
-
-class _SpecLoader(_SpecComposer, _EventParser, SafeConstructor, Resolver):
-    """Safe YAML (plain data only) through the bounded composer."""
-
-    def __init__(self, stream: str) -> None:
-        _EventParser.__init__(self, stream)
-        _SpecComposer.__init__(self)
-        SafeConstructor.__init__(self)
-        Resolver.__init__(self)
-
-
-def _position(mark: yaml.Mark) -> str:
-    return f"line {mark.line + 1}, column {mark.column + 1}"
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """The YAML error as one line: what went wrong and where (1-based line and column)."""
-    if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow
-        return f"character #x{exc.character:04x} at offset {exc.position}: {exc.reason}"
-    problem = getattr(exc, "problem", None) or str(exc)
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    if mark is None:
-        return str(problem)
-    return f"{problem} ({_position(mark)})"
 
 
 def spec_digest(spec: JobSpec) -> str:
