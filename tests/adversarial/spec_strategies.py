@@ -200,8 +200,8 @@ class Broken:
 
     def named_by(self, message: str) -> bool:
         """Whether an error message names the broken field."""
-        if self.unknown:  # shown as its repr, maybe cut short
-            return "unknown key" in message and repr(self.field)[:40] in message
+        if self.unknown:  # shown as its repr; a long one is cut in the middle
+            return "unknown key" in message and repr(self.field)[:20] in message
         return any(part in message for part in _NAMED_BY.get(self.field, (f"'{self.field}'",)))
 
 
