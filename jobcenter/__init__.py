@@ -3,7 +3,7 @@
 from .builder import Job
 from .client import Client
 from .context import TaskContext, current_task
-from .errors import Fatal, JobcenterError, Retry, SpecError
+from .errors import Fatal, JobcenterError, Retry, SpecError, TaskCancelled
 from .registry import task
 from .spec import JobSpec, TaskSpec
 
@@ -17,6 +17,7 @@ __all__ = [
     "JobcenterError",
     "Retry",
     "SpecError",
+    "TaskCancelled",
     "TaskContext",
     "TaskSpec",
     "current_task",

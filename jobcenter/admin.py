@@ -7,7 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from .errors import NotFound, SpecError
-from .states import TaskState
+from .states import JobState, TaskState
 from .store import Store, _s, _seconds
 
 REVIVE_ARGS_MAX = 2_000  # task and parent indexes per revive call: each call is short
@@ -23,6 +23,7 @@ UNBLOCKING_STATES = frozenset(
     }
 )
 TRIM_BATCH = 1_000  # expired jobs trimmed from the indexes per read
+FINISHED_JOB_STATES = [state for state in JobState if state.terminal]
 
 
 def dead_letters(store: Store, limit: int = 100) -> list[dict[str, Any]]:
@@ -186,10 +187,14 @@ def trim_expired(store: Store) -> int:
                 break
             pipe = store.redis.pipeline(transaction=False)
             for member in members:
-                job_id, owner = member.decode().split("\t", 1)
+                job_id, owner, schedule_id = (member.decode().split("\t") + [""])[:3]
                 pipe.zrem(store.keys.jobs(shard), job_id)
+                for state in FINISHED_JOB_STATES:  # it expired in one of them
+                    pipe.zrem(store.keys.state_jobs(shard, state), job_id)
                 if owner:
                     pipe.zrem(store.keys.owner_jobs(shard, owner), job_id)
+                if schedule_id:
+                    pipe.zrem(store.keys.schedule_jobs(shard, schedule_id), job_id)
                 pipe.zrem(expiring, member)
             pipe.execute()
             trimmed += len(members)

@@ -31,6 +31,8 @@ EXIT_ERROR = 6  # anything else the message names (a task module that fails to i
 URL_SOURCE = "jobcenter.url_source"  # click context meta: where the Redis URL came from
 EXIT_UNHEALTHY = 1  # `jobcenter health` only: not ready/alive (the code Docker healthchecks expect)
 HEALTH_TIMEOUT_SECONDS = 5.0  # `jobcenter health`: a worker's endpoint answers in under a second
+FOLLOW_POLL_SECONDS = 0.1  # `submit --wait` reads the job's counters this often
+FOLLOW_PAGE = 1_000  # history entries per read while following: each read stays short
 
 
 def fail(message: str, code: int) -> None:
@@ -156,46 +158,77 @@ def submit(
         return
     if not as_json:
         click.echo(f"job {job_id} submitted ({len(spec.tasks)} tasks)")
-    status = _follow(client, job_id, len(spec.tasks), timeout, quiet=as_json)
+    state = _follow(client, job_id, len(spec.tasks), timeout, quiet=as_json)
     if as_json:
-        click.echo(json.dumps(status, indent=2))
+        click.echo(json.dumps(client.status(job_id), indent=2))  # the one full read
     else:
-        click.echo(f"job {job_id} {status['state']}")
-    sys.exit(0 if status["state"] == JobState.SUCCEEDED else EXIT_FAILED)
+        click.echo(f"job {job_id} {state}")
+    sys.exit(0 if state == JobState.SUCCEEDED else EXIT_FAILED)
 
 
 def _follow(
     client: Client, job_id: str, total: int, timeout: float | None, quiet: bool
-) -> dict[str, Any]:
-    """Wait for a job, showing a bar on a terminal, else a line per finished task."""
+) -> JobState:
+    """Wait for a job, showing a bar on a terminal, else a line per finished task; returns
+    its final state. A poll reads the job's counters and the attempts that ended since the
+    last poll (a page at a time), never every task: following a huge job stays cheap."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    seen: dict[str, str] = {}
+    lines = _TaskLines(client, job_id, total) if not quiet and not sys.stdout.isatty() else None
     bar = None
-    if not quiet and sys.stdout.isatty():
+    if not quiet and lines is None:
         bar = click.progressbar(length=total, label="tasks finished")
         bar.__enter__()
     try:
         while True:
-            status = client.status(job_id)
-            for task_id, task in status["tasks"].items():
-                state = task["state"]
-                if state != seen.get(task_id) and TaskState(state).terminal:
-                    if bar is not None:
-                        bar.update(1)
-                    elif not quiet:
-                        done = sum(
-                            1 for t in status["tasks"].values() if TaskState(t["state"]).terminal
-                        )
-                        click.echo(f"  [{done}/{total}] {task_id} {state}")
-                seen[task_id] = state
-            if JobState(status["state"]).terminal:
-                return status
+            progress = client.progress(job_id)
+            if bar is not None:
+                bar.update(progress.finished - bar.pos)
+            if lines is not None:
+                lines.show_attempts()
+            if progress.state.terminal:
+                if lines is not None:
+                    lines.show_unattempted()
+                return progress.state
             if deadline is not None and time.monotonic() >= deadline:
                 fail(f"job {job_id} not finished after {timeout}s", EXIT_TIMEOUT)
-            time.sleep(0.1)
+            time.sleep(FOLLOW_POLL_SECONDS)
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
+
+
+class _TaskLines:
+    """`submit --wait` off a terminal: a line per task as it ends, read from the job's
+    history of attempts a page at a time."""
+
+    def __init__(self, client: Client, job_id: str, total: int) -> None:
+        self.client, self.job_id, self.total = client, job_id, total
+        self.read = 0  # history entries read so far
+        self.ended: set[str] = set()
+
+    def _show(self, task_id: str, state: str) -> None:
+        self.ended.add(task_id)
+        click.echo(f"  [{len(self.ended)}/{self.total}] {task_id} {state}")
+
+    def show_attempts(self) -> None:
+        """The tasks whose last attempt ended since the last call."""
+        while True:
+            page = self.client.history(self.job_id, self.read, FOLLOW_PAGE)
+            self.read += len(page)
+            for attempt in page:
+                if TaskState(attempt["state"]).terminal:
+                    self._show(attempt["task"], attempt["state"])
+            if len(page) < FOLLOW_PAGE:
+                return
+
+    def show_unattempted(self) -> None:
+        """Once the job has ended: the tasks that ended without an attempt of their own
+        (upstream_failed, or cancelled before they ran)."""
+        if len(self.ended) >= self.total:
+            return
+        for task_id, state in self.client.task_states(self.job_id).items():
+            if task_id not in self.ended and TaskState(state).terminal:
+                self._show(task_id, state)
 
 
 @main.command()

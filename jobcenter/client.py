@@ -13,7 +13,7 @@ from .config import Settings
 from .errors import NotFound
 from .spec import JobSpec, spec_from_any
 from .states import JobState
-from .store import Store
+from .store import JobProgress, Store
 
 SUBMIT_BATCH = 200  # jobs per round trip in submit_many: large gains, short script bursts
 WAIT_POLL_MIN = 0.01  # first status poll of wait(): short jobs return fast
@@ -49,15 +49,30 @@ class Client:
         self, specs: Iterable[JobSpec | dict[str, Any] | Any], *, batch: int = SUBMIT_BATCH
     ) -> builtins.list[str]:
         """Submit many jobs, `batch` per round trip; returns their ids in order. Each is
-        validated first; a bad one raises before anything of its batch is written."""
+        validated first; a bad one raises before anything of its batch is written. Returns
+        once all of them are durable (one wait for every batch: README, Durability)."""
         parsed = [spec_from_any(spec) for spec in specs]
-        ids: builtins.list[str] = []
+        results: builtins.list[tuple[str, bool]] = []
         for start in range(0, len(parsed), batch):
-            ids += [job_id for job_id, _ in self.store.submit_many(parsed[start : start + batch])]
-        return ids
+            results += self.store.submit_many(parsed[start : start + batch], durable=False)
+        if any(created for _, created in results):
+            self.store.wait_durable()
+        return [job_id for job_id, _ in results]
 
     def status(self, job_id: str) -> dict[str, Any]:
         return self.store.status(job_id)
+
+    def progress(self, job_id: str) -> JobProgress:
+        """The job's state and how many of its tasks have ended: a read of three fields,
+        cheap whatever the job's size."""
+        return self.store.progress(job_id)
+
+    def task_states(self, job_id: str) -> dict[str, str]:
+        """Each written task's state by task id, in spec order, read in bounded pages."""
+        fields = self.store.task_fields(job_id, "id", "s")
+        ids = fields["id"]
+        by_index = sorted(fields["s"].items(), key=lambda item: int(item[0]))
+        return {ids.get(index, index): state for index, state in by_index}
 
     def state(self, job_id: str) -> str:
         raw = self.store.redis.hget(self.store.keys.job(job_id).job, "state")
@@ -98,9 +113,12 @@ class Client:
             owner=owner, state=state, schedule_id=schedule_id, since=since, limit=limit
         )
 
-    def history(self, job_id: str) -> builtins.list[dict[str, Any]]:
-        """Every finished attempt of every task, oldest first."""
-        return self.store.history(job_id)
+    def history(
+        self, job_id: str, start: int = 0, count: int | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        """Every finished attempt of every task, oldest first (from the `start`th on, `count`
+        of them at most: a page)."""
+        return self.store.history(job_id, start, count)
 
     def retry(self, job_id: str) -> int:
         """Re-run a job's failed and upstream_failed tasks, keeping its succeeded ones."""

@@ -12,6 +12,11 @@ from .spec import check_name
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_NAMESPACE = "default"
+# What a submit waits for before it returns: Redis's acknowledgement (`acked`), or also the
+# local AOF fsync confirmed by WAITAOF (`fsynced`, on Redis >= 7.2 with AOF on; elsewhere
+# the same as acked). README: Durability.
+ACKED, FSYNCED = "acked", "fsynced"
+DURABILITY_MODES = (ACKED, FSYNCED)
 
 N = TypeVar("N", int, float)
 
@@ -64,12 +69,19 @@ class Settings:
     retention_seconds: float = 7 * 24 * 3600.0
     # Number of hash-tag shards; 1 on a single Redis, more on Redis Cluster. Fixed per namespace.
     shards: int = 1
+    # acked | fsynced: see DURABILITY_MODES.
+    durability: str = FSYNCED
 
     def __post_init__(self) -> None:
         # both end up inside every key name and hash tag
         check_name(self.namespace, "the namespace")
         if not isinstance(self.shards, int) or self.shards < 1:
             raise ValueError(f"the shard count must be a whole number >= 1, got {self.shards!r}")
+        if self.durability not in DURABILITY_MODES:
+            raise ValueError(
+                f"durability (JOBCENTER_DURABILITY) must be one of "
+                f"{', '.join(DURABILITY_MODES)}, got {self.durability!r}"
+            )
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -82,6 +94,7 @@ class Settings:
             "recovery_interval_seconds": _env_float("JOBCENTER_RECOVERY_INTERVAL_SECONDS", 60.0),
             "retention_seconds": _env_float("JOBCENTER_RETENTION_SECONDS", 7 * 24 * 3600.0),
             "shards": _env_int("JOBCENTER_SHARDS", 1),
+            "durability": os.environ.get("JOBCENTER_DURABILITY") or FSYNCED,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 class JobcenterError(Exception):
     """Root of every error jobcenter raises on purpose."""
@@ -72,7 +74,14 @@ class Retry(TaskFailure):
 
     def __init__(self, message: str = "retry requested", delay: float | None = None) -> None:
         super().__init__(message)
-        self.delay = delay
+        if delay is not None and not 0 <= float(delay) < math.inf:
+            raise ValueError(f"Retry delay must be a finite number of seconds >= 0, got {delay!r}")
+        self.delay = None if delay is None else float(delay)
+
+
+class TaskCancelled(JobcenterError):
+    """Raised by `current_task().check_cancelled()` in an attempt that was stopped (its job
+    was cancelled, or it ran past its timeout): its result is discarded anyway."""
 
 
 # The one table from Lua return codes to exceptions. Scripts return {code, ...};

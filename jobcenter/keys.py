@@ -110,8 +110,8 @@ class Keys:
         return f"{self._tagged(shard)}:dlq"
 
     def expiring(self, shard: int) -> str:
-        """Zset of finished jobs "<job>\t<owner>" -> when their retention ends (ms): what
-        recovery trims from the list indexes once the job's own keys have expired."""
+        """Zset of finished jobs "<job>\t<owner>\t<schedule id>" -> when their retention ends
+        (ms): what recovery trims from the list indexes once the job's own keys have expired."""
         return f"{self._tagged(shard)}:expiring"
 
     def seq(self, shard: int) -> str:
@@ -128,6 +128,15 @@ class Keys:
 
     def owner_jobs(self, shard: int, owner: str) -> str:
         return f"{self._tagged(shard)}:owner:{owner}"
+
+    def state_jobs(self, shard: int, state: str) -> str:
+        """Zset of the kept jobs in one job state, by creation time (ms): what `list --state`
+        reads. The transition that changes a job's state moves it between these."""
+        return f"{self._tagged(shard)}:jobs:state:{state}"
+
+    def schedule_jobs(self, shard: int, schedule_id: str) -> str:
+        """Zset of the kept jobs a schedule fired, by creation time (ms): `list --schedule`."""
+        return f"{self._tagged(shard)}:jobs:schedule:{schedule_id}"
 
     def idempotency(self, shard: int, key: str) -> str:
         return f"{self._tagged(shard)}:idem:{key}"
@@ -179,6 +188,11 @@ class Keys:
 
     def worker_info(self, handler: str) -> str:
         return f"{self._base}:worker:{handler}"
+
+    def fsync_mark(self) -> str:
+        """String written just before each group WAITAOF: WAITAOF waits only for the writes
+        of its own connection, so this write stands for every submit acknowledged before it."""
+        return f"{self._base}:fsync-mark"
 
     def nodes(self) -> str:
         """Zset of node names -> last heartbeat of any worker serving that node."""

@@ -64,6 +64,7 @@ MIN_INTERVAL_MS = 1_000
 # Fire times stay exact as zset scores (doubles) and datetimes far below this.
 MAX_INTERVAL_MS = 100 * 366 * 86_400_000
 FIRES_KEPT = 100  # fire/skip/miss records kept per schedule (newest first)
+LIST_PAGE = 500  # schedules `schedule list` reads per round trip
 DUE_PER_TICK = 1_000  # schedules one tick visits at most; the rest wait for the next tick
 STEPS_PER_SCHEDULE = 100  # fires one tick handles per schedule (catchup=all after an outage)
 TICK_SECONDS = 1.0  # how often a worker should tick: the lateness of a fire in normal running
@@ -657,18 +658,26 @@ def _seconds(ms: int | None) -> float | None:
 
 
 def list_schedules(store: Store) -> list[dict[str, Any]]:
-    """Every schedule, oldest first."""
+    """Every schedule, oldest first, read LIST_PAGE at a time (each read stays short)."""
     keys = store.keys
-    ids = [_text(raw) for raw in store.redis.zrange(keys.schedules(), 0, -1)]
-    pipe = store.redis.pipeline(transaction=False)
-    for schedule_id in ids:
-        pipe.hgetall(keys.schedule(schedule_id))
-    rows, gone = [], []
-    for schedule_id, raw in zip(ids, pipe.execute(), strict=True):
-        if not raw:
-            gone.append(schedule_id)  # a finished one-time schedule past its retention
-            continue
-        rows.append(_view(*_load(_decode(raw))))
+    rows: list[dict[str, Any]] = []
+    gone: list[str] = []
+    read = 0
+    while True:
+        ids = [
+            _text(raw) for raw in store.redis.zrange(keys.schedules(), read, read + LIST_PAGE - 1)
+        ]
+        read += len(ids)
+        pipe = store.redis.pipeline(transaction=False)
+        for schedule_id in ids:
+            pipe.hgetall(keys.schedule(schedule_id))
+        for schedule_id, raw in zip(ids, pipe.execute(), strict=True):
+            if not raw:
+                gone.append(schedule_id)  # a finished one-time schedule past its retention
+                continue
+            rows.append(_view(*_load(_decode(raw))))
+        if len(ids) < LIST_PAGE:
+            break
     if gone:
         store.redis.zrem(keys.schedules(), *gone)
     return rows
@@ -789,29 +798,38 @@ class Scheduler:
             return []  # the idle path: no lease taken
         if store.singleton(SINGLETON, "acquire", self.handler, self.lease_ms) != 0:
             return []
-        fires: list[Fire] = []
         try:
-            for raw in store.redis.zrangebyscore(due, "-inf", t, 0, DUE_PER_TICK):
-                fires += self._run(_text(raw), t)
-                if store.singleton(SINGLETON, "renew", self.handler, self.lease_ms) != 0:
-                    log.warning("scheduler lease lost mid-tick; leaving the rest to its holder")
-                    break
+            ids = [_text(raw) for raw in store.redis.zrangebyscore(due, "-inf", t, 0, DUE_PER_TICK)]
+            return self._run(ids, t)
         finally:
             store.singleton(SINGLETON, "release", self.handler, self.lease_ms)
-        return fires
 
-    def _run(self, schedule_id: str, now: int) -> list[Fire]:
+    def _run(self, schedule_ids: list[str], now: int) -> list[Fire]:
+        """Step the due schedules in rounds: a round decides one step of each schedule still
+        due, then submits all of the round's fires in one batch (one round trip, one
+        durability wait), then confirms them."""
         fires: list[Fire] = []
+        due = schedule_ids
         for _ in range(STEPS_PER_SCHEDULE):
-            try:
-                decision = self._decide(schedule_id, now)
-            except SpecError as exc:  # a stored definition this version cannot read
-                log.error("schedule %s cannot be read, skipped: %s", schedule_id, exc)
+            if not due:
                 break
-            fires += decision.fires
-            if decision.submit is not None and decision.schedule is not None:
-                fires += self._submit(decision.schedule, decision.submit, now)
-            elif decision.stop:
+            to_submit: list[tuple[Schedule, int]] = []
+            still_due = []
+            for schedule_id in due:
+                try:
+                    decision = self._decide(schedule_id, now)
+                except SpecError as exc:  # a stored definition this version cannot read
+                    log.error("schedule %s cannot be read, skipped: %s", schedule_id, exc)
+                    continue
+                fires += decision.fires
+                if decision.submit is not None and decision.schedule is not None:
+                    to_submit.append((decision.schedule, decision.submit))
+                if not decision.stop:
+                    still_due.append(schedule_id)
+            fires += [f for f in self._submit(to_submit) if self._confirm(f, now)]
+            due = still_due
+            if self.store.singleton(SINGLETON, "renew", self.handler, self.lease_ms) != 0:
+                log.warning("scheduler lease lost mid-tick; leaving the rest to its holder")
                 break
         return fires
 
@@ -882,18 +900,40 @@ class Scheduler:
         decision.submit = plan.fire
         return replace(new, pending=plan.fire), decision
 
-    def _submit(self, schedule: Schedule, fire_ms: int, now: int) -> list[Fire]:
-        """Step 2: submit the fire's job (idempotent per fire); step 3: confirm it."""
-        spec = replace(schedule.spec, idempotency_key=f"{schedule.id}:{fire_ms}")
+    def _submit(self, due: list[tuple[Schedule, int]]) -> list[Fire]:
+        """Step 2: submit the fires' jobs (idempotent per fire), all in one batch."""
+        specs: list[JobSpec] = []
+        fired: list[tuple[Schedule, int]] = []
+        failed: list[Fire] = []
+        for schedule, fire_ms in due:
+            try:  # a stored spec this version no longer accepts fails its fire alone
+                spec = spec_from_any(
+                    replace(schedule.spec, idempotency_key=f"{schedule.id}:{fire_ms}")
+                )
+            except JobcenterError as exc:
+                failed.append(self._failed(schedule, fire_ms, exc))
+                continue
+            specs.append(spec)
+            fired.append((schedule, fire_ms))
+        if not specs:
+            return failed
+        origins = [(schedule.id, fire_ms / 1000) for schedule, fire_ms in fired]
         try:
-            job_id, created = self.store.submit(
-                spec, schedule_id=schedule.id, fire_time=fire_ms / 1000
-            )
-            fire = Fire(schedule.id, fire_ms, SUBMITTED, job_id, created)
+            results = self.store.submit_many(specs, fired=origins)
         except JobcenterError as exc:
-            log.error("schedule %s: fire %d not submitted: %s", schedule.id, fire_ms, exc)
-            fire = Fire(schedule.id, fire_ms, FAILED, reason=str(exc))
-        return [fire] if self._confirm(fire, now) else []
+            if len(specs) == 1:
+                return failed + [self._failed(*fired[0], exc)]
+            # one job refused the batch: each again on its own (the idempotency keys make
+            # the ones that got through no-ops), so the others still fire
+            return failed + [fire for item in fired for fire in self._submit([item])]
+        return failed + [
+            Fire(schedule.id, fire_ms, SUBMITTED, job_id, created)
+            for (schedule, fire_ms), (job_id, created) in zip(fired, results, strict=True)
+        ]
+
+    def _failed(self, schedule: Schedule, fire_ms: int, exc: JobcenterError) -> Fire:
+        log.error("schedule %s: fire %d not submitted: %s", schedule.id, fire_ms, exc)
+        return Fire(schedule.id, fire_ms, FAILED, reason=str(exc))
 
     def _confirm(self, fire: Fire, now: int) -> bool:
         """Record a submitted (or failed) fire and clear `pending`; False when another

@@ -42,4 +42,6 @@ def lua_constants() -> str:
     """Lua `local` lines naming every state, prepended to each script by the loader."""
     lines = [f"local T_{s.name} = '{s.value}'" for s in TaskState]
     lines += [f"local J_{s.name} = '{s.value}'" for s in JobState]
+    # The order of the per-state job indexes in a job script's KEYS (see Store._context).
+    lines.append(f"local JOB_STATES = {{{', '.join(f'J_{s.name}' for s in JobState)}}}")
     return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ batches of calls for different jobs go in one pipeline (one round trip).
 from __future__ import annotations
 
 import logging
+import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ import redis
 from redis import Redis
 
 from . import codec
-from .config import Settings
+from .config import ACKED, Settings
+from .durability import GroupCommit
 from .errors import (
     IdempotencyConflict,
     NotFound,
@@ -24,21 +26,28 @@ from .errors import (
     SettingsMismatch,
     raise_for_code,
 )
-from .keys import Keys
+from .keys import JobKeys, Keys
 from .layout import Layout, job_queues
 from .lua import Batch, Scripts
 from .spec import JobSpec, spec_digest, spec_from_any
-from .states import TERMINAL_TASK_STATES
+from .states import TERMINAL_TASK_STATES, JobState
 
 log = logging.getLogger(__name__)
 
 SWEEP_MAX = 100  # expired leases reported per claim: bounded work on the fast path
 SCAN_PAGE = 1_000  # HSCAN page when reading a job's tasks
+STATUS_PAGE = 10_000  # task fields per read of `status`: a job of ~1,000 tasks in one read
+HISTORY_PAGE = 1_000  # history entries per LRANGE: each read of a long history stays short
+LIST_PAGE_MIN = 100  # index entries per page when `list` checks several filters per job
+LIST_SCAN_MAX = 10_000  # index entries one `list` reads per shard at most
 META_CACHE_MAX = 10_000  # jobs whose queues and idempotency key a store remembers
 INLINE_SPLIT_MAX = 500  # a job this small is split by its submit script (one short call)
-WAITAOF_TIMEOUT_MS = 5_000  # a submit waits at most this for its fsync
+# A submit waits at most this for its fsync: two of `everysec`'s fsyncs. Kept under half the
+# client's socket timeout (redis-py 8 defaults to 5 s), so the wait never reads as a dead link.
+WAITAOF_TIMEOUT_MS = 2_000
 LEADER_TIMEOUT_FACTOR = 1.0  # a leader step not renewed within one lease is taken over
 IDEMPOTENCY_CONFLICT = -7  # submit.lua: the key names a job with a different spec
+HEARTBEAT_CANCELLED = -7  # heartbeat.lua: the attempt's job was cancelled or abandoned
 
 
 def connect(url: str, **kwargs: Any) -> Redis:
@@ -81,6 +90,19 @@ class ClaimResult:
 
 
 @dataclass(frozen=True)
+class JobProgress:
+    """A job's state and how many of its tasks have not ended yet."""
+
+    state: JobState
+    total: int
+    left: int
+
+    @property
+    def finished(self) -> int:
+        return self.total - self.left
+
+
+@dataclass(frozen=True)
 class JobMeta:
     """What every script call of a job needs to know, fixed at submit: its queues and its
     idempotency key."""
@@ -101,6 +123,8 @@ class Store:
         self.scripts = Scripts(client)
         self._meta: OrderedDict[str, JobMeta] = OrderedDict()
         self._waitaof: bool | None = None  # learnt from the server on first submit
+        self._probe_lock = threading.Lock()
+        self._group_commit = GroupCommit(self._confirm_fsync)
         self._check_shard_count()
 
     @classmethod
@@ -151,6 +175,7 @@ class Store:
             self.keys.active(shard),
             self.keys.expiring(shard),
             self.keys.idempotency(shard, idem) if idem else jk.job,
+            *(self.keys.state_jobs(shard, state) for state in JobState),
         ]
         queues = meta.queues if meta else ()
         for queue in queues:
@@ -187,19 +212,26 @@ class Store:
     ) -> tuple[str, bool]:
         """Store `spec` as a job; returns (job id, created). A repeated idempotency key
         returns the first job's id with created=False."""
-        return self.submit_many([spec], schedule_id=schedule_id, fire_time=fire_time)[0]
+        fired = [(schedule_id, fire_time)] if schedule_id else None
+        return self.submit_many([spec], fired=fired)[0]
 
     def submit_many(
         self,
         specs: Sequence[JobSpec],
         *,
-        schedule_id: str | None = None,
-        fire_time: float | None = None,
+        fired: Sequence[tuple[str, float | None]] | None = None,
+        durable: bool = True,
     ) -> list[tuple[str, bool]]:
-        """Submit many jobs in one round trip; (job id, created) for each, in order."""
+        """Submit many jobs in one round trip; (job id, created) for each, in order. `fired`
+        gives each spec the (schedule id, fire time) that fired it. With `durable` off the
+        caller waits for durability itself (wait_durable: once after many batches)."""
         specs = [spec_from_any(spec) for spec in specs]  # a hand-built JobSpec is checked too
+        origins = fired if fired is not None else [(None, None)] * len(specs)
         batch = self.scripts.batch()
-        job_ids = [self._add_submit(batch, spec, schedule_id, fire_time) for spec in specs]
+        job_ids = [
+            self._add_submit(batch, spec, schedule_id, fire_time)
+            for spec, (schedule_id, fire_time) in zip(specs, origins, strict=True)
+        ]
         results = []
         for spec, job_id, (code, returned) in zip(specs, job_ids, batch.execute(), strict=True):
             if code == IDEMPOTENCY_CONFLICT:
@@ -210,7 +242,7 @@ class Store:
                 )
             raise_for_code(code, f"job id {job_id} exists already")
             results.append((_s(returned) or job_id, code == 0))
-        if any(created for _, created in results):
+        if durable and any(created for _, created in results):
             self.wait_durable()
         return results
 
@@ -249,25 +281,71 @@ class Store:
             layout = Layout(spec_dict)
             task_args, roots = layout.pairs(0, len(layout)), layout.roots
         meta = self._remember(job_id, JobMeta(tuple(queues), spec.idempotency_key))
-        owner_key = keys.owner_jobs(shard, spec.owner) if spec.owner else keys.job(job_id).job
-        extra = [keys.seq(shard), keys.jobs(shard), owner_key]
+        job_key = keys.job(job_id).job
+        owner_key = keys.owner_jobs(shard, spec.owner) if spec.owner else job_key
+        schedule_key = keys.schedule_jobs(shard, schedule_id) if schedule_id else job_key
+        extra = [keys.seq(shard), keys.jobs(shard), owner_key, schedule_key]
         args = [len(job_args), *job_args, len(task_args), *task_args, *roots]
         script_keys, argv = self._context(job_id, meta)
         batch.add("submit", script_keys + extra, argv + args)
         return job_id
 
     def wait_durable(self) -> bool:
-        """Where the server has WAITAOF (Redis >= 7.2) and AOF on, block until what this
-        connection wrote is fsynced to the local AOF; True if that was confirmed. Elsewhere
-        the write is in Redis memory and its AOF buffer (see README: Durability)."""
-        if self._waitaof is None:
-            info = self.redis.info("server")
-            major, minor = (int(x) for x in str(info["redis_version"]).split(".")[:2])
-            aof = self.redis.info("persistence").get("aof_enabled") == 1
-            self._waitaof = aof and (major, minor) >= (7, 2)
-        if not self._waitaof:
+        """With durability `fsynced`, where the server has WAITAOF (Redis >= 7.2) and AOF on
+        with fsyncs: block until every write this process had acknowledged is fsynced to the
+        local AOF; one WAITAOF serves all the threads waiting (group commit). True if that
+        was confirmed. Elsewhere (`acked`) the writes are in Redis memory and its AOF
+        buffer, which a Redis crash does not lose (README: Durability)."""
+        if self.settings.durability == ACKED or not self._fsync_confirmable():
             return False
-        local, _ = self.redis.execute_command("WAITAOF", 1, 0, WAITAOF_TIMEOUT_MS)
+        return self._group_commit.wait()
+
+    def _fsync_confirmable(self) -> bool:
+        """Whether WAITAOF can confirm an fsync here; learnt once, with a note when not."""
+        with self._probe_lock:
+            if self._waitaof is None:
+                reason = self._no_waitaof_reason()
+                self._waitaof = reason is None
+                if reason is not None:
+                    log.info("durability fsynced: %s; submits return once Redis acked", reason)
+            return self._waitaof
+
+    def _no_waitaof_reason(self) -> str | None:
+        info = self.redis.info("server")
+        version = str(info["redis_version"])
+        major, minor = (int(x) for x in version.split(".")[:2])
+        if (major, minor) < (7, 2):
+            return f"Redis {version} has no WAITAOF (7.2 and later have)"
+        if self.redis.info("persistence").get("aof_enabled") != 1:
+            return "the server runs with appendonly off"
+        try:
+            config = {_s(k): _s(v) for k, v in self.redis.config_get("appendfsync").items()}
+            fsync = config.get("appendfsync")
+        except redis.ResponseError:
+            fsync = None  # CONFIG disabled: assume the default, everysec
+        if fsync == "no":
+            return "the server runs with appendfsync no, so WAITAOF would only time out"
+        return None
+
+    def _confirm_fsync(self) -> bool:
+        """One group commit round: a write on this connection, then WAITAOF for it. WAITAOF
+        waits only for its own connection's writes; the AOF is one sequence, so this write
+        being fsynced means every write acknowledged before it was too."""
+        socket_timeout = self.redis.connection_pool.connection_kwargs.get("socket_timeout")
+        timeout_ms = WAITAOF_TIMEOUT_MS
+        if socket_timeout:
+            timeout_ms = max(1, min(timeout_ms, int(socket_timeout * 1000 / 2)))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(self.keys.fsync_mark(), 1)
+        pipe.execute_command("WAITAOF", 1, 0, timeout_ms)
+        try:
+            _, (local, _) = pipe.execute()
+        except redis.ResponseError as exc:  # AOF turned off at run time
+            log.warning("WAITAOF failed (%s); submits return once Redis acked from now on", exc)
+            self._waitaof = False
+            return False
+        if int(local) < 1:
+            log.warning("WAITAOF: no fsync within %d ms; the submits are acked", timeout_ms)
         return int(local) >= 1
 
     # -- the follower's fast path ---------------------------------------------------------
@@ -487,8 +565,12 @@ class Store:
         """Remove a finished job and its index entries; WrongState if it is not finished."""
         jk = self.keys.job(job_id)
         shard = self.keys.job_shard(job_id)
-        owner = _s(self.redis.hget(jk.job, "owner"))
-        extra = [self.keys.jobs(shard), self.keys.owner_jobs(shard, owner) if owner else jk.job]
+        owner, schedule_id = (_s(v) for v in self.redis.hmget(jk.job, "owner", "schedule_id"))
+        extra = [
+            self.keys.jobs(shard),
+            self.keys.owner_jobs(shard, owner) if owner else jk.job,
+            self.keys.schedule_jobs(shard, schedule_id) if schedule_id else jk.job,
+        ]
         code = int(self._job_call("delete", job_id, list(failed), extra_keys=extra)[0])
         raise_for_code(code, f"job {job_id} is not finished: cancel it first")
 
@@ -575,8 +657,11 @@ class Store:
         jk = self.keys.job(job_id)
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(jk.job)
-        pipe.hgetall(jk.tasks)
-        job_raw, tasks_raw = pipe.execute()
+        pipe.hscan(jk.tasks, 0, count=STATUS_PAGE)
+        job_raw, (cursor, tasks_raw) = pipe.execute()
+        while cursor:  # a large job, in short reads (a view over a few moments, not one)
+            cursor, page = self.redis.hscan(jk.tasks, cursor, count=STATUS_PAGE)
+            tasks_raw.update(page)
         if not job_raw:
             raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
         job = {k.decode(): v for k, v in job_raw.items()}
@@ -607,6 +692,14 @@ class Store:
             "tasks": tasks,
         }
 
+    def progress(self, job_id: str) -> JobProgress:
+        """The job's state and task counters: three fields of the job hash, whatever the
+        job's size (what `wait` and `submit --wait` poll)."""
+        state, total, left = self.redis.hmget(self.keys.job(job_id).job, "state", "n", "left")
+        if state is None:
+            raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
+        return JobProgress(JobState(state.decode()), int(total or 0), int(left or 0))
+
     def list_jobs(
         self,
         *,
@@ -617,42 +710,96 @@ class Store:
         limit: int = 100,
     ) -> list[dict[str, Any]]:
         """Newest first: job summaries, filtered by owner, state, schedule and creation
-        time (epoch seconds)."""
-        filtered = bool(state or schedule_id)
+        time (epoch seconds). Each filter has an index the transitions keep, so one filter
+        reads about `limit` entries per shard; several read the smallest of their indexes
+        in pages, at most LIST_SCAN_MAX entries per shard (a warning says when that cut the
+        list short)."""
+        if limit <= 0:
+            return []
         low = "-inf" if since is None else int(since * 1000)
-        ids: list[tuple[float, str]] = []
+        rows: list[dict[str, Any]] = []
         for shard in range(self.keys.shards):
-            index = self.keys.owner_jobs(shard, owner) if owner else self.keys.jobs(shard)
-            batch = self.redis.zrevrangebyscore(
-                index, "+inf", low, start=0, num=-1 if filtered else limit, withscores=True
+            rows += self._list_shard(shard, owner, state, schedule_id, low, limit)
+        rows.sort(key=lambda row: (row["created_at"], row["id"]), reverse=True)
+        return rows[:limit]
+
+    def _list_shard(
+        self,
+        shard: int,
+        owner: str | None,
+        state: str | None,
+        schedule_id: str | None,
+        low: int | str,
+        limit: int,
+    ) -> list[dict[str, Any]]:
+        keys = self.keys
+        indexes = [
+            index
+            for value, index in (
+                (owner, keys.owner_jobs(shard, owner or "")),
+                (state, keys.state_jobs(shard, state or "")),
+                (schedule_id, keys.schedule_jobs(shard, schedule_id or "")),
             )
-            ids += [(score, member.decode()) for member, score in batch]
-        ids.sort(reverse=True)
+            if value
+        ] or [keys.jobs(shard)]
+        index, page = indexes[0], limit
+        if len(indexes) > 1:  # walk the smallest index, check the other filters per job
+            pipe = self.redis.pipeline(transaction=False)
+            for candidate in indexes:
+                pipe.zcount(candidate, low, "+inf")
+            index = min(zip(pipe.execute(), indexes, strict=True))[1]
+            page = max(limit, LIST_PAGE_MIN)
+        rows: list[dict[str, Any]] = []
+        seen: set[str] = set()  # a job added while we page shifts the pages
+        read = 0
+        while len(rows) < limit and read < LIST_SCAN_MAX:
+            count = min(page, LIST_SCAN_MAX - read)
+            ids = self.redis.zrevrangebyscore(index, "+inf", low, start=read, num=count)
+            read += len(ids)
+            fresh = [job_id for job_id in (i.decode() for i in ids) if job_id not in seen]
+            seen.update(fresh)
+            for row in self._summaries(fresh):
+                if (
+                    (not owner or row["owner"] == owner)
+                    and (not state or row["state"] == state)
+                    and (not schedule_id or row["schedule_id"] == schedule_id)
+                ):
+                    rows.append(row)
+            if len(ids) < count:
+                return rows[:limit]
+        if len(rows) < limit and read >= LIST_SCAN_MAX:
+            log.warning(
+                "list: read the newest %d jobs of the smallest matching index and %d of them "
+                "match every filter; narrow the search with --since",
+                read,
+                len(rows),
+            )
+        return rows[:limit]
+
+    def _summaries(self, job_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The list view of each job still there (one expired since the index read is left
+        out), in the order given."""
         fields = ("name", "owner", "state", "created_at", "finished_at", "schedule_id", "fire_time")
         pipe = self.redis.pipeline(transaction=False)
-        for _, job_id in ids:
+        for job_id in job_ids:
             pipe.hmget(self.keys.job(job_id).job, fields)
         rows = []
-        for (_, job_id), values in zip(ids, pipe.execute(), strict=True):
-            if values[2] is None:
-                continue  # expired between the index read and now
-            name, job_owner, job_state, created, finished, sched, fire = values
-            if (state and _s(job_state) != state) or (schedule_id and _s(sched) != schedule_id):
+        for job_id, values in zip(job_ids, pipe.execute(), strict=True):
+            name, owner, state, created, finished, schedule_id, fire = values
+            if state is None:
                 continue
             rows.append(
                 {
                     "id": job_id,
                     "name": _s(name),
-                    "owner": _s(job_owner),
-                    "state": _s(job_state),
+                    "owner": _s(owner),
+                    "state": _s(state),
                     "created_at": _seconds(created),
                     "finished_at": _seconds(finished),
-                    "schedule_id": _s(sched),
+                    "schedule_id": _s(schedule_id),
                     "fire_time": float(fire) if fire is not None else None,
                 }
             )
-            if len(rows) >= limit:
-                break
         return rows
 
     def task_fields(self, job_id: str, *attrs: str) -> dict[str, dict[str, str]]:
@@ -664,16 +811,26 @@ class Store:
             out[attr] = {k.decode().split(":", 1)[1]: v.decode() for k, v in scanned}
         return out
 
-    def history(self, job_id: str) -> list[dict[str, Any]]:
-        """Every finished attempt of every task, oldest first."""
+    def history(
+        self, job_id: str, start: int = 0, count: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Finished attempts of every task, oldest first, from the `start`th on: `count` of
+        them at most, or all that are left. Read HISTORY_PAGE entries per command."""
         jk = self.keys.job(job_id)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.exists(jk.job)
-        pipe.lrange(jk.history, 0, -1)
-        exists, entries = pipe.execute()
-        if not exists:
+        if not self.redis.exists(jk.job):
             raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
-        rows = [raw.decode().split("\t", 6) for raw in entries]
+        out: list[dict[str, Any]] = []
+        while count is None or len(out) < count:
+            want = HISTORY_PAGE if count is None else min(HISTORY_PAGE, count - len(out))
+            first = start + len(out)
+            page = self._history_page(jk, first, first + want - 1)
+            out += page
+            if len(page) < want:
+                break
+        return out
+
+    def _history_page(self, jk: JobKeys, first: int, last: int) -> list[dict[str, Any]]:
+        rows = [raw.decode().split("\t", 6) for raw in self.redis.lrange(jk.history, first, last)]
         indexes = sorted({row[0] for row in rows})
         names = self.redis.hmget(jk.tasks, [f"id:{i}" for i in indexes]) if indexes else []
         ids = {i: _s(name) or i for i, name in zip(indexes, names, strict=True)}

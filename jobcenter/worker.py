@@ -23,12 +23,13 @@ from typing import Any
 import redis
 
 from . import rq_runner, schedule
+from .errors import UnknownJob
 from .execution import Outcome, ProcessRunner, ThreadRunner
 from .health import Pulse
 from .ids import handler_id
 from .keys import node_queue
 from .leader import Leader
-from .store import SWEEP_MAX, StartedTask, Store
+from .store import HEARTBEAT_CANCELLED, SWEEP_MAX, StartedTask, Store
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,9 @@ class Worker:
 
     def _make_runner(self) -> ThreadRunner | ProcessRunner:
         if self.options.pool == "process":
-            return ProcessRunner(self.options.concurrency, self.handler, self.options.modules)
+            return ProcessRunner(
+                self.options.concurrency, self.handler, self.options.modules, self._slot_freed
+            )
         return ThreadRunner(self.options.concurrency, self.handler, self._slot_freed)
 
     def _slot_freed(self) -> None:
@@ -408,8 +411,11 @@ class Worker:
                 (r.task.job_id, r.task.index, r.task.attempt, r.progress)
                 for r in self.running.values()
             ]
+        attempts = {(job_id, index): attempt for job_id, index, attempt, _ in running}
         for (job_id, index), code in self.store.heartbeat(self.handler, running).items():
-            if code < 0:
+            if code in (HEARTBEAT_CANCELLED, UnknownJob.code):
+                self._stop_attempt(job_id, index, attempts[(job_id, index)], code)
+            elif code < 0:
                 log.warning(
                     "job %s task %d: this attempt was taken over (code %d); its "
                     "result will be discarded",
@@ -419,6 +425,19 @@ class Worker:
                 )
         self._register()
         self._supervise_recovery()
+
+    def _stop_attempt(self, job_id: str, index: int, attempt: int, code: int) -> None:
+        """The attempt's job was cancelled (or is gone): stop the attempt and free its slot.
+        Nothing is reported: the cancel settled the task already."""
+        if not self.runner.cancel((job_id, index, attempt)):
+            return  # it ended meanwhile; the reporter has its outcome
+        why = "was cancelled" if code == HEARTBEAT_CANCELLED else "is gone"
+        log.info("job %s %s: stopped its running task %d (attempt %d)", job_id, why, index, attempt)
+        with self.lock:
+            running = self.running.get((job_id, index))
+            if running is not None and running.task.attempt == attempt:
+                del self.running[(job_id, index)]
+            self.lock.notify_all()
 
     def _supervise_recovery(self) -> None:
         """Keep the rq child alive and enqueue this round's recovery job (once per round,

@@ -10,6 +10,8 @@ bench_tasks` processes (each with its rq recovery child), then measures:
   W5  20,000 one-task jobs submitted through the client jobs/s
   big a 100,000-task DAG: submit + split time, and the failure of its root cascading to
       every descendant (fan and chain shapes); the longest Lua call from SLOWLOG for both
+  big-follow  `submit --wait` following a 100,000-task job: the longest Redis command it sent
+      and the longest of anyone meanwhile (SLOWLOG at threshold 0)
   the Redis ceiling (EVALSHA of a trivial script, one per round trip and pipelined) and
   Redis bytes per live task (a published 20,000-task job no worker serves)
 
@@ -73,6 +75,8 @@ CEILING_SETTLE_SECONDS = 2.0  # let worker start-up (imports, rq children) finis
 PUBLISH_SCRIPTS = {"submit", "publish_tasks", "queue_roots", "claim", "start"}
 CASCADE_SCRIPTS = {"fail", "continue", "finalize", "complete"}
 BENCH_COMMANDS = {"SLOWLOG", "CONFIG", "INFO"}  # the bench's own calls, not jobcenter's
+DRAIN_SECONDS = 0.2  # SLOWLOG read and reset this often while every command is logged
+FOLLOWER_NAME = "jobcenter-bench-follow"  # the client name `submit --wait` runs under
 
 
 # -- sizes, targets, peers --------------------------------------------------------------
@@ -333,23 +337,7 @@ class Bench:
 
     def slowlog_entries(self) -> list[dict[str, Any]]:
         entries = self.redis.slowlog_get(SLOWLOG_LEN_PROFILE if self.profile_dir else SLOWLOG_LEN)
-        out = []
-        for e in entries:
-            command = e["command"]
-            command = command.decode(errors="replace") if isinstance(command, bytes) else command
-            parts = command.split()
-            name = parts[0].upper() if parts else "?"
-            if name == "EVALSHA" and len(parts) > 1:
-                name = self.sha_names.get(parts[1], "evalsha:" + parts[1][:8])
-            out.append(
-                {
-                    "name": name,
-                    "us": int(e["duration"]),
-                    "start": e["start_time"],
-                    "command": command[:100],
-                }
-            )
-        return out
+        return [slowlog_entry(e, self.sha_names) for e in entries]
 
     def slowlog_by_script(self) -> dict[str, Any]:
         totals: dict[str, list[int]] = {}
@@ -436,6 +424,67 @@ class CommandCounter(threading.Thread):
             "requests_total": sum(self.requests.values()),
             "commands_in_scripts": dict(self.in_scripts.most_common()),
         }
+
+
+def slowlog_entry(e: dict[str, Any], sha_names: dict[str, str]) -> dict[str, Any]:
+    """A SLOWLOG entry as the bench reports it: the command's name (a script's name for
+    EVALSHA), its time, and the client name that sent it."""
+    command = text(e["command"])
+    parts = command.split()
+    name = parts[0].upper() if parts else "?"
+    if name == "EVALSHA" and len(parts) > 1:
+        name = sha_names.get(parts[1], "evalsha:" + parts[1][:8])
+    return {
+        "name": name,
+        "us": int(e["duration"]),
+        "start": e["start_time"],
+        "command": command[:100],
+        "client": text(e.get("client_name") or b""),
+    }
+
+
+class SlowlogDrain(threading.Thread):
+    """SLOWLOG with threshold 0 read and reset every DRAIN_SECONDS in one MULTI/EXEC, keeping
+    the longest command of one named client and of everyone else: every command Redis runs is
+    seen, also those a full log would have dropped."""
+
+    def __init__(self, url: str, sha_names: dict[str, str], client_name: str) -> None:
+        super().__init__(name="bench-slowlog", daemon=True)
+        self.redis = redis.Redis.from_url(url)
+        self.sha_names = sha_names
+        self.client_name = client_name
+        self.stopping = threading.Event()
+        self.longest: dict[str, dict[str, Any] | None] = {"named": None, "others": None}
+        self.named_us: dict[str, list[int]] = {}  # the named client's times, per command
+
+    def run(self) -> None:
+        self.redis.config_set("slowlog-log-slower-than", 0)
+        self.redis.slowlog_reset()
+        while not self.stopping.wait(DRAIN_SECONDS):
+            self.drain()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(30)
+        self.drain()
+        self.redis.config_set("slowlog-log-slower-than", 10_000)
+        self.redis.close()
+
+    def drain(self) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.slowlog_get(SLOWLOG_LEN_PROFILE)
+        pipe.slowlog_reset()
+        entries, _ = pipe.execute()
+        for raw in entries:
+            e = slowlog_entry(raw, self.sha_names)
+            if e["name"] in BENCH_COMMANDS | {"MULTI", "EXEC"}:
+                continue
+            who = "named" if e["client"] == self.client_name else "others"
+            if who == "named":
+                self.named_us.setdefault(e["name"], []).append(e["us"])
+            best = self.longest[who]
+            if best is None or e["us"] > best["us"]:
+                self.longest[who] = e
 
 
 def _cpu(pid: int) -> float:
@@ -735,6 +784,57 @@ def run_big(bench: Bench, shape: str, n: int) -> dict[str, Any]:
     }
 
 
+def run_follow(bench: Bench, n: int) -> dict[str, Any]:
+    """`jobcenter submit --wait` (a CLI process, lines to a file) following a job of n
+    independent tasks while the workers run it: the longest command the follower sent and
+    the longest of anyone, from SLOWLOG at threshold 0 (drained while it runs). Then, for
+    scale, one HGETALL of the finished job's tasks hash: what every poll cost when the
+    follower read the whole status ten times a second."""
+    spec_path = bench.data_dir / "follow.json"
+    spec_path.write_text(json.dumps(flat_spec(n)))
+    out_path = bench.data_dir / "follow.out"
+    drain = SlowlogDrain(bench.server.url, bench.sha_names, FOLLOWER_NAME)
+    drain.start()
+    command = [sys.executable, "-m", "jobcenter", "submit", str(spec_path), "--wait"]
+    command += ["--redis-url", f"{bench.server.url}?client_name={FOLLOWER_NAME}"]
+    w0 = time.perf_counter()
+    with out_path.open("w") as out:
+        done = subprocess.run(
+            command,
+            env=bench.worker_env(),
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=job_timeout(n),
+        )
+    wall_s = time.perf_counter() - w0
+    drain.stop()
+    lines = out_path.read_text().splitlines()
+    job_id = lines[0].split()[1] if lines else ""
+    problems = [] if done.returncode == 0 else [f"submit --wait exited {done.returncode}"]
+    if len(lines) != n + 2 or lines[-1] != f"job {job_id} succeeded":
+        problems.append(f"{len(lines)} lines, not a line per task: {lines[-1:]} {done.stderr}")
+    bench.redis.config_set("slowlog-log-slower-than", 0)
+    bench.redis.slowlog_reset()
+    tasks_fields = len(bench.redis.hgetall(bench.client.store.keys.job(job_id).tasks))
+    whole = [e for e in bench.slowlog_entries() if e["name"] == "HGETALL"]
+    bench.redis.config_set("slowlog-log-slower-than", 10_000)
+    bench.purge([job_id])
+    return {
+        "tasks": n,
+        "wall_s": wall_s,
+        "follower_longest": drain.longest["named"],
+        "others_longest": drain.longest["others"],
+        "follower_commands": {
+            name: {"calls": len(us), "median_us": statistics.median(us), "longest_us": max(us)}
+            for name, us in drain.named_us.items()
+        },
+        "tasks_hash_fields": tasks_fields,
+        "hgetall_tasks_us": whole[0]["us"] if whole else None,
+        "problems": problems,
+    }
+
+
 def _by_name(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """SLOWLOG entries summed per script: calls over the threshold, their total, median, max."""
     grouped: dict[str, list[int]] = {}
@@ -838,6 +938,10 @@ def workloads(sizes: Sizes) -> dict[str, tuple[str, Workload]]:
         "big-chain": (
             f"{sizes.big:,}-task chain, root fails",
             lambda b: run_big(b, "chain", sizes.big),
+        ),
+        "big-follow": (
+            f"submit --wait following a {sizes.big:,}-task job",
+            lambda b: run_follow(b, sizes.big),
         ),
     }
 
@@ -1077,6 +1181,43 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, s
                 "",
             )
         )
+    if "big-follow" in w:
+        r = w["big-follow"]["median"]
+        label = f"big-follow {w['big-follow']['label']}"
+        for who, figure in (
+            ("follower", "longest command of `submit --wait`"),
+            ("others", "longest command of anyone meanwhile"),
+        ):
+            e = r[f"{who}_longest"]
+            shown = f"{e['us'] / 1000:.2f} ms ({e['name']})" if e else "-"
+            rows.append((label, figure, shown, "", "", verdict(not r["problems"])))
+            label = ""
+        for name, c in sorted(r["follower_commands"].items(), key=lambda kv: -kv[1]["calls"]):
+            median, longest = c["median_us"] / 1000, c["longest_us"] / 1000
+            rows.append(
+                (
+                    "",
+                    f"  its {name}: calls, median / longest",
+                    f"{c['calls']:,}, {median:.3f} / {longest:.2f} ms",
+                    "",
+                    "",
+                    "",
+                )
+            )
+        rows.append(
+            (
+                "",
+                f"  vs one HGETALL of the tasks hash ({r['tasks_hash_fields']:,} fields)",
+                fmt(
+                    None if r["hgetall_tasks_us"] is None else r["hgetall_tasks_us"] / 1000,
+                    " ms",
+                    1,
+                ),
+                "",
+                "",
+                "",
+            )
+        )
     return rows
 
 
@@ -1113,7 +1254,9 @@ def main() -> int:
         help="a workload whose first run took longer than this runs only once",
     )
     parser.add_argument(
-        "--only", default="", help="comma-separated: W1,W2,W3,W4,W5,big-fan,big-chain"
+        "--only",
+        default="",
+        help="comma-separated: W1,W2,W3,W4,W5,big-fan,big-chain,big-follow",
     )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=64, help="task threads per worker")

@@ -3,8 +3,8 @@
   KEYS[5] leases zset  KEYS[6] claims hash  KEYS[7] leader zset  KEYS[8] leader wake list
   KEYS[9] dead-letter zset  KEYS[10] active jobs zset  KEYS[11] expiring zset (what recovery
   trims from the list indexes, and when)  KEYS[12] the job's idempotency key (the job hash
-  again when it has none)
-  KEYS[13..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
+  again when it has none)  KEYS[13..17] the per-state job indexes (zsets), in JOB_STATES order
+  KEYS[18..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
   ARGV[1] job id  ARGV[2] default retention ms  ARGV[3] number of queues  ARGV[4..] their
   names, in KEYS order
   A is the index of the script's own first ARGV; XK of its own first extra KEY.
@@ -16,13 +16,16 @@ local ACTIVE, EXPIRING, IDEM = KEYS[10], KEYS[11], KEYS[12]
 local JOB_ID = ARGV[1]
 local DEFAULT_RETENTION_MS = tonumber(ARGV[2])
 local NQ = tonumber(ARGV[3])
+local STATE_INDEX = {} -- job state -> the zset of jobs in that state (what `list --state` reads)
+for k, state in ipairs(JOB_STATES) do STATE_INDEX[state] = KEYS[12 + k] end
+local QK = 12 + #JOB_STATES -- the queue keys follow
 local QUEUES = {}
 for qi = 1, NQ do
-  local k = 12 + (qi - 1) * 3
+  local k = QK + (qi - 1) * 3
   QUEUES[ARGV[3 + qi]] = {ready = KEYS[k + 1], delayed = KEYS[k + 2], wake = KEYS[k + 3]}
 end
 local A = 4 + NQ
-local XK = 13 + NQ * 3
+local XK = QK + 1 + NQ * 3
 
 local FRONTIER_BUDGET = 300 -- child visits per call: a few ms, well under 50 ms under load
 local HISTORY_MAX = 200000 -- history entries kept per job (oldest trimmed)
@@ -54,6 +57,22 @@ local function drop_reservations(first)
     redis.call('ZREM', LEASES, JOB_ID .. '|' .. ARGV[k])
     redis.call('HDEL', CLAIMS, JOB_ID .. '|' .. ARGV[k])
   end
+end
+
+-- Set the job's state and move the job to that state's index, in one step, so `list --state`
+-- reads exactly the jobs in that state.
+local function set_job_state(state)
+  local j = redis.call('HMGET', J, 'state', 'created_at')
+  if j[1] and j[1] ~= state then redis.call('ZREM', STATE_INDEX[j[1]], JOB_ID) end
+  redis.call('ZADD', STATE_INDEX[state], j[2], JOB_ID)
+  redis.call('HSET', J, 'state', state)
+  META.state = state
+end
+
+-- The job's entry in the expiring zset: what trimming needs once the job's keys are gone.
+local function expiring_member()
+  local j = redis.call('HMGET', J, 'owner', 'schedule_id')
+  return JOB_ID .. '\t' .. (j[1] or '') .. '\t' .. (j[2] or '')
 end
 
 local function task_state(i) return redis.call('HGET', T, 's:' .. i) end
@@ -140,18 +159,18 @@ end
 -- Close a job whose tasks all ended: succeeded only if every task succeeded; cancelled if a
 -- user cancelled it; else failed. Its keys then live for the retention period.
 local function finalize_job(now)
-  local j = redis.call('HMGET', J, 'nfailed', 'stop', 'retention', 'owner')
+  local j = redis.call('HMGET', J, 'nfailed', 'stop', 'retention')
   local state = J_SUCCEEDED
   if j[2] == 'cancel' then state = J_CANCELLED elseif tonumber(j[1] or 0) > 0 then state = J_FAILED end
-  redis.call('HSET', J, 'state', state, 'finished_at', now, 'updated_at', now)
+  set_job_state(state)
+  redis.call('HSET', J, 'finished_at', now, 'updated_at', now)
   redis.call('ZREM', ACTIVE, JOB_ID)
   redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
   local retention = tonumber(j[3] or DEFAULT_RETENTION_MS)
   for _, key in ipairs({J, T, H, F}) do redis.call('PEXPIRE', key, retention) end
   if state == J_SUCCEEDED then compact(now) end
   if IDEM ~= J then redis.call('PEXPIRE', IDEM, retention) end
-  redis.call('ZADD', EXPIRING, now + retention, JOB_ID .. '\t' .. (j[4] or ''))
-  META.state = state
+  redis.call('ZADD', EXPIRING, now + retention, expiring_member())
   return state
 end
 

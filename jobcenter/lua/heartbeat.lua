@@ -4,7 +4,8 @@
   ARGV[A] handler id  ARGV[A+1] lease ms  then triples: task index, attempt, progress
   ('' for no news; else stored and shown by status)
   Returns {0, {code per triple}} | {-4} job gone
-  Codes: 0 renewed | -2 stale token (another attempt owns the task) | -3 not running ]]
+  Codes: 0 renewed | -2 stale token (another attempt owns the task) | -3 not running |
+  -7 not running: its job was cancelled (or abandoned), so the attempt should stop ]]
 
 local handler, lease_ms = ARGV[A], tonumber(ARGV[A + 1])
 if not load_job() then return {-4} end
@@ -18,7 +19,7 @@ for k = A + 2, #ARGV, 3 do
   if token_of(i) ~= ARGV[k + 1] .. ':' .. handler then
     code = -2
   elseif state ~= T_RUNNING and state ~= T_TIMED_OUT then
-    code = -3
+    code = redis.call('HEXISTS', J, 'stop') == 1 and -7 or -3
   else
     redis.call('ZADD', LEASES, now + lease_ms, lease_member(i))
     if state == T_TIMED_OUT then

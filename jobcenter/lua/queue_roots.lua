@@ -15,7 +15,10 @@ end
 if tonumber(j[3] or 0) ~= tonumber(ARGV[A + 2]) then return {-6} end
 
 local now = now_ms()
-if META.state == J_PENDING then redis.call('HSET', J, 'state', J_RUNNING, 'started_at', now) end
+if META.state == J_PENDING then
+  set_job_state(J_RUNNING)
+  redis.call('HSET', J, 'started_at', now)
+end
 for k = A + 5, #ARGV do
   if task_state(ARGV[k]) == T_WAITING then enqueue(ARGV[k], now) end
 end

@@ -67,11 +67,13 @@ flush_wakes()
 local n = #roots + #resets
 redis.call('HINCRBY', J, 'left', n)
 redis.call('HINCRBY', J, 'nfailed', -n)
-redis.call('HSET', J, 'state', J_RUNNING, 'updated_at', now)
+local expiring = expiring_member()
+set_job_state(J_RUNNING)
+redis.call('HSET', J, 'updated_at', now)
 redis.call('HDEL', J, 'finished_at', 'stop')
 redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
 for _, key in ipairs({J, T, H, F}) do redis.call('PERSIST', key) end
 if IDEM ~= J then redis.call('PERSIST', IDEM) end
 redis.call('ZADD', ACTIVE, redis.call('HGET', J, 'created_at'), JOB_ID)
-redis.call('ZREM', EXPIRING, JOB_ID .. '\t' .. (redis.call('HGET', J, 'owner') or ''))
+redis.call('ZREM', EXPIRING, expiring)
 return {0, n}

@@ -3,6 +3,7 @@
   handed to a leader, which splits it in bounded chunks.
   KEYS: the job context (_job.lua), then KEYS[XK] shard sequence counter  KEYS[XK+1] jobs
   zset  KEYS[XK+2] owner's jobs zset (the job hash again when there is no owner)
+  KEYS[XK+3] the firing schedule's jobs zset (the job hash again when no schedule fired it)
   ARGV[A] number of job-hash arguments, then those field, value pairs (with an idempotency
   key, 'spec_digest' among them: the key's value is "<job id>\t<digest>")
   then the number of tasks-hash arguments (0: a leader splits the job), then those pairs,
@@ -43,6 +44,8 @@ if IDEM ~= J then redis.call('SET', IDEM, JOB_ID .. '\t' .. digest) end
 redis.call('ZADD', KEYS[XK + 1], now, JOB_ID)
 redis.call('ZADD', ACTIVE, now, JOB_ID)
 if KEYS[XK + 2] ~= J then redis.call('ZADD', KEYS[XK + 2], now, JOB_ID) end
+if KEYS[XK + 3] ~= J then redis.call('ZADD', KEYS[XK + 3], now, JOB_ID) end
+redis.call('ZADD', STATE_INDEX[J_PENDING], now, JOB_ID)
 
 if ntask == 0 then
   leader_message('split', now)
@@ -52,7 +55,8 @@ call_chunked_argv('HSET', T, ntask_at + 1, ntask_at + ntask)
 stamp_created(0, tonumber(redis.call('HGET', J, 'n')) - 1, now)
 load_job()
 local first_root = ntask_at + ntask + 1
-redis.call('HSET', J, 'state', J_RUNNING, 'started_at', now, 'written', redis.call('HGET', J, 'n'),
+set_job_state(J_RUNNING)
+redis.call('HSET', J, 'started_at', now, 'written', redis.call('HGET', J, 'n'),
   'queued', #ARGV - first_root + 1)
 for k = first_root, #ARGV do enqueue(ARGV[k], now) end
 flush_wakes()

@@ -5,11 +5,10 @@ attempts' history and status (Redis TIME) and from what the tasks recorded (Redi
 from __future__ import annotations
 
 import itertools
-import os
 from typing import Any
 
 import redis
-from helpers import wait_until
+from helpers import pid_alive, wait_until
 from integration_harness import JOB_SECONDS, Workers
 from retry_tasks import records
 
@@ -214,15 +213,3 @@ def test_process_pool_kills_the_child_at_its_timeout(
     wait_until(lambda: not pid_alive(slept["pid"]), timeout=5, message="child still alive")
     # the child is gone, so its write after the sleep can never happen
     assert records(redis_client, namespace, "woke") == []
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead
-    except FileNotFoundError:
-        return False

@@ -159,7 +159,7 @@ def test_a_fire_decided_by_a_ticker_that_died_is_submitted_by_the_next(store: St
     def die(*args: Any, **kwargs: Any) -> Any:
         raise SystemExit("ticker killed between deciding and submitting")
 
-    dying.submit = die  # type: ignore[method-assign]
+    dying.submit_many = die  # type: ignore[method-assign]
     with pytest.raises(SystemExit):
         ticker(dying, "dead").tick(s.created_ms + MINUTE)
     assert sched.show_schedule(store, s.id)["pending_fire"] == (s.created_ms + MINUTE) / 1000
@@ -217,6 +217,20 @@ def test_the_job_records_its_schedule_and_fire_time(store: Store) -> None:
     assert float(fields["fire_time"]) == (s.created_ms + MINUTE) / 1000
     assert fields["name"].decode() == "report"
     assert fields["idem"].decode() == f"{s.id}:{s.created_ms + MINUTE}"
+
+
+def test_jobs_a_schedule_fired_are_listed_by_it_and_schedules_are_listed_in_pages(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sched, "LIST_PAGE", 2)
+    schedules = [sched.add_schedule(store, SPEC, every="PT1M") for _ in range(5)]
+    fires = ticker(store, "a").tick(max(s.created_ms for s in schedules) + MINUTE)
+
+    assert sorted(v["id"] for v in sched.list_schedules(store)) == sorted(s.id for s in schedules)
+    for s in schedules:
+        (fire,) = [f for f in fires if f.schedule_id == s.id]
+        listed = store.list_jobs(schedule_id=s.id)
+        assert [(j["id"], j["fire_time"]) for j in listed] == [(fire.job_id, fire.fire_ms / 1000)]
 
 
 # -- catch-up after the scheduler was down ---------------------------------------------------
@@ -398,14 +412,14 @@ def test_a_pause_landing_while_a_tick_decides_wins_over_the_stale_decision(store
 def test_a_schedule_removed_while_its_fire_is_submitted_stays_removed(store: Store) -> None:
     s = sched.add_schedule(store, SPEC, every="PT1M", name="etl")
     racing = other_store(store)
-    submit = racing.submit
+    submit = racing.submit_many
 
     def submit_then_remove(*args: Any, **kwargs: Any) -> Any:
         submitted_job = submit(*args, **kwargs)
         sched.remove_schedule(store, "etl")
         return submitted_job
 
-    racing.submit = submit_then_remove  # type: ignore[method-assign]
+    racing.submit_many = submit_then_remove  # type: ignore[method-assign]
 
     assert ticker(racing, "a").tick(s.created_ms + MINUTE) == []  # its confirm found nothing
 

@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import signal
-from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import pid_alive, wait_until
 from integration_harness import JOB_SECONDS, Scratch, Workers
 
 from jobcenter import Client
 
 STOPPING_LOG = "stopping (signal"  # what a worker logs once a first SIGTERM reached it
-
-
-def pid_alive(pid: int) -> bool:
-    """True while the process runs (a zombie, dead but not yet reaped, counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def test_sigterm_lets_the_running_task_finish_and_succeed_then_exits_0(

@@ -142,8 +142,8 @@ def submit_call(store: Store, spec: dict[str, Any]) -> tuple[str, list[str], lis
     job_id = store._add_submit(batch, parse_spec(spec), None, None)
     ((name, keys, argv),) = batch.calls
     assert name == "submit"
-    nq = len(store.job_meta(job_id).queues)
-    return job_id, keys[12 + 3 * nq :], argv[3 + nq :]
+    context_keys, context_argv = store._context(job_id, store.job_meta(job_id))
+    return job_id, keys[len(context_keys) :], argv[len(context_argv) :]
 
 
 def assert_finalized(store: Store, job_id: str, state: str, *, snapshot_check: bool = True) -> None:
@@ -160,7 +160,10 @@ def assert_finalized(store: Store, job_id: str, state: str, *, snapshot_check: b
     for key in (jk.tasks, jk.history, jk.frontier):
         assert store.redis.pttl(key) != -1, f"{key} outlives the job's retention"
     owner = job_field(store, job_id, "owner") or ""
-    assert store.redis.zscore(store.keys.expiring(shard), f"{job_id}\t{owner}") is not None
+    schedule_id = job_field(store, job_id, "schedule_id") or ""
+    member = f"{job_id}\t{owner}\t{schedule_id}"
+    assert store.redis.zscore(store.keys.expiring(shard), member) is not None
+    assert store.redis.zscore(store.keys.state_jobs(shard, state), job_id) is not None
     assert "finalize" not in leader_messages(store, job_id)
     if not snapshot_check:
         assert store.finalize(job_id) == (1, state)

@@ -26,7 +26,7 @@ from lua_helpers import (
 import jobcenter.store
 from jobcenter.leader import Leader
 from jobcenter.spec import parse_spec
-from jobcenter.store import Store
+from jobcenter.store import HEARTBEAT_CANCELLED, Store
 
 # Claimed in index order: a and d start running, e is reserved only, b stays queued.
 MIXED = {
@@ -80,7 +80,8 @@ def test_cancel_empties_queues_revokes_attempts_and_finalizes_cancelled(store: S
 
     with untouched(store):  # the revoked attempts' reports are rejected
         assert complete_one(store, H1, job_id, A, running[A].attempt) == -3
-        assert heartbeat_one(store, H1, job_id, A, running[A].attempt) == -3
+        # ... and the heartbeat tells the attempt's worker to stop it
+        assert heartbeat_one(store, H1, job_id, A, running[A].attempt) == HEARTBEAT_CANCELLED
         assert store.fail(H1, job_id, A, running[A].attempt, "late", -1) == (-3, None)
         assert store.start(H2, {job_id: [E]}) == []
         assert claim(store, H2) == []

@@ -227,7 +227,8 @@ def test_finalize_and_delete_of_a_finished_job_without_its_idempotency_key_chang
     assert_finalized(store, job_id, "succeeded")
     idem = store.keys.idempotency(0, "one-key")
     assert store.redis.pttl(idem) > 0  # on the job's retention
-    extra = [store.keys.jobs(0), store.keys.job(job_id).job]  # no owner
+    job_key = store.keys.job(job_id).job
+    extra = [store.keys.jobs(0), job_key, job_key]  # no owner, no schedule
     with untouched(store):
         reply = run_job_script(store, "delete", job_id, [], without_idem=True, extra_keys=extra)
         assert reply == [-5]
@@ -236,7 +237,8 @@ def test_finalize_and_delete_of_a_finished_job_without_its_idempotency_key_chang
     store.delete(job_id, [])
     assert not store.redis.exists(store.keys.job(job_id).job, idem)
     assert store.redis.zscore(store.keys.jobs(0), job_id) is None
-    assert store.redis.zscore(store.keys.expiring(0), f"{job_id}\t") is None
+    assert store.redis.zscore(store.keys.expiring(0), f"{job_id}\t\t") is None
+    assert store.redis.zscore(store.keys.state_jobs(0, "succeeded"), job_id) is None
 
 
 def test_publish_tasks_with_a_moved_cursor_returns_minus_6_and_changes_nothing(

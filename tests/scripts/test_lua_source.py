@@ -49,10 +49,21 @@ def _code(path: Path) -> str:
     return "\n".join(lines)
 
 
+JOB_STATES_LINE = re.compile(r"^local JOB_STATES = \{(.*)\}$")
+
+
 def _constants() -> dict[str, str]:
-    pairs = [CONSTANT.match(line) for line in lua_constants().splitlines()]
+    lines = [line for line in lua_constants().splitlines() if not JOB_STATES_LINE.match(line)]
+    pairs = [CONSTANT.match(line) for line in lines]
     assert all(pairs), "lua_constants() emitted a line that is not a state constant"
     return {m.group(1): m.group(2) for m in pairs if m}
+
+
+def test_lua_job_states_list_the_per_state_index_keys_in_python_order() -> None:
+    """Store._context passes the per-state job indexes in JobState order; _job.lua maps
+    them through JOB_STATES, which must be that order."""
+    (match,) = filter(None, map(JOB_STATES_LINE.match, lua_constants().splitlines()))
+    assert match.group(1).split(", ") == [f"J_{s.name}" for s in JobState]
 
 
 def test_lua_state_constants_are_exactly_the_python_states() -> None:
