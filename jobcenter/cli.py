@@ -91,12 +91,29 @@ def redis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(exc), EXIT_NO_REDIS)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             fail(f"cannot reach Redis: {exc}", EXIT_NO_REDIS)
+        except redis.ResponseError as exc:
+            reason = _write_refused(exc)
+            if reason is None:
+                raise
+            # Each transition is one script, refused before its first write: none half-done.
+            fail(f"Redis refused the write ({reason}); nothing of it was applied", EXIT_NO_REDIS)
         except Refused as exc:
             fail(str(exc), EXIT_REFUSED)
         except JobcenterError as exc:
             fail(str(exc), EXIT_ERROR)
 
     return wrapper
+
+
+def _write_refused(exc: redis.ResponseError) -> str | None:
+    """Why Redis refused to write, if that is what `exc` says. A command's refusal comes as
+    its own class; a script's wraps the reply in a plain ResponseError (Redis < 7)."""
+    message = str(exc)
+    if isinstance(exc, redis.exceptions.OutOfMemoryError) or "OOM command not allowed" in message:
+        return "out of memory: maxmemory reached and eviction is off"
+    if isinstance(exc, redis.exceptions.ReadOnlyError) or "READONLY" in message:
+        return "it is a read-only replica"
+    return None
 
 
 def log_server(settings: Settings) -> None:
