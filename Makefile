@@ -5,14 +5,18 @@ PY := $(VENV)/bin/python
 
 .PHONY: demo test bench lint clean
 
+# One line of our own while installing; pip's output (warnings included) goes to a log,
+# printed in full if the install fails.
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
-	touch $@
+	@echo "installing jobcenter into $(VENV) (log: $(VENV)/install.log) ..."
+	@$(PYTHON) -m venv $(VENV)
+	@{ $(PY) -m pip install --upgrade pip && $(PY) -m pip install -e '.[test]'; } \
+		> $(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log >&2; echo "install failed; its log: $(VENV)/install.log" >&2; exit 1; }
+	@touch $@
 
 demo: $(VENV)/.installed  ## the seed-000 DAG on an embedded Redis with two workers
-	$(PY) scripts/demo.py $(DEMO_ARGS)
+	@$(PY) scripts/demo.py $(DEMO_ARGS)
 
 test: $(VENV)/.installed  ## the whole suite, against Redis servers it starts itself
 	$(PY) -m pytest -q $(TEST_ARGS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +48,8 @@ class Job:
             "idempotency_key": idempotency_key,
             "retention": retention,
         }
-        self._tasks: dict[str, dict[str, Any]] = {}
+        self._tasks: list[dict[str, Any]] = []
+        self._ids: set[object] = set()
 
     def task(
         self,
@@ -66,26 +68,33 @@ class Job:
         priority: int | None = None,
     ) -> TaskRef:
         """Add a task; depends_on takes TaskRefs or task ids. Values are checked by build()."""
-        if id in self._tasks:
-            raise SpecError(f"duplicate task id {id!r}")
+        with contextlib.suppress(TypeError):  # an unhashable id: build() refuses it, naming it
+            if id in self._ids:
+                raise SpecError(f"duplicate task id {id!r}")
+            self._ids.add(id)
+        deps: Any = depends_on  # anything but a ref, an id or an iterable: build() names it
         if isinstance(depends_on, TaskRef | str):
-            depends_on = [depends_on]
-        self._tasks[id] = {
-            "id": id,
-            "task": task,
-            "args": args,
-            "kwargs": kwargs,
-            "depends_on": [d.id if isinstance(d, TaskRef) else d for d in depends_on],
-            "retries": retries,
-            "retry_backoff": retry_backoff,
-            "retry_backoff_max": retry_backoff_max,
-            "timeout": timeout,
-            "queue": queue,
-            "node": node,
-            "priority": priority,
-        }
+            deps = [depends_on]
+        if isinstance(deps, Iterable):
+            deps = [d.id if isinstance(d, TaskRef) else d for d in deps]
+        self._tasks.append(
+            {
+                "id": id,
+                "task": task,
+                "args": args,
+                "kwargs": kwargs,
+                "depends_on": deps,
+                "retries": retries,
+                "retry_backoff": retry_backoff,
+                "retry_backoff_max": retry_backoff_max,
+                "timeout": timeout,
+                "queue": queue,
+                "node": node,
+                "priority": priority,
+            }
+        )
         return TaskRef(id)
 
     def build(self) -> JobSpec:
         """The validated JobSpec; raises SpecError with the same messages as a spec file."""
-        return parse_spec({**self._job, "tasks": list(self._tasks.values())})
+        return parse_spec({**self._job, "tasks": self._tasks})

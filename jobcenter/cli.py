@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -33,6 +34,18 @@ EXIT_UNHEALTHY = 1  # `jobcenter health` only: not ready/alive (the code Docker 
 HEALTH_TIMEOUT_SECONDS = 5.0  # `jobcenter health`: a worker's endpoint answers in under a second
 FOLLOW_POLL_SECONDS = 0.1  # `submit --wait` reads the job's counters this often
 FOLLOW_PAGE = 1_000  # history entries per read while following: each read stays short
+
+
+def log_format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--log-format",
+        envvar="JOBCENTER_LOG_FORMAT",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="json: one object a line (time, level, worker, job, task, attempt, event) "
+        "[env JOBCENTER_LOG_FORMAT].",
+    )(fn)
 
 
 def fail(message: str, code: int) -> None:
@@ -78,12 +91,29 @@ def redis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(exc), EXIT_NO_REDIS)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             fail(f"cannot reach Redis: {exc}", EXIT_NO_REDIS)
+        except redis.ResponseError as exc:
+            reason = _write_refused(exc)
+            if reason is None:
+                raise
+            # Each transition is one script, refused before its first write: none half-done.
+            fail(f"Redis refused the write ({reason}); nothing of it was applied", EXIT_NO_REDIS)
         except Refused as exc:
             fail(str(exc), EXIT_REFUSED)
         except JobcenterError as exc:
             fail(str(exc), EXIT_ERROR)
 
     return wrapper
+
+
+def _write_refused(exc: redis.ResponseError) -> str | None:
+    """Why Redis refused to write, if that is what `exc` says. A command's refusal comes as
+    its own class; a script's wraps the reply in a plain ResponseError (Redis < 7)."""
+    message = str(exc)
+    if isinstance(exc, redis.exceptions.OutOfMemoryError) or "OOM command not allowed" in message:
+        return "out of memory: maxmemory reached and eviction is off"
+    if isinstance(exc, redis.exceptions.ReadOnlyError) or "READONLY" in message:
+        return "it is a read-only replica"
+    return None
 
 
 def log_server(settings: Settings) -> None:
@@ -458,6 +488,7 @@ def cancel(settings: Settings, job_id: str) -> None:
     help="Address of the health endpoint; 0.0.0.0 for Kubernetes probes "
     "[env JOBCENTER_HEALTH_HOST].",
 )
+@log_format_option
 @redis_options
 def worker(
     settings: Settings,
@@ -470,10 +501,11 @@ def worker(
     allow_shell: bool,
     health_port: int | None,
     health_host: str,
+    log_format: str,
 ) -> None:
     """Run a worker; MODULES are imported to register their @task functions
     [env JOBCENTER_MODULES, separated by spaces]."""
-    from . import health, registry
+    from . import health, logs, registry
     from .store import Store
     from .worker import Options, Worker
 
@@ -482,6 +514,8 @@ def worker(
     served = [check_name(q.strip(), f"--queues {queues!r}: each queue") for q in queues.split(",")]
     if node is not None:
         check_name(node, "--node")
+    logs.configure(log_format)
+    os.environ[logs.FORMAT_ENV] = log_format  # the rq recovery child logs the same way
     logging.getLogger("jobcenter").setLevel(min(logging.INFO, logging.getLogger().level))
     if allow_shell:
         modules = (*modules, "jobcenter.shell")
@@ -500,9 +534,52 @@ def worker(
     )
     log_server(settings)
     w = Worker(Store.from_settings(settings), options)
+    logs.set_worker(w.handler)
     w.install_signal_handlers()
     health.start(w, health_host, health_port)
     w.run()
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="0: any."
+)
+@click.option(
+    "--token",
+    envvar="JOBCENTER_DASHBOARD_TOKEN",
+    default=None,
+    help="Allow actions (cancel, retry, requeue, pause, resume) to whoever sends this "
+    "token; without it the dashboard is read-only [env JOBCENTER_DASHBOARD_TOKEN, "
+    "which `ps` does not show].",
+)
+@log_format_option
+@redis_options
+def dashboard(settings: Settings, host: str, port: int, token: str | None, log_format: str) -> None:
+    """Serve the web dashboard: jobs, each job's live DAG, workers, queues, dead letters,
+    schedules and recovery."""
+    from . import logs
+
+    try:
+        from .web import serve
+    except ImportError as exc:
+        fail(
+            f"the dashboard needs its extra: pip install 'jobcenter[dashboard]' ({exc})",
+            EXIT_BAD_INPUT,
+        )
+    logs.configure(log_format)
+    verbose = logging.getLogger().level < logging.WARNING
+    logging.getLogger("jobcenter").setLevel(min(logging.INFO, logging.getLogger().level))
+    logging.getLogger("uvicorn.error").setLevel(logging.INFO)
+    # a collector reading JSON lines gets the address as one of them
+    announce = click.echo if log_format == "text" else logging.getLogger("jobcenter.web").info
+    try:
+        serve.run(
+            client_for(settings), host=host, port=port, token=token or None,
+            access_log=verbose, announce=announce,
+        )  # fmt: skip
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc}", EXIT_BAD_INPUT)
 
 
 @main.command(name="health")

@@ -19,6 +19,7 @@ from rq import Queue, SimpleWorker, get_current_job
 from rq.exceptions import DuplicateJobError
 from rq.serializers import JSONSerializer
 
+from . import logs
 from .config import Settings
 from .lifeline import exit_with
 from .recovery import Recovery
@@ -120,7 +121,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="jobcenter's rq worker for recovery jobs")
     parser.add_argument("--parent", type=int, default=0)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+    logs.configure(os.environ.get(logs.FORMAT_ENV) or "text", level=logging.WARNING)
     settings = Settings.from_env()
     if args.parent:
         exit_with(args.parent)

@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import json
-import math
 import re
+import reprlib
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from jobcenter import codec
+from jobcenter import codec, documents
 from jobcenter.dag import check_dag
 from jobcenter.errors import SpecError
 
@@ -28,6 +25,12 @@ from jobcenter.errors import SpecError
 MAX_TASKS = 100_000
 # Arguments travel through Redis with every claim; bulk data belongs in external storage.
 MAX_TASK_PAYLOAD_BYTES = 512 * 1024
+# All of a job's arguments go to Redis in one submit and are kept twice until it is split
+# (the stored spec and the tasks' fields); a bound keeps a submit from flooding memory.
+MAX_JOB_PAYLOAD_BYTES = 64 * 1024 * 1024
+# Every dependency is an entry of a parent's children list and a step of each release:
+# ten parents a task at the task limit. (YAML aliases can repeat one long list cheaply.)
+MAX_DEPENDENCIES = 1_000_000
 # Beyond this, retries hide a broken task rather than ride out a transient fault.
 MAX_RETRIES = 100
 # Priorities are stored as sorted-set scores; a bound keeps them exact in a double.
@@ -37,6 +40,15 @@ MAX_PRIORITY = 1_000_000_000
 ARGS_MAX_DEPTH = codec.MAX_DEPTH - 3
 # Names are shown in listings and history; longer ones are a mistake, not a name.
 MAX_NAME_LENGTH = 200
+# Durations (timeout, backoff, retention) past a year are typos; the bound also keeps them
+# inside what a thread wait (threading.TIMEOUT_MAX) and a Redis expire accept.
+MAX_SECONDS = 366 * 24 * 3600
+# A spec file is read whole; far above a 100,000-task spec with its payloads, low enough
+# that `submit /dev/zero` fails at once instead of eating memory.
+MAX_SPEC_FILE_BYTES = 256 * 1024 * 1024
+# The deepest container a valid spec holds: job -> tasks -> task -> args, and the args
+# ARGS_MAX_DEPTH deep (the args list included). A deeper file is refused while parsing.
+SPEC_MAX_DEPTH = 3 + ARGS_MAX_DEPTH
 
 # Task ids, queue, node and owner names end up inside Redis key names and queue entries,
 # so they exclude the separators those use (`|`, `:`, `{`, `}`, whitespace).
@@ -132,9 +144,18 @@ def _bad(task_id: str | None, problem: str) -> SpecError:
     return SpecError(f"job: {problem}" if task_id is None else f"task {task_id!r}: {problem}")
 
 
+# Shows a few levels and items of a value: a huge or deeply nested one costs no more.
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = 60
+
+
 def _show(value: object) -> str:
     """repr of a bad value, cut short so one huge value cannot flood the message."""
-    text = repr(value)
+    try:
+        text = _SHORT_REPR.repr(value)
+    except Exception:  # a repr that raises, an int too long to print
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -154,7 +175,7 @@ def _int(value: object, key: str, task_id: str | None, low: int, high: int, rule
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise _bad(task_id, f"{key!r} must be {rule}, got {_show(value)}")
     if value > high:
-        raise _bad(task_id, f"{key!r} must be at most {high}, got {value}")
+        raise _bad(task_id, f"{key!r} must be at most {high}, got {_show(value)}")
     return value
 
 
@@ -164,16 +185,21 @@ def _priority(value: object, task_id: str | None) -> int:
 
 
 def _seconds(value: object, key: str, task_id: str | None, *, strict: bool) -> float:
-    """A finite, non-bool number of seconds: > 0 if strict, else >= 0."""
+    """A non-bool number of seconds up to MAX_SECONDS: > 0 if strict, else >= 0."""
+    # Compared, never converted first: float() of a 400-digit int raises. NaN fails both.
     if (
-        not isinstance(value, int | float)
-        or isinstance(value, bool)
-        or not math.isfinite(value)
-        or (value <= 0 if strict else value < 0)
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and (value > 0 or (value == 0 and not strict))
+        and value <= MAX_SECONDS
     ):
-        bound = "> 0" if strict else ">= 0"
-        raise _bad(task_id, f"{key!r} must be a number of seconds {bound}, got {_show(value)}")
-    return float(value)
+        return float(value)
+    bound = "> 0" if strict else ">= 0"
+    raise _bad(
+        task_id,
+        f"{key!r} must be a number of seconds {bound} and at most {MAX_SECONDS}, "
+        f"got {_show(value)}",
+    )
 
 
 def _name(value: object, key: str, task_id: str | None) -> str:
@@ -208,7 +234,31 @@ def _label(value: object, key: str) -> str:
 # --- parsing -------------------------------------------------------------------------
 
 
-def _parse_task(raw: object, position: int, known_names: set[str]) -> TaskSpec:
+class _JobTotals:
+    """What a job's tasks add up to so far, against the per-job limits."""
+
+    def __init__(self) -> None:
+        self.payload_bytes = 0
+        self.dependencies = 0
+
+    def add_payload(self, task_id: str, size: int) -> None:
+        self.payload_bytes += size
+        if self.payload_bytes > MAX_JOB_PAYLOAD_BYTES:
+            raise SpecError(
+                f"job: the tasks' args and kwargs take more than {MAX_JOB_PAYLOAD_BYTES} bytes "
+                f"packed in all (the limit per job), passed at task {task_id!r}"
+            )
+
+    def add_dependencies(self, task_id: str, count: int) -> None:
+        self.dependencies += count
+        if self.dependencies > MAX_DEPENDENCIES:
+            raise SpecError(
+                f"job has more than {MAX_DEPENDENCIES} dependencies (the limit), "
+                f"passed at task {task_id!r}"
+            )
+
+
+def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobTotals) -> TaskSpec:
     # Hot for 100,000-task jobs: absent keys take their (valid) default unchecked, and
     # message prefixes are only formatted on the way to an error.
     if not isinstance(raw, (dict, Mapping)):
@@ -216,7 +266,7 @@ def _parse_task(raw: object, position: int, known_names: set[str]) -> TaskSpec:
     task_id = raw.get("id")
     if not _TASK_KEYS.issuperset(raw):
         key = next(k for k in raw if k not in _TASK_KEYS)
-        where = f"task {task_id!r}" if isinstance(task_id, str) else f"tasks[{position}]"
+        where = f"task {_show(task_id)}" if isinstance(task_id, str) else f"tasks[{position}]"
         raise _unknown_key(key, _TASK_KEYS, where)
     if task_id is None:
         raise SpecError(f"tasks[{position}] has no 'id'")
@@ -251,19 +301,21 @@ def _parse_task(raw: object, position: int, known_names: set[str]) -> TaskSpec:
     else:
         raise _bad(task_id, f"'kwargs' must be a mapping, got {type(kwargs).__name__}")
     if args or kwargs:
-        _check_payload(task_id, args, kwargs)
+        totals.add_payload(task_id, _check_payload(task_id, args, kwargs))
 
     deps = raw.get("depends_on")
     if deps is None:
         depends_on: tuple[str, ...] = ()
-    elif isinstance(deps, str):
-        depends_on = (deps,)
-    elif isinstance(deps, (list, tuple)) and all(isinstance(d, str) for d in deps):
-        depends_on = tuple(dict.fromkeys(deps)) if len(deps) > 1 else tuple(deps)
     else:
-        raise _bad(
-            task_id, f"'depends_on' must be a task id or a list of task ids, got {_show(deps)}"
-        )
+        if isinstance(deps, str):
+            deps = (deps,)
+        # counted before they are read: a YAML alias can repeat one long list cheaply
+        totals.add_dependencies(task_id, len(deps) if isinstance(deps, (list, tuple)) else 0)
+        if not isinstance(deps, (list, tuple)) or not all(isinstance(d, str) for d in deps):
+            raise _bad(
+                task_id, f"'depends_on' must be a task id or a list of task ids, got {_show(deps)}"
+            )
+        depends_on = tuple(dict.fromkeys(deps)) if len(deps) > 1 else tuple(deps)
 
     retries, backoff, backoff_max = 0, 1.0, 300.0
     timeout = queue = node = priority = None
@@ -302,19 +354,26 @@ def _parse_task(raw: object, position: int, known_names: set[str]) -> TaskSpec:
     )
 
 
-def _check_payload(task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """args and kwargs must pack (plain data, not too deep) and fit the payload limit."""
+def _check_payload(task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """args and kwargs must pack (plain data, not too deep) into MAX_TASK_PAYLOAD_BYTES
+    together; returns their packed size."""
+    limit = MAX_TASK_PAYLOAD_BYTES
     try:
-        size = len(codec.pack(args, what="args", max_depth=ARGS_MAX_DEPTH)) if args else 0
+        size = 0
+        if args:
+            size = len(codec.pack(args, what="args", max_depth=ARGS_MAX_DEPTH, max_bytes=limit))
         if kwargs:
-            size += len(codec.pack(kwargs, what="kwargs", max_depth=ARGS_MAX_DEPTH))
+            packed = codec.pack(
+                kwargs, what="kwargs", max_depth=ARGS_MAX_DEPTH, max_bytes=limit - size
+            )
+            size += len(packed)
+    except codec.TooLarge:
+        raise _bad(
+            task_id, f"args and kwargs take more than {limit} bytes packed (the limit per task)"
+        ) from None
     except SpecError as exc:
         raise _bad(task_id, str(exc)) from None
-    if size > MAX_TASK_PAYLOAD_BYTES:
-        raise _bad(
-            task_id,
-            f"args and kwargs take {size} bytes packed; the limit is {MAX_TASK_PAYLOAD_BYTES}",
-        )
+    return size
 
 
 # The JobSpecs parse_spec made (by id; weak, so they are forgotten with the spec): only
@@ -357,7 +416,8 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
         raise SpecError(f"job has {len(raw_tasks)} tasks; the limit is {max_tasks}")
 
     seen_names: set[str] = set()
-    tasks = tuple(_parse_task(raw, i, seen_names) for i, raw in enumerate(raw_tasks))
+    totals = _JobTotals()
+    tasks = tuple(_parse_task(raw, i, seen_names, totals) for i, raw in enumerate(raw_tasks))
     check_dag([t.id for t in tasks], {t.id: t.depends_on for t in tasks if t.depends_on})
     spec = JobSpec(
         name=name,
@@ -378,56 +438,16 @@ def load_spec_file(path: str | Path) -> JobSpec:
     Errors name the file, and for syntax errors the line and column.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"spec file {str(path)!r} not found") from None
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"spec file {str(path)!r} is not UTF-8 text: {exc.reason}") from None
-    except OSError as exc:
-        raise SpecError(f"spec file {str(path)!r} cannot be read: {exc.strerror}") from None
-
-    data: object
-    if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(
-                f"spec file {str(path)!r} is not valid JSON: {exc.msg} "
-                f"(line {exc.lineno}, column {exc.colno})"
-            ) from None
-    else:
-        try:
-            data = yaml.load(text, Loader=_YAML_LOADER)
-        except yaml.YAMLError as exc:
-            raise SpecError(
-                f"spec file {str(path)!r} is not valid YAML: {_yaml_problem(exc)}"
-            ) from None
+    where = f"spec file {str(path)!r}"
+    data = documents.load(path, where, max_bytes=MAX_SPEC_FILE_BYTES, max_depth=SPEC_MAX_DEPTH)
     if data is None:
-        raise SpecError(f"spec file {str(path)!r} is empty")
+        raise SpecError(f"{where} is empty")
     if not isinstance(data, Mapping):
-        raise SpecError(
-            f"spec file {str(path)!r} must hold a mapping at the top level, "
-            f"got {type(data).__name__}"
-        )
+        raise SpecError(f"{where} must hold a mapping at the top level, got {type(data).__name__}")
     try:
         return parse_spec(data)
     except SpecError as exc:
-        raise SpecError(f"spec file {str(path)!r}: {exc}") from None
-
-
-# libyaml's safe loader when PyYAML was built with it: the same documents, ~10x faster
-# on a 100,000-task file.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """The YAML error as one line: what went wrong and where (1-based line and column)."""
-    problem = getattr(exc, "problem", None) or str(exc)
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    if mark is None:
-        return str(problem)
-    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+        raise SpecError(f"{where}: {exc}") from None
 
 
 def spec_digest(spec: JobSpec) -> str:

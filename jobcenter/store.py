@@ -157,10 +157,12 @@ class Store:
         """The first process to use a namespace stores its shard count; any other count is
         refused, since a job's keys would then be looked for in the wrong shard."""
         key, mine = self.keys.shard_count(), self.settings.shards
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.set(key, mine, nx=True)
-        pipe.get(key)
-        _, stored = pipe.execute()
+        stored = self.redis.get(key)
+        if stored is None:  # read first: a full or read-only Redis must still serve reads
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.set(key, mine, nx=True)
+            pipe.get(key)
+            _, stored = pipe.execute()
         if int(stored) != mine:
             raise SettingsMismatch(
                 f"namespace {self.settings.namespace!r} has shard count {int(stored)} (fixed "

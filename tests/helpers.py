@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import threading
 import time
 import urllib.error
@@ -13,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import redis
 
@@ -146,3 +147,20 @@ class CommandLog:
             for c in list(self.commands)
             if c.name in names and c.key == key and c.in_script == in_script
         )
+
+
+def read_until(stream: IO[str], pattern: re.Pattern[str], timeout: float) -> re.Match[str]:
+    """Read lines of a running process's output until one matches."""
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        line = stream.readline()
+        if not line:
+            break  # the process ended
+        seen.append(line)
+        if match := pattern.search(line):
+            return match
+    raise AssertionError(f"no line matched {pattern.pattern!r}; output: {''.join(seen)}")

@@ -9,6 +9,7 @@ task sleeps for longer than a demo step.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from functools import cache
@@ -105,3 +106,10 @@ def retry_later(delay: float) -> None:
     """Asks for a retry after `delay` seconds, every time."""
     _record("run", delay=delay)
     raise Retry("not yet", delay=delay)
+
+
+@task(name="tasks_for_tests.log_line")
+def log_line(message: str) -> str:
+    """Logs `message` from inside the task (what --log-format json tags with its job)."""
+    logging.getLogger("tasks_for_tests").warning(message)
+    return message

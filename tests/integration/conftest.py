@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from integration_harness import Cli, Scratch, Workers
+from integration_harness import Cli, Scratch, Workers, worker_pool
 
 from jobcenter import Client
 
@@ -17,11 +17,8 @@ from jobcenter import Client
 def workers(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Workers]:
     """Starts worker processes; at teardown each must stop on SIGTERM with exit 0 and
     without a traceback in its log, or the test fails."""
-    pool = Workers(redis_url, namespace, tmp_path)
-    yield pool
-    problems = pool.close()
-    if problems:
-        pytest.fail("\n".join(problems), pytrace=False)
+    with worker_pool(redis_url, namespace, tmp_path) as pool:
+        yield pool
 
 
 @pytest.fixture

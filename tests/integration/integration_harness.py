@@ -14,10 +14,13 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 from helpers import wait_until
 from tasks_for_tests import WORKER_NAME_ENV, scratch_key
@@ -86,7 +89,7 @@ class WorkerProcess:
 
 
 class Workers:
-    """Starts worker processes for one test and stops them at its end."""
+    """Starts worker processes for one test and stops them at its end (see worker_pool)."""
 
     def __init__(self, redis_url: str, namespace: str, log_dir: Path) -> None:
         self.redis_url = redis_url
@@ -272,3 +275,14 @@ def parents_finished_first(status: dict[str, Any], deps: dict[str, list[str]]) -
                     f"{task_id} started at {started} before {parent} finished at {finished}"
                 )
     return wrong
+
+
+@contextmanager
+def worker_pool(redis_url: str, namespace: str, log_dir: Path) -> Iterator[Workers]:
+    """Workers for one test; at its end each must stop on SIGTERM with exit 0 and without a
+    traceback in its log, or the test fails."""
+    pool = Workers(redis_url, namespace, log_dir)
+    yield pool
+    problems = pool.close()
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)

@@ -1,0 +1,86 @@
+"""What a person can change from the dashboard, each a POST that needs the token: cancel
+and retry a job, requeue a dead letter, pause and resume a schedule."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from urllib.parse import quote
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from .. import schedule as schedules
+from ..client import Client
+from ..errors import WrongState
+from ..states import JobState
+from .auth import require_token
+from .pages import client
+
+
+async def _act(request: Request, do: Callable[[Client], str], back: str) -> Response:
+    """Check the token, run `do` (blocking Redis calls: in a thread), and answer JSON to a
+    script or a redirect with a notice to a plain form."""
+    await require_token(request, request.app.state.token)
+    message = await run_in_threadpool(do, client(request))
+    if "application/json" in request.headers.get("accept", ""):
+        return JSONResponse({"ok": True, "message": message})
+    return RedirectResponse(f"{back}?notice={quote(message)}", status_code=303)
+
+
+async def cancel(request: Request) -> Response:
+    job_id = request.path_params["job_id"]
+
+    def do(c: Client) -> str:
+        state = c.state(job_id)
+        if JobState(state).terminal:
+            raise WrongState(f"job {job_id} is {state} already")
+        return f"job {job_id} {c.cancel(job_id)}"
+
+    return await _act(request, do, f"/jobs/{job_id}")
+
+
+async def retry(request: Request) -> Response:
+    job_id = request.path_params["job_id"]
+
+    def do(c: Client) -> str:
+        return f"job {job_id}: {c.retry(job_id)} tasks to run again"
+
+    return await _act(request, do, f"/jobs/{job_id}")
+
+
+async def requeue(request: Request) -> Response:
+    job_id, task_id = request.path_params["job_id"], request.path_params["task_id"]
+
+    def do(c: Client) -> str:
+        return f"job {job_id}: task {task_id} requeued ({c.requeue(job_id, task_id)} to run again)"
+
+    return await _act(request, do, "/dead-letters")
+
+
+async def pause(request: Request) -> Response:
+    ref = request.path_params["schedule_id"]
+
+    def do(c: Client) -> str:
+        return f"schedule {schedules.pause_schedule(c.store, ref)['id']} paused"
+
+    return await _act(request, do, "/schedules")
+
+
+async def resume(request: Request) -> Response:
+    ref = request.path_params["schedule_id"]
+
+    def do(c: Client) -> str:
+        return f"schedule {schedules.resume_schedule(c.store, ref)['id']} resumed"
+
+    return await _act(request, do, "/schedules")
+
+
+ROUTES = [
+    Route("/jobs/{job_id}/cancel", cancel, methods=["POST"]),
+    Route("/jobs/{job_id}/retry", retry, methods=["POST"]),
+    Route("/dead-letters/{job_id}/{task_id:path}/requeue", requeue, methods=["POST"]),
+    Route("/schedules/{schedule_id}/pause", pause, methods=["POST"]),
+    Route("/schedules/{schedule_id}/resume", resume, methods=["POST"]),
+]

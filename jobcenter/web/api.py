@@ -1,0 +1,52 @@
+"""The JSON the job page's script reads: the graph once, then the live states (polled; an
+event stream can feed the same endpoint later), and one task's detail on a click."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from .. import views
+from . import graph
+from .pages import client
+
+# How often the page asks for live states: twice a second for any job a person can watch
+# task by task; less often for a huge one, whose every poll reads all its task states.
+POLL_MS = 500
+POLL_MS_LARGE = 2_000
+LARGE_JOB = 20_000
+
+
+def job_graph(request: Request) -> JSONResponse:
+    g = views.job_graph(client(request).store, request.path_params["job_id"])
+    drawn = graph.picture(g.ids, g.edges)
+    return JSONResponse(
+        {
+            "job": asdict(g.job),
+            "ids": g.ids,
+            "states": g.states,
+            "edges_known": g.edges_known,
+            "picture": drawn.to_dict(),
+            "poll_ms": POLL_MS_LARGE if len(g.ids) > LARGE_JOB else POLL_MS,
+        }
+    )
+
+
+def live(request: Request) -> JSONResponse:
+    states = views.live_states(client(request).store, request.path_params["job_id"])
+    return JSONResponse(asdict(states))
+
+
+def task(request: Request) -> JSONResponse:
+    job_id, index = request.path_params["job_id"], request.path_params["index"]
+    return JSONResponse(asdict(views.task_detail(client(request).store, job_id, index)))
+
+
+ROUTES = [
+    Route("/api/jobs/{job_id}/graph", job_graph),
+    Route("/api/jobs/{job_id}/live", live),
+    Route("/api/jobs/{job_id}/tasks/{index:int}", task),
+]

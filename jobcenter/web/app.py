@@ -1,0 +1,95 @@
+"""The dashboard's ASGI app: routes, templates, static files, and the headers every answer
+carries."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..client import Client
+from ..errors import JobcenterError, NotFound
+from . import actions, api, format, pages
+
+HERE = Path(__file__).parent
+GZIP_MIN_BYTES = 1_000  # the live states of a large job compress ~10x
+
+# Scripts and styles only from our own files: text from jobs (errors, names) can never run.
+SECURITY_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        b"frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+]
+
+
+class SecurityHeaders:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = list(message.get("headers", [])) + SECURITY_HEADERS
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def wants_json(request: Request) -> bool:
+    return request.url.path.startswith("/api/") or "application/json" in request.headers.get(
+        "accept", ""
+    )
+
+
+def create_app(client: Client, token: str | None = None) -> Starlette:
+    """The dashboard over `client`'s namespace; actions allowed only with `token`."""
+    templates = Jinja2Templates(directory=HERE / "templates")
+    templates.env.filters.update(
+        when=format.when, duration=format.duration, first_line=format.first_line
+    )
+    templates.env.globals.update(ago=format.ago, now=time.time)
+
+    async def error(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, HTTPException):
+            status, message = exc.status_code, str(exc.detail)
+        elif isinstance(exc, NotFound):
+            status, message = 404, str(exc)
+        elif isinstance(exc, ValueError | JobcenterError):  # bad input, or a refused change
+            status, message = 409 if isinstance(exc, JobcenterError) else 400, str(exc)
+        else:
+            raise exc
+        if wants_json(request):
+            return JSONResponse({"ok": False, "error": message}, status_code=status)
+        return pages.render(request, "error.html", status_code=status, message=message)
+
+    app = Starlette(
+        routes=[
+            *pages.ROUTES,
+            *api.ROUTES,
+            *actions.ROUTES,
+            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        ],
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(GZipMiddleware, minimum_size=GZIP_MIN_BYTES),
+        ],
+        exception_handlers={HTTPException: error, JobcenterError: error, ValueError: error},
+    )
+    app.state.client = client
+    app.state.token = token or None
+    app.state.templates = templates
+    return app

@@ -1,0 +1,129 @@
+"""The HTML pages: jobs, one job, workers, queues, dead letters, schedules, recovery. Each
+reads through the Client or `jobcenter.views`, in bounded calls."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from .. import schedule as schedules
+from .. import views
+from ..client import Client
+from ..states import JobState
+
+DEAD_LETTERS_PAGE = 100  # the newest dead letters listed
+AUTO_REFRESH_SECONDS = 5  # workers and queues pages reload themselves this often
+
+
+def client(request: Request) -> Client:
+    c: Client = request.app.state.client
+    return c
+
+
+def render(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
+    """A page with what every page shows: the namespace, whether actions are allowed."""
+    templates = request.app.state.templates
+    context.update(
+        namespace=client(request).settings.namespace,
+        actions=request.app.state.token is not None,
+        notice=request.query_params.get("notice"),
+        path=request.url.path,
+    )
+    response: Response = templates.TemplateResponse(
+        request, template, context, status_code=status_code
+    )
+    return response
+
+
+def home(request: Request) -> Response:
+    return RedirectResponse("/jobs", status_code=307)
+
+
+def jobs(request: Request) -> Response:
+    q = request.query_params
+    filters = views.JobFilter(
+        owner=q.get("owner") or None,
+        state=q.get("state") or None,
+        schedule_id=q.get("schedule") or None,
+        name=q.get("name") or None,
+    )
+    if filters.state and filters.state not in {s.value for s in JobState}:
+        raise ValueError(f"unknown job state {filters.state!r}")
+    size = _int_param(q.get("size"), views.PAGE_SIZE, "size")
+    page = views.jobs_page(client(request).store, filters, before=q.get("before"), size=size)
+    kept = {k: v for k, v in q.items() if k in ("owner", "state", "schedule", "name", "size") and v}
+    older = f"/jobs?{urlencode({**kept, 'before': page.older})}" if page.older else None
+    return render(
+        request,
+        "jobs.html",
+        page=page,
+        filters=filters,
+        states=[s.value for s in JobState],
+        older=older,
+        newest=f"/jobs?{urlencode(kept)}" if q.get("before") else None,
+    )
+
+
+def _int_param(raw: str | None, default: int, name: str) -> int:
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
+
+
+def job(request: Request) -> Response:
+    summary = views.job_summary(client(request).store, request.path_params["job_id"])
+    return render(request, "job.html", job=summary)
+
+
+def workers(request: Request) -> Response:
+    view = views.workers(client(request).store)
+    return render(request, "workers.html", view=view, refresh=AUTO_REFRESH_SECONDS)
+
+
+def queues(request: Request) -> Response:
+    store = client(request).store
+    asked = [q for q in request.query_params.get("queue", "").split(",") if q]
+    names = sorted(set(views.known_queues(store)) | set(asked))
+    view = views.queues(store, names)
+    return render(request, "queues.html", view=view, refresh=AUTO_REFRESH_SECONDS)
+
+
+def dead_letters(request: Request) -> Response:
+    c = client(request)
+    rows = c.dead_letters(limit=DEAD_LETTERS_PAGE)
+    total = views.dead_letter_count(c.store)
+    return render(request, "dead_letters.html", rows=rows, total=total)
+
+
+def schedule_list(request: Request) -> Response:
+    return render(request, "schedules.html", rows=client(request).schedules())
+
+
+def schedule_page(request: Request) -> Response:
+    store = client(request).store
+    view = schedules.show_schedule(store, request.path_params["schedule_id"])
+    return render(request, "schedule.html", s=view)
+
+
+def recovery(request: Request) -> Response:
+    return render(request, "recovery.html", view=views.recovery(client(request).store))
+
+
+ROUTES = [
+    Route("/", home),
+    Route("/jobs", jobs),
+    Route("/jobs/{job_id}", job),
+    Route("/workers", workers),
+    Route("/queues", queues),
+    Route("/dead-letters", dead_letters),
+    Route("/schedules", schedule_list),
+    Route("/schedules/{schedule_id}", schedule_page),
+    Route("/recovery", recovery),
+]

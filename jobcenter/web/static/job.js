@@ -1,0 +1,444 @@
+// The job page: the DAG laid out by dagre, drawn as SVG, coloured by state and kept live
+// by polling the job's states (the source can become an event stream without touching the
+// drawing: see subscribe()). Every text from a job is set with textContent, never as HTML.
+"use strict";
+
+(() => {
+  const SVG_NS = "http://www.w3.org/2000/svg";
+  // Most urgent first: a group box takes the colour of the most urgent state inside it.
+  const URGENCY = [
+    "failed", "upstream_failed", "timed_out", "running", "retry_wait", "queued", "waiting",
+    "cancelled", "succeeded",
+  ];
+  const DARK_TEXT_ON = new Set(["waiting", "queued", "retry_wait", "upstream_failed"]);
+  const JOB_DONE = new Set(["succeeded", "failed", "cancelled"]);
+  const TASK_DONE = new Set(["succeeded", "failed", "upstream_failed", "cancelled"]);
+  const IDLE_POLL_MS = 3000; // a finished job is still watched: a retry re-opens it
+  const TASK_W = 110, TASK_H = 34, GROUP_W = 170, GROUP_H = 58, CHAR_W = 7;
+  const MIN_SCALE = 0.6; // a picture larger than the view is shrunk to this at most, then panned
+  const MEMBERS_SHOWN = 500; // tasks of a group listed in the side panel
+
+  const root = document.getElementById("job");
+  const jobId = root.dataset.jobId;
+  const svg = document.getElementById("dag-svg");
+  const panel = document.getElementById("panel");
+  const panelBody = document.getElementById("panel-body");
+  const colours = {};
+  for (const s of [...URGENCY, "pending"]) {
+    colours[s] = getComputedStyle(document.documentElement).getPropertyValue(`--${s}`).trim();
+  }
+
+  const model = { ids: [], states: [], picture: null, boxes: [], indexOf: new Map() };
+  let selected = null; // {kind: "task" | "group", index}
+  let pollMs = 500;
+
+  // -- helpers ---------------------------------------------------------------------------
+
+  function svgEl(name, attrs, parent) {
+    const e = document.createElementNS(SVG_NS, name);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+
+  function html(tag, text, parent, cls) {
+    const e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    if (cls) e.className = cls;
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+
+  async function getJSON(url) {
+    const reply = await fetch(url, { headers: { Accept: "application/json" } });
+    const body = await reply.json().catch(() => ({ error: reply.statusText }));
+    if (!reply.ok) throw new Error(body.error || reply.statusText);
+    return body;
+  }
+
+  function when(seconds) {
+    return seconds ? new Date(seconds * 1000).toISOString().replace("T", " ").slice(0, 23) + "Z" : "-";
+  }
+
+  function span(seconds) {
+    if (seconds === null || seconds === undefined) return "-";
+    return seconds < 1 ? `${Math.round(seconds * 1000)} ms` : `${seconds.toFixed(1)} s`;
+  }
+
+  function fit(text, width) {
+    const max = Math.max(3, Math.floor((width - 12) / CHAR_W));
+    return text.length > max ? text.slice(0, max - 1) + "…" : text;
+  }
+
+  function urgent(counts) {
+    for (const s of URGENCY) if (counts[s]) return s;
+    return "waiting";
+  }
+
+  // -- layout and drawing ----------------------------------------------------------------
+
+  function sizeOf(node) {
+    if (node.members.length > 1) return [GROUP_W, GROUP_H];
+    return [Math.min(260, Math.max(TASK_W, node.label.length * CHAR_W + 16)), TASK_H];
+  }
+
+  // Positions (centres) of the boxes and the points of each edge.
+  function layout(picture, edgesKnown) {
+    const sizes = picture.nodes.map(sizeOf);
+    if (!edgesKnown || !picture.edges.length) {
+      // no edges to rank by: a grid, in task order
+      const cols = Math.max(1, Math.ceil(Math.sqrt(picture.nodes.length * 2)));
+      const w = Math.max(...sizes.map((s) => s[0])) + 14, h = Math.max(...sizes.map((s) => s[1])) + 14;
+      const at = sizes.map((_, i) => ({ x: 10 + (i % cols) * w + w / 2, y: 10 + Math.floor(i / cols) * h + h / 2 }));
+      return { at, sizes, paths: [], width: cols * w + 20, height: Math.ceil(sizes.length / cols) * h + 20 };
+    }
+    const g = new dagre.graphlib.Graph();
+    g.setGraph({ rankdir: "LR", nodesep: 14, ranksep: 56, marginx: 12, marginy: 12 });
+    g.setDefaultEdgeLabel(() => ({}));
+    sizes.forEach(([width, height], i) => g.setNode(String(i), { width, height }));
+    for (const [a, b] of picture.edges) g.setEdge(String(a), String(b));
+    dagre.layout(g);
+    return {
+      at: sizes.map((_, i) => g.node(String(i))),
+      sizes,
+      paths: picture.edges.map(([a, b]) => g.edge(String(a), String(b)).points),
+      width: g.graph().width,
+      height: g.graph().height,
+    };
+  }
+
+  function draw(picture, edgesKnown) {
+    const placed = layout(picture, edgesKnown);
+    svg.textContent = "";
+    const defs = svgEl("defs", {}, svg);
+    const marker = svgEl("marker", {
+      id: "arrow", viewBox: "0 0 10 10", refX: "10", refY: "5", markerWidth: "7", markerHeight: "7", orient: "auto",
+    }, defs);
+    svgEl("path", { d: "M0,0 L10,5 L0,10 z", fill: "#94a3b8" }, marker);
+    const view = svgEl("g", { id: "view" }, svg);
+    picture.edges.forEach(([, , count], k) => {
+      const pts = placed.paths[k];
+      const d = pts.map((p, i) => `${i ? "L" : "M"}${p.x.toFixed(1)},${p.y.toFixed(1)}`).join(" ");
+      svgEl("path", { d, class: "edge", "marker-end": "url(#arrow)" }, view);
+      if (count > 1) {
+        const mid = pts[Math.floor(pts.length / 2)];
+        const label = svgEl("text", { x: mid.x, y: mid.y - 4, "text-anchor": "middle", class: "edge-label" }, view);
+        label.textContent = `${count}`;
+      }
+    });
+    model.boxes = picture.nodes.map((node, i) => {
+      const [w, h] = placed.sizes[i];
+      const { x, y } = placed.at[i];
+      const g = svgEl("g", { class: "node", transform: `translate(${(x - w / 2).toFixed(1)},${(y - h / 2).toFixed(1)})` }, view);
+      const box = { node, g, w, h, rect: svgEl("rect", { class: "box", width: w, height: h, rx: 5 }, g) };
+      const title = svgEl("title", {}, g);
+      if (node.members.length === 1) {
+        g.dataset.task = model.ids[node.members[0]];
+        title.textContent = node.label;
+        svgEl("text", { x: w / 2, y: h / 2 + 4, "text-anchor": "middle" }, g).textContent = fit(node.label, w);
+      } else {
+        g.dataset.group = node.label;
+        title.textContent = `${node.label}: ${node.members.length} tasks (level ${node.level})`;
+        svgEl("text", { x: 8, y: 16 }, g).textContent = fit(`${node.label} ×${node.members.length}`, w);
+        box.sub = svgEl("text", { x: 8, y: 31, class: "sub" }, g);
+        box.bars = {};
+        for (const s of URGENCY) box.bars[s] = svgEl("rect", { x: 8, y: 40, width: 0, height: 9, fill: colours[s] }, g);
+      }
+      g.addEventListener("click", (ev) => {
+        ev.stopPropagation();
+        select(node.members.length === 1 ? { kind: "task", index: node.members[0] } : { kind: "group", index: i });
+      });
+      return box;
+    });
+    model.size = [placed.width, placed.height];
+    fitView();
+  }
+
+  // -- pan and zoom (the viewBox) ----------------------------------------------------------
+
+  let vb = { x: 0, y: 0, w: 1, h: 1 };
+  function setViewBox() { svg.setAttribute("viewBox", `${vb.x} ${vb.y} ${vb.w} ${vb.h}`); }
+
+  // Show the whole picture if it fits at MIN_SCALE, else its start; never enlarge it.
+  function fitView() {
+    if (!model.size) return;
+    const [width, height] = model.size;
+    const maxH = Math.max(220, window.innerHeight * 0.7);
+    svg.style.height = `${Math.min(maxH, Math.max(220, height + 24))}px`;
+    const box = svg.getBoundingClientRect();
+    if (!box.width) return;
+    const scale = Math.min(Math.max(width / box.width, height / box.height, 1), 1 / MIN_SCALE);
+    vb = { x: 0, y: 0, w: box.width * scale, h: box.height * scale };
+    setViewBox();
+  }
+  let lastWidth = 0;
+  new ResizeObserver(() => {
+    const width = svg.getBoundingClientRect().width;
+    if (Math.abs(width - lastWidth) > 1) { lastWidth = width; fitView(); }
+  }).observe(svg);
+
+  svg.addEventListener("wheel", (ev) => {
+    ev.preventDefault();
+    const box = svg.getBoundingClientRect();
+    const f = ev.deltaY > 0 ? 1.15 : 1 / 1.15;
+    const px = vb.x + ((ev.clientX - box.left) / box.width) * vb.w;
+    const py = vb.y + ((ev.clientY - box.top) / box.height) * vb.h;
+    vb = { x: px - (px - vb.x) * f, y: py - (py - vb.y) * f, w: vb.w * f, h: vb.h * f };
+    setViewBox();
+  }, { passive: false });
+
+  let drag = null;
+  svg.addEventListener("mousedown", (ev) => { drag = { x: ev.clientX, y: ev.clientY, vb: { ...vb } }; svg.classList.add("dragging"); });
+  window.addEventListener("mouseup", () => { drag = null; svg.classList.remove("dragging"); });
+  window.addEventListener("mousemove", (ev) => {
+    if (!drag) return;
+    const box = svg.getBoundingClientRect();
+    vb.x = drag.vb.x - ((ev.clientX - drag.x) / box.width) * vb.w;
+    vb.y = drag.vb.y - ((ev.clientY - drag.y) / box.height) * vb.h;
+    setViewBox();
+  });
+
+  // -- live states -------------------------------------------------------------------------
+
+  function paint(states) {
+    model.states = states;
+    const total = {};
+    for (const s of states) total[s] = (total[s] || 0) + 1;
+    for (const box of model.boxes) {
+      const members = box.node.members;
+      if (members.length === 1) {
+        const s = states[members[0]];
+        box.g.dataset.state = s;
+        box.rect.setAttribute("fill", colours[s] || "#ddd");
+        box.g.classList.toggle("dark", !DARK_TEXT_ON.has(s));
+        continue;
+      }
+      const counts = {};
+      for (const m of members) counts[states[m]] = (counts[states[m]] || 0) + 1;
+      const s = urgent(counts);
+      box.g.dataset.state = s;
+      box.rect.setAttribute("fill", "#fff");
+      box.rect.setAttribute("stroke", colours[s]);
+      box.rect.setAttribute("stroke-width", "2.5");
+      let x = 8;
+      const full = box.w - 16;
+      for (const st of URGENCY) {
+        const w = ((counts[st] || 0) / members.length) * full;
+        box.bars[st].setAttribute("x", x.toFixed(2));
+        box.bars[st].setAttribute("width", w.toFixed(2));
+        x += w;
+      }
+      box.sub.textContent = URGENCY.filter((st) => counts[st]).map((st) => `${counts[st]} ${st}`).join(" · ");
+    }
+    const counts = document.getElementById("counts");
+    counts.textContent = "";
+    for (const s of URGENCY) {
+      if (!total[s]) continue;
+      const item = html("span", null, counts);
+      html("span", null, item, "dot").style.background = colours[s];
+      item.append(`${total[s]} ${s}`);
+      item.dataset.state = s;
+    }
+  }
+
+  function showJob(state, finishedAt) {
+    root.dataset.state = state;
+    const badge = document.getElementById("job-state");
+    badge.textContent = state;
+    badge.className = `badge state-${state}`;
+    document.getElementById("job-finished").textContent = when(finishedAt);
+    const cancel = document.getElementById("cancel-job");
+    const retry = document.getElementById("retry-job");
+    if (cancel) cancel.classList.toggle("hidden", JOB_DONE.has(state));
+    if (retry) retry.classList.toggle("hidden", state !== "failed");
+  }
+
+  // The one place that knows where live states come from: polling today; an event stream
+  // (issue 12, item 3) can call `onStates` the same way.
+  function subscribe(onStates) {
+    let timer = null;
+    async function tick() {
+      let state = null;
+      try {
+        const live = await getJSON(`/api/jobs/${jobId}/live`);
+        state = live.state;
+        onStates(live);
+        setNote(null);
+      } catch (err) {
+        setNote(`live updates paused: ${err.message}`);
+      }
+      timer = window.setTimeout(tick, state && JOB_DONE.has(state) ? IDLE_POLL_MS : pollMs);
+    }
+    document.addEventListener("jobcenter:acted", () => { window.clearTimeout(timer); tick(); });
+    tick();
+  }
+
+  function onStates(live) {
+    if (live.states.length !== model.ids.length) { load(); return; } // the job was replaced
+    const before = selected && selected.kind === "task" ? model.states[selected.index] : null;
+    paint(live.states);
+    showJob(live.state, live.finished_at);
+    if (selected) {
+      const now = selected.kind === "task" ? live.states[selected.index] : null;
+      if (selected.kind === "group" || now !== before || !TASK_DONE.has(now)) refreshPanel();
+    }
+  }
+
+  // -- the side panel ----------------------------------------------------------------------
+
+  function select(what) {
+    selected = what;
+    for (const box of model.boxes) box.g.classList.remove("selected");
+    const i = what.kind === "task" ? model.picture.node_of[what.index] : what.index;
+    model.boxes[i].g.classList.add("selected");
+    if (what.kind === "task") history.replaceState(null, "", `#task=${encodeURIComponent(model.ids[what.index])}`);
+    panel.classList.remove("hidden");
+    refreshPanel();
+  }
+
+  async function refreshPanel() {
+    if (!selected) return;
+    if (selected.kind === "group") { showGroup(model.picture.nodes[selected.index]); return; }
+    const asked = selected;
+    try {
+      const t = await getJSON(`/api/jobs/${jobId}/tasks/${asked.index}`);
+      if (selected === asked) showTask(t);
+    } catch (err) {
+      panelBody.textContent = err.message;
+    }
+  }
+
+  function fact(dl, name, value) {
+    html("dt", name, dl);
+    return html("dd", value === null || value === undefined || value === "" ? "-" : value, dl);
+  }
+
+  function showTask(t) {
+    panelBody.textContent = "";
+    panelBody.dataset.task = t.id;
+    panelBody.dataset.state = t.state;
+    const h = html("h2", t.id, panelBody);
+    h.append(" ");
+    html("span", t.state, h, `badge state-${t.state}`);
+    const dl = html("dl", null, panelBody, "facts");
+    fact(dl, "task", t.task || (root.dataset.state === "succeeded" ? "(freed when the job succeeded)" : null));
+    fact(dl, "attempts", t.max_attempts ? `${t.attempts} of ${t.max_attempts}` : t.attempts);
+    fact(dl, "handler", t.handler).className = "mono";
+    fact(dl, "queue", t.queue);
+    fact(dl, "queued", when(t.queued_at));
+    fact(dl, "started", when(t.started_at));
+    fact(dl, "finished", when(t.finished_at));
+    if (t.started_at) fact(dl, "ran", span((t.finished_at || Date.now() / 1000) - t.started_at));
+    fact(dl, "progress", t.progress).id = "task-progress";
+    if (t.args) fact(dl, "arguments", t.args).className = "mono small";
+    if (t.error) {
+      html("h3", "error", panelBody);
+      html("pre", t.error, panelBody).id = "task-error";
+    }
+    if (document.body.dataset.actions === "on" && t.state === "failed") {
+      const p = html("p", null, panelBody, "actions");
+      const b = html("button", "Requeue this task", p, "act");
+      b.id = "requeue-task";
+      b.dataset.url = `/dead-letters/${encodeURIComponent(jobId)}/${encodeURIComponent(t.id)}/requeue`;
+      window.jobcenter.wireActions(p);
+    }
+    html("h3", `attempts (${t.history.length})`, panelBody);
+    const table = html("table", null, panelBody, "grid small");
+    table.id = "task-attempts";
+    const head = html("tr", null, html("thead", null, table));
+    for (const c of ["#", "state", "handler", "started", "took", "error"]) html("th", c, head);
+    const body = html("tbody", null, table);
+    for (const a of t.history) {
+      const tr = html("tr", null, body);
+      html("td", a.attempt, tr);
+      html("td", a.state, tr);
+      html("td", (a.handler || "-").slice(0, 8), tr, "mono");
+      html("td", when(a.started_at), tr);
+      html("td", a.started_at && a.finished_at ? span(a.finished_at - a.started_at) : "-", tr);
+      html("td", (a.error || "").split("\n")[0], tr);
+    }
+    if (!t.history.length) html("td", "no finished attempt yet", html("tr", null, body)).colSpan = 6;
+    if (!t.history_complete) html("p", "only the newest history entries of this job were searched", panelBody, "note");
+  }
+
+  function showGroup(node) {
+    panelBody.textContent = "";
+    delete panelBody.dataset.task;
+    html("h2", `${node.label} ×${node.members.length}`, panelBody);
+    html("p", `level ${node.level}, grouped by ${model.picture.grouping}`, panelBody, "note");
+    const order = new Map(URGENCY.map((s, i) => [s, i]));
+    const members = [...node.members].sort((a, b) => order.get(model.states[a]) - order.get(model.states[b]) || a - b);
+    const list = html("ul", null, panelBody, "members");
+    for (const m of members.slice(0, MEMBERS_SHOWN)) {
+      const li = html("li", null, list);
+      html("span", model.states[m], li, `badge state-${model.states[m]}`);
+      li.append(` ${model.ids[m]}`);
+      li.dataset.task = model.ids[m];
+      li.addEventListener("click", () => select({ kind: "task", index: m }));
+    }
+    if (members.length > MEMBERS_SHOWN) html("p", `and ${members.length - MEMBERS_SHOWN} more`, panelBody, "note");
+  }
+
+  document.getElementById("panel-close").addEventListener("click", () => {
+    selected = null;
+    panel.classList.add("hidden");
+    for (const box of model.boxes) box.g.classList.remove("selected");
+    history.replaceState(null, "", window.location.pathname);
+  });
+
+  // -- start -------------------------------------------------------------------------------
+
+  function setNote(text) {
+    const note = document.getElementById("dag-note");
+    const base = model.note || "";
+    note.textContent = text ? `${base} ${text}`.trim() : base;
+    note.classList.toggle("hidden", !note.textContent);
+  }
+
+  function legend() {
+    const box = document.getElementById("legend");
+    box.textContent = "";
+    for (const s of URGENCY) {
+      const item = html("span", null, box);
+      html("span", null, item, "dot").style.background = colours[s];
+      item.append(s);
+    }
+    html("span", "· drag to move, wheel to zoom", box);
+  }
+
+  async function load() {
+    performance.mark("jc-graph-asked");
+    const g = await getJSON(`/api/jobs/${jobId}/graph`);
+    performance.mark("jc-graph-read");
+    Object.assign(model, { ids: g.ids, states: g.states, picture: g.picture });
+    model.indexOf = new Map(g.ids.map((id, i) => [id, i]));
+    pollMs = g.poll_ms;
+    const notes = [];
+    if (g.picture.grouping !== "tasks") {
+      notes.push(`${g.ids.length} tasks drawn as ${g.picture.nodes.length} groups (by ${g.picture.grouping}); click a group for its tasks.`);
+    }
+    if (!g.edges_known) notes.push("The job succeeded and its edges were freed: tasks are shown without them.");
+    model.note = notes.join(" ");
+    draw(g.picture, g.edges_known);
+    performance.mark("jc-laid-out");
+    paint(g.states);
+    showJob(g.job.state, g.job.finished_at);
+    setNote(null);
+    legend();
+    performance.mark("jc-drawn");
+    const wanted = new URLSearchParams(window.location.hash.slice(1)).get("task");
+    if (wanted && model.indexOf.has(wanted)) select({ kind: "task", index: model.indexOf.get(wanted) });
+    window.jobcenterPage = { ready: true, tasks: g.ids.length, boxes: model.boxes.length };
+  }
+
+  document.addEventListener("DOMContentLoaded", async () => {
+    try {
+      await load();
+    } catch (err) {
+      model.note = `cannot draw the job: ${err.message}`;
+      setNote(null);
+      return;
+    }
+    subscribe(onStates);
+  });
+})();

@@ -1,0 +1,108 @@
+"""`jobcenter dashboard` as a person starts it, and `--log-format json` of the worker and
+the dashboard."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from helpers import read_until
+from integration_harness import JOB_SECONDS, PROCESS_START_SECONDS, TESTS_DIR, Cli, Workers
+from integration_harness import subprocess_env as env_for
+
+from jobcenter import Client
+
+URL = re.compile(r"jobcenter dashboard on (http://127\.0\.0\.1:\d+/)")
+JSON_KEYS = {"time", "level", "logger", "worker", "job", "task", "attempt", "event"}
+
+
+def fetch(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return reply.status, reply.read().decode()
+
+
+def stop(proc: subprocess.Popen[str]) -> int:
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(PROCESS_START_SECONDS)
+
+
+def test_the_dashboard_command_serves_until_stopped(cli: Cli, client: Client) -> None:
+    job_id = client.submit({"name": "to-see", "tasks": [{"id": "a", "task": "x.y"}]})
+    proc = cli.start("dashboard", "--port", "0")
+    assert proc.stdout is not None
+
+    url = read_until(proc.stdout, URL, PROCESS_START_SECONDS).group(1)
+    status, page = fetch(f"{url}jobs")
+    code = stop(proc)
+
+    assert status == 200 and job_id in page and "read-only" in page
+    assert code == 0
+
+
+def test_the_dashboard_command_names_the_extra_it_needs(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    hidden = tmp_path / "hide" / "starlette"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('starlette is hidden by this test')\n")
+    path = f"{hidden.parent}:{TESTS_DIR}"
+
+    done = subprocess.run(
+        [sys.executable, "-m", "jobcenter", "dashboard", "--port", "0"],
+        env=env_for(redis_url, namespace, PYTHONPATH=path),
+        capture_output=True,
+        text=True,
+        timeout=PROCESS_START_SECONDS,
+    )
+
+    assert done.returncode == 2
+    assert "the dashboard needs its extra: pip install 'jobcenter[dashboard]'" in done.stderr
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """Every line of a log, parsed; a line that is not one JSON object fails the test."""
+    entries = []
+    for line in text.splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            assert set(entry) >= JSON_KEYS, line
+            entries.append(entry)
+    return entries
+
+
+def test_a_worker_logs_json_lines_naming_the_job_task_and_attempt(
+    workers: Workers, client: Client
+) -> None:
+    worker = workers.start("--log-format", "json")
+    handler = workers.handler_of(worker)
+    spec = {"name": "log", "tasks": [{"id": "talk", "task": "tasks_for_tests.log_line"}]}
+    job_id = client.submit({**spec, "tasks": [{**spec["tasks"][0], "args": ["said by a task"]}]})
+    client.wait(job_id, JOB_SECONDS)
+    assert worker.stop() == 0
+
+    entries = json_lines(worker.log())
+
+    said = [e for e in entries if e["event"] == "said by a task"]
+    assert said and said[0]["job"] == job_id and said[0]["task"] == "talk"
+    assert said[0]["attempt"] == 1 and said[0]["worker"] == handler
+    assert said[0]["level"] == "warning" and said[0]["logger"] == "tasks_for_tests"
+    assert any("stopping" in e["event"] and e["worker"] == handler for e in entries)
+
+
+def test_the_dashboard_logs_json_lines(cli: Cli) -> None:
+    proc = cli.start("-v", "dashboard", "--port", "0", "--log-format", "json")
+    assert proc.stderr is not None
+
+    url = read_until(proc.stderr, URL, PROCESS_START_SECONDS).group(1)
+    fetch(f"{url}jobs")
+    assert stop(proc) == 0
+    rest = proc.stderr.read()
+
+    entries = json_lines(rest)
+    assert any("GET /jobs" in e["event"] and e["logger"] == "uvicorn.access" for e in entries)
