@@ -87,10 +87,10 @@ class StartedTask:
     payload: bytes
 
 
-class RefusedInPart(redis.RedisError):
-    """Redis ran some calls of a pipelined batch and refused others (out of memory,
-    read-only, busy): what the calls that ran did is kept here, so none of it is lost when
-    the caller tries the rest again."""
+class RefusedInPart(redis.ResponseError):
+    """Redis ran some calls of a pipelined batch and answered others with an error (out of
+    memory, read-only, busy): what the calls that ran did is kept here, so none of it is
+    lost when the caller tries the rest again. Its message is the first error's."""
 
     def __init__(
         self,
