@@ -23,8 +23,12 @@ def _alive(pid: int) -> bool:
 def exit_with(worker_pid: int) -> None:
     """Exit this process as soon as `worker_pid` is gone (checked from a daemon thread)."""
 
+    # Reparenting (to init or a subreaper) also means the parent is gone; compare with the
+    # parent at start, not with pid 1: in a container the worker itself may be pid 1.
+    parent = os.getppid()
+
     def watch() -> None:
-        while _alive(worker_pid) and os.getppid() != 1:
+        while _alive(worker_pid) and os.getppid() == parent:
             threading.Event().wait(CHECK_SECONDS)
         os._exit(0)
 
