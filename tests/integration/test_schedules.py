@@ -16,12 +16,12 @@ import pytest
 from click.testing import CliRunner, Result
 
 from jobcenter import Client
-from jobcenter import schedule as sched
-from jobcenter.cli_schedule import schedule_group
+from jobcenter import schedules as sched
+from jobcenter.cli.schedules import schedule_group
 from jobcenter.config import Settings
 from jobcenter.errors import NotFound, SpecError
-from jobcenter.schedule import Fire, Scheduler
-from jobcenter.store import Store
+from jobcenter.schedules import Fire, Scheduler
+from jobcenter.storage.store import Store
 
 SPEC: dict[str, Any] = {"name": "report", "tasks": [{"id": "a", "task": "tasks_for_tests.record"}]}
 MINUTE = 60_000

@@ -21,9 +21,9 @@ from lua_helpers import (
     untouched,
 )
 
-from jobcenter import admin
-from jobcenter.spec import MAX_TASKS
-from jobcenter.store import Store
+from jobcenter.model.spec import MAX_TASKS
+from jobcenter.storage import admin
+from jobcenter.storage.store import Store
 
 R = 0  # the root of every job here
 

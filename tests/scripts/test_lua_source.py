@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from jobcenter.lua import ALL_SCRIPTS, JOB_SCRIPTS, SHARD_SCRIPTS, source
-from jobcenter.states import JobState, TaskState, lua_constants
+from jobcenter.model.states import JobState, TaskState, lua_constants
+from jobcenter.storage.lua import ALL_SCRIPTS, JOB_SCRIPTS, SHARD_SCRIPTS, source
 
-LUA_DIR = Path(str(resources.files("jobcenter.lua")))
+LUA_DIR = Path(str(resources.files("jobcenter.storage.lua")))
 LUA_FILES = sorted(LUA_DIR.glob("*.lua"))
 PRELUDES = {"_common", "_job"}
 
