@@ -9,6 +9,7 @@ from typing import Any
 
 from jobcenter.model.spec import JobSpec, spec_from_any
 from jobcenter.model.states import JobState
+from jobcenter.storage.schema import TaskField
 from jobcenter.storage.store import JobProgress, Store
 
 from . import schedules as _schedule
@@ -70,9 +71,9 @@ class Client:
 
     def task_states(self, job_id: str) -> dict[str, str]:
         """Each written task's state by task id, in spec order, read in bounded pages."""
-        fields = self.store.task_fields(job_id, "id", "s")
-        ids = fields["id"]
-        by_index = sorted(fields["s"].items(), key=lambda item: int(item[0]))
+        fields = self.store.task_fields(job_id, TaskField.ID, TaskField.STATE)
+        ids = fields[TaskField.ID]
+        by_index = sorted(fields[TaskField.STATE].items(), key=lambda item: int(item[0]))
         return {ids.get(index, index): state for index, state in by_index}
 
     def state(self, job_id: str) -> str:

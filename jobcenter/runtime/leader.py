@@ -11,7 +11,7 @@ from typing import Any
 
 from jobcenter.model import codec
 from jobcenter.storage.layout import Layout
-from jobcenter.storage.store import Store
+from jobcenter.storage.store import CURSOR_MOVED, Store
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class Leader:
         log.warning("job %s: %s", job_id, error)
 
     def _stopped(self, kind: str, job_id: str, code: int) -> None:
-        if code == -6:
+        if code == CURSOR_MOVED:
             log.info("%s of job %s: another leader went further; leaving it to them", kind, job_id)
         else:  # cancelled, gone or finished: the message has nothing left to do
             self.store.drop_leader_message(kind, job_id)

@@ -12,6 +12,7 @@ from jobcenter.model.reports import RecoveryReport
 from jobcenter.model.states import JobState, TaskState
 from jobcenter.storage.admin import trim_expired
 from jobcenter.storage.keys import NODE_QUEUE_PREFIX
+from jobcenter.storage.schema import TaskField
 from jobcenter.storage.store import Store, served_member
 
 from .leader import Leader
@@ -128,7 +129,7 @@ class Recovery:
             self.report.resubmitted[kind] = self.report.resubmitted.get(kind, 0) + 1
 
     def _tasks(self, job_id: str, now: int, job_queue: str) -> None:
-        states = self.store.task_fields(job_id, "s")["s"]
+        states = self.store.task_field(job_id, TaskField.STATE)
         by_state: dict[str, list[str]] = defaultdict(list)
         for index, state in states.items():
             by_state[state].append(index)
@@ -156,7 +157,7 @@ class Recovery:
         waiting = by_state[TaskState.WAITING]
         if waiting:
             parents: dict[str, list[str]] = defaultdict(list)
-            for index, csv in self.store.task_fields(job_id, "c")["c"].items():
+            for index, csv in self.store.task_field(job_id, TaskField.CHILDREN).items():
                 for child in csv.split(","):
                     parents[child].append(index)
             ready = [
@@ -172,7 +173,7 @@ class Recovery:
         """Tasks a worker gave back for want of their code (give_back.lua) that have waited
         past the limit while no live worker serving their queue had their task name
         registered, by the error they fail with."""
-        waiting = self.store.task_fields(job_id, "wf")["wf"] if parked else {}
+        waiting = self.store.task_field(job_id, TaskField.WAITING_FOR) if parked else {}
         limit_ms = self.settings.unknown_task_timeout_seconds * 1000
         overdue: dict[str, str] = {}  # index -> task name
         for index in parked:
@@ -183,7 +184,7 @@ class Recovery:
             return {}
         if self._served is None:
             self._served = self.store.served_since(int(now - limit_ms))
-        queues = self.store.task_fields(job_id, "q")["q"]
+        queues = self.store.task_field(job_id, TaskField.QUEUE)
         out: dict[str, list[str]] = defaultdict(list)
         for index, name in overdue.items():
             queue = queues.get(index, job_queue)
@@ -199,7 +200,7 @@ class Recovery:
     def _on_dead_nodes(self, job_id: str, indexes: list[str], now: int) -> list[str]:
         """Tasks pinned to a node no live worker served for the worker timeout."""
         timeout_ms = self.settings.worker_timeout_seconds * 1000
-        queues = self.store.task_fields(job_id, "q")["q"]
+        queues = self.store.task_field(job_id, TaskField.QUEUE)
         pinned = [i for i in indexes if queues.get(i, "").startswith(NODE_QUEUE_PREFIX)]
         if not pinned:
             return []

@@ -9,6 +9,7 @@ from typing import Any
 from jobcenter.errors import NotFound, SpecError
 from jobcenter.model.states import JobState, TaskState
 
+from .schema import TaskField
 from .store import Store, _s, _seconds
 
 REVIVE_ARGS_MAX = 2_000  # task and parent indexes per revive call: each call is short
@@ -63,7 +64,7 @@ def _dead_letter(store: Store, job_id: str, index: int) -> dict[str, Any] | None
 
 
 def _index_of(store: Store, job_id: str, task_id: str) -> int:
-    ids = store.task_fields(job_id, "id")["id"]
+    ids = store.task_field(job_id, TaskField.ID)
     for index, tid in ids.items():
         if tid == task_id:
             return int(index)
@@ -97,11 +98,13 @@ def _revive(store: Store, job_id: str, roots: list[int] | None) -> int:
     parents before children. Each call leaves the job consistent, so a retry that dies half
     way leaves a job that ends, and that the next retry takes up where it stopped."""
     _finish_cascade(store, job_id)  # the states read next must not be changing under us
-    fields = store.task_fields(job_id, "s", "c")
-    states = {int(i): s for i, s in fields["s"].items()}
+    fields = store.task_fields(job_id, TaskField.STATE, TaskField.CHILDREN)
+    states = {int(i): s for i, s in fields[TaskField.STATE].items()}
     if roots is None:
         roots = sorted(i for i, s in states.items() if s == TaskState.FAILED)
-    children = {int(i): [int(c) for c in csv.split(",")] for i, csv in fields["c"].items()}
+    children = {
+        int(i): [int(c) for c in csv.split(",")] for i, csv in fields[TaskField.CHILDREN].items()
+    }
     parents: dict[int, list[int]] = defaultdict(list)
     for parent, kids in children.items():
         for kid in kids:
@@ -168,7 +171,7 @@ def delete_job(store: Store, job_id: str) -> None:
     state = store.redis.hget(store.keys.job(job_id).job, "state")
     if state is None:
         raise NotFound(f"no job {job_id}")
-    states = store.task_fields(job_id, "s")["s"]
+    states = store.task_field(job_id, TaskField.STATE)
     failed = [int(i) for i, s in states.items() if s == TaskState.FAILED]
     store.delete(job_id, failed)
 

@@ -11,6 +11,7 @@ from jobcenter.model.dag import children_of
 from jobcenter.model.spec import JobSpec
 
 from .keys import node_queue
+from .schema import PayloadKey, TaskField
 
 
 def job_queues(spec: JobSpec) -> list[str]:
@@ -46,33 +47,33 @@ class Layout:
     def _fields(self, i: int) -> list[Any]:
         t = self.tasks[i]
         payload = {
-            "t": t["task"],
-            "a": t.get("args", []),
-            "k": t.get("kwargs", {}),
-            "id": t["id"],
-            "to": t.get("timeout"),
-            "rb": t.get("retry_backoff", 1.0),
-            "rm": t.get("retry_backoff_max", 300.0),
+            PayloadKey.TASK: t["task"],
+            PayloadKey.ARGS: t.get("args", []),
+            PayloadKey.KWARGS: t.get("kwargs", {}),
+            PayloadKey.ID: t["id"],
+            PayloadKey.TIMEOUT: t.get("timeout"),
+            PayloadKey.RETRY_BACKOFF: t.get("retry_backoff", 1.0),
+            PayloadKey.RETRY_BACKOFF_MAX: t.get("retry_backoff_max", 300.0),
         }
         n = str(i)
         fields: list[Any] = [
-            "id:" + n,
+            TaskField.ID.of(n),
             t["id"],
-            "s:" + n,
+            TaskField.STATE.of(n),
             "waiting",
-            "p:" + n,
+            TaskField.PAYLOAD.of(n),
             codec.pack_valid(payload),  # its args were checked when the spec was parsed
         ]
         queue = node_queue(t["node"]) if t.get("node") else (t.get("queue") or self.queue)
         if queue != self.queue:
-            fields += ["q:" + n, queue]
+            fields += [TaskField.QUEUE.of(n), queue]
         priority = t.get("priority")
         if priority is not None and priority != self.priority:
-            fields += ["pr:" + n, priority]
+            fields += [TaskField.PRIORITY.of(n), priority]
         if t.get("retries"):
-            fields += ["m:" + n, 1 + int(t["retries"])]
+            fields += [TaskField.MAX_ATTEMPTS.of(n), 1 + int(t["retries"])]
         if self.deps[i]:
-            fields += ["d:" + n, len(self.deps[i])]
+            fields += [TaskField.DEPS_LEFT.of(n), len(self.deps[i])]
         if self.children[i]:
-            fields += ["c:" + n, ",".join(map(str, self.children[i]))]
+            fields += [TaskField.CHILDREN.of(n), ",".join(map(str, self.children[i]))]
         return fields

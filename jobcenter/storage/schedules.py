@@ -12,15 +12,16 @@ from typing import Any
 
 from jobcenter.model import codec
 
+from .schema import code
 from .store import Store
 
 FIRES_KEPT = 100  # fire/skip/miss records kept per schedule (newest first)
 
-# The schedule scripts' return codes (their headers list the same).
-SAVED = 0
-NAME_TAKEN = -1  # schedule_add: the name belongs to another schedule
-STALE = -2  # schedule_save: changed since the decision read it; read again, decide again
-GONE = -4  # schedule_save, schedule_remove: no such schedule
+# The schedule scripts' return codes (schema.RETURN_CODES).
+SAVED = code("OK")
+NAME_TAKEN = code("NAME_TAKEN")  # schedule_add: the name belongs to another schedule
+STALE = code("CHANGED")  # schedule_save: changed since the decision read it; decide again
+GONE = code("SCHEDULE_GONE")  # schedule_save, schedule_remove: no such schedule
 REVISION = "rev"  # hash field every script bumps: what schedule_save compares
 DEFINITION = "def"  # hash field holding the packed definition
 

@@ -27,11 +27,13 @@ from jobcenter.model import codec
 from jobcenter.model.spec import JobSpec, spec_digest, spec_from_any
 from jobcenter.model.states import TERMINAL_TASK_STATES, JobState, TaskState
 
+from . import schema
 from .connection import connect, time_ms
 from .durability import GroupCommit
 from .keys import JobKeys, Keys
 from .layout import Layout, job_queues
 from .lua import Batch, Scripts
+from .schema import TaskField
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +49,10 @@ INLINE_SPLIT_MAX = 500  # a job this small is split by its submit script (one sh
 # client's socket timeout (redis-py 8 defaults to 5 s), so the wait never reads as a dead link.
 WAITAOF_TIMEOUT_MS = 2_000
 LEADER_TIMEOUT_FACTOR = 1.0  # a leader step not renewed within one lease is taken over
-IDEMPOTENCY_CONFLICT = -7  # submit.lua: the key names a job with a different spec
-HEARTBEAT_CANCELLED = -7  # heartbeat.lua: the attempt's job was cancelled or abandoned
+IDEMPOTENCY_CONFLICT = schema.code("IDEMPOTENCY_CONFLICT")  # submit.lua
+HEARTBEAT_CANCELLED = schema.code("ITEM_CANCELLED")  # heartbeat.lua, per attempt
+JOB_GONE = schema.code("JOB_GONE")
+CURSOR_MOVED = schema.code("CURSOR_MOVED")
 
 
 def served_member(queue: str, task_name: str) -> str:
@@ -472,7 +476,7 @@ class Store:
         call whose reply was lost may have started for that worker (complete.lua takes
         released children)."""
         tasks = self.keys.job(job_id).tasks
-        csvs = self.redis.hmget(tasks, [f"c:{i}" for i in parents])
+        csvs = self.redis.hmget(tasks, [TaskField.CHILDREN.of(i) for i in parents])
         children = sorted({int(c) for csv in csvs if csv for c in csv.decode().split(",")})
         if not children:
             return []
@@ -604,7 +608,7 @@ class Store:
         still to visit)."""
         reply = self._job_call("cancel", job_id, [mode if from_client else "", error])
         code = int(reply[0])
-        if code == -4:
+        if code == JOB_GONE:
             raise_for_code(code, f"no job {job_id}")
         return code, int(reply[1]) if code == 0 else 0
 
@@ -770,7 +774,9 @@ class Store:
 
     def queued_since(self, job_id: str, indexes: Sequence[str]) -> list[int | None]:
         """When each task was queued (ms), None where never."""
-        raw = self.redis.hmget(self.keys.job(job_id).tasks, [f"tq:{i}" for i in indexes])
+        raw = self.redis.hmget(
+            self.keys.job(job_id).tasks, [TaskField.QUEUED_AT.of(i) for i in indexes]
+        )
         return [None if v is None else int(v) for v in raw]
 
     def node_heartbeats(self) -> dict[str, float]:
@@ -932,14 +938,18 @@ class Store:
             )
         return rows
 
-    def task_fields(self, job_id: str, *attrs: str) -> dict[str, dict[str, str]]:
-        """attr -> (task index -> value) for one job's tasks, read with HSCAN."""
+    def task_fields(self, job_id: str, *fields: TaskField) -> dict[TaskField, dict[str, str]]:
+        """field -> (task index -> value) for one job's tasks, read with HSCAN."""
         key = self.keys.job(job_id).tasks
-        out: dict[str, dict[str, str]] = {}
-        for attr in attrs:
-            scanned = self.redis.hscan_iter(key, match=f"{attr}:*", count=SCAN_PAGE)
-            out[attr] = {k.decode().split(":", 1)[1]: v.decode() for k, v in scanned}
+        out: dict[TaskField, dict[str, str]] = {}
+        for field in fields:
+            scanned = self.redis.hscan_iter(key, match=f"{field.value}*", count=SCAN_PAGE)
+            out[field] = {k.decode().split(":", 1)[1]: v.decode() for k, v in scanned}
         return out
+
+    def task_field(self, job_id: str, field: TaskField) -> dict[str, str]:
+        """task index -> value of one field, for one job's tasks."""
+        return self.task_fields(job_id, field)[field]
 
     def history(
         self, job_id: str, start: int = 0, count: int | None = None
@@ -962,7 +972,7 @@ class Store:
     def _history_page(self, jk: JobKeys, first: int, last: int) -> list[dict[str, Any]]:
         rows = [raw.decode().split("\t", 6) for raw in self.redis.lrange(jk.history, first, last)]
         indexes = sorted({row[0] for row in rows})
-        names = self.redis.hmget(jk.tasks, [f"id:{i}" for i in indexes]) if indexes else []
+        names = self.redis.hmget(jk.tasks, [TaskField.ID.of(i) for i in indexes]) if indexes else []
         ids = {i: _s(name) or i for i, name in zip(indexes, names, strict=True)}
         out = []
         for index, attempt, state, handler, started, finished, error in rows:

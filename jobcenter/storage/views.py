@@ -21,6 +21,7 @@ from jobcenter.model.reports import RecoveryReport
 
 from .keys import NODE_QUEUE_PREFIX
 from .layout import Layout
+from .schema import TaskField
 from .store import Store, _s, _seconds
 from .system_queue import current_round, fetch_recovery_job
 
@@ -262,7 +263,7 @@ def job_graph(store: Store, job_id: str) -> JobGraph:
         spec: Any = codec.unpack(raw_spec)
         layout = Layout(spec)
         ids = [t["id"] for t in layout.tasks]
-        written = _hmget_chunked(store, jk.tasks, [f"s:{i}" for i in range(len(ids))])
+        written = _hmget_chunked(store, jk.tasks, [TaskField.STATE.of(i) for i in range(len(ids))])
         default = _unwritten_state(job.state)
         states = [_s(s) or default for s in written]
         edges = [(p, c) for p, kids in enumerate(layout.children) for c in kids]
@@ -295,7 +296,7 @@ def live_states(store: Store, job_id: str) -> LiveStates:
         raise NotFound(f"no job {job_id}")
     job_state = state.decode()
     default = _unwritten_state(job_state)
-    written = _hmget_chunked(store, jk.tasks, [f"s:{i}" for i in range(int(n or 0))])
+    written = _hmget_chunked(store, jk.tasks, [TaskField.STATE.of(i) for i in range(int(n or 0))])
     return LiveStates(job_state, _seconds(finished), [_s(s) or default for s in written])
 
 
@@ -469,7 +470,7 @@ def _busy_by_handler(store: Store) -> tuple[dict[str, int], int, bool]:
         pipe = store.redis.pipeline(transaction=False)
         for member in members:
             job_id, index = member.split("|")
-            pipe.hget(store.keys.job(job_id).tasks, f"h:{index}")
+            pipe.hget(store.keys.job(job_id).tasks, TaskField.HANDLER.of(index))
         for handler in pipe.execute():
             if handler is not None:
                 busy[handler.decode()] += 1
@@ -580,7 +581,7 @@ def _bands(store: Store, key: str) -> list[tuple[int, int, str]]:
 
 def _head_wait(store: Store, member: str, now: float) -> float | None:
     _, job_id, index = member.split("|")
-    queued = store.redis.hget(store.keys.job(job_id).tasks, f"tq:{int(index)}")
+    queued = store.redis.hget(store.keys.job(job_id).tasks, TaskField.QUEUED_AT.of(int(index)))
     return None if queued is None else max(0.0, now - int(queued) / 1000)
 
 

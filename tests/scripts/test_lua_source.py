@@ -146,7 +146,7 @@ def test_job_scripts_and_only_they_get_the_job_context(name: str) -> None:
 KEYED_WRITES = re.compile(
     r"\b(enqueue|task_finished|finalize_job|fail_task|fail_one|release_one|drain_frontier)\("
 )
-QUEUES_CHECK = "if not queues_passed() then return {-5} end"
+QUEUES_CHECK = "if not queues_passed() then return {KEYS_MISSING} end"
 
 
 @pytest.mark.parametrize("name", sorted(JOB_SCRIPTS))

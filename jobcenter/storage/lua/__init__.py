@@ -11,7 +11,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError
 
-from jobcenter.model.states import lua_constants
+from ..schema import lua_prelude
 
 # Scripts that run in the context of one job (_job.lua); the others see only _common.lua.
 JOB_SCRIPTS = frozenset(
@@ -51,7 +51,7 @@ def source(name: str) -> str:
     """The full text sent to Redis for script `name`."""
     if name not in ALL_SCRIPTS:
         raise KeyError(f"no Lua script named {name!r}")
-    parts = [lua_constants(), _read("_common")]
+    parts = [lua_prelude(), _read("_common")]
     if name in JOB_SCRIPTS:
         parts.append(_read("_job"))
     parts.append(_read(name))

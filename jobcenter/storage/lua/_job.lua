@@ -75,19 +75,19 @@ local function expiring_member()
   return JOB_ID .. '\t' .. (j[1] or '') .. '\t' .. (j[2] or '')
 end
 
-local function task_state(i) return redis.call('HGET', T, 's:' .. i) end
+local function task_state(i) return redis.call('HGET', T, TF_STATE .. i) end
 local function lease_member(i) return JOB_ID .. '|' .. i end
 -- The index is zero-padded so a job's tasks sort in spec order, not as strings (10 < 2).
 local function queue_member(i) return string.format('%012d|%s|%06d', META.seq, JOB_ID, i) end
-local function task_queue(i) return redis.call('HGET', T, 'q:' .. i) or META.queue end
+local function task_queue(i) return redis.call('HGET', T, TF_QUEUE .. i) or META.queue end
 local function task_priority(i)
-  local p = redis.call('HGET', T, 'pr:' .. i)
+  local p = redis.call('HGET', T, TF_PRIORITY .. i)
   if p then return tonumber(p) end
   return META.priority
 end
-local function max_attempts(i) return tonumber(redis.call('HGET', T, 'm:' .. i) or 1) end
+local function max_attempts(i) return tonumber(redis.call('HGET', T, TF_MAX_ATTEMPTS .. i) or 1) end
 local function token_of(i)
-  local a = redis.call('HMGET', T, 'a:' .. i, 'h:' .. i)
+  local a = redis.call('HMGET', T, TF_ATTEMPTS .. i, TF_HANDLER .. i)
   return (a[1] or '0') .. ':' .. (a[2] or '')
 end
 
@@ -96,7 +96,7 @@ end
 local function stamp_created(first, last, now)
   local fields = {}
   for i = first, last do
-    fields[#fields + 1] = 'tc:' .. i
+    fields[#fields + 1] = TF_CREATED_AT .. i
     fields[#fields + 1] = now
   end
   call_chunked('HSET', T, fields)
@@ -105,7 +105,7 @@ end
 local pending_wakes = {}
 local function enqueue(i, now)
   local qname = task_queue(i)
-  redis.call('HSET', T, 's:' .. i, T_QUEUED, 'tq:' .. i, now, 'tu:' .. i, now)
+  redis.call('HSET', T, TF_STATE .. i, T_QUEUED, TF_QUEUED_AT .. i, now, TF_UPDATED_AT .. i, now)
   redis.call('ZADD', QUEUES[qname].ready, -task_priority(i), queue_member(i))
   pending_wakes[qname] = (pending_wakes[qname] or 0) + 1
 end
@@ -132,14 +132,13 @@ local function append_history(entries)
 end
 
 local function record_history(i, state, now, err)
-  local a = redis.call('HMGET', T, 'a:' .. i, 'h:' .. i, 'ts:' .. i)
+  local a = redis.call('HMGET', T, TF_ATTEMPTS .. i, TF_HANDLER .. i, TF_STARTED_AT .. i)
   append_history({table.concat({i, a[1] or '0', state, a[2] or '', a[3] or '', now, err or ''},
     '\t')})
 end
 
 local COMPACT_INLINE_MAX = 500 -- tasks compacted inside the finalizing call (bounded work)
--- The fields only a running job needs: payload, children, counters, routing, attempt caps.
-local WORKING_FIELDS = {'p:', 'c:', 'd:', 'q:', 'pr:', 'm:'}
+-- WORKING_FIELDS (schema.py): what only a running job needs, dropped by compaction.
 
 -- A succeeded job can never run again: free its working fields, keep its record and
 -- history. A large job is compacted in chunks by a leader ('compact' message).
@@ -182,22 +181,22 @@ end
 
 -- Schedule a visit of i's children: 'r' releases them, 'f' marks them upstream_failed.
 local function push_frontier(kind, i, origin)
-  if redis.call('HEXISTS', T, 'c:' .. i) == 1 then
+  if redis.call('HEXISTS', T, TF_CHILDREN .. i) == 1 then
     redis.call('RPUSH', F, kind .. '|' .. i .. '|' .. origin .. '|1')
   end
 end
 
 local function release_one(c, now, take)
-  if redis.call('HINCRBY', T, 'd:' .. c, -1) == 0 and task_state(c) == T_WAITING then
+  if redis.call('HINCRBY', T, TF_DEPS_LEFT .. c, -1) == 0 and task_state(c) == T_WAITING then
     if not (take and take(c, now)) then enqueue(c, now) end
   end
 end
 
 local function fail_one(c, origin, now)
   if task_state(c) ~= T_WAITING then return end -- visited already, or cancelled
-  local origin_id = redis.call('HGET', T, 'id:' .. origin) or origin
-  redis.call('HSET', T, 's:' .. c, T_UPSTREAM_FAILED, 'tf:' .. c, now, 'tu:' .. c, now,
-    'e:' .. c, 'upstream task ' .. origin_id .. ' failed')
+  local origin_id = redis.call('HGET', T, TF_ID .. origin) or origin
+  redis.call('HSET', T, TF_STATE .. c, T_UPSTREAM_FAILED, TF_FINISHED_AT .. c, now, TF_UPDATED_AT .. c, now,
+    TF_ERROR .. c, 'upstream task ' .. origin_id .. ' failed')
   redis.call('HINCRBY', J, 'nfailed', 1)
   push_frontier('f', c, origin)
   task_finished(now)
@@ -211,7 +210,7 @@ local function drain_frontier(now, take)
     local entry = redis.call('LPOP', F)
     if not entry then break end
     local kind, i, origin, pos = string.match(entry, '^(%a)|(%d+)|(%d+)|(%d+)$')
-    local csv = redis.call('HGET', T, 'c:' .. i) or ''
+    local csv = redis.call('HGET', T, TF_CHILDREN .. i) or ''
     pos = tonumber(pos)
     while budget > 0 do
       local s, e = string.find(csv, '[^,]+', pos)
@@ -239,8 +238,8 @@ end
 -- Terminal failure of task i: record it (and dead-letter it), then cascade to every
 -- descendant.
 local function fail_task(i, now, err)
-  redis.call('HSET', T, 's:' .. i, T_FAILED, 'tf:' .. i, now, 'tu:' .. i, now, 'e:' .. i, err)
-  redis.call('HDEL', T, 'wf:' .. i) -- no longer waiting for a worker (give_back.lua)
+  redis.call('HSET', T, TF_STATE .. i, T_FAILED, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now, TF_ERROR .. i, err)
+  redis.call('HDEL', T, TF_WAITING_FOR .. i) -- no longer waiting for a worker (give_back.lua)
   redis.call('ZREM', LEASES, lease_member(i))
   redis.call('ZADD', DLQ, now, lease_member(i))
   redis.call('HINCRBY', J, 'nfailed', 1)

@@ -10,12 +10,12 @@
 
 local CANCEL_BUDGET = 1000 -- tasks visited per call: keeps every call short
 
-if not load_job() then return {-4} end
+if not load_job() then return {JOB_GONE} end
 if META.state == J_SUCCEEDED or META.state == J_FAILED or META.state == J_CANCELLED then
   redis.call('ZREM', LEADER, 'cancel|' .. JOB_ID)
-  return {1, META.state}
+  return {ALREADY, META.state}
 end
-if not queues_passed() then return {-5} end
+if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local mode = redis.call('HGET', J, 'stop')
@@ -55,11 +55,11 @@ for i = cursor, upto - 1 do
     redis.call('ZREM', LEASES, lease_member(i))
     redis.call('HDEL', CLAIMS, lease_member(i))
     if state == T_RUNNING or state == T_TIMED_OUT then record_history(i, final, now, err) end
-    redis.call('HSET', T, 's:' .. i, final, 'tf:' .. i, now, 'tu:' .. i, now, 'e:' .. i, err)
+    redis.call('HSET', T, TF_STATE .. i, final, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now, TF_ERROR .. i, err)
     redis.call('HINCRBY', J, counter, 1)
     task_finished(now)
   end
 end
 redis.call('HSET', J, 'cancel_cursor', upto)
 if upto < limit then leader_message('cancel', now) end
-return {0, limit - upto}
+return {OK, limit - upto}

@@ -8,13 +8,13 @@ local COMPACT_CHUNK = 1000 -- tasks per call: 6,000 fields deleted, a few ms
 local message = 'compact|' .. JOB_ID
 if not load_job() then
   redis.call('ZREM', LEADER, message)
-  return {-4}
+  return {JOB_GONE}
 end
 local n = tonumber(redis.call('HGET', J, 'n'))
 local cursor = tonumber(redis.call('HGET', J, 'compact_cursor') or 0)
 if META.state ~= J_SUCCEEDED or cursor >= n then
   redis.call('ZREM', LEADER, message)
-  return {1}
+  return {ALREADY}
 end
 
 local upto = math.min(n, cursor + COMPACT_CHUNK)
@@ -25,4 +25,4 @@ end
 call_chunked('HDEL', T, fields)
 redis.call('HSET', J, 'compact_cursor', upto)
 if upto >= n then redis.call('ZREM', LEADER, message) end
-return {0, n - upto}
+return {OK, n - upto}

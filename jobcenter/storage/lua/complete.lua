@@ -15,8 +15,8 @@ local served = {}
 for k = A + 4, A + 3 + nserved do served[ARGV[k]] = true end
 local first_pair = A + 4 + nserved
 
-if not load_job() then return {-4} end
-if not queues_passed() then return {-5} end
+if not load_job() then return {JOB_GONE} end
+if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local taken = {}
@@ -34,12 +34,12 @@ local function take(c)
   end
 
   take_left = take_left - 1
-  local attempt = redis.call('HINCRBY', T, 'a:' .. c, 1)
-  redis.call('HSET', T, 's:' .. c, T_RUNNING, 'h:' .. c, handler, 'tq:' .. c, now,
-    'ts:' .. c, now, 'tu:' .. c, now)
-  redis.call('HDEL', T, 'e:' .. c, 'tf:' .. c, 'pg:' .. c) -- a fresh attempt
+  local attempt = redis.call('HINCRBY', T, TF_ATTEMPTS .. c, 1)
+  redis.call('HSET', T, TF_STATE .. c, T_RUNNING, TF_HANDLER .. c, handler, TF_QUEUED_AT .. c, now,
+    TF_STARTED_AT .. c, now, TF_UPDATED_AT .. c, now)
+  redis.call('HDEL', T, TF_ERROR .. c, TF_FINISHED_AT .. c, TF_PROGRESS .. c) -- a fresh attempt
   redis.call('ZADD', LEASES, now + lease_ms, lease_member(c))
-  taken[#taken + 1] = {tonumber(c), attempt, redis.call('HGET', T, 'p:' .. c)}
+  taken[#taken + 1] = {tonumber(c), attempt, redis.call('HGET', T, TF_PAYLOAD .. c)}
   return true
 end
 
@@ -48,22 +48,22 @@ local codes, done = {}, {}
 local writes, clears, leases, history, frontier = {}, {}, {}, {}, {}
 for k = first_pair, #ARGV, 2 do
   local i, attempt = ARGV[k], ARGV[k + 1]
-  local f = redis.call('HMGET', T, 's:' .. i, 'a:' .. i, 'h:' .. i, 'ts:' .. i, 'c:' .. i)
-  local code = 0
+  local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i, TF_STARTED_AT .. i, TF_CHILDREN .. i)
+  local code = ITEM_OK
   if (f[2] or '0') .. ':' .. (f[3] or '') ~= attempt .. ':' .. handler then
-    code = -2
+    code = ITEM_STALE_TOKEN
   elseif f[1] == T_SUCCEEDED or done[i] then
-    code = 1
+    code = ITEM_ALREADY
   elseif f[1] ~= T_RUNNING and f[1] ~= T_TIMED_OUT then
-    code = -3
+    code = ITEM_NOT_RUNNING
   else
     done[i] = true
-    for _, v in ipairs({'s:' .. i, T_SUCCEEDED, 'tf:' .. i, now, 'tu:' .. i, now}) do
+    for _, v in ipairs({TF_STATE .. i, T_SUCCEEDED, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now}) do
       writes[#writes + 1] = v
     end
-    clears[#clears + 1] = 'e:' .. i
-    clears[#clears + 1] = 'pg:' .. i
-    clears[#clears + 1] = 'wf:' .. i -- it ran: no longer waiting for a worker with its code
+    clears[#clears + 1] = TF_ERROR .. i
+    clears[#clears + 1] = TF_PROGRESS .. i
+    clears[#clears + 1] = TF_WAITING_FOR .. i -- it ran: no longer waiting for a worker with its code
     leases[#leases + 1] = lease_member(i)
     history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', now, ''}, '\t')
     if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
@@ -79,4 +79,4 @@ if #leases > 0 then
   task_finished(now, #leases)
 end
 drain_frontier(now, take)
-return {0, codes, taken}
+return {OK, codes, taken}

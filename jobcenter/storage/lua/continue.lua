@@ -6,9 +6,9 @@
 if not load_job() then
   redis.call('ZREM', LEADER, 'continue|' .. JOB_ID)
   redis.call('DEL', F)
-  return {-4}
+  return {JOB_GONE}
 end
-if not queues_passed() then return {-5} end
+if not queues_passed() then return {KEYS_MISSING} end
 redis.call('ZREM', LEADER, 'continue|' .. JOB_ID)
 drain_frontier(now_ms(), nil)
-return {0, redis.call('LLEN', F)}
+return {OK, redis.call('LLEN', F)}

@@ -6,11 +6,11 @@
   ARGV[A..] indexes of its failed tasks (its dead letters)
   Returns {0} | {-3} the job is not finished (cancel it first) | {-4} job gone | {-5} ]]
 
-if not load_job() then return {-4} end
+if not load_job() then return {JOB_GONE} end
 if META.state ~= J_SUCCEEDED and META.state ~= J_FAILED and META.state ~= J_CANCELLED then
-  return {-3}
+  return {WRONG_STATE}
 end
-if not queues_passed() then return {-5} end
+if not queues_passed() then return {KEYS_MISSING} end
 local expiring = expiring_member()
 for k = A, #ARGV do redis.call('ZREM', DLQ, lease_member(ARGV[k])) end
 redis.call('DEL', J, T, H, F)
@@ -21,4 +21,4 @@ if KEYS[XK + 2] ~= J then redis.call('ZREM', KEYS[XK + 2], JOB_ID) end
 redis.call('ZREM', STATE_INDEX[META.state], JOB_ID)
 if IDEM ~= J then redis.call('DEL', IDEM) end
 redis.call('ZREM', EXPIRING, expiring)
-return {0}
+return {OK}

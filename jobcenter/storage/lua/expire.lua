@@ -12,9 +12,9 @@
 local grace_ms = tonumber(ARGV[A])
 if not load_job() then
   drop_reservations(A + 1)
-  return {-4}
+  return {JOB_GONE}
 end
-if not queues_passed() then return {-5} end
+if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local outcomes = {}
@@ -33,14 +33,14 @@ for k = A + 1, #ARGV do
     enqueue(i, now)
     outcome = 'requeued'
   elseif state == T_RUNNING then
-    redis.call('HSET', T, 's:' .. i, T_TIMED_OUT, 'tu:' .. i, now)
+    redis.call('HSET', T, TF_STATE .. i, T_TIMED_OUT, TF_UPDATED_AT .. i, now)
     redis.call('ZADD', LEASES, now + grace_ms, lease)
     outcome = 'timed_out'
   elseif state == T_TIMED_OUT then
-    local msg = 'timed out: no heartbeat from handler ' .. (redis.call('HGET', T, 'h:' .. i) or '?')
-    local attempt = tonumber(redis.call('HGET', T, 'a:' .. i) or 0)
+    local msg = 'timed out: no heartbeat from handler ' .. (redis.call('HGET', T, TF_HANDLER .. i) or '?')
+    local attempt = tonumber(redis.call('HGET', T, TF_ATTEMPTS .. i) or 0)
     if attempt < max_attempts(i) then
-      redis.call('HSET', T, 'e:' .. i, msg, 'tf:' .. i, now)
+      redis.call('HSET', T, TF_ERROR .. i, msg, TF_FINISHED_AT .. i, now)
       record_history(i, T_TIMED_OUT, now, msg)
       redis.call('ZREM', LEASES, lease)
       enqueue(i, now)
@@ -61,4 +61,4 @@ if changed then
   redis.call('HSET', J, 'updated_at', now)
   drain_frontier(now, nil)
 end
-return {0, outcomes}
+return {OK, outcomes}

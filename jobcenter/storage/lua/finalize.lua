@@ -8,15 +8,15 @@
 local message = 'finalize|' .. JOB_ID
 if not load_job() then
   redis.call('ZREM', LEADER, message)
-  return {-4}
+  return {JOB_GONE}
 end
 if META.state == J_SUCCEEDED or META.state == J_FAILED or META.state == J_CANCELLED then
   redis.call('ZREM', LEADER, message)
-  return {1, META.state}
+  return {ALREADY, META.state}
 end
-if not queues_passed() then return {-5} end
+if not queues_passed() then return {KEYS_MISSING} end
 if tonumber(redis.call('HGET', J, 'left') or 1) > 0 then
   redis.call('ZREM', LEADER, message)
-  return {2}
+  return {UNFINISHED}
 end
-return {0, finalize_job(now_ms())}
+return {OK, finalize_job(now_ms())}

@@ -14,26 +14,26 @@
 
 local handler = ARGV[A]
 local delay_min, delay_max = tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2])
-if not load_job() then return {-4} end
-if not queues_passed() then return {-5} end
+if not load_job() then return {JOB_GONE} end
+if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local codes, woken = {}, {}
 for k = A + 3, #ARGV, 3 do
   local i, attempt, name = ARGV[k], ARGV[k + 1], ARGV[k + 2]
   local state = task_state(i)
-  local code = 0
+  local code = ITEM_OK
   if token_of(i) ~= attempt .. ':' .. handler then
-    code = -2
+    code = ITEM_STALE_TOKEN
   elseif state ~= T_RUNNING and state ~= T_TIMED_OUT then
-    code = -3
+    code = ITEM_NOT_RUNNING
   else
-    local waiting = redis.call('HGET', T, 'wf:' .. i)
+    local waiting = redis.call('HGET', T, TF_WAITING_FOR .. i)
     local since = tonumber(waiting and string.match(waiting, '^(%d+)|') or now)
     local delay = math.min(delay_max, math.max(delay_min, math.floor((now - since) / 4)))
-    redis.call('HSET', T, 's:' .. i, T_QUEUED, 'a:' .. i, tonumber(attempt) - 1,
-      'wf:' .. i, since .. '|' .. name, 'tu:' .. i, now)
-    redis.call('HDEL', T, 'h:' .. i, 'ts:' .. i)
+    redis.call('HSET', T, TF_STATE .. i, T_QUEUED, TF_ATTEMPTS .. i, tonumber(attempt) - 1,
+      TF_WAITING_FOR .. i, since .. '|' .. name, TF_UPDATED_AT .. i, now)
+    redis.call('HDEL', T, TF_HANDLER .. i, TF_STARTED_AT .. i)
     redis.call('ZREM', LEASES, lease_member(i))
     local queue = QUEUES[task_queue(i)]
     redis.call('ZADD', queue.delayed, now + delay, task_priority(i) .. '|' .. queue_member(i))
@@ -44,4 +44,4 @@ end
 -- an idle worker re-claims and learns when to wake for these tasks
 for key in pairs(woken) do wake(key, 1) end
 if next(woken) then redis.call('HSET', J, 'updated_at', now) end
-return {0, codes}
+return {OK, codes}

@@ -7,13 +7,13 @@
   Returns {0} | {-3} job not pending | {-4} job gone | {-6} another leader moved the cursor ]]
 
 
-if not load_job() then return {-4} end
-if META.state ~= J_PENDING or redis.call('HGET', J, 'stop') then return {-3} end
-if tonumber(redis.call('HGET', J, 'written') or 0) ~= tonumber(ARGV[A + 2]) then return {-6} end
+if not load_job() then return {JOB_GONE} end
+if META.state ~= J_PENDING or redis.call('HGET', J, 'stop') then return {WRONG_STATE} end
+if tonumber(redis.call('HGET', J, 'written') or 0) ~= tonumber(ARGV[A + 2]) then return {CURSOR_MOVED} end
 
 local now = now_ms()
 call_chunked_argv('HSET', T, A + 4, #ARGV)
 stamp_created(tonumber(ARGV[A + 2]), tonumber(ARGV[A + 3]) - 1, now)
 redis.call('HSET', J, 'written', ARGV[A + 3], 'leader', ARGV[A], 'updated_at', now)
 redis.call('ZADD', LEADER, now + tonumber(ARGV[A + 1]), 'split|' .. JOB_ID)
-return {0}
+return {OK}

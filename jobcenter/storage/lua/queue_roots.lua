@@ -6,13 +6,13 @@
   ARGV[A+5..] task indexes
   Returns {0} | {-3} job cancelled, finished, or not fully written | {-4} | {-5} | {-6} ]]
 
-if not load_job() then return {-4} end
-if not queues_passed() then return {-5} end
+if not load_job() then return {JOB_GONE} end
+if not queues_passed() then return {KEYS_MISSING} end
 local j = redis.call('HMGET', J, 'written', 'n', 'queued', 'stop')
 if (META.state ~= J_PENDING and META.state ~= J_RUNNING) or j[4] or j[1] ~= j[2] then
-  return {-3}
+  return {WRONG_STATE}
 end
-if tonumber(j[3] or 0) ~= tonumber(ARGV[A + 2]) then return {-6} end
+if tonumber(j[3] or 0) ~= tonumber(ARGV[A + 2]) then return {CURSOR_MOVED} end
 
 local now = now_ms()
 if META.state == J_PENDING then
@@ -30,4 +30,4 @@ if ARGV[A + 4] == '1' then
 else
   redis.call('ZADD', LEADER, now + tonumber(ARGV[A + 1]), 'split|' .. JOB_ID)
 end
-return {0}
+return {OK}

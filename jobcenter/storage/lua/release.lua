@@ -6,8 +6,8 @@
   An attempt whose token is stale or that is no longer running is left alone. ]]
 
 local handler = ARGV[A]
-if not load_job() then return {-4} end
-if not queues_passed() then return {-5} end
+if not load_job() then return {JOB_GONE} end
+if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local released = 0
@@ -17,11 +17,11 @@ for k = A + 1, #ARGV, 2 do
   if token_of(i) == ARGV[k + 1] .. ':' .. handler
       and (state == T_RUNNING or state == T_TIMED_OUT) then
     record_history(i, T_QUEUED, now, 'given back by a stopping worker')
-    redis.call('HSET', T, 'm:' .. i, max_attempts(i) + 1)
+    redis.call('HSET', T, TF_MAX_ATTEMPTS .. i, max_attempts(i) + 1)
     redis.call('ZREM', LEASES, lease_member(i))
     enqueue(i, now)
     released = released + 1
   end
 end
 flush_wakes()
-return {0, released}
+return {OK, released}

@@ -13,8 +13,8 @@
   Returns {0, number repaired} | {-4} job gone | {-5} queues not passed ]]
 
 local action, err = ARGV[A], ARGV[A + 1]
-if not load_job() then return {-4} end
-if not queues_passed() then return {-5} end
+if not load_job() then return {JOB_GONE} end
+if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local repaired = 0
@@ -41,7 +41,7 @@ while k <= #ARGV do
     end
     k = k + 1 + nparents
     if state == T_WAITING and all_succeeded then
-      redis.call('HSET', T, 'd:' .. i, 0)
+      redis.call('HSET', T, TF_DEPS_LEFT .. i, 0)
       enqueue(i, now)
       repaired = repaired + 1
     end
@@ -62,4 +62,4 @@ while k <= #ARGV do
 end
 flush_wakes()
 drain_frontier(now, nil)
-return {0, repaired}
+return {OK, repaired}

@@ -6,10 +6,10 @@
   Returns {0} added | {1} a message was pending already, or the job is finished | {-4} ]]
 
 local kind = ARGV[A]
-if not load_job() then return {-4} end
+if not load_job() then return {JOB_GONE} end
 if META.state == J_SUCCEEDED or META.state == J_FAILED or META.state == J_CANCELLED then
-  return {1}
+  return {ALREADY}
 end
-if redis.call('ZSCORE', LEADER, kind .. '|' .. JOB_ID) then return {1} end
+if redis.call('ZSCORE', LEADER, kind .. '|' .. JOB_ID) then return {ALREADY} end
 leader_message(kind, now_ms())
-return {0}
+return {OK}

@@ -14,13 +14,13 @@
   Returns {0, tasks revived} | {1} a failure cascade is under way: finish it ('continue')
           and call again | {-3, reason} | {-4} job gone | {-5} queues not passed ]]
 
-if not load_job() then return {-4} end
-if not queues_passed() then return {-5} end
-if redis.call('HGET', J, 'stop') == 'cancel' then return {-3, 'the job was cancelled'} end
-if redis.call('EXISTS', F) == 1 then return {1} end
+if not load_job() then return {JOB_GONE} end
+if not queues_passed() then return {KEYS_MISSING} end
+if redis.call('HGET', J, 'stop') == 'cancel' then return {WRONG_STATE, 'the job was cancelled'} end
+if redis.call('EXISTS', F) == 1 then return {BUSY} end
 
 local function not_in(i, want)
-  return {-3, 'task ' .. (redis.call('HGET', T, 'id:' .. i) or i) .. ' is not ' .. want}
+  return {WRONG_STATE, 'task ' .. (redis.call('HGET', T, TF_ID .. i) or i) .. ' is not ' .. want}
 end
 local ALIVE = {[T_SUCCEEDED] = true, [T_WAITING] = true, [T_QUEUED] = true,
                [T_RUNNING] = true, [T_TIMED_OUT] = true, [T_RETRY_WAIT] = true}
@@ -45,21 +45,21 @@ while k <= #ARGV do
   end
   k = k + 2 + nparents
 end
-if #roots + #resets == 0 then return {0, 0} end
+if #roots + #resets == 0 then return {OK, 0} end
 
 local now = now_ms()
 for _, i in ipairs(resets) do
-  redis.call('HDEL', T, 'tf:' .. i, 'e:' .. i)
-  if tonumber(redis.call('HGET', T, 'd:' .. i) or 0) == 0 then
+  redis.call('HDEL', T, TF_FINISHED_AT .. i, TF_ERROR .. i)
+  if tonumber(redis.call('HGET', T, TF_DEPS_LEFT .. i) or 0) == 0 then
     enqueue(i, now) -- its parents all succeeded since it was blocked: nothing would release it
   else
-    redis.call('HSET', T, 's:' .. i, T_WAITING, 'tu:' .. i, now)
+    redis.call('HSET', T, TF_STATE .. i, T_WAITING, TF_UPDATED_AT .. i, now)
   end
 end
 for _, i in ipairs(roots) do
-  local used = tonumber(redis.call('HGET', T, 'a:' .. i) or 0)
-  redis.call('HSET', T, 'm:' .. i, used + max_attempts(i))
-  redis.call('HDEL', T, 'tf:' .. i)
+  local used = tonumber(redis.call('HGET', T, TF_ATTEMPTS .. i) or 0)
+  redis.call('HSET', T, TF_MAX_ATTEMPTS .. i, used + max_attempts(i))
+  redis.call('HDEL', T, TF_FINISHED_AT .. i)
   redis.call('ZREM', DLQ, lease_member(i))
   enqueue(i, now)
 end
@@ -76,4 +76,4 @@ for _, key in ipairs({J, T, H, F}) do redis.call('PERSIST', key) end
 if IDEM ~= J then redis.call('PERSIST', IDEM) end
 redis.call('ZADD', ACTIVE, redis.call('HGET', J, 'created_at'), JOB_ID)
 redis.call('ZREM', EXPIRING, expiring)
-return {0, n}
+return {OK, n}

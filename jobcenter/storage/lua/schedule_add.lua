@@ -12,7 +12,7 @@ local named = NAME ~= SCHEDULE
 
 if named then
   local holder = redis.call('GET', NAME)
-  if holder then return {-1, holder} end
+  if holder then return {NAME_TAKEN, holder} end
 end
 
 local fields = {}
@@ -27,4 +27,4 @@ redis.call('HSET', SCHEDULE, 'rev', 1)
 redis.call('ZADD', SCHEDULES, created, id)
 if due ~= '' then redis.call('ZADD', DUE, due, id) end
 if named then redis.call('SET', NAME, id) end
-return {0}
+return {OK}

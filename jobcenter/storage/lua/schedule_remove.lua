@@ -9,11 +9,11 @@
 local SCHEDULE, FIRES, SCHEDULES, DUE, NAME = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id = ARGV[1]
 
-if redis.call('EXISTS', SCHEDULE) == 0 then return {-4} end
+if redis.call('EXISTS', SCHEDULE) == 0 then return {SCHEDULE_GONE} end
 local named = NAME ~= SCHEDULE and redis.call('GET', NAME) == id
 
 redis.call('DEL', SCHEDULE, FIRES)
 redis.call('ZREM', SCHEDULES, id)
 redis.call('ZREM', DUE, id)
 if named then redis.call('DEL', NAME) end
-return {0}
+return {OK}

@@ -16,8 +16,8 @@ local SCHEDULE, FIRES, DUE, NAME = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
 local id, read_rev, due, retention = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local kept, n = tonumber(ARGV[5]), tonumber(ARGV[6])
 
-if redis.call('EXISTS', SCHEDULE) == 0 then return {-4} end
-if tonumber(redis.call('HGET', SCHEDULE, 'rev') or 0) ~= read_rev then return {-2} end
+if redis.call('EXISTS', SCHEDULE) == 0 then return {SCHEDULE_GONE} end
+if tonumber(redis.call('HGET', SCHEDULE, 'rev') or 0) ~= read_rev then return {CHANGED} end
 
 local set, unset, records = {}, {}, {}
 for k = 7, 6 + n do records[#records + 1] = ARGV[k] end
@@ -49,4 +49,4 @@ if retention ~= '' then -- a finished one-time schedule is kept as long as a fin
     redis.call('PEXPIRE', NAME, retention)
   end
 end
-return {0}
+return {OK}

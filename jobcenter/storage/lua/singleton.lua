@@ -10,16 +10,16 @@ local mode, holder, ms, round = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(AR
 local current = redis.call('GET', lease)
 
 if mode == 'acquire' then
-  if current and current ~= holder then return {-1} end
-  if round > 0 and tonumber(redis.call('GET', last) or 0) >= round then return {1} end
+  if current and current ~= holder then return {HELD} end
+  if round > 0 and tonumber(redis.call('GET', last) or 0) >= round then return {ALREADY} end
   redis.call('SET', lease, holder, 'PX', ms)
   if round > 0 then redis.call('SET', last, round) end
-  return {0}
+  return {OK}
 end
-if current ~= holder then return {-1} end
+if current ~= holder then return {HELD} end
 if mode == 'renew' then
   redis.call('PEXPIRE', lease, ms)
 else
   redis.call('DEL', lease)
 end
-return {0}
+return {OK}

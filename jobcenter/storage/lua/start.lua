@@ -9,7 +9,7 @@
 local handler = ARGV[A]
 if not load_job() then
   drop_reservations(A + 1)
-  return {-4}
+  return {JOB_GONE}
 end
 
 local now = now_ms()
@@ -22,13 +22,13 @@ for k = A + 1, #ARGV do
   if holders[k - A] == handler and not seen[i] then
     seen[i] = true
     mine[#mine + 1] = lease
-    local f = redis.call('HMGET', T, 's:' .. i, 'a:' .. i, 'p:' .. i)
+    local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i)
     if f[1] == T_QUEUED or f[1] == T_RETRY_WAIT then
       local attempt = tonumber(f[2] or 0) + 1
-      for _, v in ipairs({'s:' .. i, T_RUNNING, 'a:' .. i, attempt, 'h:' .. i, handler,
-                          'ts:' .. i, now, 'tu:' .. i, now}) do writes[#writes + 1] = v end
+      for _, v in ipairs({TF_STATE .. i, T_RUNNING, TF_ATTEMPTS .. i, attempt, TF_HANDLER .. i, handler,
+                          TF_STARTED_AT .. i, now, TF_UPDATED_AT .. i, now}) do writes[#writes + 1] = v end
       -- a fresh attempt: the last one's error, finish time and progress are history now
-      for _, f in ipairs({'e:' .. i, 'tf:' .. i, 'pg:' .. i}) do clears[#clears + 1] = f end
+      for _, f in ipairs({TF_ERROR .. i, TF_FINISHED_AT .. i, TF_PROGRESS .. i}) do clears[#clears + 1] = f end
       started[#started + 1] = {tonumber(i), attempt, f[3]}
     elseif f[1] ~= T_RUNNING and f[1] ~= T_TIMED_OUT then
       dropped[#dropped + 1] = lease -- cancelled or finished meanwhile
@@ -40,4 +40,4 @@ call_chunked('ZREM', LEASES, dropped)
 call_chunked('HSET', T, writes)
 call_chunked('HDEL', T, clears)
 if #started > 0 then redis.call('HSET', J, 'updated_at', now) end
-return {0, started, META.queues, redis.call('HGET', J, 'idem') or ''}
+return {OK, started, META.queues, redis.call('HGET', J, 'idem') or ''}

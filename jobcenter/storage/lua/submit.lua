@@ -19,7 +19,7 @@ local digest = ''
 -- the queues of an inline split are checked against the job's own list before any write
 for k = A + 1, A + njob, 2 do
   if ARGV[k] == 'queues' then META.queues = ARGV[k + 1] end
-  if ARGV[k] == 'idem' and IDEM == J then return {-5} end
+  if ARGV[k] == 'idem' and IDEM == J then return {KEYS_MISSING} end
   if ARGV[k] == 'spec_digest' then digest = ARGV[k + 1] end
 end
 
@@ -28,12 +28,12 @@ if IDEM ~= J then
   if existing then
     -- a key stored before digests were kept ("<job id>" alone) matches any spec
     local id, stored = string.match(existing, '^([^\t]*)\t?(.*)$')
-    if stored ~= '' and stored ~= digest then return {-7, id} end
-    return {1, id}
+    if stored ~= '' and stored ~= digest then return {IDEMPOTENCY_CONFLICT, id} end
+    return {ALREADY, id}
   end
 end
-if redis.call('EXISTS', J) == 1 then return {-3} end
-if ntask > 0 and not queues_passed() then return {-5} end
+if redis.call('EXISTS', J) == 1 then return {WRONG_STATE} end
+if ntask > 0 and not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local seq = redis.call('INCR', KEYS[XK])
@@ -49,7 +49,7 @@ redis.call('ZADD', STATE_INDEX[J_PENDING], now, JOB_ID)
 
 if ntask == 0 then
   leader_message('split', now)
-  return {0, JOB_ID}
+  return {OK, JOB_ID}
 end
 call_chunked_argv('HSET', T, ntask_at + 1, ntask_at + ntask)
 stamp_created(0, tonumber(redis.call('HGET', J, 'n')) - 1, now)
@@ -60,4 +60,4 @@ redis.call('HSET', J, 'started_at', now, 'written', redis.call('HGET', J, 'n'),
   'queued', #ARGV - first_root + 1)
 for k = first_root, #ARGV do enqueue(ARGV[k], now) end
 flush_wakes()
-return {0, JOB_ID}
+return {OK, JOB_ID}
