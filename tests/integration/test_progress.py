@@ -20,6 +20,12 @@ def test_status_shows_a_running_tasks_progress_and_its_token_names_the_attempt(
     ]})  # fmt: skip
 
     wait_until(lambda: scratch.events("reported", "step"), message="the task never reported")
+    # In the process pool the child hands its progress to the worker, which writes it a
+    # moment after the task recorded its report: wait for status to show it.
+    wait_until(
+        lambda: client.status(job_id)["tasks"]["step"]["progress"] is not None,
+        message="status never showed the progress",
+    )
     task = client.status(job_id)["tasks"]["step"]
     assert task["state"] == "running"
     assert task["progress"] == "copying 3/7"
