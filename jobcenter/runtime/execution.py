@@ -471,7 +471,7 @@ class ProcessRunner:
                 return Outcome(task, False, error, retry_delay(task, payload))
             if kind == "done":
                 child.join()
-                return value  # type: ignore[no-any-return]
+                return value
             relay(progress, task, value)
 
     def cancel(self, key: AttemptKey) -> bool:

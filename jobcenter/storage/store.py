@@ -154,7 +154,7 @@ class Store:
     @property
     def connection(self) -> Redis:
         """The Redis client itself, for rq (the recovery executor needs a connection)."""
-        return self.redis  # type: ignore[no-any-return]
+        return self.redis
 
     def wait_for_wake(self, keys: Sequence[str], timeout: float) -> None:
         """Block until a wake-up token arrives on one of `keys`, or `timeout` seconds pass."""
@@ -404,7 +404,7 @@ class Store:
             by_job[job_id].append(int(index))
         tasks = self.start(handler, by_job) if by_job else []
         return ClaimResult(
-            leader=[tuple(m.decode().split("|", 1)) for m in leader],  # type: ignore[misc]
+            leader=[tuple(m.decode().split("|", 1)) for m in leader],
             expired=[(j, int(i)) for j, i in (m.decode().split("|") for m in expired)],
             tasks=tasks,
             next_retry_ms=int(next_due),

@@ -112,4 +112,4 @@ class Batch:
                     replies[i] = reply = exc
             if raise_on_error and isinstance(reply, Exception):
                 raise reply
-        return replies  # type: ignore[no-any-return]
+        return replies
