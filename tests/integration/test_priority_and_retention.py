@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis
+from harness import CLI_TIMEOUT_SECONDS, Cli
+from harness import subprocess_env as harness_env
 from helpers import wait_until
-from integration_harness import CLI_TIMEOUT_SECONDS, JOB_SECONDS, Cli, Scratch, Workers
-from integration_harness import subprocess_env as harness_env
+from integration_harness import JOB_SECONDS, Scratch, Workers
 from retry_tasks import records
 
 from jobcenter import Client
