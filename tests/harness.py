@@ -210,6 +210,18 @@ class WorkerPool:
                 raise AssertionError(f"worker {name} exited at start:\n{worker.log()}")
         return worker
 
+    def wait_recovery_round_done(self, interval: float) -> None:
+        """Wait until this interval's recovery round has run (workers enqueue it at start) and
+        no pass runs now, so a test can act knowing no pass runs until the next round."""
+
+        def done() -> bool:
+            seconds, _ = self.redis.time()
+            ran = self.redis.get(self.keys.singleton_round("recovery"))
+            running = self.redis.exists(self.keys.singleton("recovery"))
+            return ran is not None and int(ran) >= seconds // interval and not running
+
+        wait_until(done, timeout=PROCESS_START_SECONDS, message="no recovery round ran")
+
     def handler_of(self, worker: WorkerProcess) -> str | None:
         """The handler id a running worker is registered under now (None if it is not)."""
         for raw in self.redis.zrange(self.keys.workers(), 0, -1):

@@ -24,7 +24,7 @@ from typing import Any
 import redis
 from chaos_tasks import WORKER_NAME_ENV, all_gates_key, events_key, gate_key
 from harness import PROCESS_START_SECONDS, TESTS_DIR, Cli, WorkerPool, WorkerProcess, spawn
-from helpers import pid_alive, wait_until
+from helpers import pid_alive
 
 from jobcenter.config import Settings
 from jobcenter.states import JobState, TaskState
@@ -89,18 +89,6 @@ class Cluster(WorkerPool):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         return killed_at
-
-    def wait_recovery_round_done(self, interval: float) -> None:
-        """Wait until this interval's recovery round has run (workers enqueue it at start) and
-        no pass runs now, so a test can act knowing no pass runs until the next round."""
-
-        def done() -> bool:
-            seconds, _ = self.redis.time()
-            ran = self.redis.get(self.keys.singleton_round("recovery"))
-            running = self.redis.exists(self.keys.singleton("recovery"))
-            return ran is not None and int(ran) >= seconds // interval and not running
-
-        wait_until(done, timeout=PROCESS_START_SECONDS, message="no recovery round ran")
 
     def spawn(self, *args: str, **env: str) -> subprocess.Popen[bytes]:
         """A helper process of the test (e.g. `python -m chaos_tasks ...`); output to a log."""
