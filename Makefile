@@ -1,4 +1,5 @@
-# The two commands of the quick start: `make demo` and `make test`.
+# The two commands of the quick start: `make demo` and `make test`. CI (.ci/run) runs
+# `make lint` and then `make test`.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -24,8 +25,9 @@ test: $(VENV)/.installed  ## the whole suite, against Redis servers it starts it
 bench: $(VENV)/.installed  ## throughput benchmark (prints its figures)
 	$(PY) scripts/bench.py $(BENCH_ARGS)
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed  ## what CI checks besides the tests: lint rules, formatting, types
 	$(VENV)/bin/ruff check jobcenter tests scripts
+	$(VENV)/bin/ruff format --check jobcenter tests scripts
 	$(VENV)/bin/mypy jobcenter
 
 clean:

@@ -65,7 +65,7 @@ class Settings:
     worker_timeout_seconds: float = 60.0
     # How often the singleton recovery job runs (seed 000: every minute).
     recovery_interval_seconds: float = 60.0
-    # How long a finished job is kept (DESIGN section 5: 7 days by default).
+    # How long a finished job is kept (ARCHITECTURE.md, the flow of a job: 7 days by default).
     retention_seconds: float = 7 * 24 * 3600.0
     # A task whose name no live worker serving its queue has registered fails after waiting
     # this long for one (a rolling deploy or a late worker start has this long to arrive).

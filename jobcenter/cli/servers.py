@@ -217,7 +217,7 @@ def health_command(port: int, host: str, check_alive: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @redis_options
 def recover(settings: Settings, once: bool, as_json: bool) -> None:
-    """Repair what crashes and lost messages left behind (DESIGN.md section 6)."""
+    """Repair what crashes and lost messages left behind (ARCHITECTURE.md, Recovery)."""
     from jobcenter.model.ids import handler_id
     from jobcenter.runtime.recovery import Recovery
     from jobcenter.storage.store import Store

@@ -1,4 +1,4 @@
-"""The recovery pass (DESIGN.md section 6): repairs whatever crashes, power loss and lost
+"""The recovery pass (ARCHITECTURE.md, Recovery): repairs whatever crashes, power loss and lost
 messages left behind, so every job and task ends terminal. One pass at a time per
 namespace (a singleton lease), each repair checked again inside its Lua script."""
 

@@ -729,7 +729,7 @@ class Store:
         pipe.execute()
 
     def check_server(self) -> list[str]:
-        """Warn about server settings that break the guarantees (DESIGN section 5)."""
+        """Warn about server settings that break the guarantees (ARCHITECTURE.md, Durability)."""
         warnings = []
         try:
             config = {_s(k): _s(v) for k, v in self.redis.config_get("*").items()}
@@ -789,7 +789,7 @@ class Store:
         return {k.decode(): v for k, v in raw.items()}
 
     def status(self, job_id: str) -> dict[str, Any]:
-        """The job and each task, in the shape of DESIGN.md section 7."""
+        """The job and each task, in the shape the README gives for `status --json`."""
         jk = self.keys.job(job_id)
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(jk.job)

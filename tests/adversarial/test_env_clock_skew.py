@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import redis
+from harness import TESTS_DIR
 from helpers import wait_until
-from integration_harness import JOB_SECONDS, TESTS_DIR, Scratch, Workers
+from integration_harness import JOB_SECONDS, Scratch, Workers, worker_pool
 from lua_helpers import lease_deadline_ms, redis_now_ms
 from tasks_for_tests import scratch_key
 
@@ -29,18 +30,15 @@ EVERY_SECONDS = 1
 def workers(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Workers]:
     """Two workers, one clock an hour ahead and one an hour behind; at teardown each must
     stop on SIGTERM with exit 0 and log no traceback."""
-    pool = Workers(redis_url, namespace, tmp_path)
-    for name, shift in (("ahead", SHIFT_SECONDS), ("behind", -SHIFT_SECONDS)):
-        env = {
-            "PYTHONPATH": os.pathsep.join([str(SKEWED_CLOCK_DIR), str(TESTS_DIR)]),
-            "JOBCENTER_TEST_CLOCK_SHIFT_SECONDS": str(shift),
-            "JOBCENTER_LEASE_SECONDS": str(LEASE_SECONDS),
-        }
-        pool.start(name=name, modules=("tasks_for_tests", "clock_tasks"), env=env)
-    yield pool
-    problems = pool.close()
-    if problems:
-        pytest.fail("\n".join(problems), pytrace=False)
+    with worker_pool(redis_url, namespace, tmp_path) as pool:
+        for name, shift in (("ahead", SHIFT_SECONDS), ("behind", -SHIFT_SECONDS)):
+            env = {
+                "PYTHONPATH": os.pathsep.join([str(SKEWED_CLOCK_DIR), str(TESTS_DIR)]),
+                "JOBCENTER_TEST_CLOCK_SHIFT_SECONDS": str(shift),
+                "JOBCENTER_LEASE_SECONDS": str(LEASE_SECONDS),
+            }
+            pool.start(name=name, modules=("tasks_for_tests", "clock_tasks"), env=env)
+        yield pool
 
 
 @pytest.fixture

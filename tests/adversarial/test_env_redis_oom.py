@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import redis
-from integration_harness import CLI_TIMEOUT_SECONDS, subprocess_env
+from harness import CLI_TIMEOUT_SECONDS, subprocess_env
 from lua_helpers import NO_RETRY, assert_same, claim, snapshot, submit
 
 from jobcenter.cli import EXIT_NO_REDIS

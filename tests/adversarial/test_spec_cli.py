@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from harness import CLI_TIMEOUT_SECONDS, subprocess_env
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from integration_harness import CLI_TIMEOUT_SECONDS, subprocess_env
 from lua_helpers import assert_same, snapshot
 from spec_strategies import CLI, Broken, broken_specs, file_garbage
 

@@ -13,14 +13,9 @@ from typing import Any
 
 import pytest
 from browser_harness import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS, TOKEN, URL, missing_browser
+from harness import PROCESS_START_SECONDS, Cli
 from helpers import read_until
-from integration.integration_harness import (
-    PROCESS_START_SECONDS,
-    Cli,
-    Scratch,
-    Workers,
-    worker_pool,
-)
+from integration.integration_harness import Scratch, Workers, worker_pool
 
 from jobcenter import Client
 

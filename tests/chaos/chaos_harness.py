@@ -1,7 +1,8 @@
-"""The machinery of the chaos tier: real `jobcenter worker` processes (with their rq children)
-that tests kill -9, SIGSTOP and SIGCONT; real `jobcenter recover --once` runs; and the check
-that a job converged (every task terminal, the right final state, no task started before its
-parents finished, nothing left in any queue), with the re-runs it took.
+"""The chaos tier's use of the process harness (tests/harness.py): real `jobcenter worker`
+processes (with their rq children) that tests kill -9, SIGSTOP and SIGCONT; real `jobcenter
+recover --once` runs; and the check that a job converged (every task terminal, the right
+final state, no task started before its parents finished, nothing left in any queue), with
+the re-runs it took.
 
 Leases and timeouts are shortened through the env vars every process reads.
 """
@@ -16,21 +17,20 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import redis
 from chaos_tasks import EVENTS_URL_ENV, WORKER_NAME_ENV, all_gates_key, events_key, gate_key
-from helpers import wait_until
+from harness import PROCESS_START_SECONDS, TESTS_DIR, Cli, WorkerPool, WorkerProcess, spawn
+from helpers import pid_alive
 
 from jobcenter.config import Settings
 from jobcenter.model.states import JobState, TaskState
-from jobcenter.storage.keys import Keys
 from jobcenter.storage.store import Store
 
 CHAOS_DIR = Path(__file__).resolve().parent
-TESTS_DIR = CHAOS_DIR.parent
 
 LEASE_SECONDS = 1.0  # heartbeats every 1/3 s; a dead worker's task is taken over in ~1-2 s
 WORKER_TIMEOUT_SECONDS = 2.0  # a node silent this long is gone (recovery rule 4)
@@ -40,10 +40,7 @@ SHORT_ENV = {
     "JOBCENTER_WORKER_TIMEOUT_SECONDS": str(WORKER_TIMEOUT_SECONDS),
     "JOBCENTER_RECOVERY_INTERVAL_SECONDS": str(RECOVERY_INTERVAL_SECONDS),
 }
-# Starting a Python process that imports jobcenter, on a loaded 2-core CI machine.
-PROCESS_START_SECONDS = 15.0
 RQ_CHILD_EXIT_SECONDS = 5.0  # an orphaned rq child checks its parent every second
-CLI_TIMEOUT_SECONDS = 30.0
 # A takeover waits out the lease (it ends at most one lease after the last heartbeat), a
 # sweep that notices (idle workers sweep at least once a second), the timed_out grace
 # (lease / 3), the next sweep, then the claim; plus a second of slack for a loaded 2-core CI
@@ -51,155 +48,35 @@ CLI_TIMEOUT_SECONDS = 30.0
 TAKEOVER_BOUND_SECONDS = LEASE_SECONDS + LEASE_SECONDS / 3 + 2 * 1.0 + 1.0
 
 
-def subprocess_env(redis_url: str, namespace: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBCENTER_", "CHAOS_"))}
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(CHAOS_DIR), str(TESTS_DIR), os.environ.get("PYTHONPATH", "")) if p
-    )
-    env["JOBCENTER_REDIS_URL"] = redis_url
-    env["JOBCENTER_NAMESPACE"] = namespace
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(SHORT_ENV)
-    env.update(extra)
-    return env
-
-
-def rq_children_of(pid: int) -> list[int]:
-    """Pids of the rq child a worker started (found by its `--parent PID` argument, so it is
-    found even after the worker died and the child was re-parented)."""
-    wanted = ["jobcenter.runtime.rq_runner", "--parent", str(pid)]
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if all(arg in argv for arg in wanted):
-            found.append(int(entry.name))
-    return found
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-@dataclass
-class WorkerProc:
-    """One `jobcenter worker` process of a test."""
-
-    name: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    handler: str = ""
-    rq_pids: set[int] = field(default_factory=set)
-    killed_at: float | None = None
-    stopped_by_test: bool = False  # an exit the test did not cause is a crash
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def note_rq_children(self) -> None:
-        if self.alive:
-            self.rq_pids.update(rq_children_of(self.pid))
-
-    def kill9(self) -> float:
-        """kill -9; returns the wall-clock time of the kill."""
-        self.note_rq_children()
-        self.stopped_by_test = True
-        self.killed_at = time.time()
-        os.kill(self.pid, signal.SIGKILL)
-        self.proc.wait()
-        return self.killed_at
-
-    def stop(self) -> int:
-        """SIGTERM (graceful: running tasks finish, the rq child stops); the exit code."""
-        self.stopped_by_test = True
-        self.proc.terminate()
-        return self.proc.wait(PROCESS_START_SECONDS)
-
-    def freeze(self) -> None:
-        os.kill(self.pid, signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        os.kill(self.pid, signal.SIGCONT)
-
-
-class Cluster:
+class Cluster(WorkerPool):
     """Worker processes, CLI runs and the event log of one test (one namespace).
 
     The event log and the gates live on jobcenter's Redis, or on `events_url` for a test
     that makes jobcenter's Redis refuse writes (the tasks' bookkeeping must not suffer it)."""
 
+    modules = ("chaos_tasks",)
+    name_env = WORKER_NAME_ENV
+    path = (CHAOS_DIR, TESTS_DIR)
+    settings = SHORT_ENV
+
     def __init__(
         self, redis_url: str, namespace: str, log_dir: Path, events_url: str | None = None
     ) -> None:
-        self.redis_url = redis_url
-        self.namespace = namespace
-        self.log_dir = log_dir
-        self.redis = redis.Redis.from_url(redis_url)
+        super().__init__(redis_url, namespace, log_dir)
         self.events_url = events_url
         self.events_redis = redis.Redis.from_url(events_url) if events_url else self.redis
-        self.keys = Keys(namespace)
         self.store = Store(self.redis, Settings(redis_url=redis_url, namespace=namespace))
-        self.workers: list[WorkerProc] = []
+        self.cli = Cli(redis_url, namespace, log_dir, path=self.path, settings=self.settings)
         self.helpers: list[subprocess.Popen[bytes]] = []
+
+    def env(self, **extra: str) -> dict[str, str]:
+        if self.events_url:
+            extra = {EVENTS_URL_ENV: self.events_url, **extra}
+        return super().env(**extra)
 
     # -- processes ------------------------------------------------------------------------
 
-    def start_worker(
-        self,
-        *options: str,
-        name: str | None = None,
-        concurrency: int = 4,
-        env: dict[str, str] | None = None,
-        wait_ready: bool = True,
-    ) -> WorkerProc:
-        name = name or f"w{len(self.workers) + 1}"
-        args = [
-            sys.executable, "-m", "jobcenter", "worker", "chaos_tasks",
-            "--concurrency", str(concurrency), *options,
-        ]  # fmt: skip
-        log_path = self.log_dir / f"worker-{name}.log"
-        extra = {WORKER_NAME_ENV: name, **(env or {})}
-        if self.events_url:
-            extra[EVENTS_URL_ENV] = self.events_url
-        with log_path.open("ab") as log_file:
-            proc = subprocess.Popen(
-                args,
-                env=subprocess_env(self.redis_url, self.namespace, **extra),
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.log_dir,
-            )
-        worker = WorkerProc(name, proc, log_path)
-        self.workers.append(worker)
-        if wait_ready:
-            wait_until(
-                lambda: self._registered(worker) or not worker.alive,
-                timeout=PROCESS_START_SECONDS,
-                message=f"worker {name} did not register",
-            )
-            if not worker.alive:
-                raise AssertionError(f"worker {name} exited at start:\n{worker.log()}")
-        return worker
-
-    def power_off(self, worker: WorkerProc) -> float:
+    def power_off(self, worker: WorkerProcess) -> float:
         """kill -9 a worker and its rq child at once, as a power loss would; returns the
         time of the kill. The rq child is frozen first and the kill waits for a moment when
         it runs no recovery pass: a pass killed half way is a test of its own, and here it
@@ -225,58 +102,18 @@ class Cluster:
                 os.kill(pid, signal.SIGKILL)
         return killed_at
 
-    def wait_recovery_round_done(self, interval: float) -> None:
-        """Wait until this interval's recovery round has run (workers enqueue it at start) and
-        no pass runs now, so a test can act knowing no pass runs until the next round."""
-
-        def done() -> bool:
-            seconds, _ = self.redis.time()
-            ran = self.redis.get(self.keys.singleton_round("recovery"))
-            running = self.redis.exists(self.keys.singleton("recovery"))
-            return ran is not None and int(ran) >= seconds // interval and not running
-
-        wait_until(done, timeout=PROCESS_START_SECONDS, message="no recovery round ran")
-
-    def _registered(self, worker: WorkerProc) -> bool:
-        for raw in self.redis.zrange(self.keys.workers(), 0, -1):
-            handler = raw.decode()
-            pid = self.redis.hget(self.keys.worker_info(handler), "pid")
-            if pid is not None and int(pid) == worker.pid:
-                worker.handler = handler
-                return True
-        return False
-
     def spawn(self, *args: str, **env: str) -> subprocess.Popen[bytes]:
         """A helper process of the test (e.g. `python -m chaos_tasks ...`); output to a log."""
         log_path = self.log_dir / f"helper-{len(self.helpers) + 1}.log"
-        with log_path.open("ab") as log_file:
-            proc = subprocess.Popen(
-                [sys.executable, *args],
-                env=subprocess_env(self.redis_url, self.namespace, **env),
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.log_dir,
-            )
+        proc = spawn([sys.executable, *args], self.env(**env), log_path)
         self.helpers.append(proc)
         return proc
 
-    def cli(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "jobcenter", *args],
-            env=subprocess_env(self.redis_url, self.namespace, **env),
-            cwd=self.log_dir,
-            capture_output=True,
-            text=True,
-            timeout=CLI_TIMEOUT_SECONDS,
-            check=False,
-        )
-
     def recover(self, **env: str) -> dict[str, Any]:
         """`jobcenter recover --once --json`; its report."""
-        done = self.cli("recover", "--once", "--json", **env)
-        assert done.returncode == 0, f"recover exited {done.returncode}: {done.stderr}"
-        report: dict[str, Any] = json.loads(done.stdout)
+        done = self.cli("recover", "--once", "--json", env=env)
+        assert done.code == 0, f"recover exited {done.code}: {done.stderr}"
+        report: dict[str, Any] = done.json()
         return report
 
     def close(self) -> list[str]:
@@ -289,12 +126,12 @@ class Cluster:
         problems = []
         with contextlib.suppress(redis.RedisError):
             self.events_redis.set(all_gates_key(self.namespace), 1)
-        for worker in self.workers:
+        for worker in self.started:
             if not worker.alive and not worker.stopped_by_test:
                 tail = "\n".join(worker.log().splitlines()[-20:])
                 problems.append(f"worker {worker.name} exited {worker.proc.returncode}:\n{tail}")
-        orphans = {pid for w in self.workers if not w.alive for pid in w.rq_pids}
-        for worker in self.workers:
+        orphans = {pid for w in self.started if not w.alive for pid in w.rq_pids}
+        for worker in self.started:
             if worker.alive:
                 worker.note_rq_children()
                 worker.proc.kill()
@@ -315,7 +152,8 @@ class Cluster:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         self.redis.close()
-        self.events_redis.close()
+        if self.events_redis is not self.redis:
+            self.events_redis.close()
         return problems
 
     # -- the tests' own keys ------------------------------------------------------------

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import signal
 
-from chaos_harness import WORKER_TIMEOUT_SECONDS, Cluster, WorkerProc
+from chaos_harness import WORKER_TIMEOUT_SECONDS, Cluster
+from harness import WorkerProcess
 from helpers import health_port, probe, wait_probe, wait_until
 
 from jobcenter.storage.embedded import RedisServer
@@ -16,9 +17,9 @@ from jobcenter.storage.embedded import RedisServer
 OUTAGE_SECONDS = 15.0  # how long a test waits for a worker to notice and get over an outage
 
 
-def ready_worker(cluster: Cluster) -> tuple[WorkerProc, int]:
+def ready_worker(cluster: Cluster) -> tuple[WorkerProcess, int]:
     """A worker with a health endpoint, once it answers ready; and the endpoint's port."""
-    worker = cluster.start_worker("--health-port", "0")
+    worker = cluster.start("--health-port", "0")
     port = health_port(worker.log)
     wait_probe(port, "/readyz", 200)
     return worker, port

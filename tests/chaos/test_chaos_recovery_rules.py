@@ -1,5 +1,5 @@
-"""Every recovery rule of DESIGN.md section 6, each shown on a broken state created for real
-(a worker killed with -9 or frozen with SIGSTOP, a queue entry or a release or a leader
+"""Every recovery rule of ARCHITECTURE.md (Recovery), each shown on a broken state created for
+real (a worker killed with -9 or frozen with SIGSTOP, a queue entry or a release or a leader
 message lost, a leader killed mid-split, a recovery pass killed half way), and the job
 converging from it: every task terminal, the right final state, nothing left queued."""
 
@@ -12,10 +12,10 @@ from chaos_harness import (
     TAKEOVER_BOUND_SECONDS,
     WORKER_TIMEOUT_SECONDS,
     Cluster,
-    WorkerProc,
     chain_of_layers,
     check_converged,
 )
+from harness import WorkerProcess
 from helpers import wait_until
 
 import jobcenter.storage.store as store_module
@@ -50,7 +50,7 @@ def leader_split_job(name: str) -> dict[str, Any]:
     return {**spec, "name": name}
 
 
-def start_stalling_leader(cluster: Cluster) -> WorkerProc:
+def start_stalling_leader(cluster: Cluster) -> WorkerProcess:
     """A worker whose leader writes 2 chunks of 100 tasks of the next job it splits, then
     stops for good (the chaos_tasks hooks). Its rq child has run its recovery round when
     this returns and runs none for 10 minutes: the split falls to the hooked leader."""
@@ -59,7 +59,7 @@ def start_stalling_leader(cluster: Cluster) -> WorkerProc:
         "CHAOS_STALL_SPLIT_AFTER": "2",
         "JOBCENTER_RECOVERY_INTERVAL_SECONDS": "600",
     }
-    leader = cluster.start_worker(name="leader", env=env)
+    leader = cluster.start(name="leader", env=env)
     cluster.wait_recovery_round_done(600)
     return leader
 
@@ -97,7 +97,7 @@ def test_rule1_recovery_times_out_then_requeues_the_task_of_a_killed_worker(
 ) -> None:
     spec = {"name": "rule1", "tasks": [{**step("a", gate="a"), "retries": 2}, step("b", "a")]}
     job_id = client.submit(spec)
-    victim = cluster.start_worker(name="victim")
+    victim = cluster.start(name="victim")
     (first,) = wait_until(lambda: cluster.starts(job_id, "a"), message="a never started")
     cluster.power_off(victim)
 
@@ -109,7 +109,7 @@ def test_rule1_recovery_times_out_then_requeues_the_task_of_a_killed_worker(
     assert outcomes == [{"timed_out": 1}, {"retried": 1}]
     assert queue_members(cluster, "default", job_id) != []
 
-    cluster.start_worker(name="heir")
+    cluster.start(name="heir")
     cluster.open_gate("a")
     client.wait(job_id, JOB_SECONDS)
     result = check_converged(cluster, job_id, spec, "succeeded")
@@ -125,11 +125,11 @@ def test_rule1_a_killed_workers_task_with_no_attempt_left_fails_and_cascades(
 ) -> None:
     spec = {"name": "rule1-no-retry", "tasks": [step("a", gate="a"), step("b", "a"), step("c")]}
     job_id = client.submit(spec)
-    victim = cluster.start_worker(name="victim")
+    victim = cluster.start(name="victim")
     wait_until(lambda: cluster.starts(job_id, "a"), message="a never started")
     wait_until(lambda: cluster.task_field(job_id, "s", 2) == "succeeded", message="c not done")
     cluster.power_off(victim)
-    cluster.start_worker(name="survivor")
+    cluster.start(name="survivor")
 
     status = client.wait(job_id, JOB_SECONDS)
 
@@ -162,7 +162,7 @@ def test_rule2_a_queued_task_whose_queue_entry_was_deleted_is_requeued_once(
 
     assert (first["requeued"], second["requeued"]) == (1, 0)
     assert sorted(queue_members(cluster, "default", job_id)) == sorted(entries)  # once each
-    cluster.start_worker()
+    cluster.start()
     client.wait(job_id, JOB_SECONDS)
     result = check_converged(cluster, job_id, spec, "succeeded")
     assert not result.problems, result.problems
@@ -177,7 +177,7 @@ def test_rule3_a_waiting_task_whose_release_was_lost_is_queued(
 ) -> None:
     spec = {"name": "rule3", "tasks": [step("a"), {**step("b", "a"), "queue": "later"}]}
     job_id = client.submit(spec)
-    first = cluster.start_worker(name="first")  # serves only `default`: b waits in `later`
+    first = cluster.start(name="first")  # serves only `default`: b waits in `later`
     wait_until(lambda: cluster.task_field(job_id, "s", 1) == "queued", message="b was not released")
     assert first.stop() == 0  # graceful: its rq child stops too, so only the CLI repairs
     # the release of b is lost: a succeeded, b still waiting on it, in no queue
@@ -190,7 +190,7 @@ def test_rule3_a_waiting_task_whose_release_was_lost_is_queued(
     assert (first_pass["released"], second_pass["released"]) == (1, 0)
     assert queue_members(cluster, "later", job_id) == [entry]
     assert cluster.task_field(job_id, "d", 1) == "0"
-    cluster.start_worker("--queues", "later", name="later")
+    cluster.start("--queues", "later", name="later")
     client.wait(job_id, JOB_SECONDS)
     result = check_converged(cluster, job_id, spec, "succeeded")
     assert not result.problems, result.problems
@@ -212,9 +212,9 @@ def test_rule4_a_task_pinned_to_a_node_whose_workers_died_fails_with_its_descend
             step("d"),
         ],
     }
-    node_worker = cluster.start_worker("--node", "n1", "--queues", "other", name="n1")
+    node_worker = cluster.start("--node", "n1", "--queues", "other", name="n1")
     job_id = client.submit(spec)
-    cluster.start_worker(name="default")  # splits, runs d, sweeps leases, runs recovery
+    cluster.start(name="default")  # splits, runs d, sweeps leases, runs recovery
     wait_until(lambda: cluster.starts(job_id, "a"), message="a never started on n1")
     killed_at = cluster.power_off(node_worker)
 
@@ -257,7 +257,7 @@ def test_rule5_a_finished_job_is_finalized_even_if_its_finalize_message_is_lost(
     if cluster.job_field(job_id, "state") == "running":  # finalizing is a leader step
         report = cluster.recover()
         assert report["resubmitted"] == {"finalize": 1} or report["finalized"] == 1
-        cluster.start_worker()
+        cluster.start()
     # else the last completion finalized the job in its own script: nothing to lose
     assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
     assert cluster.redis.zscore(cluster.keys.active(0), job_id) is None
@@ -275,7 +275,7 @@ def test_rule5_a_pending_job_whose_split_message_was_lost_is_split(
 
     assert first_pass["resubmitted"] == {"split": 1}
     assert second_pass["leader_steps"] == 1  # the resubmitted split, run by recovery
-    cluster.start_worker()
+    cluster.start()
     client.wait(job_id, JOB_SECONDS)
     result = check_converged(cluster, job_id, spec, "succeeded")
     assert not result.problems, result.problems
@@ -293,7 +293,7 @@ def test_rule5_a_split_whose_leader_was_killed_mid_way_resumes_where_it_stopped(
     assert cluster.job_field(job_id, "state") == "pending"
     killed_at = cluster.power_off(leader)
 
-    cluster.start_worker(name="heir", env={"CHAOS_PUBLISH_CHUNK": str(STALL_CHUNK)})
+    cluster.start(name="heir", env={"CHAOS_PUBLISH_CHUNK": str(STALL_CHUNK)})
     wait_until(
         lambda: cluster.job_field(job_id, "state") != "pending",
         timeout=TAKEOVER_BOUND_SECONDS + 5,
@@ -323,7 +323,7 @@ def test_rule6_a_scheduled_job_whose_leader_stalled_mid_split_is_failed_not_resu
     job_id, _ = store.submit(spec_from_any(spec), schedule_id="s1", fire_time=time.time())
     wait_until(lambda: cluster.events("split-stalled"), message="the split never stalled")
     cluster.power_off(leader)
-    cluster.start_worker(name="heir")
+    cluster.start(name="heir")
 
     status = client.wait(job_id, JOB_SECONDS)
 
@@ -358,8 +358,8 @@ def test_rule7_duplicate_queue_entries_and_leader_messages_are_dropped(
     assert store.resubmit(job_id, "split")  # a second split of a job already split
     assert store.resubmit(job_id, "finalize")  # a finalize while tasks are unfinished
 
-    cluster.start_worker(concurrency=4)
-    cluster.start_worker(concurrency=4)
+    cluster.start(concurrency=4)
+    cluster.start(concurrency=4)
     client.wait(job_id, JOB_SECONDS)
 
     result = check_converged(cluster, job_id, spec, "succeeded")
@@ -377,12 +377,12 @@ def test_rule7_a_duplicate_claimed_while_the_task_runs_leaves_it_taken_over_on_w
     job_id = client.submit(spec)
     ensure_split(cluster, job_id)  # a is queued
     (entry,) = queue_members(cluster, "default", job_id)
-    runner = cluster.start_worker(name="runner", concurrency=1)
+    runner = cluster.start(name="runner", concurrency=1)
     (first,) = wait_until(lambda: cluster.starts(job_id, "a"), message="a never started")
     runner.freeze()  # no heartbeat from here on
     queue = cluster.keys.queue(0, "default")
     cluster.redis.zadd(queue, {entry: 0})  # a duplicate message of a, still running
-    cluster.start_worker(name="other")
+    cluster.start(name="other")
     wait_until(
         lambda: not queue_members(cluster, "default", job_id),
         message="the duplicate was not taken",
@@ -430,7 +430,7 @@ def test_a_recovery_pass_killed_half_way_is_finished_by_the_next_pass(
         message="no recovery pass could run after one was killed",
     )
     assert report["requeued"] == 4
-    cluster.start_worker()
+    cluster.start()
     for job_id, spec in zip(job_ids, specs, strict=True):
         client.wait(job_id, JOB_SECONDS)
         result = check_converged(cluster, job_id, spec, "succeeded")

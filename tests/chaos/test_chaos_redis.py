@@ -30,7 +30,7 @@ def test_redis_killed_9_and_restarted_from_its_aof_mid_run_the_job_still_succeed
 ) -> None:
     cluster, client = private_cluster, private_client
     spec = chain_of_layers(width=10, depth=8, work=0.05, fan_in=3, seed=3)
-    workers = [cluster.start_worker(concurrency=4) for _ in range(2)]
+    workers = [cluster.start(concurrency=4) for _ in range(2)]
     job_id = client.submit(spec)
     wait_until(
         lambda: len(cluster.events("finish", job_id)) >= 25,
@@ -63,7 +63,7 @@ def test_an_idle_worker_survives_a_redis_restart_and_then_runs_new_work(
     private_redis: RedisServer, private_cluster: Cluster, private_client: Client
 ) -> None:
     cluster, client = private_cluster, private_client
-    worker = cluster.start_worker(name="idle")
+    worker = cluster.start(name="idle")
     spec = {"name": "before-restart", "tasks": [{"id": "a", "task": "chaos.step"}]}
     assert client.wait(client.submit(spec), JOB_SECONDS)["state"] == "succeeded"
     # the worker is idle now, blocked on its wake-up lists

@@ -15,9 +15,8 @@ from chaos_harness import (
     Cluster,
     chain_of_layers,
     check_converged,
-    pid_alive,
 )
-from helpers import wait_until
+from helpers import pid_alive, wait_until
 
 from jobcenter import Client
 from jobcenter.runtime.recovery import Recovery
@@ -44,7 +43,7 @@ def test_kill9_of_random_workers_over_and_over_still_runs_a_300_task_dag_to_succ
 ) -> None:
     rng = random.Random(7)
     spec = chain_of_layers(width=30, depth=10, work=0.05, fan_in=3)
-    live = [cluster.start_worker(concurrency=4) for _ in range(3)]
+    live = [cluster.start(concurrency=4) for _ in range(3)]
     job_id = client.submit(spec)
 
     def unfinished() -> bool:
@@ -68,7 +67,7 @@ def test_kill9_of_random_workers_over_and_over_still_runs_a_300_task_dag_to_succ
         victim.kill9()
         kills += 1
         live.remove(victim)
-        live.append(cluster.start_worker(concurrency=4, wait_ready=False))
+        live.append(cluster.start(concurrency=4, wait_ready=False))
         assert kills < 40, "the job never finished"
     status = client.wait(job_id, JOB_SECONDS)
 
@@ -92,7 +91,7 @@ def test_kill9_of_random_workers_over_and_over_still_runs_a_300_task_dag_to_succ
 def takeover_times(cluster: Cluster, job_id: str) -> list[float]:
     """For each re-run of a task whose previous attempt ran on a worker that was then
     killed: seconds from the kill to the re-run's start."""
-    killed_at = {w.name: w.killed_at for w in cluster.workers if w.killed_at is not None}
+    killed_at = {w.name: w.killed_at for w in cluster.started if w.killed_at is not None}
     by_task: dict[str, list[dict[str, Any]]] = {}
     for event in cluster.events("start", job_id):
         by_task.setdefault(event["task"], []).append(event)
@@ -115,12 +114,12 @@ def _summary(seconds: list[float]) -> str:
 def test_a_killed_workers_task_runs_again_elsewhere_within_about_one_lease(
     cluster: Cluster, client: Client, record_property: Any
 ) -> None:
-    first = cluster.start_worker(name="first")
+    first = cluster.start(name="first")
     spec = gated_chain("a")
     job_id = client.submit(spec)
     (started,) = wait_until(lambda: cluster.starts(job_id, "a"), message="a never started")
     assert started["worker"] == "first"
-    second = cluster.start_worker(name="second")
+    second = cluster.start(name="second")
 
     killed_at = first.kill9()
     again = wait_until(
@@ -147,11 +146,11 @@ def test_a_killed_workers_task_runs_again_elsewhere_within_about_one_lease(
 def test_a_worker_frozen_past_its_lease_loses_the_task_and_its_late_completion_is_rejected(
     cluster: Cluster, client: Client
 ) -> None:
-    frozen = cluster.start_worker(name="frozen")
+    frozen = cluster.start(name="frozen")
     spec = gated_chain("a")
     job_id = client.submit(spec)
     (first,) = wait_until(lambda: cluster.starts(job_id, "a"), message="a never started")
-    other = cluster.start_worker(name="other")
+    other = cluster.start(name="other")
 
     frozen.freeze()
     frozen_at = time.time()
@@ -190,7 +189,7 @@ def test_a_frozen_worker_resumed_before_takeover_keeps_its_timed_out_attempt(
     # the lease (its rq child runs one pass at start, then none for 10 minutes); the pass
     # uses a long lease, so the second deadline (lease / 3 = 10 s) leaves the resumed
     # worker plenty of time to heartbeat in.
-    worker = cluster.start_worker(name="only", env={"JOBCENTER_RECOVERY_INTERVAL_SECONDS": "600"})
+    worker = cluster.start(name="only", env={"JOBCENTER_RECOVERY_INTERVAL_SECONDS": "600"})
     spec = gated_chain("a")
     job_id = client.submit(spec)
     wait_until(lambda: cluster.starts(job_id, "a"), message="a never started")
@@ -229,14 +228,14 @@ def _lease_overdue(cluster: Cluster, member: str) -> bool:
 def test_a_process_pool_attempt_dies_with_its_kill9d_worker(
     cluster: Cluster, client: Client
 ) -> None:
-    victim = cluster.start_worker("--pool", "process", name="victim")
+    victim = cluster.start("--pool", "process", name="victim")
     spec = gated_chain("a")
     job_id = client.submit(spec)
     (started,) = wait_until(lambda: cluster.starts(job_id, "a"), message="a never started")
     assert started["pid"] != victim.pid  # the attempt runs in a child process
 
     victim.kill9()
-    cluster.start_worker("--pool", "process", name="heir")
+    cluster.start("--pool", "process", name="heir")
     wait_until(
         lambda: not pid_alive(started["pid"]),
         timeout=3.0,  # an orphan notices within a second or two

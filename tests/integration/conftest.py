@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from integration_harness import Cli, Scratch, Workers, worker_pool
+from harness import Cli
+from integration_harness import Scratch, Workers, worker_pool
 
 from jobcenter import Client
 

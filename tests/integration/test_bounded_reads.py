@@ -9,8 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
+from harness import Cli
 from helpers import CommandLog, wait_until
-from integration_harness import Cli, Scratch, Workers
+from integration_harness import Scratch, Workers
 
 from jobcenter.storage.keys import Keys
 

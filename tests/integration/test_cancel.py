@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import redis
+from harness import Cli
 from helpers import wait_until
-from integration_harness import JOB_SECONDS, Cli, Scratch, Workers
+from integration_harness import JOB_SECONDS, Scratch, Workers
 
 from jobcenter import Client
 from jobcenter.storage.keys import Keys

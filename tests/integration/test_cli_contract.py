@@ -1,4 +1,4 @@
-"""The CLI contract of DESIGN.md section 7: JSON shapes, filters, exit codes and messages."""
+"""The CLI contract the README documents: JSON shapes, filters, exit codes and messages."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 import redis
-from integration_harness import JOB_SECONDS, Cli, Workers
+from harness import Cli
+from integration_harness import JOB_SECONDS, Workers
 
 JOB_KEYS = {"id", "name", "owner", "state", "created_at", "finished_at", "tasks"}
 TASK_KEYS = {"state", "attempts", "handler", "queued_at", "started_at", "finished_at", "error"}
 TASK_KEYS |= {"created_at", "updated_at", "completed_at"}  # seed 000's three times (issue 9)
 LIST_KEYS = {"id", "name", "owner", "state", "created_at", "finished_at"}
-# Keys a list row has beyond section 7, on purpose (`list --schedule`). Listed, so that a
+# Keys a list row has beyond those of `status`, on purpose (`list --schedule`). Listed, so that a
 # renamed or stray key still fails here: a script parsing the JSON would break on it.
 LIST_EXTRA_KEYS = {"schedule_id", "fire_time"}
 

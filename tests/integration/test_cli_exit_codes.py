@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness import Cli
 from helpers import wait_until
-from integration_harness import JOB_SECONDS, Cli, Scratch, Workers
+from integration_harness import JOB_SECONDS, Scratch, Workers
 
 from jobcenter import Client
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 import redis
-from integration_harness import JOB_SECONDS, Cli, Workers
+from harness import Cli
+from integration_harness import JOB_SECONDS, Workers
 
 from jobcenter import Client
 from jobcenter.errors import SettingsMismatch

@@ -12,9 +12,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from harness import PROCESS_START_SECONDS, TESTS_DIR, Cli
+from harness import subprocess_env as env_for
 from helpers import read_until
-from integration_harness import JOB_SECONDS, PROCESS_START_SECONDS, TESTS_DIR, Cli, Workers
-from integration_harness import subprocess_env as env_for
+from integration_harness import JOB_SECONDS, Workers
 
 from jobcenter import Client
 

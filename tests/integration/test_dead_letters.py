@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 import redis
+from harness import Cli
 from helpers import wait_until
-from integration_harness import JOB_SECONDS, Cli, Scratch, Workers
+from integration_harness import JOB_SECONDS, Scratch, Workers
 
 from jobcenter import Client
 from jobcenter.errors import NotFound

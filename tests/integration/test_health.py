@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from harness import Cli
 from helpers import health_port, probe, wait_probe, wait_until
-from integration_harness import Cli, Scratch, Workers
+from integration_harness import Scratch, Workers
 
 from jobcenter import Client
 from jobcenter.storage.embedded import free_port

@@ -7,7 +7,8 @@ from collections import Counter
 from pathlib import Path
 
 import yaml
-from integration_harness import EXAMPLES, JOB_SECONDS, Cli, Scratch, Workers, parents_finished_first
+from harness import Cli
+from integration_harness import EXAMPLES, JOB_SECONDS, Scratch, Workers, parents_finished_first
 
 from jobcenter import Client
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from integration_harness import EXAMPLES, JOB_SECONDS, Cli, Workers, parents_finished_first
+from harness import Cli
+from integration_harness import EXAMPLES, JOB_SECONDS, Workers, parents_finished_first
 
 
 def _deps(spec_path: Path) -> dict[str, list[str]]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import signal
 
+from harness import PROCESS_START_SECONDS
 from helpers import wait_until
-from integration_harness import PROCESS_START_SECONDS, Workers
+from integration_harness import Workers
 
 RESTARTS = 3
 # Short settings, so dead entries age out within a test: heartbeats every 0.2 s.

@@ -1,7 +1,7 @@
 --[[ repair: recovery's fixes for one job's tasks, each checked again here, in one bounded
   batch. A task no longer in the broken state is left alone, so a repair never duplicates.
   'requeue'  queued or retry_wait, in no queue, delayed set or lease: queued again
-             (a lost queue entry, DESIGN section 6 rule 2)
+             (a lost queue entry, ARCHITECTURE.md, Recovery rule 2)
   'release'  waiting with every parent succeeded (parents given): queued (rule 3)
   'abandon'  queued, retry_wait or timed_out on a node with no live worker: failed, and its
              descendants upstream_failed (rule 4)
