@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from harness import Cli
 from helpers import wait_until
-from integration_harness import JOB_SECONDS, Cli, Scratch, Workers
+from integration_harness import JOB_SECONDS, Scratch, Workers
 
 from jobcenter import Client
 

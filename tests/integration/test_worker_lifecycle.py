@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness import subprocess_env
 from helpers import pid_alive, wait_until
-from integration_harness import JOB_SECONDS, Scratch, Workers, subprocess_env
+from integration_harness import JOB_SECONDS, Scratch, Workers
 
 from jobcenter import Client
 
