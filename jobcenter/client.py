@@ -79,7 +79,7 @@ class Client:
     def state(self, job_id: str) -> str:
         state = self.store.job_state(job_id)
         if state is None:
-            raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
+            raise NotFound.job(job_id, self.settings.namespace)
         return state.value
 
     def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
@@ -96,9 +96,7 @@ class Client:
     def cancel(self, job_id: str) -> str:
         """Cancel a job: queued and waiting tasks never run, running attempts are revoked
         (their results are discarded). Returns the job's state afterwards."""
-        code, left = self.store.cancel_step(job_id, from_client=True)
-        while code == 0 and left:
-            code, left = self.store.cancel_step(job_id)
+        self.store.stop_job(job_id, "cancel")
         return self.state(job_id)  # the step that stopped the last task finalized the job
 
     def list(
