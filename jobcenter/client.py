@@ -5,12 +5,12 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Unpack
 
 from jobcenter.model.spec import JobSpec, spec_from_any
 from jobcenter.model.states import JobState
 from jobcenter.storage.schema import TaskField
-from jobcenter.storage.store import JobProgress, Store
+from jobcenter.storage.store import JobProgress, JobQuery, Store
 
 from . import schedules as _schedule
 from .config import Settings
@@ -99,19 +99,10 @@ class Client:
         self.store.stop_job(job_id, "cancel")
         return self.state(job_id)  # the step that stopped the last task finalized the job
 
-    def list(
-        self,
-        *,
-        owner: str | None = None,
-        state: str | None = None,
-        schedule_id: str | None = None,
-        since: float | None = None,
-        limit: int = 100,
-    ) -> builtins.list[dict[str, Any]]:
-        """Job summaries, newest first."""
-        return self.store.list_jobs(
-            owner=owner, state=state, schedule_id=schedule_id, since=since, limit=limit
-        )
+    def list(self, **query: Unpack[JobQuery]) -> builtins.list[dict[str, Any]]:
+        """Job summaries, newest first: `limit` (100) of them, filtered by `owner`, `state`,
+        `schedule_id` and creation `since` (epoch seconds), as Store.list_jobs reads them."""
+        return self.store.list_jobs(**query)
 
     def history(
         self, job_id: str, start: int = 0, count: int | None = None

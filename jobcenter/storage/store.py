@@ -11,7 +11,7 @@ import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import redis
 from redis import Redis
@@ -110,6 +110,16 @@ class JobProgress:
     @property
     def finished(self) -> int:
         return self.total - self.left
+
+
+class JobQuery(TypedDict, total=False):
+    """The filters of Store.list_jobs, for the callers that hand them on."""
+
+    owner: str | None
+    state: str | None
+    schedule_id: str | None
+    since: float | None
+    limit: int
 
 
 @dataclass(frozen=True)
@@ -444,17 +454,11 @@ class Store:
             self._job_call("complete", job_id, [*args, *pairs], batch=batch)
         codes: dict[tuple[str, int], int] = {}
         taken: list[StartedTask] = []
-        refused: Exception | None = None
-        replies = batch.execute(raise_on_error=False)
-        for (job_id, items), reply in zip(by_job.items(), replies, strict=True):
-            if isinstance(reply, Exception):
-                refused = refused or reply
-                continue
+        answered, refused = _run_per_job(batch, by_job)
+        for job_id, items, reply in answered:
+            codes.update(_task_codes(job_id, [index for index, _ in items], reply))
             if reply[0] < 0:
-                codes.update({(job_id, index): reply[0] for index, _ in items})
                 continue
-            for (index, _), code in zip(items, reply[1], strict=True):
-                codes[(job_id, index)] = int(code)
             for index, attempt, payload in reply[2]:
                 taken.append(StartedTask(job_id, int(index), int(attempt), payload))
             if take_max:
@@ -503,15 +507,9 @@ class Store:
             args = [handler, delay_min_ms, delay_max_ms, *triples]
             self._job_call("give_back", job_id, args, batch=batch)
         codes: dict[tuple[str, int], int] = {}
-        refused: Exception | None = None
-        replies = batch.execute(raise_on_error=False)
-        for (job_id, items), reply in zip(by_job.items(), replies, strict=True):
-            if isinstance(reply, Exception):
-                refused = refused or reply
-                continue
-            per_task = reply[1] if reply[0] == 0 else [reply[0]] * len(items)
-            for (index, _, _), code in zip(items, per_task, strict=True):
-                codes[(job_id, index)] = int(code)
+        answered, refused = _run_per_job(batch, by_job)
+        for job_id, items, reply in answered:
+            codes.update(_task_codes(job_id, [index for index, _, _ in items], reply))
         if refused is not None:
             raise RefusedInPart(refused, codes)
         return codes
@@ -546,9 +544,7 @@ class Store:
             self._job_call("heartbeat", job_id, args, with_meta=False, batch=batch)
         codes: dict[tuple[str, int], int] = {}
         for (job_id, items), reply in zip(by_job.items(), batch.execute(), strict=True):
-            per_task = reply[1] if reply[0] == 0 else [reply[0]] * len(items)
-            for (index, _, _), code in zip(items, per_task, strict=True):
-                codes[(job_id, index)] = int(code)
+            codes.update(_task_codes(job_id, [index for index, _, _ in items], reply))
         return codes
 
     def expire(
@@ -1019,6 +1015,30 @@ class Store:
                 }
             )
         return out
+
+
+def _run_per_job(
+    batch: Batch, calls: dict[str, list[Any]]
+) -> tuple[list[tuple[str, list[Any], Any]], Exception | None]:
+    """Run a batch of one call per job (in the order of `calls`: job id -> its items), going
+    on past calls Redis refuses: (job id, items, reply) of each call that ran, and the first
+    refusal (None when every call ran)."""
+    answered: list[tuple[str, list[Any], Any]] = []
+    refused: Exception | None = None
+    replies = batch.execute(raise_on_error=False)
+    for (job_id, items), reply in zip(calls.items(), replies, strict=True):
+        if isinstance(reply, Exception):
+            refused = refused or reply
+        else:
+            answered.append((job_id, items, reply))
+    return answered, refused
+
+
+def _task_codes(job_id: str, indexes: Sequence[int], reply: Any) -> dict[tuple[str, int], int]:
+    """A code per task from a per-job reply {0, {code per task}, ...}, or the job's own
+    code for each of its tasks when the script refused the whole call."""
+    per_task = reply[1] if reply[0] == 0 else [reply[0]] * len(indexes)
+    return {(job_id, index): int(code) for index, code in zip(indexes, per_task, strict=True)}
 
 
 def _task_view(f: dict[str, bytes]) -> dict[str, Any]:
