@@ -15,6 +15,7 @@ from jobcenter.storage.store import JobProgress, JobQuery, Store
 from . import schedules as _schedule
 from .config import Settings
 from .errors import NotFound
+from .schedules.manage import ScheduleOptions
 from .storage import admin
 
 SUBMIT_BATCH = 200  # jobs per round trip in submit_many: large gains, short script bursts
@@ -127,30 +128,12 @@ class Client:
         return admin.dead_letter(self.store, job_id, task_id)
 
     def schedule(
-        self,
-        spec: JobSpec | dict[str, Any] | Any,
-        *,
-        at: Any = None,
-        every: Any = None,
-        cron: str | None = None,
-        tz: str | None = None,
-        name: str | None = None,
-        overlap: str = _schedule.DEFAULT_OVERLAP,
-        catchup: str = _schedule.DEFAULT_CATCHUP,
+        self, spec: JobSpec | dict[str, Any] | Any, **options: Unpack[ScheduleOptions]
     ) -> str:
-        """Schedule `spec` once (`at`), every ISO-8601 duration, or on `cron` (in `tz`);
-        returns the schedule id."""
-        return _schedule.add_schedule(
-            self.store,
-            spec,
-            at=at,
-            every=every,
-            cron=cron,
-            tz=tz,
-            name=name,
-            overlap=overlap,
-            catchup=catchup,
-        ).id
+        """Schedule `spec` once (`at`), every ISO-8601 duration, or on `cron` (in `tz`), with
+        an optional unique `name` and the `overlap` and `catchup` policies; returns the
+        schedule id."""
+        return _schedule.add_schedule(self.store, spec, **options).id
 
     def schedules(self) -> builtins.list[dict[str, Any]]:
         return _schedule.list_schedules(self.store)

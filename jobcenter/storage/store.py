@@ -130,6 +130,12 @@ class JobMeta:
     queues: tuple[str, ...]
     idem: str | None
 
+    @classmethod
+    def stored(cls, queues: bytes | str | None, idem: bytes | str | None) -> JobMeta:
+        """From the job hash's fields: the queues joined by ',', the key (or none)."""
+        joined = text(queues)
+        return cls(tuple(joined.split(",")) if joined else (), text(idem) or None)
+
 
 class Store:
     """Jobs and tasks in Redis for one namespace."""
@@ -194,8 +200,7 @@ class Store:
         meta = self._meta.get(job_id)
         if meta is None:
             queues, idem = self.redis.hmget(self.keys.job(job_id).job, "queues", "idem")
-            raw = text(queues)
-            meta = self._remember(job_id, JobMeta(tuple(raw.split(",")) if raw else (), text(idem)))
+            meta = self._remember(job_id, JobMeta.stored(queues, idem))
         return meta
 
     def _context(self, job_id: str, meta: JobMeta | None) -> tuple[list[str], list[Any]]:
@@ -425,10 +430,7 @@ class Store:
             if reply[0] < 0:
                 continue  # the job is gone; the script dropped its reservations
             if job_id not in self._meta:
-                queues, idem = text(reply[2]), text(reply[3])
-                self._remember(
-                    job_id, JobMeta(tuple(queues.split(",")) if queues else (), idem or None)
-                )
+                self._remember(job_id, JobMeta.stored(reply[2], reply[3]))
             for index, attempt, payload in reply[1]:
                 started.append(StartedTask(job_id, int(index), int(attempt), payload))
         return started
