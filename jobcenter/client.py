@@ -5,16 +5,17 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Unpack
 
 from jobcenter.model.spec import JobSpec, spec_from_any
 from jobcenter.model.states import JobState
 from jobcenter.storage.schema import TaskField
-from jobcenter.storage.store import JobProgress, Store
+from jobcenter.storage.store import JobProgress, JobQuery, Store
 
 from . import schedules as _schedule
 from .config import Settings
 from .errors import NotFound
+from .schedules.manage import ScheduleOptions
 from .storage import admin
 
 SUBMIT_BATCH = 200  # jobs per round trip in submit_many: large gains, short script bursts
@@ -79,7 +80,7 @@ class Client:
     def state(self, job_id: str) -> str:
         state = self.store.job_state(job_id)
         if state is None:
-            raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
+            raise NotFound.job(job_id, self.settings.namespace)
         return state.value
 
     def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
@@ -96,24 +97,13 @@ class Client:
     def cancel(self, job_id: str) -> str:
         """Cancel a job: queued and waiting tasks never run, running attempts are revoked
         (their results are discarded). Returns the job's state afterwards."""
-        code, left = self.store.cancel_step(job_id, from_client=True)
-        while code == 0 and left:
-            code, left = self.store.cancel_step(job_id)
+        self.store.stop_job(job_id, "cancel")
         return self.state(job_id)  # the step that stopped the last task finalized the job
 
-    def list(
-        self,
-        *,
-        owner: str | None = None,
-        state: str | None = None,
-        schedule_id: str | None = None,
-        since: float | None = None,
-        limit: int = 100,
-    ) -> builtins.list[dict[str, Any]]:
-        """Job summaries, newest first."""
-        return self.store.list_jobs(
-            owner=owner, state=state, schedule_id=schedule_id, since=since, limit=limit
-        )
+    def list(self, **query: Unpack[JobQuery]) -> builtins.list[dict[str, Any]]:
+        """Job summaries, newest first: `limit` (100) of them, filtered by `owner`, `state`,
+        `schedule_id` and creation `since` (epoch seconds), as Store.list_jobs reads them."""
+        return self.store.list_jobs(**query)
 
     def history(
         self, job_id: str, start: int = 0, count: int | None = None
@@ -138,30 +128,12 @@ class Client:
         return admin.dead_letter(self.store, job_id, task_id)
 
     def schedule(
-        self,
-        spec: JobSpec | dict[str, Any] | Any,
-        *,
-        at: Any = None,
-        every: Any = None,
-        cron: str | None = None,
-        tz: str | None = None,
-        name: str | None = None,
-        overlap: str = _schedule.DEFAULT_OVERLAP,
-        catchup: str = _schedule.DEFAULT_CATCHUP,
+        self, spec: JobSpec | dict[str, Any] | Any, **options: Unpack[ScheduleOptions]
     ) -> str:
-        """Schedule `spec` once (`at`), every ISO-8601 duration, or on `cron` (in `tz`);
-        returns the schedule id."""
-        return _schedule.add_schedule(
-            self.store,
-            spec,
-            at=at,
-            every=every,
-            cron=cron,
-            tz=tz,
-            name=name,
-            overlap=overlap,
-            catchup=catchup,
-        ).id
+        """Schedule `spec` once (`at`), every ISO-8601 duration, or on `cron` (in `tz`), with
+        an optional unique `name` and the `overlap` and `catchup` policies; returns the
+        schedule id."""
+        return _schedule.add_schedule(self.store, spec, **options).id
 
     def schedules(self) -> builtins.list[dict[str, Any]]:
         return _schedule.list_schedules(self.store)

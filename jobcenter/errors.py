@@ -36,6 +36,13 @@ class NotFound(JobcenterError, KeyError):
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
 
+    @classmethod
+    def job(cls, job_id: str, namespace: str | None = None) -> NotFound:
+        """The error for a job that is not there (never submitted, expired or deleted); the
+        namespace is named where the reader may have meant another one."""
+        where = f" in namespace {namespace!r}" if namespace is not None else ""
+        return cls(f"no job {job_id}{where}")
+
 
 class TransitionRejected(Refused):
     """A Lua transition refused to change anything (stale token, wrong state, ...)."""

@@ -20,9 +20,11 @@ from .options import (
     EXIT_TIMEOUT,
     FOLLOW_PAGE,
     FOLLOW_POLL_SECONDS,
-    _time,
     client_for,
+    echo_rows,
     fail,
+    first_line,
+    format_time,
     redis_options,
 )
 
@@ -134,22 +136,24 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
         click.echo(json.dumps(st, indent=2))
         return
     click.echo(f"job {st['id']}  {st['name']}  state={st['state']}  owner={st['owner'] or '-'}")
-    click.echo(f"created {_time(st['created_at'])}  finished {_time(st['finished_at'])}")
+    click.echo(
+        f"created {format_time(st['created_at'])}  finished {format_time(st['finished_at'])}"
+    )
     rows = [("TASK", "STATE", "ATT", "HANDLER", "STARTED", "FINISHED", "ERROR / PROGRESS")]
     for task_id, t in st["tasks"].items():
-        note = (t["error"] or t.get("progress") or "").splitlines()
-        text = note[0][:60] if note else ""
+        text = first_line(t["error"] or t.get("progress"), 60)
         if t.get("waiting_for"):  # workers gave it back for want of its code
             waiting = t["waiting_for"]
-            text = f"waiting since {_time(waiting['since'])} for a worker with {waiting['task']}"
+            since = format_time(waiting["since"])
+            text = f"waiting since {since} for a worker with {waiting['task']}"
         rows.append(
             (
                 task_id,
                 t["state"],
                 str(t["attempts"]),
                 (t["handler"] or "-")[:8],
-                _time(t["started_at"])[11:],
-                _time(t["finished_at"])[11:],
+                format_time(t["started_at"])[11:],
+                format_time(t["finished_at"])[11:],
                 text,
             )
         )
@@ -199,15 +203,15 @@ def list_jobs(
     rows = client_for(settings).list(
         owner=owner, state=state, schedule_id=schedule_id, since=_since(since), limit=limit
     )
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    for r in rows:
-        fired = f"  schedule {r['schedule_id']}" if r["schedule_id"] else ""
-        click.echo(
-            f"{r['id']}  {r['state']:<9}  {_time(r['created_at'])}  "
-            f"{r['owner'] or '-':<10}  {r['name']}{fired}"
-        )
+    echo_rows(
+        rows,
+        as_json,
+        lambda r: (
+            f"{r['id']}  {r['state']:<9}  {format_time(r['created_at'])}  "
+            f"{r['owner'] or '-':<10}  {r['name']}"
+            + (f"  schedule {r['schedule_id']}" if r["schedule_id"] else "")
+        ),
+    )
 
 
 @click.command()
@@ -216,17 +220,15 @@ def list_jobs(
 @redis_options
 def history(settings: Settings, job_id: str, as_json: bool) -> None:
     """Every attempt of every task of a job, oldest first."""
-    rows = client_for(settings).history(job_id)
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    for r in rows:
-        error = (r["error"] or "").splitlines()
-        click.echo(
+    echo_rows(
+        client_for(settings).history(job_id),
+        as_json,
+        lambda r: (
             f"{r['task']:<20} #{r['attempt']:<3} {r['state']:<11} "
-            f"{(r['handler'] or '-')[:8]:<8}  {_time(r['started_at'])}  "
-            f"{_time(r['finished_at'])}  {error[0][:60] if error else ''}"
-        )
+            f"{(r['handler'] or '-')[:8]:<8}  {format_time(r['started_at'])}  "
+            f"{format_time(r['finished_at'])}  {first_line(r['error'], 60)}"
+        ),
+    )
 
 
 @click.command()
@@ -258,16 +260,14 @@ def dlq() -> None:
 @redis_options
 def dlq_list(settings: Settings, limit: int, as_json: bool) -> None:
     """The newest dead letters."""
-    rows = client_for(settings).dead_letters(limit)
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    for r in rows:
-        error = (r["error"] or "").splitlines()
-        click.echo(
+    echo_rows(
+        client_for(settings).dead_letters(limit),
+        as_json,
+        lambda r: (
             f"{r['job']}  {r['task']:<20} attempts={r['attempts']:<3} "
-            f"{_time(r['failed_at'])}  {error[0][:70] if error else ''}"
-        )
+            f"{format_time(r['failed_at'])}  {first_line(r['error'], 70)}"
+        ),
+    )
 
 
 @dlq.command(name="show")
@@ -283,12 +283,12 @@ def dlq_show(settings: Settings, job_id: str, task_id: str, as_json: bool) -> No
         return
     click.echo(
         f"job {entry['job']} ({entry['job_name']}) task {entry['task']}: "
-        f"{entry['attempts']} attempts, failed {_time(entry['failed_at'])}"
+        f"{entry['attempts']} attempts, failed {format_time(entry['failed_at'])}"
     )
     for h in entry["history"]:
-        first = (h["error"] or "").splitlines()
         click.echo(
-            f"  #{h['attempt']} {h['state']} {_time(h['finished_at'])} {first[0] if first else ''}"
+            f"  #{h['attempt']} {h['state']} {format_time(h['finished_at'])} "
+            f"{first_line(h['error'])}"
         )
     click.echo(entry["error"] or "")
 

@@ -4,6 +4,7 @@ library errors into exit codes), the exit codes, and small printing helpers."""
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import sys
 from collections.abc import Callable
@@ -117,7 +118,29 @@ def client_for(settings: Settings) -> Client:
     return Client(Store.from_settings(settings))
 
 
-def _time(seconds: float | None) -> str:
+def format_time(seconds: float | None, *, to_second: bool = False) -> str:
+    """A time for the tables, in UTC: to the millisecond (attempts, jobs), or to the second
+    with a 'Z' (schedule fires); '-' for none."""
     if seconds is None:
         return "-"
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    moment = datetime.fromtimestamp(seconds, UTC)
+    if to_second:
+        return moment.strftime("%Y-%m-%d %H:%M:%SZ")
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def first_line(text: str | None, width: int | None = None) -> str:
+    """The first line of an error or note (its traceback left out), cut to `width`."""
+    lines = (text or "").splitlines()
+    return lines[0][:width] if lines else ""
+
+
+def echo_rows(
+    rows: list[dict[str, Any]], as_json: bool, line: Callable[[dict[str, Any]], str]
+) -> None:
+    """A listing: the rows as one JSON document, or a `line` each."""
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        click.echo(line(row))

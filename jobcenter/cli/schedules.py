@@ -4,7 +4,7 @@ command parses, calls jobcenter.schedules, prints."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -13,7 +13,7 @@ from jobcenter import schedules as sched
 from jobcenter.config import Settings
 from jobcenter.model.spec import load_spec_file
 
-from .options import redis_options
+from .options import echo_rows, format_time, redis_options
 
 schedule_group = click.Group(
     "schedule", help="One-time (--at), interval (--every) and cron (--cron) schedules."
@@ -26,10 +26,18 @@ def _store(settings: Settings) -> Any:
     return Store.from_settings(settings)
 
 
+def _on_one_schedule(name: str) -> Callable[[Callable[..., Any]], click.Command]:
+    """A `schedule NAME SCHEDULE` command: one schedule, by id or name, and the Redis
+    options."""
+
+    def decorate(fn: Callable[..., Any]) -> click.Command:
+        return schedule_group.command(name)(click.argument("schedule")(redis_options(fn)))
+
+    return decorate
+
+
 def _time(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return format_time(seconds, to_second=True)
 
 
 @schedule_group.command("add")
@@ -90,16 +98,15 @@ def add(
 @redis_options
 def list_(settings: Settings, as_json: bool) -> None:
     """List schedules, oldest first."""
-    rows = sched.list_schedules(_store(settings))
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    for r in rows:
-        when = f"{r['kind']} {r['expr']}" + (f" ({r['tz']})" if r["tz"] else "")
-        click.echo(
+    echo_rows(
+        sched.list_schedules(_store(settings)),
+        as_json,
+        lambda r: (
             f"{r['id']}  {r['state']:<6}  next {_time(r['next_fire'])}  "
-            f"fires={r['fires']} skipped={r['skipped']}  {r['name'] or r['job']}  {when}"
-        )
+            f"fires={r['fires']} skipped={r['skipped']}  {r['name'] or r['job']}  "
+            f"{r['kind']} {r['expr']}" + (f" ({r['tz']})" if r["tz"] else "")
+        ),
+    )
 
 
 @schedule_group.command("show")
@@ -128,27 +135,21 @@ def show(settings: Settings, schedule: str, fires: int, as_json: bool) -> None:
         click.echo(f"  {_time(r['fire'])}{until}  {r['outcome']:<9}  {extra}")
 
 
-@schedule_group.command("pause")
-@click.argument("schedule")
-@redis_options
+@_on_one_schedule("pause")
 def pause(settings: Settings, schedule: str) -> None:
     """Stop a schedule firing until resumed."""
     view = sched.pause_schedule(_store(settings), schedule)
     click.echo(f"schedule {view['id']} paused")
 
 
-@schedule_group.command("resume")
-@click.argument("schedule")
-@redis_options
+@_on_one_schedule("resume")
 def resume(settings: Settings, schedule: str) -> None:
     """Fire again from the next fire after now (fires due while paused are not caught up)."""
     view = sched.resume_schedule(_store(settings), schedule)
     click.echo(f"schedule {view['id']} {view['state']}; next fire {_time(view['next_fire'])}")
 
 
-@schedule_group.command("remove")
-@click.argument("schedule")
-@redis_options
+@_on_one_schedule("remove")
 def remove(settings: Settings, schedule: str) -> None:
     """Delete a schedule; jobs it submitted are kept."""
     click.echo(f"schedule {sched.remove_schedule(_store(settings), schedule)} removed")

@@ -54,34 +54,46 @@ def check_dag(task_ids: Sequence[str], deps: Mapping[str, Sequence[str]]) -> lis
     if in_order:
         return list(task_ids)
 
-    # Kahn's algorithm with a min-heap of input positions: ties go to the earliest task.
-    waiting = [0] * n
-    children: list[list[int]] = [[] for _ in range(n)]
+    children: dict[int, list[int]] = {}
     for task_id, task_deps in deps.items():
         i = index[task_id]
         for dep in _unique(task_deps):
-            waiting[i] += 1
-            children[index[dep]].append(i)
-    ready = [i for i in range(n) if not waiting[i]]  # ascending, so already a heap
+            children.setdefault(index[dep], []).append(i)
+    order = topological_order(range(n), children)
+    if len(order) < n:
+        unordered = set(range(n)).difference(order)
+        cycle = _find_cycle(task_ids, deps, index, unordered)
+        raise SpecError("cycle: " + " -> ".join(task_ids[i] for i in cycle))
+    return [task_ids[i] for i in order]
+
+
+def topological_order(nodes: Iterable[int], children: Mapping[int, Sequence[int]]) -> list[int]:
+    """`nodes` (task indexes) parents first, by Kahn's algorithm with a min-heap: among ready
+    tasks the lowest index comes first, so the order is stable. `children` maps a task to
+    the tasks that depend on it. Tasks on a cycle, and all below one, are left
+    out: an order shorter than `nodes` means a cycle."""
+    waiting = dict.fromkeys(nodes, 0)
+    for kids in children.values():
+        for kid in kids:
+            waiting[kid] += 1
+    ready = [i for i, count in waiting.items() if not count]
+    heapq.heapify(ready)
     order: list[int] = []
     while ready:
         i = heapq.heappop(ready)
         order.append(i)
-        for child in children[i]:
+        for child in children.get(i, ()):
             waiting[child] -= 1
             if not waiting[child]:
                 heapq.heappush(ready, child)
-    if len(order) < n:
-        cycle = _find_cycle(task_ids, deps, index, waiting)
-        raise SpecError("cycle: " + " -> ".join(task_ids[i] for i in cycle))
-    return [task_ids[i] for i in order]
+    return order
 
 
 def _find_cycle(
     task_ids: Sequence[str],
     deps: Mapping[str, Sequence[str]],
     index: Mapping[str, int],
-    waiting: list[int],
+    unordered: set[int],
 ) -> list[int]:
     """One cycle among the tasks Kahn could not order, as a closed path in run order.
 
@@ -89,14 +101,14 @@ def _find_cycle(
     a parent must revisit a task; the revisited stretch is a cycle. The path is rotated to
     start at its earliest task and reads upstream -> downstream: `a -> b` means b needs a.
     """
-    node = next(i for i, count in enumerate(waiting) if count)
+    node = min(unordered)
     seen: dict[int, int] = {}
     walk: list[int] = []
     while node not in seen:
         seen[node] = len(walk)
         walk.append(node)
         parents = (index[dep] for dep in _unique(deps[task_ids[node]]))
-        node = next(j for j in parents if waiting[j])
+        node = next(j for j in parents if j in unordered)
     cycle = walk[seen[node] :]
     cycle.reverse()  # the walk went child -> parent
     first = cycle.index(min(cycle))

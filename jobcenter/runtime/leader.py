@@ -87,9 +87,7 @@ class Leader:
 
     def abandon(self, job_id: str, error: str) -> None:
         """Mark the job and its unfinished tasks failed (the last step finalizes it)."""
-        code, left = self.store.cancel_step(job_id, True, mode="abandon", error=error)
-        while code == 0 and left:
-            code, left = self.store.cancel_step(job_id)
+        self.store.stop_job(job_id, "abandon", error=error)
         log.warning("job %s: %s", job_id, error)
 
     def _stopped(self, kind: str, job_id: str, code: int) -> None:
@@ -111,10 +109,8 @@ class Leader:
                 return
 
     def cancel(self, job_id: str) -> None:
-        for _ in range(STEPS_PER_MESSAGE):
-            code, left = self.store.cancel_step(job_id)
-            if code != 0 or left == 0:
-                return
+        """Go on with stopping a cancelled job, a share of its tasks per message."""
+        self.store.stop_job(job_id, None, steps=STEPS_PER_MESSAGE)
 
     def finalize(self, job_id: str) -> None:
         code, state = self.store.finalize(job_id)

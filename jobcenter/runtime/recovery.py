@@ -65,10 +65,9 @@ class Recovery:
     # -- rule 1: dead handlers and expired leases (timed_out, then requeued or failed) -----
 
     def _expired_leases(self, shard: int) -> None:
-        grace_ms = max(1, self.settings.lease_ms // 3)
         while True:
             pairs = self.store.expired_leases(shard, LEASES_PAGE)
-            for outcome, n in self.store.expire(pairs, grace_ms).items():
+            for outcome, n in self.store.expire(pairs).items():
                 self.report.leases[outcome] = self.report.leases.get(outcome, 0) + n
             self._renew()
             if len(pairs) < LEASES_PAGE or self.report.leases.get("live") == len(pairs):

@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from jobcenter import schedules as schedule
 from jobcenter.errors import UnknownJob
 from jobcenter.model.ids import handler_id
+from jobcenter.schedules import run_ticker
 from jobcenter.storage.errors import RedisError, unreachable
 from jobcenter.storage.keys import node_queue
 from jobcenter.storage.store import (
@@ -130,7 +130,6 @@ class Worker:
         self.stopping = threading.Event()
         self.stopped = threading.Event()
         self.runner = self._make_runner()
-        self.grace_ms = max(1, store.settings.lease_ms // 3)
         self.completed = 0
         self.failed = 0
         self.rq_child: Any = None
@@ -239,7 +238,7 @@ class Worker:
             threads.append(self._thread(self._leader_loop, "leader"))
             threads.append(
                 self._thread(
-                    lambda: schedule.run_ticker(self.store, self.handler, self.stopped),
+                    lambda: run_ticker(self.store, self.handler, self.stopped),
                     "scheduler",
                 )
             )
@@ -331,7 +330,7 @@ class Worker:
 
     def _expire(self, expired: list[tuple[str, int]]) -> None:
         if expired:
-            log.info("expired leases: %s", self.store.expire(expired, self.grace_ms))
+            log.info("expired leases: %s", self.store.expire(expired))
 
     def _leader_loop(self) -> None:
         """Leader messages (split, continue, cancel, finalize) and expired-lease sweeps."""

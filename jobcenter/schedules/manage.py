@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from jobcenter.errors import JobcenterError, NotFound, SpecError
 from jobcenter.model import codec
@@ -64,6 +64,18 @@ def resolve(store: Store, ref: str) -> str:
 
 def _not_found(store: Store, ref: str) -> NotFound:
     return NotFound(f"no schedule {ref!r} in namespace {store.settings.namespace!r}")
+
+
+class ScheduleOptions(TypedDict, total=False):
+    """The trigger and policies of add_schedule, for the callers that hand them on."""
+
+    at: str | datetime | None
+    every: str | timedelta | None
+    cron: str | None
+    tz: str | None
+    name: str | None
+    overlap: str
+    catchup: str
 
 
 def add_schedule(

@@ -7,10 +7,12 @@ from collections import defaultdict
 from typing import Any
 
 from jobcenter.errors import NotFound, SpecError
+from jobcenter.model.dag import topological_order
 from jobcenter.model.states import JobState, TaskState
 
+from .replies import seconds, text
 from .schema import TaskField
-from .store import Store, _s, _seconds
+from .store import Store
 
 REVIVE_ARGS_MAX = 2_000  # task and parent indexes per revive call: each call is short
 # A blocked task may run again once each parent is in one of these (or revived with it).
@@ -50,16 +52,16 @@ def _dead_letter(store: Store, job_id: str, index: int) -> dict[str, Any] | None
     jk = store.keys.job(job_id)
     fields = [f"{a}:{index}" for a in ("id", "s", "a", "e", "tf", "h")]
     task_id, state, attempts, error, failed_at, handler = store.redis.hmget(jk.tasks, fields)
-    if state is None or _s(state) != TaskState.FAILED:
+    if state is None or text(state) != TaskState.FAILED:
         return None  # the job expired, or the task was requeued since
     return {
         "job": job_id,
-        "job_name": _s(store.redis.hget(jk.job, "name")),
-        "task": _s(task_id),
+        "job_name": text(store.redis.hget(jk.job, "name")),
+        "task": text(task_id),
         "attempts": int(attempts or 0),
-        "handler": _s(handler),
-        "failed_at": _seconds(failed_at),
-        "error": _s(error),
+        "handler": text(handler),
+        "failed_at": seconds(failed_at),
+        "error": text(error),
     }
 
 
@@ -88,7 +90,7 @@ def requeue(store: Store, job_id: str, task_id: str) -> int:
 def retry_job(store: Store, job_id: str) -> int:
     """Re-run a job's failed and upstream_failed tasks; its succeeded tasks are kept."""
     if not store.redis.exists(store.keys.job(job_id).job):
-        raise NotFound(f"no job {job_id}")
+        raise NotFound.job(job_id, store.settings.namespace)
     return _revive(store, job_id, None)
 
 
@@ -111,7 +113,7 @@ def _revive(store: Store, job_id: str, roots: list[int] | None) -> int:
             parents[kid].append(parent)
     reviving = set(roots)
     resets: list[tuple[int, list[int]]] = []
-    for index in _topological(states, children):
+    for index in topological_order(states, children):
         if states[index] != TaskState.UPSTREAM_FAILED:
             continue
         if all(p in reviving or states[p] in UNBLOCKING_STATES for p in parents[index]):
@@ -152,25 +154,11 @@ def _finish_cascade(store: Store, job_id: str) -> None:
         pass
 
 
-def _topological(states: dict[int, str], children: dict[int, list[int]]) -> list[int]:
-    indegree = dict.fromkeys(states, 0)
-    for kids in children.values():
-        for kid in kids:
-            indegree[kid] += 1
-    order = [i for i, d in indegree.items() if d == 0]
-    for index in order:  # the list grows while we walk it: Kahn's algorithm
-        for kid in children.get(index, ()):
-            indegree[kid] -= 1
-            if indegree[kid] == 0:
-                order.append(kid)
-    return order
-
-
 def delete_job(store: Store, job_id: str) -> None:
     """Delete a finished job (cancel a running one first)."""
     state = store.redis.hget(store.keys.job(job_id).job, "state")
     if state is None:
-        raise NotFound(f"no job {job_id}")
+        raise NotFound.job(job_id, store.settings.namespace)
     states = store.task_field(job_id, TaskField.STATE)
     failed = [int(i) for i, s in states.items() if s == TaskState.FAILED]
     store.delete(job_id, failed)

@@ -12,6 +12,7 @@ from typing import Any
 
 from jobcenter.model import codec
 
+from .replies import text
 from .schema import code
 from .store import Store
 
@@ -90,13 +91,8 @@ class StoredSchedule:
     revision: int
 
 
-def _text(value: Any) -> str:
-    """A reply from Redis (bytes: the clients here do not decode responses) as str."""
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _stored(raw: Mapping[Any, Any]) -> StoredSchedule | None:
-    fields = {_text(k): v for k, v in raw.items()}
+    fields = {text(k): v for k, v in raw.items()}
     if not fields:
         return None
     definition = codec.unpack(fields[DEFINITION])
@@ -119,8 +115,8 @@ def find(store: Store, ref: str) -> str | None:
     if store.redis.exists(store.keys.schedule(ref)):
         return ref
     found = store.redis.get(store.keys.schedule_name(ref))
-    if found is not None and store.redis.exists(store.keys.schedule(_text(found))):
-        return _text(found)
+    if found is not None and store.redis.exists(store.keys.schedule(text(found))):
+        return text(found)
     return None
 
 
@@ -136,7 +132,7 @@ def create(
     keys = store.keys.schedule_keys(schedule_id, name)
     args = [schedule_id, now, _due(state), DEFINITION, definition, *state.fields()]
     reply = store.scripts.run("schedule_add", keys, args)
-    return _text(reply[1]) if int(reply[0]) == NAME_TAKEN else None
+    return text(reply[1]) if int(reply[0]) == NAME_TAKEN else None
 
 
 def save(
@@ -167,7 +163,7 @@ def page(store: Store, start: int, count: int) -> list[tuple[str, StoredSchedule
     """`count` schedules from position `start` of the list index, oldest first; None for
     one whose hash is gone (a finished one-time schedule past its retention)."""
     keys = store.keys
-    ids = [_text(raw) for raw in store.redis.zrange(keys.schedules(), start, start + count - 1)]
+    ids = [text(raw) for raw in store.redis.zrange(keys.schedules(), start, start + count - 1)]
     pipe = store.redis.pipeline(transaction=False)
     for schedule_id in ids:
         pipe.hgetall(keys.schedule(schedule_id))
@@ -195,7 +191,7 @@ def with_records(
 def due_ids(store: Store, now: int, limit: int) -> list[str]:
     """Up to `limit` schedules due by `now`, earliest first."""
     due = store.keys.schedules_due()
-    return [_text(raw) for raw in store.redis.zrangebyscore(due, "-inf", now, 0, limit)]
+    return [text(raw) for raw in store.redis.zrangebyscore(due, "-inf", now, 0, limit)]
 
 
 def due_at(store: Store, schedule_id: str) -> float | None:

@@ -11,7 +11,7 @@ import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import redis
 from redis import Redis
@@ -33,6 +33,7 @@ from .durability import GroupCommit
 from .keys import JobKeys, Keys
 from .layout import Layout, job_queues
 from .lua import Batch, Scripts
+from .replies import seconds, text
 from .schema import TaskField
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,9 @@ INLINE_SPLIT_MAX = 500  # a job this small is split by its submit script (one sh
 # A submit waits at most this for its fsync: two of `everysec`'s fsyncs. Kept under half the
 # client's socket timeout (redis-py 8 defaults to 5 s), so the wait never reads as a dead link.
 WAITAOF_TIMEOUT_MS = 2_000
+# A timed_out attempt's worker may still report within a third of a lease (a late heartbeat
+# or result after a pause) before the attempt is run again or failed.
+LEASE_GRACE_DIVISOR = 3
 LEADER_TIMEOUT_FACTOR = 1.0  # a leader step not renewed within one lease is taken over
 IDEMPOTENCY_CONFLICT = schema.code("IDEMPOTENCY_CONFLICT")  # submit.lua
 HEARTBEAT_CANCELLED = schema.code("ITEM_CANCELLED")  # heartbeat.lua, per attempt
@@ -59,16 +63,6 @@ def served_member(queue: str, task_name: str) -> str:
     """How the served-tasks zset names a task name served on a queue (queue names hold no
     '|')."""
     return f"{queue}|{task_name}"
-
-
-def _s(value: bytes | str | None) -> str | None:
-    if value is None:
-        return None
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _seconds(ms: bytes | str | None) -> float | None:
-    return None if ms is None else int(ms) / 1000.0
 
 
 @dataclass(frozen=True)
@@ -118,6 +112,16 @@ class JobProgress:
         return self.total - self.left
 
 
+class JobQuery(TypedDict, total=False):
+    """The filters of Store.list_jobs, for the callers that hand them on."""
+
+    owner: str | None
+    state: str | None
+    schedule_id: str | None
+    since: float | None
+    limit: int
+
+
 @dataclass(frozen=True)
 class JobMeta:
     """What every script call of a job needs to know, fixed at submit: its queues and its
@@ -125,6 +129,12 @@ class JobMeta:
 
     queues: tuple[str, ...]
     idem: str | None
+
+    @classmethod
+    def stored(cls, queues: bytes | str | None, idem: bytes | str | None) -> JobMeta:
+        """From the job hash's fields: the queues joined by ',', the key (or none)."""
+        joined = text(queues)
+        return cls(tuple(joined.split(",")) if joined else (), text(idem) or None)
 
 
 class Store:
@@ -190,8 +200,7 @@ class Store:
         meta = self._meta.get(job_id)
         if meta is None:
             queues, idem = self.redis.hmget(self.keys.job(job_id).job, "queues", "idem")
-            raw = _s(queues)
-            meta = self._remember(job_id, JobMeta(tuple(raw.split(",")) if raw else (), _s(idem)))
+            meta = self._remember(job_id, JobMeta.stored(queues, idem))
         return meta
 
     def _context(self, job_id: str, meta: JobMeta | None) -> tuple[list[str], list[Any]]:
@@ -265,12 +274,12 @@ class Store:
         for spec, job_id, (code, returned) in zip(specs, job_ids, batch.execute(), strict=True):
             if code == IDEMPOTENCY_CONFLICT:
                 raise IdempotencyConflict(
-                    f"idempotency key {spec.idempotency_key!r} names job {_s(returned)}, "
+                    f"idempotency key {spec.idempotency_key!r} names job {text(returned)}, "
                     "submitted with a different spec: submit that spec again to get the "
                     "job back, or use a new key for this one"
                 )
             raise_for_code(code, f"job id {job_id} exists already")
-            results.append((_s(returned) or job_id, code == 0))
+            results.append((text(returned) or job_id, code == 0))
         if durable and any(created for _, created in results):
             self.wait_durable()
         return results
@@ -348,7 +357,7 @@ class Store:
         if self.redis.info("persistence").get("aof_enabled") != 1:
             return "the server runs with appendonly off"
         try:
-            config = {_s(k): _s(v) for k, v in self.redis.config_get("appendfsync").items()}
+            config = {text(k): text(v) for k, v in self.redis.config_get("appendfsync").items()}
             fsync = config.get("appendfsync")
         except redis.ResponseError:
             fsync = None  # CONFIG disabled: assume the default, everysec
@@ -421,10 +430,7 @@ class Store:
             if reply[0] < 0:
                 continue  # the job is gone; the script dropped its reservations
             if job_id not in self._meta:
-                queues, idem = _s(reply[2]), _s(reply[3])
-                self._remember(
-                    job_id, JobMeta(tuple(queues.split(",")) if queues else (), idem or None)
-                )
+                self._remember(job_id, JobMeta.stored(reply[2], reply[3]))
             for index, attempt, payload in reply[1]:
                 started.append(StartedTask(job_id, int(index), int(attempt), payload))
         return started
@@ -450,17 +456,11 @@ class Store:
             self._job_call("complete", job_id, [*args, *pairs], batch=batch)
         codes: dict[tuple[str, int], int] = {}
         taken: list[StartedTask] = []
-        refused: Exception | None = None
-        replies = batch.execute(raise_on_error=False)
-        for (job_id, items), reply in zip(by_job.items(), replies, strict=True):
-            if isinstance(reply, Exception):
-                refused = refused or reply
-                continue
+        answered, refused = _run_per_job(batch, by_job)
+        for job_id, items, reply in answered:
+            codes.update(_task_codes(job_id, [index for index, _ in items], reply))
             if reply[0] < 0:
-                codes.update({(job_id, index): reply[0] for index, _ in items})
                 continue
-            for (index, _), code in zip(items, reply[1], strict=True):
-                codes[(job_id, index)] = int(code)
             for index, attempt, payload in reply[2]:
                 taken.append(StartedTask(job_id, int(index), int(attempt), payload))
             if take_max:
@@ -486,7 +486,7 @@ class Store:
         started = []
         for k, child in enumerate(children):
             state, owner, attempt, payload = values[k * len(attrs) : (k + 1) * len(attrs)]
-            if _s(state) in running and _s(owner) == handler and attempt and payload:
+            if text(state) in running and text(owner) == handler and attempt and payload:
                 started.append(StartedTask(job_id, child, int(attempt), payload))
         return started
 
@@ -509,15 +509,9 @@ class Store:
             args = [handler, delay_min_ms, delay_max_ms, *triples]
             self._job_call("give_back", job_id, args, batch=batch)
         codes: dict[tuple[str, int], int] = {}
-        refused: Exception | None = None
-        replies = batch.execute(raise_on_error=False)
-        for (job_id, items), reply in zip(by_job.items(), replies, strict=True):
-            if isinstance(reply, Exception):
-                refused = refused or reply
-                continue
-            per_task = reply[1] if reply[0] == 0 else [reply[0]] * len(items)
-            for (index, _, _), code in zip(items, per_task, strict=True):
-                codes[(job_id, index)] = int(code)
+        answered, refused = _run_per_job(batch, by_job)
+        for job_id, items, reply in answered:
+            codes.update(_task_codes(job_id, [index for index, _, _ in items], reply))
         if refused is not None:
             raise RefusedInPart(refused, codes)
         return codes
@@ -534,7 +528,7 @@ class Store:
         """Report a failed attempt; `retry_delay_ms` < 0 asks for no retry.
         Returns (code, new state); code < 0 means the report was rejected."""
         reply = self._job_call("fail", job_id, [handler, index, attempt, error, retry_delay_ms])
-        return int(reply[0]), _s(reply[1]) if len(reply) > 1 else None
+        return int(reply[0]), text(reply[1]) if len(reply) > 1 else None
 
     def heartbeat(
         self, handler: str, running: Iterable[tuple[str, int, int, str]]
@@ -552,13 +546,18 @@ class Store:
             self._job_call("heartbeat", job_id, args, with_meta=False, batch=batch)
         codes: dict[tuple[str, int], int] = {}
         for (job_id, items), reply in zip(by_job.items(), batch.execute(), strict=True):
-            per_task = reply[1] if reply[0] == 0 else [reply[0]] * len(items)
-            for (index, _, _), code in zip(items, per_task, strict=True):
-                codes[(job_id, index)] = int(code)
+            codes.update(_task_codes(job_id, [index for index, _, _ in items], reply))
         return codes
 
-    def expire(self, expired: Sequence[tuple[str, int]], grace_ms: int) -> dict[str, int]:
-        """Act on leases reported expired; returns how many tasks had each outcome."""
+    def expire(
+        self, expired: Sequence[tuple[str, int]], grace_ms: int | None = None
+    ) -> dict[str, int]:
+        """Act on leases reported expired; returns how many tasks had each outcome. An attempt
+        past its lease is timed_out first, and requeued or failed only once a grace has
+        passed without a word from its worker: `grace_ms`, by default a third of a lease
+        (LEASE_GRACE_DIVISOR)."""
+        if grace_ms is None:
+            grace_ms = max(1, self.settings.lease_ms // LEASE_GRACE_DIVISOR)
         by_job: dict[str, list[int]] = defaultdict(list)
         for job_id, index in expired:
             by_job[job_id].append(index)
@@ -598,7 +597,7 @@ class Store:
     def finalize(self, job_id: str) -> tuple[int, str | None]:
         """Close a job whose tasks all ended (normally done inline by the last transition)."""
         reply = self._job_call("finalize", job_id, [])
-        return int(reply[0]), _s(reply[1]) if len(reply) > 1 else None
+        return int(reply[0]), text(reply[1]) if len(reply) > 1 else None
 
     def cancel_step(
         self, job_id: str, from_client: bool = False, *, mode: str = "cancel", error: str = ""
@@ -611,6 +610,19 @@ class Store:
         if code == JOB_GONE:
             raise_for_code(code, f"no job {job_id}")
         return code, int(reply[1]) if code == 0 else 0
+
+    def stop_job(
+        self, job_id: str, mode: str | None, *, error: str = "", steps: int | None = None
+    ) -> None:
+        """Stop a job in bounded cancel steps: a new request in `mode` ('cancel' or
+        'abandon'), or with None the one under way; until every task was visited, a step
+        refuses (the job ended), or `steps` calls were made (a leader's share per message).
+        UnknownJob when there is no such job."""
+        code, left = self.cancel_step(job_id, mode is not None, mode=mode or "", error=error)
+        made = 1
+        while code == 0 and left and (steps is None or made < steps):
+            code, left = self.cancel_step(job_id)
+            made += 1
 
     def release(self, handler: str, running: Sequence[tuple[str, int, int]]) -> int:
         """Give running attempts back to their queues (a worker's forced shutdown)."""
@@ -648,14 +660,16 @@ class Store:
         for index, parents in resets:
             args += [index, len(parents), *parents]
         reply = self._job_call("revive", job_id, args)
-        raise_for_code(int(reply[0]), _s(reply[1]) or "" if len(reply) > 1 else f"no job {job_id}")
+        raise_for_code(
+            int(reply[0]), text(reply[1]) or "" if len(reply) > 1 else f"no job {job_id}"
+        )
         return int(reply[1]) if reply[0] == 0 else None
 
     def delete(self, job_id: str, failed: Sequence[int]) -> None:
         """Remove a finished job and its index entries; WrongState if it is not finished."""
         jk = self.keys.job(job_id)
         shard = self.keys.job_shard(job_id)
-        owner, schedule_id = (_s(v) for v in self.redis.hmget(jk.job, "owner", "schedule_id"))
+        owner, schedule_id = (text(v) for v in self.redis.hmget(jk.job, "owner", "schedule_id"))
         extra = [
             self.keys.jobs(shard),
             self.keys.owner_jobs(shard, owner) if owner else jk.job,
@@ -732,7 +746,7 @@ class Store:
         """Warn about server settings that break the guarantees (ARCHITECTURE.md, Durability)."""
         warnings = []
         try:
-            config = {_s(k): _s(v) for k, v in self.redis.config_get("*").items()}
+            config = {text(k): text(v) for k, v in self.redis.config_get("*").items()}
             policy, aof = config.get("maxmemory-policy"), config.get("appendonly")
         except redis.ResponseError:
             warnings.append(
@@ -799,7 +813,7 @@ class Store:
             cursor, page = self.redis.hscan(jk.tasks, cursor, count=STATUS_PAGE)
             tasks_raw.update(page)
         if not job_raw:
-            raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
+            raise NotFound.job(job_id, self.settings.namespace)
         job = {k.decode(): v for k, v in job_raw.items()}
         fields: dict[str, dict[str, bytes]] = defaultdict(dict)
         for k, v in tasks_raw.items():
@@ -817,14 +831,14 @@ class Store:
         else:
             for index in sorted(fields, key=int):
                 f = fields[index]
-                tasks[_s(f.get("id")) or index] = _task_view(f)
+                tasks[text(f.get("id")) or index] = _task_view(f)
         return {
             "id": job_id,
-            "name": _s(job.get("name")),
-            "owner": _s(job.get("owner")),
-            "state": _s(job.get("state")),
-            "created_at": _seconds(job.get("created_at")),
-            "finished_at": _seconds(job.get("finished_at")),
+            "name": text(job.get("name")),
+            "owner": text(job.get("owner")),
+            "state": text(job.get("state")),
+            "created_at": seconds(job.get("created_at")),
+            "finished_at": seconds(job.get("finished_at")),
             "tasks": tasks,
         }
 
@@ -833,7 +847,7 @@ class Store:
         job's size (what `wait` and `submit --wait` poll)."""
         state, total, left = self.redis.hmget(self.keys.job(job_id).job, "state", "n", "left")
         if state is None:
-            raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
+            raise NotFound.job(job_id, self.settings.namespace)
         return JobProgress(JobState(state.decode()), int(total or 0), int(left or 0))
 
     def list_jobs(
@@ -868,23 +882,10 @@ class Store:
         low: int | str,
         limit: int,
     ) -> list[dict[str, Any]]:
-        keys = self.keys
-        indexes = [
-            index
-            for value, index in (
-                (owner, keys.owner_jobs(shard, owner or "")),
-                (state, keys.state_jobs(shard, state or "")),
-                (schedule_id, keys.schedule_jobs(shard, schedule_id or "")),
-            )
-            if value
-        ] or [keys.jobs(shard)]
-        index, page = indexes[0], limit
-        if len(indexes) > 1:  # walk the smallest index, check the other filters per job
-            pipe = self.redis.pipeline(transaction=False)
-            for candidate in indexes:
-                pipe.zcount(candidate, low, "+inf")
-            index = min(zip(pipe.execute(), indexes, strict=True))[1]
-            page = max(limit, LIST_PAGE_MIN)
+        index = self.job_index(shard, owner, state, schedule_id, low)
+        page = limit
+        if sum(1 for value in (owner, state, schedule_id) if value) > 1:
+            page = max(limit, LIST_PAGE_MIN)  # the other filters are checked per job
         rows: list[dict[str, Any]] = []
         seen: set[str] = set()  # a job added while we page shifts the pages
         read = 0
@@ -912,6 +913,34 @@ class Store:
             )
         return rows[:limit]
 
+    def job_index(
+        self,
+        shard: int,
+        owner: str | None,
+        state: str | None,
+        schedule_id: str | None,
+        low: int | str = "-inf",
+    ) -> str:
+        """The shard's job index to walk for these filters: the smallest (in jobs created
+        since `low` ms) of those the transitions keep for them, all jobs when none is set.
+        A job read from it may still fail the other filters."""
+        keys = self.keys
+        candidates = [
+            index
+            for value, index in (
+                (owner, keys.owner_jobs(shard, owner or "")),
+                (state, keys.state_jobs(shard, state or "")),
+                (schedule_id, keys.schedule_jobs(shard, schedule_id or "")),
+            )
+            if value
+        ]
+        if len(candidates) < 2:
+            return candidates[0] if candidates else keys.jobs(shard)
+        pipe = self.redis.pipeline(transaction=False)
+        for index in candidates:
+            pipe.zcount(index, low, "+inf")
+        return min(zip(pipe.execute(), candidates, strict=True))[1]
+
     def _summaries(self, job_ids: Sequence[str]) -> list[dict[str, Any]]:
         """The list view of each job still there (one expired since the index read is left
         out), in the order given."""
@@ -927,12 +956,12 @@ class Store:
             rows.append(
                 {
                     "id": job_id,
-                    "name": _s(name),
-                    "owner": _s(owner),
-                    "state": _s(state),
-                    "created_at": _seconds(created),
-                    "finished_at": _seconds(finished),
-                    "schedule_id": _s(schedule_id),
+                    "name": text(name),
+                    "owner": text(owner),
+                    "state": text(state),
+                    "created_at": seconds(created),
+                    "finished_at": seconds(finished),
+                    "schedule_id": text(schedule_id),
                     "fire_time": float(fire) if fire is not None else None,
                 }
             )
@@ -958,7 +987,7 @@ class Store:
         them at most, or all that are left. Read HISTORY_PAGE entries per command."""
         jk = self.keys.job(job_id)
         if not self.redis.exists(jk.job):
-            raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
+            raise NotFound.job(job_id, self.settings.namespace)
         out: list[dict[str, Any]] = []
         while count is None or len(out) < count:
             want = HISTORY_PAGE if count is None else min(HISTORY_PAGE, count - len(out))
@@ -973,7 +1002,7 @@ class Store:
         rows = [raw.decode().split("\t", 6) for raw in self.redis.lrange(jk.history, first, last)]
         indexes = sorted({row[0] for row in rows})
         names = self.redis.hmget(jk.tasks, [TaskField.ID.of(i) for i in indexes]) if indexes else []
-        ids = {i: _s(name) or i for i, name in zip(indexes, names, strict=True)}
+        ids = {i: text(name) or i for i, name in zip(indexes, names, strict=True)}
         out = []
         for index, attempt, state, handler, started, finished, error in rows:
             out.append(
@@ -982,30 +1011,54 @@ class Store:
                     "attempt": int(attempt),
                     "state": state,
                     "handler": handler or None,
-                    "started_at": _seconds(started or None),
-                    "finished_at": _seconds(finished or None),
+                    "started_at": seconds(started or None),
+                    "finished_at": seconds(finished or None),
                     "error": error or None,
                 }
             )
         return out
 
 
+def _run_per_job(
+    batch: Batch, calls: dict[str, list[Any]]
+) -> tuple[list[tuple[str, list[Any], Any]], Exception | None]:
+    """Run a batch of one call per job (in the order of `calls`: job id -> its items), going
+    on past calls Redis refuses: (job id, items, reply) of each call that ran, and the first
+    refusal (None when every call ran)."""
+    answered: list[tuple[str, list[Any], Any]] = []
+    refused: Exception | None = None
+    replies = batch.execute(raise_on_error=False)
+    for (job_id, items), reply in zip(calls.items(), replies, strict=True):
+        if isinstance(reply, Exception):
+            refused = refused or reply
+        else:
+            answered.append((job_id, items, reply))
+    return answered, refused
+
+
+def _task_codes(job_id: str, indexes: Sequence[int], reply: Any) -> dict[tuple[str, int], int]:
+    """A code per task from a per-job reply {0, {code per task}, ...}, or the job's own
+    code for each of its tasks when the script refused the whole call."""
+    per_task = reply[1] if reply[0] == 0 else [reply[0]] * len(indexes)
+    return {(job_id, index): int(code) for index, code in zip(indexes, per_task, strict=True)}
+
+
 def _task_view(f: dict[str, bytes]) -> dict[str, Any]:
     """One task of `status`: the current attempt's fields (a new attempt clears the last
     one's error and finish time; `history` keeps them), and seed 000's three times."""
-    state = _s(f.get("s"))
+    state = text(f.get("s"))
     return {
         "state": state,
         "attempts": int(f.get("a", 0)),
-        "handler": _s(f.get("h")),
-        "queued_at": _seconds(f.get("tq")),
-        "started_at": _seconds(f.get("ts")),
-        "finished_at": _seconds(f.get("tf")),
-        "error": _s(f.get("e")),
-        "progress": _s(f.get("pg")),
-        "created_at": _seconds(f.get("tc")),  # written to Redis by the split
-        "updated_at": _seconds(f.get("tu") or f.get("tc")),  # last change of its fields
-        "completed_at": _seconds(f.get("tf")) if state in TERMINAL_TASK_STATES else None,
+        "handler": text(f.get("h")),
+        "queued_at": seconds(f.get("tq")),
+        "started_at": seconds(f.get("ts")),
+        "finished_at": seconds(f.get("tf")),
+        "error": text(f.get("e")),
+        "progress": text(f.get("pg")),
+        "created_at": seconds(f.get("tc")),  # written to Redis by the split
+        "updated_at": seconds(f.get("tu") or f.get("tc")),  # last change of its fields
+        "completed_at": seconds(f.get("tf")) if state in TERMINAL_TASK_STATES else None,
         "waiting_for": _waiting_for(f),
     }
 
@@ -1013,8 +1066,8 @@ def _task_view(f: dict[str, bytes]) -> dict[str, Any]:
 def _waiting_for(f: dict[str, bytes]) -> dict[str, Any] | None:
     """A queued task that workers gave back for want of its code (give_back.lua): the task
     name it waits for a worker with, and since when."""
-    raw = _s(f.get("wf"))
-    if raw is None or _s(f.get("s")) not in (TaskState.QUEUED, TaskState.RETRY_WAIT):
+    raw = text(f.get("wf"))
+    if raw is None or text(f.get("s")) not in (TaskState.QUEUED, TaskState.RETRY_WAIT):
         return None
     since, _, name = raw.partition("|")
     return {"task": name, "since": int(since) / 1000}

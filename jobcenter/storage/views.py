@@ -21,8 +21,9 @@ from jobcenter.model.reports import RecoveryReport
 
 from .keys import NODE_QUEUE_PREFIX
 from .layout import Layout
+from .replies import seconds, text
 from .schema import TaskField
-from .store import Store, _s, _seconds
+from .store import Store
 from .system_queue import current_round, fetch_recovery_job
 
 WORKERS_MAX = 500  # workers listed: more than a fleet we expect; the rest are only counted
@@ -83,22 +84,22 @@ def job_summary(store: Store, job_id: str) -> JobSummary:
 
 def _summary(job_id: str, f: dict[str, bytes | None]) -> JobSummary:
     if f["state"] is None:
-        raise NotFound(f"no job {job_id}")
+        raise NotFound.job(job_id)
     return JobSummary(
         id=job_id,
-        name=_s(f["name"]),
-        owner=_s(f["owner"]),
-        state=_s(f["state"]) or "",
+        name=text(f["name"]),
+        owner=text(f["owner"]),
+        state=text(f["state"]) or "",
         tasks=_int(f["n"]) or 0,
         left=_int(f["left"]),
         priority=_int(f["priority"]),
-        queue=_s(f["queue"]),
-        created_at=_seconds(f["created_at"]),
-        started_at=_seconds(f["started_at"]),
-        finished_at=_seconds(f["finished_at"]),
-        updated_at=_seconds(f["updated_at"]),
-        schedule_id=_s(f["schedule_id"]),
-        error=_s(f["error"]),
+        queue=text(f["queue"]),
+        created_at=seconds(f["created_at"]),
+        started_at=seconds(f["started_at"]),
+        finished_at=seconds(f["finished_at"]),
+        updated_at=seconds(f["updated_at"]),
+        schedule_id=text(f["schedule_id"]),
+        error=text(f["error"]),
         failed=_int(f["nfailed"]) or 0,
         cancelled=_int(f["ncancelled"]) or 0,
     )
@@ -158,7 +159,10 @@ def jobs_page(
     if not 1 <= size <= PAGE_SIZE_MAX:
         raise ValueError(f"page size must be 1-{PAGE_SIZE_MAX}, got {size}")
     after = _parse_cursor(before)
-    indexes = [_job_index(store, shard, filters) for shard in range(store.keys.shards)]
+    indexes = [
+        store.job_index(shard, filters.owner, filters.state, filters.schedule_id)
+        for shard in range(store.keys.shards)
+    ]
     chunk = JOBS_CHUNK if filters.narrows else size
     rows: list[JobSummary] = []
     examined = 0
@@ -184,26 +188,6 @@ def jobs_page(
             return JobsPage(rows, None, examined, False)  # the index has no older job
     assert last is not None
     return JobsPage(rows, _cursor(*last), examined, len(rows) < size)
-
-
-def _job_index(store: Store, shard: int, filters: JobFilter) -> str:
-    """The shard's smallest index that applies a filter (all jobs when none does)."""
-    keys = store.keys
-    candidates = [
-        index
-        for value, index in (
-            (filters.owner, keys.owner_jobs(shard, filters.owner or "")),
-            (filters.state, keys.state_jobs(shard, filters.state or "")),
-            (filters.schedule_id, keys.schedule_jobs(shard, filters.schedule_id or "")),
-        )
-        if value
-    ]
-    if len(candidates) < 2:
-        return candidates[0] if candidates else keys.jobs(shard)
-    pipe = store.redis.pipeline(transaction=False)
-    for index in candidates:
-        pipe.zcard(index)
-    return min(zip(pipe.execute(), candidates, strict=True))[1]
 
 
 def _index_chunk(
@@ -265,7 +249,7 @@ def job_graph(store: Store, job_id: str) -> JobGraph:
         ids = [t["id"] for t in layout.tasks]
         written = _hmget_chunked(store, jk.tasks, [TaskField.STATE.of(i) for i in range(len(ids))])
         default = _unwritten_state(job.state)
-        states = [_s(s) or default for s in written]
+        states = [text(s) or default for s in written]
         edges = [(p, c) for p, kids in enumerate(layout.children) for c in kids]
         return JobGraph(job, ids, states, edges, True)
     fields = [f"{a}:{i}" for i in range(n) for a in ("id", "s", "c")]
@@ -273,8 +257,8 @@ def job_graph(store: Store, job_id: str) -> JobGraph:
     ids, states, edges = [], [], []
     for i in range(n):
         task_id, state, children = values[3 * i : 3 * i + 3]
-        ids.append(_s(task_id) or str(i))
-        states.append(_s(state) or _unwritten_state(job.state))
+        ids.append(text(task_id) or str(i))
+        states.append(text(state) or _unwritten_state(job.state))
         if children:
             edges += [(i, int(c)) for c in children.decode().split(",")]
     compacted = job.state == "succeeded" and n > 0 and not store.redis.hexists(jk.tasks, "p:0")
@@ -293,11 +277,11 @@ def live_states(store: Store, job_id: str) -> LiveStates:
     jk = store.keys.job(job_id)
     state, n, finished = store.redis.hmget(jk.job, "state", "n", "finished_at")
     if state is None:
-        raise NotFound(f"no job {job_id}")
+        raise NotFound.job(job_id)
     job_state = state.decode()
     default = _unwritten_state(job_state)
     written = _hmget_chunked(store, jk.tasks, [TaskField.STATE.of(i) for i in range(int(n or 0))])
-    return LiveStates(job_state, _seconds(finished), [_s(s) or default for s in written])
+    return LiveStates(job_state, seconds(finished), [text(s) or default for s in written])
 
 
 @dataclass(frozen=True)
@@ -344,11 +328,11 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
     pipe.lrange(jk.history, -TASK_HISTORY_MAX, -1)
     (job_state, n, job_queue), values, history_len, entries = pipe.execute()
     if job_state is None:
-        raise NotFound(f"no job {job_id}")
+        raise NotFound.job(job_id)
     if not 0 <= index < int(n or 0):
         raise NotFound(f"job {job_id} has no task #{index}")
     f = dict(zip(TASK_ATTRS, values, strict=True))
-    task_id = _s(f["id"])
+    task_id = text(f["id"])
     payload: Any = codec.unpack(f["p"]) if f["p"] is not None else None
     if task_id is None:  # not written by its leader yet: read it from the job's spec
         raw_spec = store.redis.hget(jk.job, "spec")
@@ -370,8 +354,8 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
                     int(attempt),
                     state,
                     handler or None,
-                    _seconds(started or None),
-                    _seconds(finished or None),
+                    seconds(started or None),
+                    seconds(finished or None),
                     error or None,
                 )
             )
@@ -379,18 +363,18 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
         job_id=job_id,
         index=index,
         id=task_id or str(index),
-        state=_s(f["s"]) or _unwritten_state(job_state.decode()),
+        state=text(f["s"]) or _unwritten_state(job_state.decode()),
         task=name,
         args=args,
         attempts=_int(f["a"]) or 0,
         max_attempts=_int(f["m"]) or (1 if payload is not None else None),
-        handler=_s(f["h"]),
-        queue=_s(f["q"]) or _s(job_queue),
-        queued_at=_seconds(f["tq"]),
-        started_at=_seconds(f["ts"]),
-        finished_at=_seconds(f["tf"]),
-        error=_s(f["e"]),
-        progress=_s(f["pg"]),
+        handler=text(f["h"]),
+        queue=text(f["q"]) or text(job_queue),
+        queued_at=seconds(f["tq"]),
+        started_at=seconds(f["ts"]),
+        finished_at=seconds(f["tf"]),
+        error=text(f["e"]),
+        progress=text(f["pg"]),
         history=history,
         history_complete=history_len <= TASK_HISTORY_MAX,
     )
@@ -514,7 +498,7 @@ def known_queues(store: Store) -> list[str]:
     for handler in store.redis.zrevrange(keys.workers(), 0, WORKERS_MAX - 1):
         pipe.hget(keys.worker_info(handler.decode()), "queues")
     for raw in pipe.execute():
-        names.update(q for q in (_s(raw) or "").split(",") if q)
+        names.update(q for q in (text(raw) or "").split(",") if q)
     for node in store.redis.zrevrange(keys.nodes(), 0, WORKERS_MAX - 1):
         names.add(NODE_QUEUE_PREFIX + node.decode())
     return sorted(names)
@@ -622,7 +606,7 @@ def recovery(store: Store) -> RecoveryView:
     rounds = []
     for round_no in range(now_round, now_round - RECOVERY_ROUNDS, -1):
         rounds.append(_round(store, round_no, interval))
-    return RecoveryView(interval, _s(holder), _int(last), rounds)
+    return RecoveryView(interval, text(holder), _int(last), rounds)
 
 
 def _round(store: Store, round_no: int, interval: float) -> RecoveryRound:

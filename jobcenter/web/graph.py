@@ -14,6 +14,8 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from jobcenter.model.dag import topological_order
+
 GROUP_ABOVE = 200  # tasks drawn one box each up to here; more boxes stop being readable
 GROUPS_MAX = 150  # boxes drawn at most once tasks are grouped: dagre lays them out in ms
 
@@ -29,18 +31,12 @@ def levels(n: int, edges: list[tuple[int, int]]) -> list[int]:
     """Each task's longest distance from a root (Kahn's order); 0 for every task when the
     edges are unknown."""
     children: dict[int, list[int]] = defaultdict(list)
-    indegree = [0] * n
     for parent, child in edges:
         children[parent].append(child)
-        indegree[child] += 1
     level = [0] * n
-    order = [i for i in range(n) if indegree[i] == 0]
-    for i in order:  # the list grows while we walk it
+    for i in topological_order(range(n), children):
         for child in children.get(i, ()):
             level[child] = max(level[child], level[i] + 1)
-            indegree[child] -= 1
-            if indegree[child] == 0:
-                order.append(child)
     return level
 
 
