@@ -19,9 +19,10 @@ def job_queues(spec: JobSpec) -> list[str]:
 
 
 class Layout:
-    """The tasks-hash fields of a job spec (as a dict: JobSpec.to_dict() or a stored spec)."""
+    """The tasks-hash fields of a job spec (as a dict: JobSpec.to_dict() or a stored spec),
+    with each task's claim rank within the job (jobcenter.ordering; None: spec order)."""
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: dict[str, Any], ranks: list[int] | None = None) -> None:
         self.tasks: list[dict[str, Any]] = spec["tasks"]
         self.queue = spec.get("queue", "default")
         self.priority = spec.get("priority", 0)
@@ -31,6 +32,7 @@ class Layout:
         children = children_of(ids, dict(zip(ids, self.deps, strict=True)))
         self.children = [[index[c] for c in children[task_id]] for task_id in ids]
         self.roots = [i for i, deps in enumerate(self.deps) if not deps]
+        self.ranks = ranks
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -74,4 +76,6 @@ class Layout:
             fields += ["d:" + n, len(self.deps[i])]
         if self.children[i]:
             fields += ["c:" + n, ",".join(map(str, self.children[i]))]
+        if self.ranks is not None:
+            fields += ["o:" + n, self.ranks[i]]
         return fields
