@@ -74,4 +74,3 @@ def test_a_success_folds_its_run_time_into_the_learned_estimates(store: Store) -
     assert store.learned_estimates([unseen]) == {
         "j\tlearn\ta": pytest.approx(1000 + 0.3 * (ran_ms - 1000), abs=0.1)
     }
-

@@ -39,7 +39,7 @@ def chains(order: str, estimate: dict[str, float] | None = None) -> dict:
 
 
 def test_critical_path_puts_the_head_of_the_longest_chain_first() -> None:
-    assert ranks_of(chains("critical_path")) == [2, 0, 1, 3]  # a1 and b3 tie (one unit each): spec order
+    assert ranks_of(chains("critical_path")) == [2, 0, 1, 3]  # a1, b3 tie: spec order
 
 
 def test_critical_path_weighs_estimates_not_task_counts() -> None:
@@ -56,7 +56,7 @@ def test_the_default_rule_is_critical_path() -> None:
     spec = chains("critical_path")
     del spec["order"]
     assert parse_spec(spec).order == "critical_path"
-    assert ranks_of(spec) == [2, 0, 1, 3]  # a1 and b3 tie (one unit each): spec order
+    assert ranks_of(spec) == [2, 0, 1, 3]  # a1, b3 tie: spec order
 
 
 def test_descendants_are_counted_once_through_a_diamond() -> None:
