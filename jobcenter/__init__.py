@@ -1,11 +1,12 @@
 """jobcenter: a leader/follower DAG job center over Redis."""
 
-from .builder import Job
+from jobcenter.model.builder import Job
+from jobcenter.model.spec import JobSpec, TaskSpec
+from jobcenter.runtime.context import TaskContext, current_task
+from jobcenter.runtime.registry import task
+
 from .client import Client
-from .context import TaskContext, current_task
 from .errors import Fatal, JobcenterError, Retry, SpecError, TaskCancelled
-from .registry import task
-from .spec import JobSpec, TaskSpec
 
 __version__ = "0.1.0"
 

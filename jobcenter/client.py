@@ -7,13 +7,15 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from . import admin
-from . import schedule as _schedule
+from jobcenter.model.spec import JobSpec, spec_from_any
+from jobcenter.model.states import JobState
+from jobcenter.storage.schema import TaskField
+from jobcenter.storage.store import JobProgress, Store
+
+from . import schedules as _schedule
 from .config import Settings
 from .errors import NotFound
-from .spec import JobSpec, spec_from_any
-from .states import JobState
-from .store import JobProgress, Store
+from .storage import admin
 
 SUBMIT_BATCH = 200  # jobs per round trip in submit_many: large gains, short script bursts
 WAIT_POLL_MIN = 0.01  # first status poll of wait(): short jobs return fast
@@ -69,16 +71,16 @@ class Client:
 
     def task_states(self, job_id: str) -> dict[str, str]:
         """Each written task's state by task id, in spec order, read in bounded pages."""
-        fields = self.store.task_fields(job_id, "id", "s")
-        ids = fields["id"]
-        by_index = sorted(fields["s"].items(), key=lambda item: int(item[0]))
+        fields = self.store.task_fields(job_id, TaskField.ID, TaskField.STATE)
+        ids = fields[TaskField.ID]
+        by_index = sorted(fields[TaskField.STATE].items(), key=lambda item: int(item[0]))
         return {ids.get(index, index): state for index, state in by_index}
 
     def state(self, job_id: str) -> str:
-        raw = self.store.redis.hget(self.store.keys.job(job_id).job, "state")
-        if raw is None:
+        state = self.store.job_state(job_id)
+        if state is None:
             raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
-        return raw.decode()
+        return state.value
 
     def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
         """Block until the job is finished; returns its status. TimeoutError after `timeout`."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-from .context import current_task
-from .registry import task
+from jobcenter.runtime.context import current_task
+from jobcenter.runtime.registry import task
 
 STEP_SECONDS = float(os.environ.get("JOBCENTER_DEMO_STEP_SECONDS", "0.3"))
 

@@ -1,6 +1,6 @@
 """`make bench`: throughput and latency of jobcenter on a private Redis with two workers.
 
-Starts a redis-server of its own (jobcenter.server.RedisServer) and two `jobcenter worker
+Starts a redis-server of its own (jobcenter.storage.embedded.RedisServer) and two `jobcenter worker
 bench_tasks` processes (each with its rq recovery child), then measures:
 
   W1  one job of 20,000 independent tasks               tasks/s
@@ -48,9 +48,9 @@ import yaml
 from bench_tasks import REDIS_URL_ENV, ran_key
 
 from jobcenter import Client
-from jobcenter.lua import ALL_SCRIPTS, source
-from jobcenter.server import RedisServer
-from jobcenter.spec import parse_spec
+from jobcenter.model.spec import parse_spec
+from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.lua import ALL_SCRIPTS, source
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS_DIR = Path(__file__).resolve().parent

@@ -1,7 +1,7 @@
 """`make bench BENCH_ARGS=--only=order`: how soon a DAG ends under each task-order rule.
 
 Three shapes where the claim order matters, each run by real workers (tasks sleep their
-duration) under each rule of jobcenter.ordering: fifo, downstream, critical_path cold (no
+duration) under each rule of jobcenter.model.ordering: fifo, downstream, critical_path cold (no
 history: every task the same estimate) and critical_path again once the first runs taught
 the learned estimates. Each row shows the makespan (the job's started_at to finished_at,
 Redis time) over the lower bound max(longest path, work / slots), and the same ratio for a
@@ -15,9 +15,9 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jobcenter.layout import Layout
-from jobcenter.ordering import CRITICAL_PATH, DOWNSTREAM, FIFO, task_ranks
-from jobcenter.spec import parse_spec
+from jobcenter.model.ordering import CRITICAL_PATH, DOWNSTREAM, FIFO, task_ranks
+from jobcenter.model.spec import parse_spec
+from jobcenter.storage.layout import Layout
 
 UNIT_S = 0.02  # one duration unit, in seconds of sleep
 SEED = 16

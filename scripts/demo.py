@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from jobcenter.server import RedisServer
+from jobcenter.storage.embedded import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_STOP_SECONDS = 10  # a worker finishing its last task gets this long before kill -9

@@ -11,10 +11,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from .. import schedule as schedules
-from ..client import Client
-from ..errors import WrongState
-from ..states import JobState
+from jobcenter import schedules
+from jobcenter.client import Client
+from jobcenter.errors import WrongState
+from jobcenter.model.states import JobState
+
 from .auth import require_token
 from .pages import client
 

@@ -9,7 +9,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .. import views
+from jobcenter.storage import views
+
 from . import graph
 from .pages import client
 

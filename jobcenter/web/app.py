@@ -17,8 +17,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..client import Client
-from ..errors import JobcenterError, NotFound
+from jobcenter.client import Client
+from jobcenter.errors import JobcenterError, NotFound
+
 from . import actions, api, format, pages
 
 HERE = Path(__file__).parent

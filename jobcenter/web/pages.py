@@ -1,5 +1,5 @@
 """The HTML pages: jobs, one job, workers, queues, dead letters, schedules, recovery. Each
-reads through the Client or `jobcenter.views`, in bounded calls."""
+reads through the Client or `jobcenter.storage.views`, in bounded calls."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from .. import schedule as schedules
-from .. import views
-from ..client import Client
-from ..states import JobState
+from jobcenter import schedules
+from jobcenter.client import Client
+from jobcenter.model.states import JobState
+from jobcenter.storage import views
 
 DEAD_LETTERS_PAGE = 100  # the newest dead letters listed
 AUTO_REFRESH_SECONDS = 5  # workers and queues pages reload themselves this often

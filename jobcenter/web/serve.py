@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 import uvicorn
 
-from ..client import Client
+from jobcenter.client import Client
+
 from .app import create_app
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from jobcenter.spec import MAX_PRIORITY, MAX_RETRIES, MAX_SECONDS
+from jobcenter.model.spec import MAX_PRIORITY, MAX_RETRIES, MAX_SECONDS
 
 # Bounded runs: the pure checks are cheap, each file or CLI example costs a write and a
 # parse. The deadline only trips on a pathological input (a parse taking seconds, as an

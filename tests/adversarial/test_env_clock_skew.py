@@ -16,7 +16,7 @@ from lua_helpers import lease_deadline_ms, redis_now_ms
 from tasks_for_tests import scratch_key
 
 from jobcenter import Client
-from jobcenter.states import TaskState
+from jobcenter.model.states import TaskState
 
 SKEWED_CLOCK_DIR = Path(__file__).resolve().parent / "skewed_clock"
 SHIFT_SECONDS = 3600

@@ -18,9 +18,9 @@ from lua_helpers import NO_RETRY, assert_same, claim, snapshot, submit
 
 from jobcenter.cli import EXIT_NO_REDIS
 from jobcenter.config import Settings
-from jobcenter.lua import ALL_SCRIPTS, source
-from jobcenter.server import RedisServer
-from jobcenter.store import StartedTask, Store
+from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.lua import ALL_SCRIPTS, source
+from jobcenter.storage.store import StartedTask, Store
 
 HANDLER = "oom-handler"
 FILLER_BYTES = 10_000  # one filler key: the server is full after a few dozen

@@ -23,8 +23,8 @@ from spec_strategies import CLI, Broken, broken_specs, file_garbage
 from jobcenter.cli import EXIT_BAD_INPUT, main
 from jobcenter.config import Settings
 from jobcenter.errors import SpecError
-from jobcenter.spec import load_spec_file
-from jobcenter.store import Store
+from jobcenter.model.spec import load_spec_file
+from jobcenter.storage.store import Store
 
 
 @pytest.fixture

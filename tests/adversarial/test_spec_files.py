@@ -15,9 +15,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from spec_strategies import FILES, Broken, broken_specs, file_garbage
 
-from jobcenter import spec as spec_module
 from jobcenter.errors import SpecError
-from jobcenter.spec import SPEC_MAX_DEPTH, load_spec_file
+from jobcenter.model import spec as spec_module
+from jobcenter.model.spec import SPEC_MAX_DEPTH, load_spec_file
 
 SUFFIXES = st.sampled_from([".yaml", ".json"])
 

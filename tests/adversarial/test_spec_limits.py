@@ -13,11 +13,11 @@ import pytest
 from click.testing import CliRunner
 from lua_helpers import assert_same, snapshot
 
-from jobcenter import codec
-from jobcenter import spec as spec_module
 from jobcenter.cli import EXIT_BAD_INPUT, main
 from jobcenter.config import Settings
-from jobcenter.spec import (
+from jobcenter.model import codec
+from jobcenter.model import spec as spec_module
+from jobcenter.model.spec import (
     MAX_DEPENDENCIES,
     MAX_JOB_PAYLOAD_BYTES,
     MAX_NAME_LENGTH,
@@ -27,7 +27,7 @@ from jobcenter.spec import (
     MAX_TASK_PAYLOAD_BYTES,
     MAX_TASKS,
 )
-from jobcenter.store import Store
+from jobcenter.storage.store import Store
 
 ID_MAX = 128  # spec.ID_RE
 TASK_NAME_MAX = 200  # spec.TASK_NAME_RE

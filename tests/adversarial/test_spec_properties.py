@@ -13,11 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from spec_strategies import PURE, Broken, broken_specs, python_garbage, valid_specs
 
-from jobcenter import codec
-from jobcenter.builder import Job
-from jobcenter.dag import check_dag
 from jobcenter.errors import SpecError
-from jobcenter.spec import ID_RE, MAX_TASK_PAYLOAD_BYTES, parse_spec
+from jobcenter.model import codec
+from jobcenter.model.builder import Job
+from jobcenter.model.dag import check_dag
+from jobcenter.model.spec import ID_RE, MAX_TASK_PAYLOAD_BYTES, parse_spec
 
 # An error names one problem in a line or two: no value is pasted into it whole.
 MESSAGE_MAX_CHARS = 400

@@ -18,17 +18,18 @@ from adversarial import adversarial_tasks as hostile
 from adversarial.adversarial_tasks import marks
 from helpers import pid_alive, wait_until
 
-from jobcenter import codec, current_task, task
-from jobcenter import execution as execution_module
-from jobcenter.execution import (
+from jobcenter import current_task, task
+from jobcenter.model import codec
+from jobcenter.runtime import execution as execution_module
+from jobcenter.runtime.execution import (
     ERROR_TEXT_MAX,
     Outcome,
     ProcessRunner,
     ThreadRunner,
     attempt_key,
 )
-from jobcenter.registry import NotATask, UnknownTask, lookup
-from jobcenter.store import StartedTask
+from jobcenter.runtime.registry import NotATask, UnknownTask, lookup
+from jobcenter.storage.store import StartedTask
 
 OUTCOME_SECONDS = 30.0  # an attempt's outcome not in by then never comes
 TASKS_MODULE = "adversarial.adversarial_tasks"

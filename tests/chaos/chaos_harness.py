@@ -25,9 +25,9 @@ from chaos_tasks import EVENTS_URL_ENV, WORKER_NAME_ENV, all_gates_key, events_k
 from helpers import wait_until
 
 from jobcenter.config import Settings
-from jobcenter.keys import Keys
-from jobcenter.states import JobState, TaskState
-from jobcenter.store import Store
+from jobcenter.model.states import JobState, TaskState
+from jobcenter.storage.keys import Keys
+from jobcenter.storage.store import Store
 
 CHAOS_DIR = Path(__file__).resolve().parent
 TESTS_DIR = CHAOS_DIR.parent
@@ -67,7 +67,7 @@ def subprocess_env(redis_url: str, namespace: str, **extra: str) -> dict[str, st
 def rq_children_of(pid: int) -> list[int]:
     """Pids of the rq child a worker started (found by its `--parent PID` argument, so it is
     found even after the worker died and the child was re-parented)."""
-    wanted = ["jobcenter.rq_runner", "--parent", str(pid)]
+    wanted = ["jobcenter.runtime.rq_runner", "--parent", str(pid)]
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

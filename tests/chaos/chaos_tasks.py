@@ -32,10 +32,10 @@ from typing import Any
 import redis
 
 from jobcenter import Fatal, current_task, task
-from jobcenter import leader as leader_module
 from jobcenter.config import Settings
-from jobcenter.recovery import Recovery
-from jobcenter.store import Store, connect
+from jobcenter.runtime import leader as leader_module
+from jobcenter.runtime.recovery import Recovery
+from jobcenter.storage.store import Store, connect
 
 # A gate never opened must not keep a worker busy forever once its test has failed.
 GATE_DEADLINE_SECONDS = 60.0
@@ -173,7 +173,7 @@ def _install_loop_breaker() -> None:
     loop = os.environ.get(BREAK_LOOP_ENV)
     if not loop:
         return
-    from jobcenter.worker import Worker
+    from jobcenter.runtime.worker import Worker
 
     method, once_running = LOOP_STEPS[loop]
     original = getattr(Worker, method)

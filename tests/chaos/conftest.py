@@ -12,8 +12,8 @@ from chaos_harness import SHORT_ENV, Cluster
 
 from jobcenter import Client
 from jobcenter.config import Settings
-from jobcenter.server import RedisServer
-from jobcenter.store import Store, connect
+from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.store import Store, connect
 
 
 def _settings(url: str, namespace: str) -> Settings:

@@ -11,7 +11,7 @@ import signal
 from chaos_harness import WORKER_TIMEOUT_SECONDS, Cluster, WorkerProc
 from helpers import health_port, probe, wait_probe, wait_until
 
-from jobcenter.server import RedisServer
+from jobcenter.storage.embedded import RedisServer
 
 OUTAGE_SECONDS = 15.0  # how long a test waits for a worker to notice and get over an outage
 

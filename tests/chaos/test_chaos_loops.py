@@ -11,8 +11,8 @@ from chaos_harness import PROCESS_START_SECONDS, Cluster
 from chaos_tasks import BREAK_LOOP_ENV
 
 from jobcenter import Client
-from jobcenter.store import INLINE_SPLIT_MAX
-from jobcenter.worker import EXIT_LOOP_FAILED
+from jobcenter.runtime.worker import EXIT_LOOP_FAILED
+from jobcenter.storage.store import INLINE_SPLIT_MAX
 
 JOB_SECONDS = 45.0
 

@@ -18,10 +18,10 @@ from chaos_harness import (
 )
 from helpers import wait_until
 
-import jobcenter.store as store_module
+import jobcenter.storage.store as store_module
 from jobcenter import Client
-from jobcenter.spec import spec_from_any
-from jobcenter.store import Store
+from jobcenter.model.spec import spec_from_any
+from jobcenter.storage.store import Store
 
 JOB_SECONDS = 30.0
 RECOVERY_SECONDS = 15.0  # how long a test runs recovery passes while waiting for a repair

@@ -20,8 +20,8 @@ from chaos_harness import (
 from helpers import wait_until
 
 from jobcenter import Client
-from jobcenter.recovery import Recovery
-from jobcenter.store import Store
+from jobcenter.runtime.recovery import Recovery
+from jobcenter.storage.store import Store
 
 JOB_SECONDS = 45.0  # a chaos job not finished by then is stuck
 KILL_EVERY_STARTS = 25  # a worker is killed each time this many more attempts have started

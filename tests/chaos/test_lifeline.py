@@ -17,9 +17,9 @@ import pytest
 WORKER = textwrap.dedent(
     """
     import os, subprocess, sys, time
-    from jobcenter.lifeline import CHECK_SECONDS
+    from jobcenter.runtime.lifeline import CHECK_SECONDS
     child = subprocess.Popen([sys.executable, "-c",
-        "import os, threading; from jobcenter.lifeline import exit_with; "
+        "import os, threading; from jobcenter.runtime.lifeline import exit_with; "
         f"exit_with({os.getpid()}); threading.Event().wait(60)"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 4 * CHECK_SECONDS

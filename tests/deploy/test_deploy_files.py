@@ -22,8 +22,8 @@ from helpers import wait_until
 
 from jobcenter import cli, config
 from jobcenter.config import Settings
-from jobcenter.server import find_redis_server, free_port
-from jobcenter.store import Store
+from jobcenter.storage.embedded import find_redis_server, free_port
+from jobcenter.storage.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -377,8 +377,8 @@ def test_the_files_the_dockerfile_copies_build_the_package_and_its_console_scrip
         next(n for n in names if n.endswith("entry_points.txt"))
     )
     assert b"jobcenter = jobcenter.cli:main" in entry_points
-    assert "jobcenter/lua/claim.lua" in names
-    assert "jobcenter/health.py" in names
+    assert "jobcenter/storage/lua/claim.lua" in names
+    assert "jobcenter/runtime/health.py" in names
 
 
 def test_the_vendored_compose_schema_carries_its_licence() -> None:

@@ -25,7 +25,7 @@ import redis
 from helpers import wait_until
 from tasks_for_tests import WORKER_NAME_ENV, scratch_key
 
-from jobcenter.keys import Keys
+from jobcenter.storage.keys import Keys
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = TESTS_DIR.parent

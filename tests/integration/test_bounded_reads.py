@@ -12,7 +12,7 @@ import pytest
 from helpers import CommandLog, wait_until
 from integration_harness import Cli, Scratch, Workers
 
-from jobcenter.keys import Keys
+from jobcenter.storage.keys import Keys
 
 TASKS = 1_200  # more than a submit splits itself: a leader splits it, as a large job is
 FOLLOWER_READS = 15  # reads of the job hash outside scripts: the follower has polled a while

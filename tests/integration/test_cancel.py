@@ -10,7 +10,7 @@ from helpers import wait_until
 from integration_harness import JOB_SECONDS, Cli, Scratch, Workers
 
 from jobcenter import Client
-from jobcenter.keys import Keys
+from jobcenter.storage.keys import Keys
 
 GATED_JOB = {
     "name": "to-cancel",

@@ -14,8 +14,9 @@ from dashboard_harness import TOKEN, Dashboard
 from helpers import wait_until
 from integration_harness import EXAMPLES, JOB_SECONDS, Workers
 
-from jobcenter import Client, views
-from jobcenter.spec import spec_from_any
+from jobcenter import Client
+from jobcenter.model.spec import spec_from_any
+from jobcenter.storage import views
 
 PAGES = ["/jobs", "/workers", "/queues", "/dead-letters", "/schedules", "/recovery"]
 ACTIONS = [

@@ -12,7 +12,7 @@ from integration_harness import JOB_SECONDS, Cli, Scratch, Workers
 
 from jobcenter import Client
 from jobcenter.errors import NotFound
-from jobcenter.keys import Keys
+from jobcenter.storage.keys import Keys
 
 MODULES = ("tasks_for_tests", "retry_tasks")
 

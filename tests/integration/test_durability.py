@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from jobcenter import schedule as sched
+from jobcenter import schedules as sched
 from jobcenter.config import ACKED, FSYNCED, Settings
-from jobcenter.server import RedisServer, _bundled_binary, redis_version
-from jobcenter.spec import parse_spec
-from jobcenter.store import Store, connect
+from jobcenter.model.spec import parse_spec
+from jobcenter.storage.embedded import RedisServer, _bundled_binary, redis_version
+from jobcenter.storage.store import Store, connect
 
 WAITAOF_VERSION = (7, 2, 0)
 ONE = {"name": "one", "tasks": [{"id": "a", "task": "t.a"}]}
@@ -132,7 +132,7 @@ def test_fsynced_on_a_server_that_does_not_fsync_is_acked_with_a_note(
 ) -> None:
     store = make_store(waitaof_server, FSYNCED)
     store.redis.config_set(setting, "no")
-    with caplog.at_level(logging.INFO, logger="jobcenter.store"):
+    with caplog.at_level(logging.INFO, logger="jobcenter.storage.store"):
         submit_concurrently(store)
     assert waitaof_calls(store) == 0
     assert [r.getMessage() for r in caplog.records if note in r.getMessage()] != []
@@ -157,7 +157,7 @@ def test_fsynced_on_a_server_without_waitaof_is_acked_with_a_note_logged_once(
     server_without_waitaof: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = make_store(server_without_waitaof, FSYNCED)
-    with caplog.at_level(logging.INFO, logger="jobcenter.store"):
+    with caplog.at_level(logging.INFO, logger="jobcenter.storage.store"):
         submit_concurrently(store)
         assert store.wait_durable() is False
     notes = [r.getMessage() for r in caplog.records if "has no WAITAOF" in r.getMessage()]

@@ -19,8 +19,8 @@ from integration_harness import subprocess_env as harness_env
 from retry_tasks import records
 
 from jobcenter import Client
-from jobcenter.keys import Keys
-from jobcenter.recovery import Recovery, RecoveryReport
+from jobcenter.runtime.recovery import Recovery, RecoveryReport
+from jobcenter.storage.keys import Keys
 
 MODULES = ("tasks_for_tests", "retry_tasks")
 RETENTION = "1"  # seconds: JOBCENTER_RETENTION_SECONDS of the retention tests

@@ -9,10 +9,10 @@ from typing import Any
 import redis
 
 from jobcenter.config import Settings
-from jobcenter.execution import Outcome
-from jobcenter.spec import parse_spec
-from jobcenter.store import StartedTask, Store, connect
-from jobcenter.worker import Options, Running, Worker
+from jobcenter.model.spec import parse_spec
+from jobcenter.runtime.execution import Outcome
+from jobcenter.runtime.worker import Options, Running, Worker
+from jobcenter.storage.store import StartedTask, Store, connect
 
 SPEC = {
     "name": "parent-child",

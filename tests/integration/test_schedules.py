@@ -16,12 +16,13 @@ import pytest
 from click.testing import CliRunner, Result
 
 from jobcenter import Client
-from jobcenter import schedule as sched
-from jobcenter.cli_schedule import schedule_group
+from jobcenter import schedules as sched
+from jobcenter.cli.schedules import schedule_group
 from jobcenter.config import Settings
 from jobcenter.errors import NotFound, SpecError
-from jobcenter.schedule import Fire, Scheduler
-from jobcenter.store import Store
+from jobcenter.schedules import Fire, Scheduler
+from jobcenter.schedules import manage as schedules_manage
+from jobcenter.storage.store import Store
 
 SPEC: dict[str, Any] = {"name": "report", "tasks": [{"id": "a", "task": "tasks_for_tests.record"}]}
 MINUTE = 60_000
@@ -222,7 +223,7 @@ def test_the_job_records_its_schedule_and_fire_time(store: Store) -> None:
 def test_jobs_a_schedule_fired_are_listed_by_it_and_schedules_are_listed_in_pages(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sched, "LIST_PAGE", 2)
+    monkeypatch.setattr(schedules_manage, "LIST_PAGE", 2)
     schedules = [sched.add_schedule(store, SPEC, every="PT1M") for _ in range(5)]
     fires = ticker(store, "a").tick(max(s.created_ms for s in schedules) + MINUTE)
 

@@ -6,9 +6,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-import jobcenter.store
+import jobcenter.storage.store
 from jobcenter.config import Settings
-from jobcenter.store import Store
+from jobcenter.storage.store import Store
 
 # Long enough that no lease expires during a test that does not wait for it on purpose.
 LONG_LEASE_SECONDS = 30.0
@@ -47,4 +47,4 @@ def short_store(make_store: Callable[..., Store]) -> Store:
 def leader_split(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every job this test submits is split by the leader (publish_tasks, queue_roots), as a
     job larger than INLINE_SPLIT_MAX is, instead of by its submit script."""
-    monkeypatch.setattr(jobcenter.store, "INLINE_SPLIT_MAX", 0)
+    monkeypatch.setattr(jobcenter.storage.store, "INLINE_SPLIT_MAX", 0)

@@ -8,10 +8,10 @@ from typing import Any
 
 import redis
 
-from jobcenter.leader import Leader
-from jobcenter.lua import Batch
-from jobcenter.spec import parse_spec
-from jobcenter.store import JobMeta, StartedTask, Store
+from jobcenter.model.spec import parse_spec
+from jobcenter.runtime.leader import Leader
+from jobcenter.storage.lua import Batch
+from jobcenter.storage.store import JobMeta, StartedTask, Store
 
 LEADER = "leader-handler"
 H1 = "handler-one"

@@ -23,10 +23,10 @@ from lua_helpers import (
     untouched,
 )
 
-import jobcenter.store
-from jobcenter.leader import Leader
-from jobcenter.spec import parse_spec
-from jobcenter.store import HEARTBEAT_CANCELLED, Store
+import jobcenter.storage.store
+from jobcenter.model.spec import parse_spec
+from jobcenter.runtime.leader import Leader
+from jobcenter.storage.store import HEARTBEAT_CANCELLED, Store
 
 # Claimed in index order: a and d start running, e is reserved only, b stays queued.
 MIXED = {
@@ -126,7 +126,7 @@ def test_submitting_the_same_idempotency_key_again_returns_the_first_job(
     store: Store, monkeypatch: pytest.MonkeyPatch, split: str
 ) -> None:
     if split == "leader":
-        monkeypatch.setattr(jobcenter.store, "INLINE_SPLIT_MAX", 0)
+        monkeypatch.setattr(jobcenter.storage.store, "INLINE_SPLIT_MAX", 0)
     spec = parse_spec(
         {
             "name": "nightly",

@@ -23,7 +23,7 @@ from lua_helpers import (
     task_states,
 )
 
-from jobcenter.store import Store
+from jobcenter.storage.store import Store
 
 
 def _t(n: int, *deps: int) -> dict[str, object]:

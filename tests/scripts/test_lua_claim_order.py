@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lua_helpers import H1, H2, claim, complete_one, submit_and_split
 
-from jobcenter.store import Store
+from jobcenter.storage.store import Store
 
 
 def _job(name: str, priority: int, *tasks: tuple[str, int | None]) -> dict[str, object]:

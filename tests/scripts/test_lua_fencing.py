@@ -24,7 +24,7 @@ from lua_helpers import (
     untouched,
 )
 
-from jobcenter.store import Store
+from jobcenter.storage.store import Store
 
 GRACE_MS = 200  # the second deadline: how long a timed_out attempt may still resume
 WAIT_S = 5.0  # generous bound for a 0.2 s lease to pass on a loaded machine

@@ -19,8 +19,8 @@ from lua_helpers import (
 )
 
 from jobcenter.config import Settings
-from jobcenter.recovery import Recovery
-from jobcenter.store import Store
+from jobcenter.runtime.recovery import Recovery
+from jobcenter.storage.store import Store
 
 DELAY_MIN_MS, DELAY_MAX_MS = 300, 2_000
 NAME = "t.a"

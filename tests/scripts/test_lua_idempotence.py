@@ -26,7 +26,7 @@ from lua_helpers import (
     untouched,
 )
 
-from jobcenter.store import StartedTask, Store
+from jobcenter.storage.store import StartedTask, Store
 
 DIAMOND = {
     "name": "diamond",

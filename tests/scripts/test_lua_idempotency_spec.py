@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from lua_helpers import submit, untouched
 
-import jobcenter.store
+import jobcenter.storage.store
 from jobcenter.errors import IdempotencyConflict
-from jobcenter.spec import parse_spec
-from jobcenter.store import Store
+from jobcenter.model.spec import parse_spec
+from jobcenter.storage.store import Store
 
 SPEC: dict[str, Any] = {
     "name": "nightly",
@@ -40,7 +40,7 @@ def test_a_key_resubmitted_with_a_different_spec_is_refused_naming_the_key_and_j
     store: Store, monkeypatch: pytest.MonkeyPatch, split: str, other: dict[str, Any]
 ) -> None:
     if split == "leader":
-        monkeypatch.setattr(jobcenter.store, "INLINE_SPLIT_MAX", 0)
+        monkeypatch.setattr(jobcenter.storage.store, "INLINE_SPLIT_MAX", 0)
     job_id = submit(store, SPEC)
 
     with untouched(store), pytest.raises(IdempotencyConflict) as raised:

@@ -24,9 +24,9 @@ from lua_helpers import (
     untouched,
 )
 
-import jobcenter.store
-from jobcenter.leader import Leader
-from jobcenter.store import Store
+import jobcenter.storage.store
+from jobcenter.runtime.leader import Leader
+from jobcenter.storage.store import Store
 
 SPEC = {
     "name": "two-queues",
@@ -71,7 +71,7 @@ def test_a_small_job_is_split_by_its_submit_exactly_as_a_leader_splits_it(
     with untouched(store):  # a leader finds nothing left to split
         Leader(store, LEADER).split(inline_id)
 
-    monkeypatch.setattr(jobcenter.store, "INLINE_SPLIT_MAX", 0)
+    monkeypatch.setattr(jobcenter.storage.store, "INLINE_SPLIT_MAX", 0)
     leader_id = submit(store, {**SPEC, "idempotency_key": "leader"})
     assert job_field(store, leader_id, "state") == "pending"
     assert store.redis.hexists(store.keys.job(leader_id).job, "spec")
@@ -91,7 +91,7 @@ def test_a_small_job_is_split_by_its_submit_exactly_as_a_leader_splits_it(
 def test_jobs_up_to_inline_split_max_tasks_are_split_by_submit_larger_ones_by_a_leader(
     store: Store, extra: int, split: str
 ) -> None:
-    n = jobcenter.store.INLINE_SPLIT_MAX + extra
+    n = jobcenter.storage.store.INLINE_SPLIT_MAX + extra
     spec = {"name": "edge", "tasks": [{"id": f"r{k}", "task": "t.r"} for k in range(n)]}
     job_id = submit(store, spec)
     if split == "inline":
@@ -122,10 +122,12 @@ def test_start_returns_the_jobs_queues_and_idempotency_key(store: Store) -> None
         assert [(index, attempt) for index, attempt, _ in reply[1]] == [(F, 1)]
         assert decode(reply[2:]) == ["default,other", idem]
 
-    other = jobcenter.store.Store(store.redis, store.settings)  # knows no job yet
+    other = jobcenter.storage.store.Store(store.redis, store.settings)  # knows no job yet
     (started,) = other.claim(H2, ["default"], max_tasks=1, max_leader=0).tasks
     assert started.job_id == job_id
-    assert other.job_meta(job_id) == jobcenter.store.JobMeta(("default", "other"), "two-queues-key")
+    assert other.job_meta(job_id) == jobcenter.storage.store.JobMeta(
+        ("default", "other"), "two-queues-key"
+    )
 
 
 def test_claim_reports_when_the_next_retry_is_due(store: Store) -> None:

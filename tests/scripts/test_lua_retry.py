@@ -16,7 +16,7 @@ from lua_helpers import (
     task_states,
 )
 
-from jobcenter.store import Store
+from jobcenter.storage.store import Store
 
 BACKOFF_MS = 300  # short enough to wait out, long enough that an immediate claim misses it
 RETRYING = {

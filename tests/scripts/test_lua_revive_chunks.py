@@ -21,9 +21,10 @@ from lua_helpers import (
     untouched,
 )
 
-from jobcenter import admin
-from jobcenter.spec import MAX_TASKS
-from jobcenter.store import Store
+from jobcenter.model.spec import MAX_TASKS
+from jobcenter.storage import admin
+from jobcenter.storage.schema import TaskField
+from jobcenter.storage.store import Store
 
 R = 0  # the root of every job here
 
@@ -41,7 +42,7 @@ def fail_root(store: Store, job_id: str) -> None:
 
 
 def state_counts(store: Store, job_id: str) -> Counter[str]:
-    return Counter(store.task_fields(job_id, "s")["s"].values())
+    return Counter(store.task_field(job_id, TaskField.STATE).values())
 
 
 def run_to_the_end(store: Store, job_id: str) -> None:

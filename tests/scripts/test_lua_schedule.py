@@ -7,9 +7,9 @@ from typing import Any
 
 from lua_helpers import decode, snapshot, untouched
 
-from jobcenter import schedule as sched
-from jobcenter.schedule import Schedule, ScheduleState
-from jobcenter.store import Store
+from jobcenter import schedules as sched
+from jobcenter.schedules import Schedule, ScheduleState
+from jobcenter.storage.store import Store
 
 SPEC: dict[str, Any] = {"name": "report", "tasks": [{"id": "a", "task": "t.a"}]}
 MINUTE = 60_000
@@ -103,7 +103,7 @@ def test_save_writes_the_state_bumps_the_revision_and_keeps_the_newest_records(
     assert save_call(store, s, 2, second, due=9, records=(b"r3", b"r4")) == [0]
 
     assert "pending" not in fields(store, s.id)  # '' clears a field
-    read = sched._read(store, s.id)
+    read = sched.read_schedule(store, s.id)
     assert read is not None and read[1:] == (second, 3)
     assert records(store, s.id) == ["r4", "r3", "r2"]  # newest first, KEPT of them
     assert store.redis.zscore(store.keys.schedules_due(), s.id) == 9
@@ -142,7 +142,7 @@ def test_save_leaves_a_name_held_by_another_schedule_alone(store: Store) -> None
 def test_save_at_a_stale_revision_changes_nothing(store: Store) -> None:
     """A tick's decision read before a pause landed is refused: the ticker reads again."""
     s = add(store, "etl")
-    read_by_ticker = sched._read(store, s.id)
+    read_by_ticker = sched.read_schedule(store, s.id)
     assert read_by_ticker is not None
     _, state, revision = read_by_ticker
     sched.pause_schedule(store, s.id)

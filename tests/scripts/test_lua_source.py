@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from jobcenter.lua import ALL_SCRIPTS, JOB_SCRIPTS, SHARD_SCRIPTS, source
-from jobcenter.states import JobState, TaskState, lua_constants
+from jobcenter.model.states import JobState, TaskState, lua_constants
+from jobcenter.storage.lua import ALL_SCRIPTS, JOB_SCRIPTS, SHARD_SCRIPTS, source
 
-LUA_DIR = Path(str(resources.files("jobcenter.lua")))
+LUA_DIR = Path(str(resources.files("jobcenter.storage.lua")))
 LUA_FILES = sorted(LUA_DIR.glob("*.lua"))
 PRELUDES = {"_common", "_job"}
 
@@ -146,7 +146,7 @@ def test_job_scripts_and_only_they_get_the_job_context(name: str) -> None:
 KEYED_WRITES = re.compile(
     r"\b(enqueue|task_finished|finalize_job|fail_task|fail_one|release_one|drain_frontier)\("
 )
-QUEUES_CHECK = "if not queues_passed() then return {-5} end"
+QUEUES_CHECK = "if not queues_passed() then return {KEYS_MISSING} end"
 
 
 @pytest.mark.parametrize("name", sorted(JOB_SCRIPTS))

@@ -1,4 +1,4 @@
-"""Task order within a job (jobcenter.ordering) as the queue and the complete transition see
+"""Task order within a job (jobcenter.model.ordering) as the queue and the complete transition see
 it: ranks break ties within a priority, inside one job; jobs stay first in, first out; a
 success updates the learned run times."""
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from lua_helpers import H1, claim, complete_one, job_field, submit_and_split, task_field
 
-from jobcenter.spec import parse_spec
-from jobcenter.store import INLINE_SPLIT_MAX, Store
+from jobcenter.model.spec import parse_spec
+from jobcenter.storage.store import INLINE_SPLIT_MAX, Store
 
 
 def _singles_then_chain(name: str, singles: int, chain: int, **job: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import pytest
 from lua_helpers import H1, H2, claim, submit_and_split
 
-from jobcenter.store import RefusedInPart, Store
+from jobcenter.storage.store import RefusedInPart, Store
 
 PARENT_CHILD = {
     "name": "parent-child",

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from jobcenter.builder import Job, TaskRef
 from jobcenter.errors import SpecError
-from jobcenter.spec import load_spec_file, parse_spec, spec_from_any
+from jobcenter.model.builder import Job, TaskRef
+from jobcenter.model.spec import load_spec_file, parse_spec, spec_from_any
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -7,8 +7,8 @@ import datetime
 import msgpack
 import pytest
 
-from jobcenter import codec
 from jobcenter.errors import SpecError
+from jobcenter.model import codec
 
 
 def nested(depth: int) -> list[object]:

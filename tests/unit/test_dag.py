@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobcenter.dag import check_dag, children_of
 from jobcenter.errors import SpecError
+from jobcenter.model.dag import check_dag, children_of
 
 # Seed 000: roots 1, 2, 3; 2 releases 4, 5, 6; 4 releases 7; 6 releases 8 and 9.
 SEED_IDS = [f"t{i}" for i in range(1, 10)]

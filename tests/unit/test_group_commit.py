@@ -1,4 +1,4 @@
-"""Group commit (jobcenter.durability): writers that wait together share one durability
+"""Group commit (jobcenter.storage.durability): writers that wait together share one durability
 round, and no writer is let go by a round that started before it arrived. The round here is a
 function the test holds open; what Redis does in a round is tested in
 tests/integration/test_durability.py against real servers."""
@@ -14,7 +14,7 @@ from helpers import wait_until
 
 from jobcenter.cli import EXIT_BAD_INPUT, main
 from jobcenter.config import Settings
-from jobcenter.durability import GroupCommit
+from jobcenter.storage.durability import GroupCommit
 
 WRITERS = 6
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobcenter import logs
-from jobcenter.context import TaskContext, set_current
+from jobcenter.runtime import logs
+from jobcenter.runtime.context import TaskContext, set_current
 
 KEYS = {"time", "level", "logger", "worker", "job", "task", "attempt", "event"}
 

@@ -1,12 +1,11 @@
-"""The task-order rules (jobcenter.ordering) on small DAGs whose answer is known."""
+"""The task-order rules (jobcenter.model.ordering) on small DAGs whose answer is known."""
 
 from __future__ import annotations
 
 import pytest
 
 from jobcenter.errors import SpecError
-from jobcenter.layout import Layout
-from jobcenter.ordering import (
+from jobcenter.model.ordering import (
     DEFAULT_ESTIMATE,
     bottom_levels,
     dense_ranks,
@@ -15,7 +14,8 @@ from jobcenter.ordering import (
     learned_fields,
     task_ranks,
 )
-from jobcenter.spec import parse_spec
+from jobcenter.model.spec import parse_spec
+from jobcenter.storage.layout import Layout
 
 
 def ranks_of(spec: dict, learned: dict | None = None) -> list[int] | None:

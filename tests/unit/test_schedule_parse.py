@@ -8,7 +8,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from jobcenter.errors import SpecError
-from jobcenter.schedule import (
+from jobcenter.model.spec import parse_spec
+from jobcenter.schedules import (
     AT,
     CRON,
     EVERY,
@@ -21,7 +22,6 @@ from jobcenter.schedule import (
     parse_trigger,
     plan_fires,
 )
-from jobcenter.spec import parse_spec
 
 PARIS = ZoneInfo("Europe/Paris")
 SPEC = parse_spec({"name": "nightly", "tasks": [{"id": "a", "task": "t.a"}]})

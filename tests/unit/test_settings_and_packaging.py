@@ -54,5 +54,5 @@ def test_the_rq_floor_is_the_release_that_brought_the_features_the_code_uses() -
     floor = (int(match[1]), int(match[2]))
     needed = max(RQ_FEATURES.values())
     assert floor >= needed, f"rq>={floor[0]}.{floor[1]} lacks {RQ_FEATURES}"
-    source = (REPO_ROOT / "jobcenter" / "rq_runner.py").read_text()
+    source = (REPO_ROOT / "jobcenter" / "runtime" / "rq_runner.py").read_text()
     assert "unique=True" in source and "DuplicateJobError" in source

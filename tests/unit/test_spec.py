@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from jobcenter.errors import SpecError
-from jobcenter.spec import (
+from jobcenter.model.spec import (
     MAX_TASK_PAYLOAD_BYTES,
     JobSpec,
     TaskSpec,
@@ -523,7 +523,7 @@ def test_spec_from_any() -> None:
 
 
 def test_a_hand_built_jobspec_is_validated_before_submit() -> None:
-    from jobcenter.spec import JobSpec, TaskSpec, spec_from_any
+    from jobcenter.model.spec import JobSpec, TaskSpec, spec_from_any
 
     looped = JobSpec(
         name="by-hand",

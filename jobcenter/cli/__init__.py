@@ -1,0 +1,38 @@
+"""The `jobcenter` command: every command parses, calls the library, prints.
+
+options (shared options, exit codes) <- jobs, schedules, servers (the commands) <- this
+module (the main group that gathers them)."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from . import jobs, schedules, servers
+from .options import (
+    EXIT_BAD_INPUT,
+    EXIT_ERROR,
+    EXIT_FAILED,
+    EXIT_NO_REDIS,
+    EXIT_REFUSED,
+    EXIT_TIMEOUT,
+)
+
+__all__ = [
+    "EXIT_BAD_INPUT", "EXIT_ERROR", "EXIT_FAILED", "EXIT_NO_REDIS", "EXIT_REFUSED", "EXIT_TIMEOUT",
+    "main",
+]  # fmt: skip
+
+
+@click.group()
+@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+@click.version_option(package_name="jobcenter")
+def main(verbose: int) -> None:
+    """jobcenter: a DAG job center over Redis."""
+    level = logging.WARNING - 10 * verbose
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+for command in (*jobs.COMMANDS, *servers.COMMANDS, schedules.schedule_group):
+    main.add_command(command)

@@ -1,0 +1,314 @@
+"""Job commands: submit, status, list, history, retry, delete, cancel and the dead letters."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import UTC, datetime
+
+import click
+
+from jobcenter.client import Client
+from jobcenter.config import Settings
+from jobcenter.errors import SpecError
+from jobcenter.model.spec import load_spec_file
+from jobcenter.model.states import JobState, TaskState
+
+from .options import (
+    EXIT_FAILED,
+    EXIT_TIMEOUT,
+    FOLLOW_PAGE,
+    FOLLOW_POLL_SECONDS,
+    _time,
+    client_for,
+    fail,
+    redis_options,
+)
+
+
+@click.command()
+@click.argument("spec_file", type=click.Path(dir_okay=False))
+@click.option("--wait", is_flag=True, help="Wait for the job; exit 0 if it succeeded, else 1.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (with --wait: final status).")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="With --wait: give up after seconds (exit 4; the job goes on).",
+)
+@redis_options
+def submit(
+    settings: Settings, spec_file: str, wait: bool, as_json: bool, timeout: float | None
+) -> None:
+    """Submit the job in SPEC_FILE (YAML or JSON); prints its id."""
+    spec = load_spec_file(spec_file)  # validated before anything touches Redis
+    client = client_for(settings)
+    job_id = client.submit(spec)
+    if not wait:
+        click.echo(json.dumps({"id": job_id}) if as_json else job_id)
+        return
+    if not as_json:
+        click.echo(f"job {job_id} submitted ({len(spec.tasks)} tasks)")
+    state = _follow(client, job_id, len(spec.tasks), timeout, quiet=as_json)
+    if as_json:
+        click.echo(json.dumps(client.status(job_id), indent=2))  # the one full read
+    else:
+        click.echo(f"job {job_id} {state}")
+    sys.exit(0 if state == JobState.SUCCEEDED else EXIT_FAILED)
+
+
+def _follow(
+    client: Client, job_id: str, total: int, timeout: float | None, quiet: bool
+) -> JobState:
+    """Wait for a job, showing a bar on a terminal, else a line per finished task; returns
+    its final state. A poll reads the job's counters and the attempts that ended since the
+    last poll (a page at a time), never every task: following a huge job stays cheap."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    lines = _TaskLines(client, job_id, total) if not quiet and not sys.stdout.isatty() else None
+    bar = None
+    if not quiet and lines is None:
+        bar = click.progressbar(length=total, label="tasks finished")
+        bar.__enter__()
+    try:
+        while True:
+            progress = client.progress(job_id)
+            if bar is not None:
+                bar.update(progress.finished - bar.pos)
+            if lines is not None:
+                lines.show_attempts()
+            if progress.state.terminal:
+                if lines is not None:
+                    lines.show_unattempted()
+                return progress.state
+            if deadline is not None and time.monotonic() >= deadline:
+                fail(f"job {job_id} not finished after {timeout}s", EXIT_TIMEOUT)
+            time.sleep(FOLLOW_POLL_SECONDS)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+
+
+class _TaskLines:
+    """`submit --wait` off a terminal: a line per task as it ends, read from the job's
+    history of attempts a page at a time."""
+
+    def __init__(self, client: Client, job_id: str, total: int) -> None:
+        self.client, self.job_id, self.total = client, job_id, total
+        self.read = 0  # history entries read so far
+        self.ended: set[str] = set()
+
+    def _show(self, task_id: str, state: str) -> None:
+        self.ended.add(task_id)
+        click.echo(f"  [{len(self.ended)}/{self.total}] {task_id} {state}")
+
+    def show_attempts(self) -> None:
+        """The tasks whose last attempt ended since the last call."""
+        while True:
+            page = self.client.history(self.job_id, self.read, FOLLOW_PAGE)
+            self.read += len(page)
+            for attempt in page:
+                if TaskState(attempt["state"]).terminal:
+                    self._show(attempt["task"], attempt["state"])
+            if len(page) < FOLLOW_PAGE:
+                return
+
+    def show_unattempted(self) -> None:
+        """Once the job has ended: the tasks that ended without an attempt of their own
+        (upstream_failed, or cancelled before they ran)."""
+        if len(self.ended) >= self.total:
+            return
+        for task_id, state in self.client.task_states(self.job_id).items():
+            if task_id not in self.ended and TaskState(state).terminal:
+                self._show(task_id, state)
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True)
+@redis_options
+def status(settings: Settings, job_id: str, as_json: bool) -> None:
+    """Show a job and each of its tasks."""
+    st = client_for(settings).status(job_id)
+    if as_json:
+        click.echo(json.dumps(st, indent=2))
+        return
+    click.echo(f"job {st['id']}  {st['name']}  state={st['state']}  owner={st['owner'] or '-'}")
+    click.echo(f"created {_time(st['created_at'])}  finished {_time(st['finished_at'])}")
+    rows = [("TASK", "STATE", "ATT", "HANDLER", "STARTED", "FINISHED", "ERROR / PROGRESS")]
+    for task_id, t in st["tasks"].items():
+        note = (t["error"] or t.get("progress") or "").splitlines()
+        text = note[0][:60] if note else ""
+        if t.get("waiting_for"):  # workers gave it back for want of its code
+            waiting = t["waiting_for"]
+            text = f"waiting since {_time(waiting['since'])} for a worker with {waiting['task']}"
+        rows.append(
+            (
+                task_id,
+                t["state"],
+                str(t["attempts"]),
+                (t["handler"] or "-")[:8],
+                _time(t["started_at"])[11:],
+                _time(t["finished_at"])[11:],
+                text,
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
+
+
+def _since(value: str | None) -> float | None:
+    """--since: epoch seconds, an ISO time, or an age like 90s, 15m, 2h, 7d."""
+    if value is None:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if value[-1:] in units and value[:-1].replace(".", "", 1).isdigit():
+        return time.time() - float(value[:-1]) * units[value[-1]]
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise SpecError(
+            f"--since {value!r}: give epoch seconds, an ISO time or an age like 15m, 2h, 7d"
+        ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+@click.command(name="list")
+@click.option("--owner", default=None)
+@click.option("--state", type=click.Choice([s.value for s in JobState]), default=None)
+@click.option("--schedule", "schedule_id", default=None, help="Only jobs fired by this schedule.")
+@click.option("--since", default=None, help="Created since: epoch, ISO time, or 15m/2h/7d.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@redis_options
+def list_jobs(
+    settings: Settings,
+    owner: str | None,
+    state: str | None,
+    schedule_id: str | None,
+    since: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List jobs, newest first."""
+    rows = client_for(settings).list(
+        owner=owner, state=state, schedule_id=schedule_id, since=_since(since), limit=limit
+    )
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        fired = f"  schedule {r['schedule_id']}" if r["schedule_id"] else ""
+        click.echo(
+            f"{r['id']}  {r['state']:<9}  {_time(r['created_at'])}  "
+            f"{r['owner'] or '-':<10}  {r['name']}{fired}"
+        )
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True)
+@redis_options
+def history(settings: Settings, job_id: str, as_json: bool) -> None:
+    """Every attempt of every task of a job, oldest first."""
+    rows = client_for(settings).history(job_id)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        error = (r["error"] or "").splitlines()
+        click.echo(
+            f"{r['task']:<20} #{r['attempt']:<3} {r['state']:<11} "
+            f"{(r['handler'] or '-')[:8]:<8}  {_time(r['started_at'])}  "
+            f"{_time(r['finished_at'])}  {error[0][:60] if error else ''}"
+        )
+
+
+@click.command()
+@click.argument("job_id")
+@redis_options
+def retry(settings: Settings, job_id: str) -> None:
+    """Re-run a failed job's failed and upstream_failed tasks; succeeded ones are kept."""
+    revived = client_for(settings).retry(job_id)
+    click.echo(f"job {job_id}: {revived} tasks to run again")
+
+
+@click.command()
+@click.argument("job_id")
+@redis_options
+def delete(settings: Settings, job_id: str) -> None:
+    """Delete a finished job and every trace of it."""
+    client_for(settings).delete(job_id)
+    click.echo(f"job {job_id} deleted")
+
+
+@click.group()
+def dlq() -> None:
+    """Dead letters: tasks that failed for good (attempts exhausted, or Fatal)."""
+
+
+@dlq.command(name="list")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@redis_options
+def dlq_list(settings: Settings, limit: int, as_json: bool) -> None:
+    """The newest dead letters."""
+    rows = client_for(settings).dead_letters(limit)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        error = (r["error"] or "").splitlines()
+        click.echo(
+            f"{r['job']}  {r['task']:<20} attempts={r['attempts']:<3} "
+            f"{_time(r['failed_at'])}  {error[0][:70] if error else ''}"
+        )
+
+
+@dlq.command(name="show")
+@click.argument("job_id")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True)
+@redis_options
+def dlq_show(settings: Settings, job_id: str, task_id: str, as_json: bool) -> None:
+    """One dead letter: its error with traceback, and every attempt."""
+    entry = client_for(settings).dead_letter(job_id, task_id)
+    if as_json:
+        click.echo(json.dumps(entry, indent=2))
+        return
+    click.echo(
+        f"job {entry['job']} ({entry['job_name']}) task {entry['task']}: "
+        f"{entry['attempts']} attempts, failed {_time(entry['failed_at'])}"
+    )
+    for h in entry["history"]:
+        first = (h["error"] or "").splitlines()
+        click.echo(
+            f"  #{h['attempt']} {h['state']} {_time(h['finished_at'])} {first[0] if first else ''}"
+        )
+    click.echo(entry["error"] or "")
+
+
+@dlq.command(name="requeue")
+@click.argument("job_id")
+@click.argument("task_id")
+@redis_options
+def dlq_requeue(settings: Settings, job_id: str, task_id: str) -> None:
+    """Run a dead-lettered task again; on success its children run and the job re-finalizes."""
+    revived = client_for(settings).requeue(job_id, task_id)
+    click.echo(f"job {job_id}: task {task_id} requeued ({revived} tasks to run again)")
+
+
+@click.command()
+@click.argument("job_id")
+@redis_options
+def cancel(settings: Settings, job_id: str) -> None:
+    """Cancel a job: nothing more of it starts; running attempts are revoked."""
+    click.echo(f"job {job_id} {client_for(settings).cancel(job_id)}")
+
+
+COMMANDS = (submit, status, list_jobs, history, retry, delete, dlq, cancel)

@@ -1,0 +1,123 @@
+"""What every `jobcenter` command shares: the Redis options (one decorator that also turns
+library errors into exit codes), the exit codes, and small printing helpers."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from jobcenter.client import Client
+from jobcenter.config import DEFAULT_REDIS_URL, Settings, redacted_url
+from jobcenter.errors import JobcenterError, NotFound, RedisUnavailable, Refused, SpecError
+from jobcenter.storage import embedded as server
+from jobcenter.storage.errors import UNREACHABLE, ResponseError, write_refused
+
+EXIT_FAILED = 1  # the job failed or was cancelled; nothing else
+EXIT_BAD_INPUT = 2
+EXIT_NO_REDIS = 3
+EXIT_TIMEOUT = 4  # --wait gave up; the job goes on
+EXIT_REFUSED = 5  # not allowed in the current state (delete of an unfinished job, ...)
+EXIT_ERROR = 6  # anything else the message names (a task module that fails to import, ...)
+URL_SOURCE = "jobcenter.url_source"  # click context meta: where the Redis URL came from
+EXIT_UNHEALTHY = 1  # `jobcenter health` only: not ready/alive (the code Docker healthchecks expect)
+HEALTH_TIMEOUT_SECONDS = 5.0  # `jobcenter health`: a worker's endpoint answers in under a second
+FOLLOW_POLL_SECONDS = 0.1  # `submit --wait` reads the job's counters this often
+FOLLOW_PAGE = 1_000  # history entries per read while following: each read stays short
+
+
+def log_format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--log-format",
+        envvar="JOBCENTER_LOG_FORMAT",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="json: one object a line (time, level, worker, job, task, attempt, event) "
+        "[env JOBCENTER_LOG_FORMAT].",
+    )(fn)
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def redis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every command shares; turns library errors into exit codes."""
+
+    @click.option(
+        "--redis-url",
+        envvar="JOBCENTER_REDIS_URL",
+        default=None,
+        help="Redis URL [env JOBCENTER_REDIS_URL; default: the server a running `jobcenter "
+        "up` recorded in the nearest .jobcenter/ here or above, else the one this user "
+        "started last, else redis://127.0.0.1:6379/0]",
+    )
+    @click.option(
+        "--namespace",
+        envvar="JOBCENTER_NAMESPACE",
+        default=None,
+        help="Namespace of keys [env JOBCENTER_NAMESPACE; default 'default']",
+    )
+    @functools.wraps(fn)
+    def wrapper(redis_url: str | None, namespace: str | None, **kwargs: Any) -> Any:
+        if redis_url is not None:
+            source = "--redis-url / JOBCENTER_REDIS_URL"
+        elif (found := server.find_recorded_url()) is not None:
+            redis_url, place = found
+            source = f"recorded by `jobcenter up` in {place}"
+        else:
+            redis_url, source = DEFAULT_REDIS_URL, "the default"
+        click.get_current_context().meta[URL_SOURCE] = source
+        try:
+            settings = Settings.from_env(redis_url=redis_url, namespace=namespace)
+            return fn(settings, **kwargs)
+        except SpecError as exc:
+            fail(str(exc), EXIT_BAD_INPUT)
+        except (NotFound, ValueError) as exc:
+            fail(str(exc), EXIT_BAD_INPUT)
+        except RedisUnavailable as exc:
+            fail(str(exc), EXIT_NO_REDIS)
+        except UNREACHABLE as exc:
+            fail(f"cannot reach Redis: {exc}", EXIT_NO_REDIS)
+        except ResponseError as exc:
+            reason = write_refused(exc)
+            if reason is None:
+                raise
+            # Each transition is one script, refused before its first write: none half-done.
+            fail(f"Redis refused the write ({reason}); nothing of it was applied", EXIT_NO_REDIS)
+        except Refused as exc:
+            fail(str(exc), EXIT_REFUSED)
+        except JobcenterError as exc:
+            fail(str(exc), EXIT_ERROR)
+
+    return wrapper
+
+
+def log_server(settings: Settings) -> None:
+    """Say which server and namespace a long-running command uses, and how it found them,
+    so a process talking to an unexpected server shows it at once."""
+    logging.getLogger("jobcenter").info(
+        "using Redis at %s (%s), namespace %r",
+        redacted_url(settings.redis_url),
+        click.get_current_context().meta.get(URL_SOURCE, "given"),
+        settings.namespace,
+    )
+
+
+def client_for(settings: Settings) -> Client:
+    from jobcenter.storage.store import Store
+
+    return Client(Store.from_settings(settings))
+
+
+def _time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]

@@ -1,0 +1,500 @@
+"""Job and task specs: frozen dataclasses, validation, and loading from YAML or JSON.
+
+A spec is checked completely before anything reaches Redis, so a typo fails at submit
+with a message naming it instead of leaving a half-built job behind.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+import reprlib
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jobcenter.errors import SpecError
+from jobcenter.model.ordering import DEFAULT_ORDER, ORDER_RULES
+
+from . import codec, documents
+from .dag import check_dag
+
+# A job is one set of Redis hashes, split and published in bounded chunks; past this the
+# per-job hashes get large enough to slow every script that touches them.
+MAX_TASKS = 100_000
+# Arguments travel through Redis with every claim; bulk data belongs in external storage.
+MAX_TASK_PAYLOAD_BYTES = 512 * 1024
+# All of a job's arguments go to Redis in one submit and are kept twice until it is split
+# (the stored spec and the tasks' fields); a bound keeps a submit from flooding memory.
+MAX_JOB_PAYLOAD_BYTES = 64 * 1024 * 1024
+# Every dependency is an entry of a parent's children list and a step of each release:
+# ten parents a task at the task limit. (YAML aliases can repeat one long list cheaply.)
+MAX_DEPENDENCIES = 1_000_000
+# Beyond this, retries hide a broken task rather than ride out a transient fault.
+MAX_RETRIES = 100
+# Priorities are stored as sorted-set scores; a bound keeps them exact in a double.
+MAX_PRIORITY = 1_000_000_000
+# The stored spec nests args and kwargs three containers deep (job -> tasks -> task), so
+# they get that much less than the codec's limit and the whole spec always packs.
+ARGS_MAX_DEPTH = codec.MAX_DEPTH - 3
+# Names are shown in listings and history; longer ones are a mistake, not a name.
+MAX_NAME_LENGTH = 200
+# Durations (timeout, backoff, retention) past a year are typos; the bound also keeps them
+# inside what a thread wait (threading.TIMEOUT_MAX) and a Redis expire accept.
+MAX_SECONDS = 366 * 24 * 3600
+# A spec file is read whole; far above a 100,000-task spec with its payloads, low enough
+# that `submit /dev/zero` fails at once instead of eating memory.
+MAX_SPEC_FILE_BYTES = 256 * 1024 * 1024
+# The deepest container a valid spec holds: job -> tasks -> task -> args, and the args
+# ARGS_MAX_DEPTH deep (the args list included). A deeper file is refused while parsing.
+SPEC_MAX_DEPTH = 3 + ARGS_MAX_DEPTH
+
+# Task ids, queue, node and owner names end up inside Redis key names and queue entries,
+# so they exclude the separators those use (`|`, `:`, `{`, `}`, whitespace).
+ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# Registered task names look like dotted Python paths, optionally with `:` or `-`.
+TASK_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
+
+_ID_RULE = "1-128 letters, digits, '_', '.' or '-', starting with a letter or digit"
+_TASK_NAME_RULE = "1-200 letters, digits, '_', '.', ':' or '-', starting with a letter or '_'"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One node of a job's DAG."""
+
+    id: str
+    task: str  # registered task name
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    depends_on: tuple[str, ...] = ()
+    retries: int = 0  # extra attempts
+    retry_backoff: float = 1.0  # base seconds, exponential with full jitter
+    retry_backoff_max: float = 300.0
+    timeout: float | None = None  # seconds
+    queue: str | None = None  # None: the job's queue
+    node: str | None = None
+    priority: int | None = None  # None: the job's priority
+    estimate: float | None = None  # seconds it usually runs; None: learned (model.ordering)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data parse_spec accepts back; fields left at their default are omitted."""
+        out: dict[str, Any] = {"id": self.id, "task": self.task}
+        if self.args:
+            out["args"] = list(self.args)
+        if self.kwargs:
+            out["kwargs"] = dict(self.kwargs)
+        if self.depends_on:
+            out["depends_on"] = list(self.depends_on)
+        for name, default in _TASK_DEFAULTS.items():
+            value = getattr(self, name)
+            if value != default:
+                out[name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated job: a name, its DAG of tasks, and job-wide defaults."""
+
+    name: str
+    tasks: tuple[TaskSpec, ...]
+    owner: str | None = None
+    priority: int = 0
+    queue: str = "default"
+    idempotency_key: str | None = None
+    retention: float | None = None  # seconds a finished job is kept; None: namespace default
+    order: str = DEFAULT_ORDER  # which ready task of the job runs first (jobcenter.model.ordering)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON/msgpack-ready) that round-trips through parse_spec."""
+        out: dict[str, Any] = {"name": self.name}
+        for name, default in _JOB_DEFAULTS.items():
+            value = getattr(self, name)
+            if value != default:
+                out[name] = value
+        out["tasks"] = [t.to_dict() for t in self.tasks]
+        return out
+
+
+# Scalar fields and their defaults; to_dict omits a field holding its default.
+_TASK_DEFAULTS: dict[str, Any] = {
+    "retries": 0,
+    "retry_backoff": 1.0,
+    "retry_backoff_max": 300.0,
+    "timeout": None,
+    "queue": None,
+    "node": None,
+    "priority": None,
+    "estimate": None,
+}
+_JOB_DEFAULTS: dict[str, Any] = {
+    "owner": None,
+    "priority": 0,
+    "queue": "default",
+    "idempotency_key": None,
+    "retention": None,
+    "order": DEFAULT_ORDER,
+}
+_TASK_KEYS = frozenset({"id", "task", "args", "kwargs", "depends_on", *_TASK_DEFAULTS})
+_JOB_KEYS = frozenset({"name", "tasks", *_JOB_DEFAULTS})
+
+
+# --- field checks; `task_id` None means a job-level field ----------------------------
+
+
+def _bad(task_id: str | None, problem: str) -> SpecError:
+    return SpecError(f"job: {problem}" if task_id is None else f"task {task_id!r}: {problem}")
+
+
+# Shows a few levels and items of a value: a huge or deeply nested one costs no more.
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = 60
+
+
+def _show(value: object) -> str:
+    """repr of a bad value, cut short so one huge value cannot flood the message."""
+    try:
+        text = _SHORT_REPR.repr(value)
+    except Exception:  # a repr that raises, an int too long to print
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _unknown_key(key: object, allowed: frozenset[str], where: str) -> SpecError:
+    message = f"unknown key {_show(key)} in {where}"
+    if isinstance(key, str):
+        close = difflib.get_close_matches(key.replace("-", "_"), sorted(allowed), n=1)
+        if close:
+            message += f" (did you mean {close[0]!r}?)"
+    return SpecError(message)
+
+
+def _int(value: object, key: str, task_id: str | None, low: int, high: int, rule: str) -> int:
+    """An int field; integral floats (JSON's 3.0) pass, bools and fractions do not."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise _bad(task_id, f"{key!r} must be {rule}, got {_show(value)}")
+    if value > high:
+        raise _bad(task_id, f"{key!r} must be at most {high}, got {_show(value)}")
+    return value
+
+
+def _priority(value: object, task_id: str | None) -> int:
+    rule = f"an integer from -{MAX_PRIORITY} to {MAX_PRIORITY}"
+    return _int(value, "priority", task_id, -MAX_PRIORITY, MAX_PRIORITY, rule)
+
+
+def _seconds(value: object, key: str, task_id: str | None, *, strict: bool) -> float:
+    """A non-bool number of seconds up to MAX_SECONDS: > 0 if strict, else >= 0."""
+    # Compared, never converted first: float() of a 400-digit int raises. NaN fails both.
+    if (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and (value > 0 or (value == 0 and not strict))
+        and value <= MAX_SECONDS
+    ):
+        return float(value)
+    bound = "> 0" if strict else ">= 0"
+    raise _bad(
+        task_id,
+        f"{key!r} must be a number of seconds {bound} and at most {MAX_SECONDS}, "
+        f"got {_show(value)}",
+    )
+
+
+def _name(value: object, key: str, task_id: str | None) -> str:
+    """A queue, node or owner name: safe inside Redis key names."""
+    if not isinstance(value, str) or not ID_RE.fullmatch(value):
+        raise _bad(task_id, f"{key!r} must be {_ID_RULE}, got {_show(value)}")
+    return value
+
+
+def check_name(value: object, what: str) -> str:
+    """A queue, node or namespace name given outside a spec (a CLI option, a setting):
+    the same rule as inside one, since it ends up in Redis key names too."""
+    if not isinstance(value, str) or not ID_RE.fullmatch(value):
+        shown = "an empty name" if value == "" else _show(value)
+        raise SpecError(f"{what} must be {_ID_RULE}, got {shown}")
+    return value
+
+
+def _label(value: object, key: str) -> str:
+    """Free text shown to people (job name, idempotency key): 1..200 printable characters."""
+    if (
+        not isinstance(value, str)
+        or not 0 < len(value) <= MAX_NAME_LENGTH
+        or not value.isprintable()
+    ):
+        raise _bad(
+            None, f"{key!r} must be 1-{MAX_NAME_LENGTH} printable characters, got {_show(value)}"
+        )
+    return value
+
+
+# --- parsing -------------------------------------------------------------------------
+
+
+class _JobTotals:
+    """What a job's tasks add up to so far, against the per-job limits."""
+
+    def __init__(self) -> None:
+        self.payload_bytes = 0
+        self.dependencies = 0
+
+    def add_payload(self, task_id: str, size: int) -> None:
+        self.payload_bytes += size
+        if self.payload_bytes > MAX_JOB_PAYLOAD_BYTES:
+            raise SpecError(
+                f"job: the tasks' args and kwargs take more than {MAX_JOB_PAYLOAD_BYTES} bytes "
+                f"packed in all (the limit per job), passed at task {task_id!r}"
+            )
+
+    def add_dependencies(self, task_id: str, count: int) -> None:
+        self.dependencies += count
+        if self.dependencies > MAX_DEPENDENCIES:
+            raise SpecError(
+                f"job has more than {MAX_DEPENDENCIES} dependencies (the limit), "
+                f"passed at task {task_id!r}"
+            )
+
+
+def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobTotals) -> TaskSpec:
+    # Hot for 100,000-task jobs: absent keys take their (valid) default unchecked, and
+    # message prefixes are only formatted on the way to an error.
+    if not isinstance(raw, (dict, Mapping)):
+        raise SpecError(f"tasks[{position}] must be a mapping, got {type(raw).__name__}")
+    task_id = raw.get("id")
+    if not _TASK_KEYS.issuperset(raw):
+        key = next(k for k in raw if k not in _TASK_KEYS)
+        where = f"task {_show(task_id)}" if isinstance(task_id, str) else f"tasks[{position}]"
+        raise _unknown_key(key, _TASK_KEYS, where)
+    if task_id is None:
+        raise SpecError(f"tasks[{position}] has no 'id'")
+    if not isinstance(task_id, str) or not ID_RE.fullmatch(task_id):
+        raise SpecError(f"tasks[{position}]: invalid id {_show(task_id)}: use {_ID_RULE}")
+
+    name = raw.get("task")
+    if name is None:
+        raise SpecError(f"task {task_id!r} has no 'task' (the registered task name)")
+    if not isinstance(name, str):
+        raise _bad(task_id, f"'task' must be a registered task name, got {_show(name)}")
+    if name not in known_names:  # most jobs reuse a few task names across many tasks
+        if not TASK_NAME_RE.fullmatch(name):
+            raise _bad(task_id, f"'task' must be {_TASK_NAME_RULE}, got {_show(name)}")
+        known_names.add(name)
+
+    args = raw.get("args")
+    if args is None:
+        args = ()
+    elif isinstance(args, (list, tuple)):
+        args = tuple(args)
+    else:
+        raise _bad(task_id, f"'args' must be a list, got {type(args).__name__}")
+    kwargs = raw.get("kwargs")
+    if kwargs is None:
+        kwargs = {}
+    elif isinstance(kwargs, (dict, Mapping)):
+        kwargs = dict(kwargs)
+        for key in kwargs:
+            if not isinstance(key, str):
+                raise _bad(task_id, f"'kwargs' keys must be strings, got {_show(key)}")
+    else:
+        raise _bad(task_id, f"'kwargs' must be a mapping, got {type(kwargs).__name__}")
+    if args or kwargs:
+        totals.add_payload(task_id, _check_payload(task_id, args, kwargs))
+
+    deps = raw.get("depends_on")
+    if deps is None:
+        depends_on: tuple[str, ...] = ()
+    else:
+        if isinstance(deps, str):
+            deps = (deps,)
+        # counted before they are read: a YAML alias can repeat one long list cheaply
+        totals.add_dependencies(task_id, len(deps) if isinstance(deps, (list, tuple)) else 0)
+        if not isinstance(deps, (list, tuple)) or not all(isinstance(d, str) for d in deps):
+            raise _bad(
+                task_id, f"'depends_on' must be a task id or a list of task ids, got {_show(deps)}"
+            )
+        depends_on = tuple(dict.fromkeys(deps)) if len(deps) > 1 else tuple(deps)
+
+    retries, backoff, backoff_max = 0, 1.0, 300.0
+    timeout = queue = node = priority = estimate = None
+    if "retries" in raw:
+        retries = _int(raw["retries"], "retries", task_id, 0, MAX_RETRIES, "an integer >= 0")
+    if "retry_backoff" in raw:
+        backoff = _seconds(raw["retry_backoff"], "retry_backoff", task_id, strict=False)
+    if "retry_backoff_max" in raw:
+        backoff_max = _seconds(raw["retry_backoff_max"], "retry_backoff_max", task_id, strict=False)
+    if backoff_max < backoff:
+        raise _bad(
+            task_id,
+            f"'retry_backoff_max' ({backoff_max:g}) must be >= 'retry_backoff' ({backoff:g})",
+        )
+    if raw.get("timeout") is not None:
+        timeout = _seconds(raw["timeout"], "timeout", task_id, strict=True)
+    if raw.get("queue") is not None:
+        queue = _name(raw["queue"], "queue", task_id)
+    if raw.get("node") is not None:
+        node = _name(raw["node"], "node", task_id)
+    if raw.get("priority") is not None:
+        priority = _priority(raw["priority"], task_id)
+    if raw.get("estimate") is not None:
+        estimate = _seconds(raw["estimate"], "estimate", task_id, strict=False)
+    return TaskSpec(
+        task_id,
+        name,
+        args,
+        kwargs,
+        depends_on,
+        retries,
+        backoff,
+        backoff_max,
+        timeout,
+        queue,
+        node,
+        priority,
+        estimate,
+    )
+
+
+def _check_payload(task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """args and kwargs must pack (plain data, not too deep) into MAX_TASK_PAYLOAD_BYTES
+    together; returns their packed size."""
+    limit = MAX_TASK_PAYLOAD_BYTES
+    try:
+        size = 0
+        if args:
+            size = len(codec.pack(args, what="args", max_depth=ARGS_MAX_DEPTH, max_bytes=limit))
+        if kwargs:
+            packed = codec.pack(
+                kwargs, what="kwargs", max_depth=ARGS_MAX_DEPTH, max_bytes=limit - size
+            )
+            size += len(packed)
+    except codec.TooLarge:
+        raise _bad(
+            task_id, f"args and kwargs take more than {limit} bytes packed (the limit per task)"
+        ) from None
+    except SpecError as exc:
+        raise _bad(task_id, str(exc)) from None
+    return size
+
+
+# The JobSpecs parse_spec made (by id; weak, so they are forgotten with the spec): only
+# those are known valid, since a frozen dataclass can also be built by hand.
+_VALIDATED: weakref.WeakValueDictionary[int, JobSpec] = weakref.WeakValueDictionary()
+
+
+def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpec:
+    """Validate a job spec given as plain data (parsed YAML/JSON) and build a JobSpec.
+
+    Every problem raises SpecError naming it: unknown keys (typos), bad values, unknown or
+    duplicate task ids, self dependencies and cycles (with the cycle's path).
+    """
+    if not isinstance(data, Mapping):
+        raise SpecError(f"a job spec must be a mapping, got {type(data).__name__}")
+    if not _JOB_KEYS.issuperset(data):
+        key = next(k for k in data if k not in _JOB_KEYS)
+        raise _unknown_key(key, _JOB_KEYS, "job")
+    if "name" not in data:
+        raise SpecError("job has no 'name'")
+    name = _label(data["name"], "name")
+    owner = data.get("owner")
+    if owner is not None:
+        owner = _name(owner, "owner", None)
+    priority = _priority(data.get("priority", 0), None)
+    queue = _name(data.get("queue", "default"), "queue", None)
+    idempotency_key = data.get("idempotency_key")
+    if idempotency_key is not None:
+        idempotency_key = _label(idempotency_key, "idempotency_key")
+    retention = data.get("retention")
+    if retention is not None:
+        retention = _seconds(retention, "retention", None, strict=True)
+    order = data.get("order", DEFAULT_ORDER)
+    if order not in ORDER_RULES:
+        raise SpecError(f"job: 'order' must be one of {', '.join(ORDER_RULES)}, got {_show(order)}")
+
+    raw_tasks = data.get("tasks")
+    if raw_tasks is None or (isinstance(raw_tasks, list | tuple) and not raw_tasks):
+        raise SpecError("job has no tasks")
+    if not isinstance(raw_tasks, list | tuple):
+        raise SpecError(f"job: 'tasks' must be a list, got {type(raw_tasks).__name__}")
+    if len(raw_tasks) > max_tasks:
+        raise SpecError(f"job has {len(raw_tasks)} tasks; the limit is {max_tasks}")
+
+    seen_names: set[str] = set()
+    totals = _JobTotals()
+    tasks = tuple(_parse_task(raw, i, seen_names, totals) for i, raw in enumerate(raw_tasks))
+    check_dag([t.id for t in tasks], {t.id: t.depends_on for t in tasks if t.depends_on})
+    spec = JobSpec(
+        name=name,
+        tasks=tasks,
+        owner=owner,
+        priority=priority,
+        queue=queue,
+        idempotency_key=idempotency_key,
+        retention=retention,
+        order=order,
+    )
+    _VALIDATED[id(spec)] = spec
+    return spec
+
+
+def load_spec_file(path: str | Path) -> JobSpec:
+    """Read a job spec from a file: JSON if it ends with .json, else YAML (which reads JSON too).
+
+    Errors name the file, and for syntax errors the line and column.
+    """
+    path = Path(path)
+    where = f"spec file {str(path)!r}"
+    data = documents.load(path, where, max_bytes=MAX_SPEC_FILE_BYTES, max_depth=SPEC_MAX_DEPTH)
+    if data is None:
+        raise SpecError(f"{where} is empty")
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{where} must hold a mapping at the top level, got {type(data).__name__}")
+    try:
+        return parse_spec(data)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def spec_digest(spec: JobSpec) -> str:
+    """A digest of everything the spec says (maps in sorted key order, so the order a
+    caller built its kwargs in does not count): stored with an idempotency key, so a
+    resubmit with a different spec under the same key is caught."""
+    return hashlib.sha256(codec.pack_valid(_canonical(spec.to_dict()))).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dict):
+        items = sorted(value.items(), key=lambda item: (type(item[0]).__name__, repr(item[0])))
+        return {key: _canonical(item) for key, item in items}
+    if isinstance(value, list | tuple):
+        return [_canonical(item) for item in value]
+    return value
+
+
+def spec_from_any(obj: object) -> JobSpec:
+    """A validated JobSpec from a JobSpec, a mapping (parse_spec) or a builder (.build()).
+    A JobSpec built by hand rather than by parse_spec is validated here too."""
+    if isinstance(obj, JobSpec):
+        return obj if _VALIDATED.get(id(obj)) is obj else parse_spec(obj.to_dict())
+    if isinstance(obj, Mapping):
+        return parse_spec(obj)
+    build = getattr(obj, "build", None)
+    if callable(build):
+        spec = build()
+        if not isinstance(spec, JobSpec):
+            raise SpecError(
+                f"{type(obj).__name__}.build() returned {type(spec).__name__}, not a JobSpec"
+            )
+        return spec
+    raise SpecError(
+        f"cannot make a job spec from {type(obj).__name__}: "
+        "pass a JobSpec, a mapping or a builder Job"
+    )

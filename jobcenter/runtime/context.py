@@ -1,0 +1,96 @@
+"""The context a running task can read: who it is, its fencing token, progress reports, and
+whether its attempt was stopped (cancelled, or past its timeout)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from jobcenter.errors import JobcenterError, TaskCancelled
+
+PROGRESS_MAX = 500  # characters of a progress message kept (status shows it)
+
+
+def valid_utf8(text: str) -> str:
+    """`text` with what UTF-8 cannot encode (lone surrogates, from bytes decoded with
+    surrogateescape) escaped: Redis clients encode strictly, and one bad character must not
+    stop a report."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@dataclass
+class TaskContext:
+    """What a task knows about its own attempt. `token` is unique per attempt: use it to make
+    the task's external writes idempotent (a retried or taken-over attempt has a new one)."""
+
+    job_id: str
+    task_id: str
+    attempt: int
+    handler: str
+    report: Callable[[str], None] = field(repr=False, default=lambda _: None)
+    _stopped: threading.Event = field(default_factory=threading.Event, repr=False)
+    _on_stop: list[Callable[[], object]] = field(default_factory=list, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def token(self) -> str:
+        return f"{self.attempt}:{self.handler}"
+
+    def progress(self, message: str) -> None:
+        """Report progress (seed 004's execution step): shown by status; renews the lease."""
+        self.report(valid_utf8(str(message)[:PROGRESS_MAX]))
+
+    @property
+    def cancelled(self) -> bool:
+        """True once this attempt was stopped: its job was cancelled, or (in the thread pool,
+        which cannot stop a thread) it ran past its timeout. Its result is discarded either
+        way, so a long task should check this and return early, freeing its slot."""
+        return self._stopped.is_set()
+
+    def check_cancelled(self) -> None:
+        """Raise TaskCancelled if this attempt was stopped (see `cancelled`)."""
+        if self.cancelled:
+            raise TaskCancelled(
+                f"job {self.job_id} task {self.task_id}: attempt {self.attempt} was "
+                "cancelled or ran past its timeout"
+            )
+
+    def stop(self) -> None:
+        """Mark the attempt stopped and run the stop hooks (the runner calls this)."""
+        with self._lock:
+            self._stopped.set()
+            hooks, self._on_stop[:] = list(self._on_stop), []
+        for hook in hooks:
+            _run_hook(hook)
+
+    def on_stop(self, hook: Callable[[], object]) -> None:
+        """Call `hook` when the attempt is stopped (at once if it is already)."""
+        with self._lock:
+            if not self._stopped.is_set():
+                self._on_stop.append(hook)
+                return
+        _run_hook(hook)
+
+
+def _run_hook(hook: Callable[[], object]) -> None:
+    # a hook may find its event loop closed already: the attempt ended meanwhile
+    with contextlib.suppress(RuntimeError):
+        hook()
+
+
+_current: ContextVar[TaskContext | None] = ContextVar("jobcenter_task", default=None)
+
+
+def current_task() -> TaskContext:
+    """The context of the task running in this thread; an error outside a task."""
+    ctx = _current.get()
+    if ctx is None:
+        raise JobcenterError("current_task() called outside a running task")
+    return ctx
+
+
+def set_current(ctx: TaskContext | None) -> None:
+    _current.set(ctx)

@@ -1,0 +1,499 @@
+"""Running one attempt: payload decoding, the task call, its outcome, timeouts and cancels.
+
+Every way an attempt can end is an Outcome: a return, any exception (BaseException too:
+SystemExit, KeyboardInterrupt, ...), a child process that exits or is killed, a pipe that
+breaks. A coroutine function runs to its end on an event loop of its own (`asyncio.run` per
+attempt, in the pool's thread or child process).
+
+Two runners. `ThreadRunner` runs tasks in threads: a thread cannot be stopped, so an attempt
+past its timeout or cancelled is told so (`current_task().cancelled`; a coroutine is
+cancelled at its next await), its outcome is settled at once (a late result is discarded),
+and its slot stays busy until the thread returns. `ProcessRunner` runs each attempt in a
+child process, killed at its timeout or cancel; progress reports travel back over a pipe."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import inspect
+import itertools
+import logging
+import multiprocessing
+import os
+import queue
+import random
+import signal
+import sys
+import threading
+import time
+import traceback
+import types
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import forkserver
+from multiprocessing.connection import Connection
+from typing import Any
+
+from jobcenter.errors import Fatal, Retry
+from jobcenter.model import codec
+from jobcenter.storage.store import StartedTask
+
+from . import registry
+from .context import TaskContext, set_current, valid_utf8
+from .lifeline import exit_with
+
+log = logging.getLogger(__name__)
+
+ERROR_TEXT_MAX = 4_000  # characters of an error (with its traceback) kept in Redis
+ERROR_MESSAGE_MAX = 1_000  # characters of an exception's message on the error's first line
+ERROR_LINE_MAX = 500  # characters kept of each traceback line (a huge message is one line)
+DEFAULT_BACKOFF = 1.0  # seconds; a spec's retry_backoff default
+DEFAULT_BACKOFF_MAX = 300.0
+# A child whose pipe to the worker broke exits with this code: it can report nothing more.
+PIPE_LOST_EXIT_CODE = 87
+CHILD_EXIT_WAIT_SECONDS = 5.0  # a child whose pipe closed has this long to exit by itself
+
+Progress = Callable[[StartedTask, str], None]
+Done = Callable[["Outcome"], None]
+AttemptKey = tuple[str, int, int]  # job id, task index, attempt
+
+
+@dataclass
+class Outcome:
+    task: StartedTask
+    ok: bool
+    error: str = ""
+    retry_delay_ms: int = -1  # < 0: do not retry
+    # set when this worker has no code for the task: the attempt is given back, unused
+    missing_task: str = ""
+
+
+def attempt_key(task: StartedTask) -> AttemptKey:
+    return (task.job_id, task.index, task.attempt)
+
+
+def backoff_ms(attempt: int, base: float, cap: float) -> int:
+    """Exponential backoff with full jitter: uniform in [0, min(cap, base * 2**(attempt-1))]."""
+    return int(random.uniform(0, min(cap, base * 2 ** (attempt - 1))) * 1000)
+
+
+def describe(exc: BaseException, note: str = "") -> str:
+    """`Type: message` (and `note`), then the traceback: valid UTF-8, at most ERROR_TEXT_MAX
+    characters (its start and end kept). Never raises, whatever the exception: huge, holding
+    text UTF-8 cannot encode, or with a str() that raises."""
+    name = type(exc).__name__
+    try:
+        head = f"{name}: {_clip(_safe_str(exc), ERROR_MESSAGE_MAX)}" + (f"\n{note}" if note else "")
+        lines = "".join(traceback.format_exception(exc)).replace("\t", "  ").splitlines()
+        text = "\n".join([head, *(_clip(line, ERROR_LINE_MAX) for line in lines)])
+    except BaseException as failure:  # a description must not end the attempt
+        text = f"{name} (its traceback could not be formatted: {type(failure).__name__})"
+    return valid_utf8(_clip(text, ERROR_TEXT_MAX))
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except BaseException as failure:  # a hostile __str__ may raise anything
+        return f"<str() of the exception raised {type(failure).__name__}>"
+
+
+def _clip(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, keeping its start and its end (a traceback's end
+    names the failing line)."""
+    if len(text) <= limit:
+        return text
+    marker = f" [... {len(text) - limit} characters cut ...] "
+    keep = max(0, limit - len(marker))
+    head = keep * 2 // 3
+    return text[:head] + marker + text[len(text) - (keep - head) :]
+
+
+def decode(task: StartedTask) -> dict[str, Any]:
+    payload = codec.unpack(task.payload)
+    if not isinstance(payload, dict) or "t" not in payload:
+        raise ValueError("task payload is not a task")
+    return payload
+
+
+def retry_delay(task: StartedTask, payload: dict[str, Any]) -> int:
+    base = payload.get("rb", DEFAULT_BACKOFF)
+    return backoff_ms(task.attempt, base, payload.get("rm", DEFAULT_BACKOFF_MAX))
+
+
+def context_for(
+    task: StartedTask, payload: dict[str, Any], handler: str, report: Callable[[str], None]
+) -> TaskContext:
+    return TaskContext(
+        task.job_id, payload.get("id", str(task.index)), task.attempt, handler, report
+    )
+
+
+def execute(task: StartedTask, payload: dict[str, Any], ctx: TaskContext) -> Outcome:
+    """Run one attempt and turn what happened into an Outcome; never raises."""
+    set_current(ctx)
+    try:
+        _call(registry.lookup(payload["t"]), payload, ctx)
+        return Outcome(task, True)
+    except registry.UnknownTask as exc:  # not a failure of the task: a worker with it may come
+        return Outcome(task, False, str(exc), missing_task=payload["t"])
+    except Fatal as exc:
+        return Outcome(task, False, describe(exc))
+    except Retry as exc:
+        delay = exc.delay if exc.delay is not None else payload.get("rb", DEFAULT_BACKOFF)
+        return Outcome(task, False, describe(exc), int(delay * 1000))
+    except Exception as exc:
+        return Outcome(task, False, describe(exc), retry_delay(task, payload))
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit, CancelledError...
+        note = "(raised by the task: it fails this attempt; a task cannot stop its worker)"
+        return Outcome(task, False, describe(exc, note), retry_delay(task, payload))
+    finally:
+        set_current(None)
+
+
+def _call(fn: Callable[..., Any], payload: dict[str, Any], ctx: TaskContext) -> None:
+    """Call the task; run what it returns if that is a coroutine (or other awaitable)."""
+    result = fn(*payload.get("a", ()), **payload.get("k", {}))
+    if inspect.isawaitable(result):
+        asyncio.run(_until_stopped(result, ctx))
+    elif isinstance(result, types.GeneratorType | types.AsyncGeneratorType):
+        # @task refuses generator functions; this catches wrappers that return one
+        raise Fatal(
+            f"task {payload['t']!r} returned a {type(result).__name__} instead of doing its "
+            "work: a generator runs nothing until iterated; make the task a plain function"
+        )
+
+
+async def _until_stopped(awaitable: Awaitable[Any], ctx: TaskContext) -> Any:
+    """Await the task's coroutine; stopping the attempt cancels it at its next await."""
+    loop = asyncio.get_running_loop()
+    me = asyncio.current_task()
+    assert me is not None
+    ctx.on_stop(lambda: loop.call_soon_threadsafe(me.cancel))
+    return await awaitable
+
+
+def relay(progress: Progress, task: StartedTask, message: str) -> None:
+    """Pass a progress report on. Progress is advisory (the next heartbeat carries it
+    again), so a failure to send it must not fail the attempt nor stop its supervisor."""
+    try:
+        progress(task, message)
+    except Exception as exc:
+        log.warning("job %s task %d: progress report not sent (%s)", task.job_id, task.index, exc)
+
+
+def timed_out(task: StartedTask, payload: dict[str, Any], note: str) -> Outcome:
+    error = f"TimeoutError: task ran past its timeout of {payload['to']}s; {note}"
+    return Outcome(task, False, error, retry_delay(task, payload))
+
+
+@dataclass(eq=False)
+class _Attempt:
+    """An attempt given to the thread pool whose outcome has not gone out yet."""
+
+    task: StartedTask
+    payload: dict[str, Any]
+    done: Done
+    context: TaskContext
+    stopped: str = ""  # why its outcome was settled before it returned: timed out, cancelled
+
+
+class ThreadRunner:
+    """Tasks on `concurrency` long-lived threads fed by one queue (no Future per task: this
+    is the hot path); a watcher thread enforces timeouts."""
+
+    def __init__(self, concurrency: int, handler: str, on_slot_free: Callable[[], None]) -> None:
+        self.handler = handler
+        self.on_slot_free = on_slot_free
+        self.inbox: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self.threads = [
+            threading.Thread(target=self._serve, name=f"jobcenter-task-{i}", daemon=True)
+            for i in range(concurrency)
+        ]
+        for thread in self.threads:
+            thread.start()
+        self.lock = threading.Condition()
+        self.busy = 0  # threads occupied, including ones still running past a timeout or cancel
+        # attempts whose outcome has not gone out: whoever removes one settles its outcome
+        self.active: dict[AttemptKey, _Attempt] = {}
+        self.deadlines: list[tuple[float, int, _Attempt]] = []
+        self.ids = itertools.count()  # breaks ties between equal deadlines
+        threading.Thread(target=self._watch, name="jobcenter-timeouts", daemon=True).start()
+
+    def submit(self, task: StartedTask, progress: Progress, done: Done) -> None:
+        try:
+            payload = decode(task)
+        except Exception as exc:  # unreadable payloads will not get better on retry
+            done(Outcome(task, False, f"unreadable task payload: {exc}"))
+            return
+        context = context_for(task, payload, self.handler, lambda m: relay(progress, task, m))
+        attempt = _Attempt(task, payload, done, context)
+        with self.lock:
+            self.busy += 1
+            self.active[attempt_key(task)] = attempt
+            if payload.get("to"):
+                deadline = time.monotonic() + float(payload["to"])
+                heapq.heappush(self.deadlines, (deadline, next(self.ids), attempt))
+                self.lock.notify()
+        self.inbox.put(lambda: self._run(attempt))
+
+    def _settle(self, attempt: _Attempt, stopped: str = "") -> bool:
+        """Take the right to settle the attempt's outcome (`stopped`: why before it returned);
+        False if it was taken already."""
+        key = attempt_key(attempt.task)
+        with self.lock:
+            if self.active.get(key) is not attempt:
+                return False
+            del self.active[key]
+            attempt.stopped = stopped
+            return True
+
+    def _run(self, attempt: _Attempt) -> None:
+        task = attempt.task
+        outcome = None
+        try:
+            if not attempt.context.cancelled:  # not cancelled while it waited for a thread
+                outcome = execute(task, attempt.payload, attempt.context)
+        finally:
+            with self.lock:
+                self.busy -= 1
+        if outcome is not None and self._settle(attempt):
+            attempt.done(outcome)
+        elif outcome is not None:
+            log.warning(
+                "job %s task %d returned after it %s; its result was discarded",
+                task.job_id,
+                task.index,
+                attempt.stopped,
+            )
+        self.on_slot_free()
+
+    def _serve(self) -> None:
+        while (run := self.inbox.get()) is not None:
+            run()
+
+    def _watch(self) -> None:
+        while True:
+            with self.lock:
+                if not self.deadlines:
+                    self.lock.wait()
+                    continue
+                deadline, _, attempt = self.deadlines[0]
+                if deadline > time.monotonic():
+                    self.lock.wait(deadline - time.monotonic())
+                    continue
+                heapq.heappop(self.deadlines)
+            if not self._settle(attempt, "ran past its timeout"):
+                continue  # it finished in time, or was cancelled
+            task = attempt.task
+            attempt.context.stop()
+            log.warning(
+                "job %s task %d ran past its timeout; its thread cannot be stopped "
+                "and keeps its slot until it returns",
+                task.job_id,
+                task.index,
+            )
+            attempt.done(
+                timed_out(
+                    task,
+                    attempt.payload,
+                    "the thread pool cannot stop a thread: it runs on, "
+                    "keeping its slot busy, and its result will be discarded",
+                )
+            )
+
+    def cancel(self, key: AttemptKey) -> bool:
+        """Stop an attempt whose job was cancelled: tell the task (`current_task().cancelled`,
+        a coroutine is cancelled) and stop waiting for it; its late result is discarded.
+        False if the attempt is not running here (or its outcome has gone out already)."""
+        with self.lock:
+            attempt = self.active.get(key)
+        if attempt is None or not self._settle(attempt, "was cancelled"):
+            return False
+        attempt.context.stop()
+        return True
+
+    def kill_all(self) -> None:
+        """Threads cannot be killed; they end with the process."""
+
+    def shutdown(self) -> None:
+        for _ in self.threads:
+            self.inbox.put(None)
+
+
+def _child_main(
+    conn: Connection,
+    task: StartedTask,
+    payload: dict[str, Any],
+    handler: str,
+    modules: list[str],
+    worker_pid: int,
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when children stop
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    exit_with(worker_pid)  # a kill -9'd worker's attempt must not run on
+    registry.import_modules(modules)
+
+    def send(message: tuple[str, Any]) -> None:
+        try:
+            conn.send(message)
+        except OSError:  # the pipe broke or was closed: nothing more can reach the worker
+            os._exit(PIPE_LOST_EXIT_CODE)
+
+    ctx = context_for(task, payload, handler, lambda m: send(("progress", str(m))))
+    send(("done", execute(task, payload, ctx)))
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a task may have closed them
+            stream.flush()
+    # At once: threads the task left behind must not keep the child (and its slot) alive.
+    os._exit(0)
+
+
+def child_died(exitcode: int | None) -> str:
+    """The error of an attempt whose process ended without reporting an outcome."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = "unknown signal"
+        how = f"was killed by signal {-exitcode} ({name})"
+    elif exitcode == PIPE_LOST_EXIT_CODE:
+        how = f"exited with code {exitcode}: its pipe to the worker broke"
+    else:
+        how = f"exited with code {exitcode}"
+    return f"task process {how} before reporting an outcome"
+
+
+class ProcessRunner:
+    """Each attempt in its own child process (forkserver, task modules preloaded), killed
+    at its timeout or cancel; a thread per slot supervises its child."""
+
+    def __init__(
+        self,
+        concurrency: int,
+        handler: str,
+        modules: list[str],
+        on_slot_free: Callable[[], None],
+    ) -> None:
+        self.handler = handler
+        self.modules = modules
+        self.on_slot_free = on_slot_free
+        self.ctx = multiprocessing.get_context("forkserver")
+        self.ctx.set_forkserver_preload(["jobcenter.runtime.execution", *modules])
+        forkserver.ensure_running()  # now, not on the first task (it takes ~2 s to start)
+        self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="jobcenter-child")
+        self.busy = 0
+        self.lock = threading.Lock()
+        # attempts whose outcome has not gone out, with their child once started: whoever
+        # removes one settles its outcome (its supervisor, or a cancel)
+        self.attempts: dict[AttemptKey, Any] = {}
+        self.killed = False
+
+    def submit(self, task: StartedTask, progress: Progress, done: Done) -> None:
+        with self.lock:
+            self.busy += 1
+            self.attempts[attempt_key(task)] = None
+        self.pool.submit(self._supervise, task, progress, done)
+
+    def _supervise(self, task: StartedTask, progress: Progress, done: Done) -> None:
+        try:
+            outcome = self._outcome(task, progress)
+            with self.lock:
+                mine = self.attempts.pop(attempt_key(task), False) is not False
+            if mine and not self.killed:  # a child killed by kill_all was given back
+                done(outcome)
+        finally:
+            with self.lock:
+                self.busy -= 1
+            self.on_slot_free()
+
+    def _outcome(self, task: StartedTask, progress: Progress) -> Outcome:
+        try:
+            payload = decode(task)
+        except Exception as exc:
+            return Outcome(task, False, f"unreadable task payload: {exc}")
+        try:
+            return self._run_child(task, payload, progress)
+        except Exception as exc:  # cannot start a process (fork fails, no fds left, ...)
+            log.warning("job %s task %d: %s", task.job_id, task.index, describe(exc))
+            error = f"cannot run the task process: {describe(exc)}"
+            return Outcome(task, False, error, retry_delay(task, payload))
+
+    def _run_child(self, task: StartedTask, payload: dict[str, Any], progress: Progress) -> Outcome:
+        receiver, sender = self.ctx.Pipe(duplex=False)
+        child = self.ctx.Process(
+            target=_child_main,
+            args=(sender, task, payload, self.handler, self.modules, os.getpid()),
+            daemon=True,
+        )
+        child.start()
+        sender.close()
+        key = attempt_key(task)
+        with self.lock:
+            cancelled = key not in self.attempts  # cancelled while its child started
+            if not cancelled:
+                self.attempts[key] = child
+        if cancelled:
+            child.kill()
+        try:
+            return self._follow(child, receiver, task, payload, progress)
+        finally:
+            receiver.close()
+
+    def _follow(
+        self,
+        child: Any,
+        receiver: Connection,
+        task: StartedTask,
+        payload: dict[str, Any],
+        progress: Progress,
+    ) -> Outcome:
+        """Relay the child's progress until it reports its outcome, dies, or times out."""
+        deadline = time.monotonic() + float(payload["to"]) if payload.get("to") else None
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not receiver.poll(wait):
+                child.kill()
+                child.join()
+                return timed_out(task, payload, "its process was killed")
+            try:
+                kind, value = receiver.recv()
+            except Exception:  # EOF, a broken pipe: the child died, or closed its pipe
+                child.join(CHILD_EXIT_WAIT_SECONDS)
+                if child.exitcode is None:  # alive, but it can report nothing any more
+                    child.kill()
+                    child.join()
+                    error = "task process closed its pipe to the worker; it was killed"
+                else:
+                    error = child_died(child.exitcode)
+                return Outcome(task, False, error, retry_delay(task, payload))
+            if kind == "done":
+                child.join()
+                return value
+            relay(progress, task, value)
+
+    def cancel(self, key: AttemptKey) -> bool:
+        """Kill the child of an attempt whose job was cancelled; its outcome is dropped.
+        False if the attempt is not running here (or its outcome has gone out already)."""
+        with self.lock:
+            if key not in self.attempts:
+                return False
+            child = self.attempts.pop(key)
+        if child is not None:
+            child.kill()
+        return True
+
+    def kill_all(self) -> None:
+        """Kill every running child: their attempts were given back and must not run on."""
+        with self.lock:
+            self.killed = True
+            children = [child for child in self.attempts.values() if child is not None]
+        for child in children:
+            child.kill()
+        for child in children:
+            child.join()
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,116 @@
+"""The repair path's own executor: recovery runs as an rq job on a system queue.
+
+Every `jobcenter worker` enqueues the round's recovery job (one rq job id per interval,
+`unique=True`, so any number of workers enqueue it once) and supervises a child process
+running an rq worker for the system queue. The rq worker runs only the recovery function;
+jobs use rq's JSON serializer, never pickle."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+from typing import Any
+
+from rq import SimpleWorker, get_current_job
+from rq.exceptions import DuplicateJobError
+from rq.serializers import JSONSerializer
+
+from jobcenter.config import Settings
+from jobcenter.storage.connection import connect
+from jobcenter.storage.store import Store
+from jobcenter.storage.system_queue import current_round, recovery_job_id, system_queue
+
+from . import logs
+from .lifeline import exit_with
+from .recovery import Recovery
+
+log = logging.getLogger(__name__)
+
+RECOVERY_FUNC = "jobcenter.runtime.rq_runner.run_recovery_job"
+RQ_STOP_SECONDS = 10  # an rq child finishing a recovery run gets this long at shutdown
+
+
+def enqueue_recovery(store: Store) -> bool:
+    """Enqueue this round's recovery job unless a worker did already; True if this call did."""
+    settings = store.settings
+    interval = settings.recovery_interval_seconds
+    round_no = current_round(store)
+    queue = system_queue(store.connection, settings.namespace)
+    try:
+        queue.enqueue(
+            RECOVERY_FUNC,
+            settings.namespace,
+            round_no,
+            job_id=recovery_job_id(settings.namespace, round_no),
+            unique=True,
+            ttl=int(2 * interval) + 1,  # a round not started within two intervals is moot
+            result_ttl=int(3 * interval) + 1,  # keeps the id taken for the whole round
+            failure_ttl=int(3 * interval) + 1,
+            job_timeout=int(max(interval, 60) * 10),
+        )
+    except DuplicateJobError:
+        return False
+    return True
+
+
+def run_recovery_job(namespace: str, round_no: int) -> dict[str, Any]:
+    """The rq job: one recovery pass; its report is the rq result."""
+    job = get_current_job()
+    assert job is not None
+    settings = Settings.from_env(namespace=namespace)
+    store = Store(job.connection, settings)
+    report = Recovery(store, handler=f"rq:{job.worker_name or os.getpid()}").run(round_no)
+    return report.to_dict()
+
+
+class RecoveryWorker(SimpleWorker):
+    """An rq worker that runs only the recovery function: a job naming anything else that
+    someone wrote into the system queue is dropped, never imported."""
+
+    def execute_job(self, job: Any, queue: Any) -> None:
+        if job.func_name != RECOVERY_FUNC:
+            log.error("dropping rq job %s: %r is not the recovery function", job.id, job.func_name)
+            job.delete()
+            return
+        super().execute_job(job, queue)
+
+
+def spawn_rq_worker(settings: Settings) -> subprocess.Popen[bytes]:
+    """Start the rq child of a jobcenter worker (same Redis and settings via the env)."""
+    env = {
+        **os.environ,
+        "JOBCENTER_REDIS_URL": settings.redis_url,
+        "JOBCENTER_NAMESPACE": settings.namespace,
+    }
+    cmd = [sys.executable, "-m", "jobcenter.runtime.rq_runner", "--parent", str(os.getpid())]
+    return subprocess.Popen(cmd, env=env)
+
+
+def stop_rq_worker(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(RQ_STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="jobcenter's rq worker for recovery jobs")
+    parser.add_argument("--parent", type=int, default=0)
+    args = parser.parse_args()
+    logs.configure(os.environ.get(logs.FORMAT_ENV) or "text", level=logging.WARNING)
+    settings = Settings.from_env()
+    if args.parent:
+        exit_with(args.parent)
+    queue = system_queue(connect(settings.redis_url), settings.namespace)
+    worker = RecoveryWorker([queue], connection=queue.connection, serializer=JSONSerializer)
+    worker.work(logging_level="WARNING")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,614 @@
+"""The worker daemon: claims ready tasks and leader messages, runs tasks in a pool,
+heartbeats their leases, reports completions and failures, and shuts down gracefully.
+
+Threads: the main thread claims tasks (blocking on wake-up lists when idle), a leader thread
+runs leader messages and sweeps expired leases (so leader steps never wait for a free task
+slot), a reporter thread reports finished attempts in batches, a heartbeat thread renews
+leases; the runner's threads or child processes run the tasks.
+
+Every loop rides out any Redis error (unreachable, out of memory, read-only, busy): it logs
+it, backs off and goes on, and what it had to write waits and is tried again. A loop that
+fails otherwise (a bug) takes the process down with a non-zero exit, its running tasks given
+back, so a supervisor restarts it: never a live process that does no work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from jobcenter import schedules as schedule
+from jobcenter.errors import UnknownJob
+from jobcenter.model.ids import handler_id
+from jobcenter.storage.errors import RedisError, unreachable
+from jobcenter.storage.keys import node_queue
+from jobcenter.storage.store import (
+    HEARTBEAT_CANCELLED,
+    SWEEP_MAX,
+    RefusedInPart,
+    StartedTask,
+    Store,
+)
+
+from . import registry, rq_runner
+from .execution import Outcome, ProcessRunner, ThreadRunner
+from .leader import Leader
+from .pulse import Pulse
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT_SECONDS = 1.0  # an idle worker wakes at least this often: lease sweeps, recovery
+RETRY_WAKE_MIN_SECONDS = 0.005  # shortest wait for a due retry (Redis timeouts are coarse)
+
+CLAIM_BATCH_MAX = 256  # tasks reserved per claim: one round trip serves many tasks
+REPORT_BATCH_MAX = 512  # finished attempts reported per round trip
+LEADER_BATCH = 4  # leader messages taken per claim
+RECONNECT_MAX_SECONDS = 5.0  # longest pause between tries while Redis is unreachable
+BACKOFF_FIRST_SECONDS = 0.1  # first pause after a Redis error
+REPORT_RETRY_MAX_SECONDS = 1.0  # a refused report is tried again at least this often
+# A refused heartbeat is tried again this many times per heartbeat interval, so once Redis
+# takes writes again each lease is renewed well within the grace a timed-out attempt gets.
+HEARTBEAT_RETRIES_PER_INTERVAL = 4
+PROGRESS_MIN_INTERVAL_SECONDS = 1.0  # a task's progress goes out at once at most this often
+# A task this worker has no code for waits this long at least before it is claimed again (no
+# hot loop on the worker that lacks it), and at most this long (a worker that has the code,
+# once started, gets it soon); in between, a quarter of the time it has waited so far.
+GIVE_BACK_DELAY_MIN_MS = 500
+GIVE_BACK_DELAY_MAX_MS = 10_000
+GIVE_BACK_WAIT_SECONDS = 5.0  # a forced stop waits this long at most for a claim under way
+FORCED_STOP_MAX_SECONDS = 60.0  # past this, a forced stop that hangs (Redis hung) exits anyway
+EXIT_LOOP_FAILED = 70  # exit code when a loop met an error it cannot go on from (EX_SOFTWARE)
+
+
+@dataclass
+class Options:
+    queues: list[str] = field(default_factory=lambda: ["default"])
+    node: str | None = None
+    concurrency: int = 4
+    pool: str = "thread"  # or "process" for CPU-bound tasks
+    burst: bool = False
+    modules: list[str] = field(default_factory=list)
+    leader: bool = True
+    recovery: bool = True  # supervise an rq worker for the recovery job, and enqueue it
+
+
+class Backoff:
+    """Pauses between tries while Redis is unreachable or refuses commands: 0.1 s doubling
+    to a cap."""
+
+    def __init__(self, cap: float = RECONNECT_MAX_SECONDS) -> None:
+        self.cap = cap
+        self.pause = min(BACKOFF_FIRST_SECONDS, cap)
+
+    def reset(self) -> None:
+        self.pause = min(BACKOFF_FIRST_SECONDS, self.cap)
+
+    def wait(self, stop: threading.Event | None, why: str) -> None:
+        log.warning("%s; retrying in %.2fs", why, self.pause)
+        if stop is None:
+            time.sleep(self.pause)
+        else:
+            stop.wait(self.pause)
+        self.pause = min(self.pause * 2, self.cap)
+
+
+def trouble(exc: RedisError) -> str:
+    """How the log names a Redis error a loop waits out."""
+    if unreachable(exc):
+        return f"redis unreachable ({exc})"
+    return f"redis refused ({exc})"
+
+
+@dataclass
+class Running:
+    task: StartedTask
+    progress: str = ""
+    progress_sent_at: float = 0.0  # monotonic time the last progress went out at once
+
+
+class Worker:
+    """One `jobcenter worker` process."""
+
+    def __init__(self, store: Store, options: Options) -> None:
+        self.store = store
+        self.options = options
+        self.handler = handler_id()
+        self.queues = ([node_queue(options.node)] if options.node else []) + options.queues
+        self.leader = Leader(store, self.handler)
+        self.running: dict[tuple[str, int], Running] = {}
+        self.outcomes: queue.Queue[Outcome | None] = queue.Queue()
+        self.lock = threading.Condition()
+        self.stopping = threading.Event()
+        self.stopped = threading.Event()
+        self.runner = self._make_runner()
+        self.grace_ms = max(1, store.settings.lease_ms // 3)
+        self.completed = 0
+        self.failed = 0
+        self.rq_child: Any = None
+        self.next_retry_ms = -1  # from the last claim: when a retry in our queues is due
+        self.own_wake = store.keys.worker_wake(0, self.handler)
+        self.pulse = Pulse()  # what health.py reports: the heartbeat's rounds
+        self.exiting = threading.Event()  # a forced stop is under way (give_back_and_exit)
+        self.lacking: set[str] = set()  # task names given back for want of their code
+        # held while tasks are started and registered in `running`, so the reporter never
+        # takes a task just started by a claim for one it has to adopt (_adopt), and a forced
+        # stop gives back every task a claim started (reentrant: a signal handler takes it)
+        self.starting = threading.RLock()
+
+    def _make_runner(self) -> ThreadRunner | ProcessRunner:
+        if self.options.pool == "process":
+            return ProcessRunner(
+                self.options.concurrency, self.handler, self.options.modules, self._slot_freed
+            )
+        return ThreadRunner(self.options.concurrency, self.handler, self._slot_freed)
+
+    def _slot_freed(self) -> None:
+        with self.lock:
+            self.lock.notify_all()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        """First SIGTERM/SIGINT: stop claiming, finish what runs. Second: give it back, exit."""
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            if self.stopping.is_set():
+                self.give_back_and_exit()
+            log.info(
+                "worker %s stopping (signal %d): finishing running tasks", self.handler, signum
+            )
+            self.stopping.set()
+            with self.lock:
+                self.lock.notify_all()
+            # end the blocking waits now, from another thread and connection
+            threading.Thread(target=self._poke, daemon=True).start()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    def _poke(self) -> None:
+        with contextlib.suppress(RedisError):
+            self.store.poke(self.handler, tokens=2)  # the claim loop and the leader loop
+
+    def give_back_and_exit(self, exit_code: int = 0) -> NoReturn:
+        """Forced stop: kill what runs, give it back to the queues, exit. Whatever fails on
+        the way (Redis down), the process exits; leases then expire and recovery re-drives."""
+        try:
+            self.exiting.set()
+            self.stopping.set()  # nothing more is claimed, nor any child taken on completion
+            # nor is a claim left half done: what it started is given back too
+            self.starting.acquire(timeout=GIVE_BACK_WAIT_SECONDS)
+            with self.lock:
+                running = [
+                    (r.task.job_id, r.task.index, r.task.attempt) for r in self.running.values()
+                ]
+            self.runner.kill_all()  # a given-back attempt must not run on beside the next one
+            released = self.store.release(self.handler, running) if running else 0
+            if self.rq_child is not None:
+                rq_runner.stop_rq_worker(self.rq_child)
+
+            log.warning("worker %s: gave %d running tasks back; exiting", self.handler, released)
+            self._deregister()
+        except Exception:
+            log.exception("worker %s: forced stop could not finish cleanly", self.handler)
+        finally:
+            os._exit(exit_code)
+
+    def _die(self, loop: str) -> NoReturn:
+        """A loop met an error it cannot go on from (not Redis's: those it waits out): give
+        the running tasks back and exit non-zero, so a supervisor restarts the worker."""
+        log.critical(
+            "worker %s: its %s loop failed; giving its tasks back and exiting",
+            self.handler,
+            loop,
+            exc_info=True,
+        )
+        self.give_back_and_exit(EXIT_LOOP_FAILED)
+
+    def _thread(self, loop: Callable[[], None], name: str) -> threading.Thread:
+        """A daemon thread running `loop`; if it ever raises, the process exits (_die)."""
+
+        def run() -> None:
+            try:
+                loop()
+            except BaseException:
+                self._die(name)
+
+        return threading.Thread(target=run, name=f"jobcenter-{name}", daemon=True)
+
+    def run(self) -> None:
+        """Serve until stopped (or, with burst, until nothing is left to do)."""
+        self.store.check_server()
+        self._register()
+        self.pulse.beat(ok=True)
+        self._supervise_recovery()
+        threads = [
+            self._thread(self._report_loop, "reporter"),
+            self._thread(self._heartbeat_loop, "heartbeat"),
+        ]
+        if self.options.leader:
+            threads.append(self._thread(self._leader_loop, "leader"))
+            threads.append(
+                self._thread(
+                    lambda: schedule.run_ticker(self.store, self.handler, self.stopped),
+                    "scheduler",
+                )
+            )
+
+        for thread in threads:
+            thread.start()
+        log.info(
+            "worker %s serving %s with %d %s slots",
+            self.handler,
+            ",".join(self.queues),
+            self.options.concurrency,
+            self.options.pool,
+        )
+        try:
+            try:
+                self._claim_loop()
+            except Exception:
+                self._die("claim")
+            with self.lock:  # graceful: wait for running tasks to be reported
+                while self.running:
+                    self.lock.wait()
+        finally:
+            if self.exiting.is_set():
+                # a loop failed, and its thread gives the running tasks back and ends the
+                # process: not a normal exit here (it would say 0), unless it hangs
+                threading.Event().wait(FORCED_STOP_MAX_SECONDS)
+                os._exit(EXIT_LOOP_FAILED)
+            self.outcomes.put(None)
+            threads[0].join()
+            self.stopped.set()
+            self.runner.shutdown()
+            if self.rq_child is not None:
+                rq_runner.stop_rq_worker(self.rq_child)
+            self._deregister()
+            log.info(
+                "worker %s stopped: %d succeeded, %d failed",
+                self.handler,
+                self.completed,
+                self.failed,
+            )
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def _free_slots(self) -> int:
+        # a thread running past its timeout was reported already but still holds its slot
+        return self.options.concurrency - max(len(self.running), self.runner.busy)
+
+    def _claim_loop(self) -> None:
+        backoff = Backoff()
+        while not self.stopping.is_set():
+            try:
+                if self._claim_once():
+                    backoff.reset()
+                    continue
+                if self.options.burst and not self.running and self.store.idle(self.queues):
+                    return
+                self._wait_for_work()
+                backoff.reset()
+            except RedisError as exc:
+                backoff.wait(self.stopping, f"claim: {trouble(exc)}")
+
+    def _claim_once(self) -> bool:
+        """One claim round trip per shard; True if it found any task."""
+        free = min(self._free_slots(), CLAIM_BATCH_MAX)
+        if free <= 0:
+            return False
+        found = False
+        sweep = 0 if self.options.leader else SWEEP_MAX  # the leader thread sweeps
+        self.next_retry_ms = -1
+        for shard in range(self.store.keys.shards):
+            with self.starting:
+                result = self.store.claim(
+                    self.handler,
+                    self.queues,
+                    max_tasks=free,
+                    max_leader=0,
+                    shard=shard,
+                    sweep=sweep,
+                )
+                self._run(result.tasks)
+            if result.next_retry_ms >= 0 and (
+                self.next_retry_ms < 0 or result.next_retry_ms < self.next_retry_ms
+            ):
+                self.next_retry_ms = result.next_retry_ms
+            self._expire(result.expired)
+            free -= len(result.tasks)
+            found = found or bool(result.tasks)
+        return found
+
+    def _expire(self, expired: list[tuple[str, int]]) -> None:
+        if expired:
+            log.info("expired leases: %s", self.store.expire(expired, self.grace_ms))
+
+    def _leader_loop(self) -> None:
+        """Leader messages (split, continue, cancel, finalize) and expired-lease sweeps."""
+        backoff = Backoff()
+        wake = [self.store.keys.leader_wake(shard) for shard in range(self.store.keys.shards)]
+        while not self.stopped.is_set():
+            try:
+                found = False
+                for shard in range(self.store.keys.shards):
+                    result = self.store.claim(
+                        self.handler, [], max_tasks=0, max_leader=LEADER_BATCH, shard=shard
+                    )
+                    for kind, job_id in result.leader:
+                        self._lead(kind, job_id)
+                    self._expire(result.expired)
+                    found = found or bool(result.leader or result.expired)
+                if not found:
+                    self.store.wait_for_wake([*wake, self.own_wake], IDLE_WAIT_SECONDS)
+                backoff.reset()
+            except RedisError as exc:  # the message comes back when its lease ends
+                backoff.wait(self.stopped, f"leader: {trouble(exc)}")
+
+    def _lead(self, kind: str, job_id: str) -> None:
+        try:
+            self.leader.handle(kind, job_id)
+        except RedisError:
+            raise
+        except Exception:  # one bad job must not take the worker down; its message comes back
+            log.exception("leader step %s of job %s failed", kind, job_id)
+
+    def _wait_for_work(self) -> None:
+        with self.lock:
+            while self._free_slots() <= 0 and not self.stopping.is_set():
+                self.lock.wait()  # woken by the reporter when a slot frees
+        if self.stopping.is_set():
+            return
+        timeout = IDLE_WAIT_SECONDS
+        if self.next_retry_ms >= 0:  # wake when the next retry is due, not a second later
+            timeout = min(timeout, max(RETRY_WAKE_MIN_SECONDS, self.next_retry_ms / 1000))
+        keys = self.store.wake_keys(self.queues, leader=False) + [self.own_wake]
+        self.store.wait_for_wake(keys, timeout)
+
+    def _run(self, tasks: list[StartedTask]) -> None:
+        if not tasks:
+            return
+        with self.lock:
+            for task in tasks:
+                self.running[(task.job_id, task.index)] = Running(task)
+        for task in tasks:
+            self.runner.submit(task, self._report_progress, self.outcomes.put)
+
+    def _report_progress(self, task: StartedTask, message: str) -> None:
+        """Store the message; send it at once unless this task sent one under a second ago
+        (the next heartbeat carries it then), so a chatty task cannot flood Redis."""
+        now = time.monotonic()
+        with self.lock:
+            running = self.running.get((task.job_id, task.index))
+            if running is None:
+                return
+            running.progress = message
+            if now - running.progress_sent_at < PROGRESS_MIN_INTERVAL_SECONDS:
+                return
+            running.progress_sent_at = now
+        try:
+            self.store.heartbeat(self.handler, [(task.job_id, task.index, task.attempt, message)])
+        except RedisError as exc:  # the heartbeat loop carries it, and logs the trouble
+            log.debug("progress of job %s task %d not sent: %s", task.job_id, task.index, exc)
+
+    # -- reporting -------------------------------------------------------------------------
+
+    def _report_loop(self) -> None:
+        while True:
+            first = self.outcomes.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < REPORT_BATCH_MAX:
+                try:
+                    item = self.outcomes.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self.outcomes.put(None)
+                    break
+                batch.append(item)
+            self._report_with_retry(batch)
+
+    def _report_with_retry(self, batch: list[Outcome]) -> None:
+        """Report a batch until Redis has taken all of it. What Redis refuses (unreachable,
+        out of memory, read-only) is kept and tried again, never turned into a task failure;
+        meanwhile those attempts stay in `running`, so the heartbeat keeps their leases. A
+        lease that runs out all the same makes the late report stale: the task then runs
+        again elsewhere."""
+        backoff = Backoff(REPORT_RETRY_MAX_SECONDS)
+        left = list(batch)
+        while left:
+            try:
+                self._report(left)
+            except RedisError as exc:
+                backoff.wait(None, f"cannot report {len(left)} results: {trouble(exc)}")
+
+    def _report(self, left: list[Outcome]) -> None:
+        """Report finished attempts. Each one Redis takes leaves `left` (and `running`) at
+        once, so when a RedisError comes out, `left` holds just what is still to report."""
+        done = [o for o in left if o.ok]
+        if done:
+            self._complete(done, left)
+        given_back = [o for o in left if o.missing_task]
+        if given_back:
+            self._give_back(given_back, left)
+        for outcome in list(left):
+            t = outcome.task
+            code, _ = self.store.fail(
+                self.handler, t.job_id, t.index, t.attempt, outcome.error, outcome.retry_delay_ms
+            )
+            if code < 0:
+                log.warning(
+                    "late failure of job %s task %d discarded (code %d)", t.job_id, t.index, code
+                )
+            self.failed += 1
+            self._settle(left, [outcome])
+
+    def _complete(self, done: list[Outcome], left: list[Outcome]) -> None:
+        take_max = 0 if self.stopping.is_set() else len(done)
+        attempts = [(o.task.job_id, o.task.index, o.task.attempt) for o in done]
+        refused: RefusedInPart | None = None
+        try:
+            codes, taken = self.store.complete(
+                self.handler, attempts, take_queues=self.queues, take_max=take_max
+            )
+        except RefusedInPart as exc:
+            codes, taken, refused = exc.codes, exc.taken, exc
+        for (job_id, index), code in codes.items():
+            if code < 0:
+                log.warning(
+                    "late result of job %s task %d discarded (code %d): the "
+                    "attempt was taken over or cancelled",
+                    job_id,
+                    index,
+                    code,
+                )
+        reported = [o for o in done if (o.task.job_id, o.task.index) in codes]
+        self.completed += len(reported)
+        self._settle(left, reported)
+        self._run(taken)
+        self._adopt([key for key, code in codes.items() if code == 1])
+        if refused is not None:
+            raise refused
+
+    def _adopt(self, completed_before: list[tuple[str, int]]) -> None:
+        """Run the children that a completion whose reply was lost (a connection reset: the
+        call ran, it was sent again and found done) started for this worker: they run under
+        its handler, and nobody else would run them before their lease ran out."""
+        by_job: dict[str, list[int]] = {}
+        for job_id, index in completed_before:
+            by_job.setdefault(job_id, []).append(index)
+        for job_id, parents in by_job.items():
+            with self.starting:
+                children = self.store.running_children(self.handler, job_id, parents)
+                with self.lock:
+                    orphans = [t for t in children if (t.job_id, t.index) not in self.running]
+                self._run(orphans)
+
+    def _give_back(self, given_back: list[Outcome], left: list[Outcome]) -> None:
+        """Hand back attempts of tasks this worker has no code for: unused, they wait in
+        their queue for a worker that has the code (warned once per task name)."""
+        for name in sorted({o.missing_task for o in given_back} - self.lacking):
+            self.lacking.add(name)
+            log.warning(
+                "task %r is not registered on this worker (modules: %s): giving its tasks "
+                "back to the queue for a worker that has it",
+                name,
+                ", ".join(self.options.modules) or "none",
+            )
+        attempts = [
+            (o.task.job_id, o.task.index, o.task.attempt, o.missing_task) for o in given_back
+        ]
+        refused: RefusedInPart | None = None
+        try:
+            codes = self.store.give_back(
+                self.handler, attempts, GIVE_BACK_DELAY_MIN_MS, GIVE_BACK_DELAY_MAX_MS
+            )
+        except RefusedInPart as exc:
+            codes, refused = exc.codes, exc
+        self._settle(left, [o for o in given_back if (o.task.job_id, o.task.index) in codes])
+        if refused is not None:
+            raise refused
+
+    def _settle(self, left: list[Outcome], reported: list[Outcome]) -> None:
+        """Outcomes Redis took: no longer to report, and their slots are free."""
+        ids = {id(o) for o in reported}
+        left[:] = [o for o in left if id(o) not in ids]
+        with self.lock:
+            for outcome in reported:
+                self.running.pop((outcome.task.job_id, outcome.task.index), None)
+            self.lock.notify_all()
+
+    # -- heartbeats ------------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        """Renew leases every lease/3; a heartbeat Redis refuses is tried again soon, since
+        the leases it renews may be running out."""
+        interval = self.store.settings.lease_seconds / 3
+        backoff = Backoff(interval / HEARTBEAT_RETRIES_PER_INTERVAL)
+        while not self.stopped.wait(interval):
+            while not self.stopped.is_set():
+                try:
+                    self._heartbeat()
+                    self.pulse.beat(ok=True)
+                    break
+                except RedisError as exc:
+                    self.pulse.beat(ok=False)
+                    backoff.wait(self.stopped, f"heartbeat: {trouble(exc)}")
+            backoff.reset()
+
+    def _heartbeat(self) -> None:
+        with self.lock:
+            running = [
+                (r.task.job_id, r.task.index, r.task.attempt, r.progress)
+                for r in self.running.values()
+            ]
+        attempts = {(job_id, index): attempt for job_id, index, attempt, _ in running}
+        for (job_id, index), code in self.store.heartbeat(self.handler, running).items():
+            if code in (HEARTBEAT_CANCELLED, UnknownJob.code):
+                self._stop_attempt(job_id, index, attempts[(job_id, index)], code)
+            elif code < 0:
+                log.warning(
+                    "job %s task %d: this attempt was taken over (code %d); its "
+                    "result will be discarded",
+                    job_id,
+                    index,
+                    code,
+                )
+        self._register()
+        self._supervise_recovery()
+
+    def _stop_attempt(self, job_id: str, index: int, attempt: int, code: int) -> None:
+        """The attempt's job was cancelled (or is gone): stop the attempt and free its slot.
+        Nothing is reported: the cancel settled the task already."""
+        if not self.runner.cancel((job_id, index, attempt)):
+            return  # it ended meanwhile; the reporter has its outcome
+        why = "was cancelled" if code == HEARTBEAT_CANCELLED else "is gone"
+        log.info("job %s %s: stopped its running task %d (attempt %d)", job_id, why, index, attempt)
+        with self.lock:
+            running = self.running.get((job_id, index))
+            if running is not None and running.task.attempt == attempt:
+                del self.running[(job_id, index)]
+            self.lock.notify_all()
+
+    def _supervise_recovery(self) -> None:
+        """Keep the rq child alive and enqueue this round's recovery job (once per round,
+        whichever worker gets there first)."""
+        if not self.options.recovery or self.stopping.is_set():
+            return
+        if self.rq_child is None or self.rq_child.poll() is not None:
+            if self.rq_child is not None:
+                log.warning(
+                    "rq recovery worker exited (%s); restarting it", self.rq_child.returncode
+                )
+            self.rq_child = rq_runner.spawn_rq_worker(self.store.settings)
+        try:
+            rq_runner.enqueue_recovery(self.store)
+        except RedisError as exc:
+            log.warning("cannot enqueue the recovery job (%s); next heartbeat tries again", exc)
+
+    def _register(self) -> None:
+        info = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "queues": ",".join(self.queues),
+            "node": self.options.node or "",
+            "concurrency": self.options.concurrency,
+        }
+        keep_ms = int(self.store.settings.unknown_task_timeout_seconds * 1000)
+        self.store.publish_served(self.queues, registry.names(), keep_ms)
+        self.store.register_worker(self.handler, info, self.options.node)
+
+    def _deregister(self) -> None:
+        with contextlib.suppress(RedisError):
+            self.store.deregister_worker(self.handler)

@@ -1,0 +1,267 @@
+"""When a schedule fires: trigger parsing (`at`, `every` ISO-8601 durations, `cron`
+expressions read by croniter in a time zone) and the fire times each trigger yields.
+Pure code: every `now` is passed in (Redis TIME, read by the caller)."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from decimal import Decimal, InvalidOperation
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadDateError, CroniterError, croniter
+
+from jobcenter.errors import SpecError
+
+AT, EVERY, CRON = "at", "every", "cron"
+# The ticker runs about once a second; a shorter interval could only fire late, in bursts.
+MIN_INTERVAL_MS = 1_000
+# Fire times stay exact as zset scores (doubles) and datetimes far below this.
+MAX_INTERVAL_MS = 100 * 366 * 86_400_000
+
+_CRON_FIELDS = {
+    5: ("minute", "hour", "day-of-month", "month", "day-of-week"),
+    6: ("second", "minute", "hour", "day-of-month", "month", "day-of-week"),
+    7: ("second", "minute", "hour", "day-of-month", "month", "day-of-week", "year"),
+}
+_CRON_ALLOWED = {
+    "second": "0-59",
+    "minute": "0-59",
+    "hour": "0-23",
+    "day-of-month": "1-31, L or ?",
+    "month": "1-12 or jan-dec",
+    "day-of-week": "0-7 or sun-sat, n#k, L or ?",
+    "year": "1970-2099",
+}
+_CRON_ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+_NUMBER = r"(\d+(?:[.,]\d+)?)"
+_DURATION_RE = re.compile(
+    rf"P(?:{_NUMBER}Y)?(?:{_NUMBER}M)?(?:{_NUMBER}W)?(?:{_NUMBER}D)?"
+    rf"(?:T(?:{_NUMBER}H)?(?:{_NUMBER}M)?(?:{_NUMBER}S)?)?"
+)
+_DURATION_MS = (None, None, 7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1_000)
+_DURATION_HINT = "e.g. PT30S, PT1H30M, P1D"
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """When a schedule fires: once `at`, `every` fixed interval, or on a `cron` expression."""
+
+    kind: str  # AT | EVERY | CRON
+    expr: str  # at: ISO time in UTC; every: the ISO-8601 duration; cron: the expression
+    tz: str | None = None  # cron and naive `at` times are read in this zone; None: UTC
+    at_ms: int | None = None
+    interval_ms: int | None = None
+
+    @property
+    def zone(self) -> tzinfo:
+        return ZoneInfo(self.tz) if self.tz else UTC
+
+    def next_after(self, t_ms: int, anchor_ms: int) -> int | None:
+        """The first fire strictly after `t_ms`; None when there is none (a past `at`)."""
+        if self.kind == AT:
+            assert self.at_ms is not None
+            return self.at_ms if self.at_ms > t_ms else None
+        if self.kind == EVERY:
+            assert self.interval_ms is not None
+            k = max(1, (t_ms - anchor_ms) // self.interval_ms + 1)
+            return anchor_ms + k * self.interval_ms
+        return self._cron_step(t_ms, forward=True)
+
+    def latest_at_or_before(self, t_ms: int, anchor_ms: int) -> int | None:
+        """The last fire at or before `t_ms`; None when there is none."""
+        if self.kind == AT:
+            assert self.at_ms is not None
+            return self.at_ms if self.at_ms <= t_ms else None
+        if self.kind == EVERY:
+            assert self.interval_ms is not None
+            k = (t_ms - anchor_ms) // self.interval_ms
+            return anchor_ms + k * self.interval_ms if k >= 1 else None
+        # get_prev is strict, and cron fires fall on whole seconds: t + 1 ms includes t.
+        return self._cron_step(t_ms + 1, forward=False)
+
+    def count_between(self, first_ms: int, last_ms: int) -> int | None:
+        """How many fires lie in [first, last]; None for cron (that would mean walking them)."""
+        if self.kind == AT:
+            return 1
+        if self.kind == EVERY:
+            assert self.interval_ms is not None
+            return (last_ms - first_ms) // self.interval_ms + 1
+        return None
+
+    def _cron_step(self, t_ms: int, *, forward: bool) -> int | None:
+        zone = self.zone
+        it = croniter(
+            self.expr, datetime.fromtimestamp(t_ms / 1000, zone), second_at_beginning=True
+        )
+        fixed_hour = _cron_hour_is_fixed(self.expr)
+        try:
+            while True:
+                fire: datetime = it.get_next(datetime) if forward else it.get_prev(datetime)
+                # Fall-back DST repeats an hour; like Vixie cron, a job at a fixed hour runs at
+                # the first of the two occurrences only (an every-N-minutes job runs in both).
+                if not (fixed_hour and _second_occurrence(fire)):
+                    return round(fire.timestamp() * 1000)
+        except CroniterBadDateError:
+            return None
+
+
+def _second_occurrence(dt: datetime) -> bool:
+    """True when `dt`'s wall-clock time happens twice (DST fall-back) and this is the later."""
+    return dt.fold == 1 and dt.replace(fold=0).utcoffset() != dt.utcoffset()
+
+
+def _cron_hour_is_fixed(expr: str) -> bool:
+    fields = _CRON_ALIASES.get(expr.strip().lower(), expr).split()
+    hour = fields[1] if len(fields) == 5 else fields[2]
+    return not hour.startswith("*")
+
+
+def parse_zone(tz: str | None) -> str | None:
+    """Check an IANA zone name (Europe/Paris); SpecError names an unknown one."""
+    if tz is None:
+        return None
+    try:
+        ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise SpecError(
+            f"unknown time zone {tz!r} (give an IANA name such as 'Europe/Paris' or 'UTC')"
+        ) from None
+    return tz
+
+
+def parse_at(value: str | datetime, tz: str | None = None) -> int:
+    """An ISO-8601 time (or a datetime) as ms since the epoch; naive times are in `tz`/UTC."""
+    if isinstance(value, datetime):
+        moment = value
+    else:
+        try:
+            moment = datetime.fromisoformat(str(value).strip())
+        except ValueError:
+            raise SpecError(
+                f"time {value!r} is not an ISO-8601 date-time "
+                "(e.g. 2026-11-22T09:00:00+01:00, or 2026-11-22 09:00 read in --tz)"
+            ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=ZoneInfo(tz) if tz else UTC)
+    return round(moment.timestamp() * 1000)
+
+
+def parse_duration(value: str | timedelta) -> int:
+    """An ISO-8601 duration (PT30S, PT1H30M, P1D, P1W) or a timedelta, as ms.
+
+    Months and years are refused: they have no fixed length (use cron for "monthly").
+    """
+    if isinstance(value, timedelta):
+        ms = round(value.total_seconds() * 1000)
+        shown = str(value)
+    else:
+        shown = str(value)
+        text = shown.strip().upper()
+        match = _DURATION_RE.fullmatch(text)
+        if not match or text in ("P", "") or text.endswith("T") or not any(match.groups()):
+            raise SpecError(f"interval {shown!r} is not an ISO-8601 duration ({_DURATION_HINT})")
+        if match.group(1) or match.group(2):
+            raise SpecError(
+                f"interval {shown!r}: months and years have no fixed length; "
+                "use --cron for calendar schedules (e.g. '0 0 1 * *' for monthly)"
+            )
+        total = Decimal(0)
+        for raw, unit in zip(match.groups()[2:], _DURATION_MS[2:], strict=True):
+            if raw is not None and unit is not None:
+                try:
+                    total += Decimal(raw.replace(",", ".")) * unit
+                except InvalidOperation:  # pragma: no cover - the regex admits numbers only
+                    raise SpecError(f"interval {shown!r} has a bad number") from None
+        ms = int(total.to_integral_value())
+    if ms < MIN_INTERVAL_MS:
+        raise SpecError(f"interval {shown!r} is shorter than the minimum of 1 second")
+    if ms > MAX_INTERVAL_MS:
+        raise SpecError(f"interval {shown!r} is longer than the maximum of 100 years")
+    return ms
+
+
+def _cron_problem(expr: str) -> str:
+    """What is wrong with a cron expression croniter rejects, naming the field."""
+    if expr.startswith("@"):
+        known = ", ".join(_CRON_ALIASES)
+        return f"unknown shorthand {expr!r} (known: {known})"
+    fields = expr.split()
+    names = _CRON_FIELDS.get(len(fields))
+    if names is None:
+        return (
+            f"it has {len(fields)} fields; give 5 (minute hour day-of-month month day-of-week), "
+            "6 (a second field first) or 7 (second first, year last)"
+        )
+    for index, (name, value) in enumerate(zip(names, fields, strict=True)):
+        probe = ["*"] * len(fields)
+        probe[index] = value
+        try:
+            croniter.expand(" ".join(probe), second_at_beginning=True)
+        except CroniterError:
+            return f"the {name} field {value!r} is not valid (allowed: {_CRON_ALLOWED[name]})"
+    return "croniter rejects the combination of its fields"
+
+
+def parse_cron(expr: str, tz: str | None = None, now_ms: int | None = None) -> str:
+    """Check a cron expression: 5 fields, or 6/7 with seconds first (and a year last), or an
+    @alias. SpecError names the bad field, or says the expression can never fire."""
+    expr = " ".join(str(expr).split())
+    if not expr:
+        raise SpecError("cron expression is empty")
+    try:
+        croniter.expand(expr, second_at_beginning=True)
+    except CroniterError:
+        raise SpecError(f"bad cron expression {expr!r}: {_cron_problem(expr)}") from None
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    if Trigger(CRON, expr, tz).next_after(now, now) is None:
+        detail = "no time matches it from now on"
+        try:
+            croniter.expand(expr, second_at_beginning=True, strict=True)
+        except CroniterError as exc:  # e.g. "Day(s) [31] can never occur in month(s) [2]"
+            reason = str(exc).split("is not acceptable.", 1)[-1].strip()
+            detail = reason[:1].lower() + reason[1:] if reason else detail
+        raise SpecError(f"cron expression {expr!r} can never fire: {detail}")
+    return expr
+
+
+def parse_trigger(
+    *,
+    at: str | datetime | None = None,
+    every: str | timedelta | None = None,
+    cron: str | None = None,
+    tz: str | None = None,
+    now_ms: int | None = None,
+) -> Trigger:
+    """Exactly one of at/every/cron, checked; SpecError names whatever is wrong."""
+    given = [name for name, v in ((AT, at), (EVERY, every), (CRON, cron)) if v is not None]
+    if len(given) != 1:
+        which = ", ".join(f"--{g}" for g in given) if given else "none"
+        raise SpecError(f"give exactly one of --at, --every, --cron (got {which})")
+    tz = parse_zone(tz)
+    if at is not None:
+        at_ms = parse_at(at, tz)
+        iso = datetime.fromtimestamp(at_ms / 1000, UTC).isoformat(timespec="milliseconds")
+        return Trigger(AT, iso, tz, at_ms=at_ms)
+    if every is not None:
+        if tz is not None:
+            raise SpecError("--tz applies to --cron and --at; an --every interval is fixed")
+        text = every if isinstance(every, str) else _iso_duration(parse_duration(every))
+        return Trigger(EVERY, text.strip().upper(), interval_ms=parse_duration(every))
+    assert cron is not None
+    return Trigger(CRON, parse_cron(cron, tz, now_ms), tz)
+
+
+def _iso_duration(ms: int) -> str:
+    seconds = Decimal(ms) / 1000
+    return f"PT{seconds.normalize():f}S"

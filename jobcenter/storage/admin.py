@@ -1,0 +1,206 @@
+"""Operations on failed and finished work: dead letters, re-running failed tasks, deleting
+jobs, and trimming the list indexes of expired jobs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from jobcenter.errors import NotFound, SpecError
+from jobcenter.model.states import JobState, TaskState
+
+from .schema import TaskField
+from .store import Store, _s, _seconds
+
+REVIVE_ARGS_MAX = 2_000  # task and parent indexes per revive call: each call is short
+# A blocked task may run again once each parent is in one of these (or revived with it).
+UNBLOCKING_STATES = frozenset(
+    {
+        TaskState.SUCCEEDED,
+        TaskState.WAITING,
+        TaskState.QUEUED,
+        TaskState.RUNNING,
+        TaskState.TIMED_OUT,
+        TaskState.RETRY_WAIT,
+    }
+)
+TRIM_BATCH = 1_000  # expired jobs trimmed from the indexes per read
+FINISHED_JOB_STATES = [state for state in JobState if state.terminal]
+
+
+def dead_letters(store: Store, limit: int = 100) -> list[dict[str, Any]]:
+    """The newest dead letters: tasks that failed for good (attempts exhausted or Fatal)."""
+    rows: list[tuple[float, str]] = []
+    for shard in range(store.keys.shards):
+        for member, score in store.redis.zrevrange(
+            store.keys.dlq(shard), 0, limit - 1, withscores=True
+        ):
+            rows.append((score, member.decode()))
+    rows.sort(reverse=True)
+    out = []
+    for _, member in rows[:limit]:
+        job_id, index = member.split("|")
+        entry = _dead_letter(store, job_id, int(index))
+        if entry is not None:
+            out.append(entry)
+    return out
+
+
+def _dead_letter(store: Store, job_id: str, index: int) -> dict[str, Any] | None:
+    jk = store.keys.job(job_id)
+    fields = [f"{a}:{index}" for a in ("id", "s", "a", "e", "tf", "h")]
+    task_id, state, attempts, error, failed_at, handler = store.redis.hmget(jk.tasks, fields)
+    if state is None or _s(state) != TaskState.FAILED:
+        return None  # the job expired, or the task was requeued since
+    return {
+        "job": job_id,
+        "job_name": _s(store.redis.hget(jk.job, "name")),
+        "task": _s(task_id),
+        "attempts": int(attempts or 0),
+        "handler": _s(handler),
+        "failed_at": _seconds(failed_at),
+        "error": _s(error),
+    }
+
+
+def _index_of(store: Store, job_id: str, task_id: str) -> int:
+    ids = store.task_field(job_id, TaskField.ID)
+    for index, tid in ids.items():
+        if tid == task_id:
+            return int(index)
+    raise NotFound(f"job {job_id} has no task {task_id!r}")
+
+
+def dead_letter(store: Store, job_id: str, task_id: str) -> dict[str, Any]:
+    """One dead letter with every attempt of its task (the list leaves history out)."""
+    entry = _dead_letter(store, job_id, _index_of(store, job_id, task_id))
+    if entry is None:
+        raise NotFound(f"task {task_id!r} of job {job_id} is not a dead letter")
+    entry["history"] = [h for h in store.history(job_id) if h["task"] == task_id]
+    return entry
+
+
+def requeue(store: Store, job_id: str, task_id: str) -> int:
+    """Run a dead-lettered task again; on success its children are released as usual."""
+    return _revive(store, job_id, [_index_of(store, job_id, task_id)])
+
+
+def retry_job(store: Store, job_id: str) -> int:
+    """Re-run a job's failed and upstream_failed tasks; its succeeded tasks are kept."""
+    if not store.redis.exists(store.keys.job(job_id).job):
+        raise NotFound(f"no job {job_id}")
+    return _revive(store, job_id, None)
+
+
+def _revive(store: Store, job_id: str, roots: list[int] | None) -> int:
+    """Plan which upstream_failed tasks the re-run of `roots` (None: every failed task)
+    unblocks, then revive them in bounded calls: the roots first, then the blocked tasks,
+    parents before children. Each call leaves the job consistent, so a retry that dies half
+    way leaves a job that ends, and that the next retry takes up where it stopped."""
+    _finish_cascade(store, job_id)  # the states read next must not be changing under us
+    fields = store.task_fields(job_id, TaskField.STATE, TaskField.CHILDREN)
+    states = {int(i): s for i, s in fields[TaskField.STATE].items()}
+    if roots is None:
+        roots = sorted(i for i, s in states.items() if s == TaskState.FAILED)
+    children = {
+        int(i): [int(c) for c in csv.split(",")] for i, csv in fields[TaskField.CHILDREN].items()
+    }
+    parents: dict[int, list[int]] = defaultdict(list)
+    for parent, kids in children.items():
+        for kid in kids:
+            parents[kid].append(parent)
+    reviving = set(roots)
+    resets: list[tuple[int, list[int]]] = []
+    for index in _topological(states, children):
+        if states[index] != TaskState.UPSTREAM_FAILED:
+            continue
+        if all(p in reviving or states[p] in UNBLOCKING_STATES for p in parents[index]):
+            reviving.add(index)
+            resets.append((index, parents[index]))
+    if not reviving:
+        raise SpecError(f"job {job_id} has no failed task to retry")
+    revived = 0
+    for start in range(0, len(roots), REVIVE_ARGS_MAX):
+        revived += _revive_call(store, job_id, roots[start : start + REVIVE_ARGS_MAX], [])
+    chunk: list[tuple[int, list[int]]] = []
+    size = 0
+    for reset in resets:
+        chunk.append(reset)
+        size += 2 + len(reset[1])
+        if size >= REVIVE_ARGS_MAX:
+            revived += _revive_call(store, job_id, [], chunk)
+            chunk, size = [], 0
+    if chunk:
+        revived += _revive_call(store, job_id, [], chunk)
+    return revived
+
+
+def _revive_call(
+    store: Store, job_id: str, roots: list[int], resets: list[tuple[int, list[int]]]
+) -> int:
+    while True:
+        revived = store.revive(job_id, roots, resets)
+        if revived is not None:
+            return revived
+        _finish_cascade(store, job_id)  # a task revived by an earlier call failed again
+
+
+def _finish_cascade(store: Store, job_id: str) -> None:
+    """Run the job's pending releases and failure cascades to the end (bounded steps, the
+    same a leader runs on a 'continue' message)."""
+    while store.continue_frontier(job_id):
+        pass
+
+
+def _topological(states: dict[int, str], children: dict[int, list[int]]) -> list[int]:
+    indegree = dict.fromkeys(states, 0)
+    for kids in children.values():
+        for kid in kids:
+            indegree[kid] += 1
+    order = [i for i, d in indegree.items() if d == 0]
+    for index in order:  # the list grows while we walk it: Kahn's algorithm
+        for kid in children.get(index, ()):
+            indegree[kid] -= 1
+            if indegree[kid] == 0:
+                order.append(kid)
+    return order
+
+
+def delete_job(store: Store, job_id: str) -> None:
+    """Delete a finished job (cancel a running one first)."""
+    state = store.redis.hget(store.keys.job(job_id).job, "state")
+    if state is None:
+        raise NotFound(f"no job {job_id}")
+    states = store.task_field(job_id, TaskField.STATE)
+    failed = [int(i) for i, s in states.items() if s == TaskState.FAILED]
+    store.delete(job_id, failed)
+
+
+def trim_expired(store: Store) -> int:
+    """Drop expired jobs from the list indexes (their keys expired by TTL); returns how
+    many. Keeps `list` and Redis memory flat under a steady load."""
+    now_ms = store.now_ms()
+    retention_ms = int(store.settings.retention_seconds * 1000)
+    trimmed = 0
+    for shard in range(store.keys.shards):
+        expiring = store.keys.expiring(shard)
+        while True:
+            members = store.redis.zrangebyscore(expiring, "-inf", now_ms, 0, TRIM_BATCH)
+            if not members:
+                break
+            pipe = store.redis.pipeline(transaction=False)
+            for member in members:
+                job_id, owner, schedule_id = (member.decode().split("\t") + [""])[:3]
+                pipe.zrem(store.keys.jobs(shard), job_id)
+                for state in FINISHED_JOB_STATES:  # it expired in one of them
+                    pipe.zrem(store.keys.state_jobs(shard, state), job_id)
+                if owner:
+                    pipe.zrem(store.keys.owner_jobs(shard, owner), job_id)
+                if schedule_id:
+                    pipe.zrem(store.keys.schedule_jobs(shard, schedule_id), job_id)
+                pipe.zrem(expiring, member)
+            pipe.execute()
+            trimmed += len(members)
+        # dead letters older than the retention belong to jobs gone or going
+        store.redis.zremrangebyscore(store.keys.dlq(shard), "-inf", now_ms - retention_ms)
+    return trimmed

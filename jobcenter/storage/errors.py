@@ -1,0 +1,43 @@
+"""The Redis errors callers above storage catch, named here so that only storage imports
+redis: a worker backs off on any of them, the CLI tells "unreachable" from "refused"."""
+
+from __future__ import annotations
+
+import redis
+from redis.exceptions import NoScriptError, OutOfMemoryError, ReadOnlyError
+
+RedisError = redis.RedisError  # anything Redis or the link to it did
+ConnectionError = redis.ConnectionError  # noqa: A001 (redis-py's name)
+TimeoutError = redis.TimeoutError  # noqa: A001 (redis-py's name)
+ResponseError = redis.ResponseError  # Redis answered with an error (a refusal, a bad call)
+
+UNREACHABLE = (ConnectionError, TimeoutError)
+
+__all__ = [
+    "UNREACHABLE",
+    "ConnectionError",
+    "NoScriptError",
+    "OutOfMemoryError",
+    "ReadOnlyError",
+    "RedisError",
+    "ResponseError",
+    "TimeoutError",
+    "unreachable",
+    "write_refused",
+]
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether `exc` says Redis could not be reached (as opposed to refusing a command)."""
+    return isinstance(exc, UNREACHABLE)
+
+
+def write_refused(exc: ResponseError) -> str | None:
+    """Why Redis refused to write, if that is what `exc` says. A command's refusal comes as
+    its own class; a script's wraps the reply in a plain ResponseError (Redis < 7)."""
+    message = str(exc)
+    if isinstance(exc, OutOfMemoryError) or "OOM command not allowed" in message:
+        return "out of memory: maxmemory reached and eviction is off"
+    if isinstance(exc, ReadOnlyError) or "READONLY" in message:
+        return "it is a read-only replica"
+    return None

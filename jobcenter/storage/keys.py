@@ -1,0 +1,246 @@
+"""The only place a Redis key name is formed.
+
+Layout: ``jc:<namespace>:{<namespace>.<shard>}:<what>``. Every key of one job, and the
+queues, leases and leader messages its scripts touch, share one hash tag, so each Lua
+script touches a single Redis Cluster slot. A job's shard comes from its id; an
+idempotency key picks the shard and the job id is drawn to match it.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+from jobcenter.model.ids import ulid
+
+PREFIX = "jc"
+NODE_QUEUE_PREFIX = "node:"  # queue names cannot contain ':', so no clash with a node queue
+
+
+def node_queue(node: str) -> str:
+    """The private queue of a node's workers."""
+    return NODE_QUEUE_PREFIX + node
+
+
+@dataclass(frozen=True)
+class JobKeys:
+    """The keys of one job, in the order every job-scoped script receives them."""
+
+    job: str  # hash: the job's own fields (state, counters, times, spec until split)
+    tasks: str  # hash: per-task fields named "<attr>:<index>"
+    history: str  # list: one entry per finished attempt
+    frontier: str  # list: tasks still to visit by an unfinished failure cascade
+    leases: str  # shard zset: "<job>|<index>" -> lease deadline (ms)
+    claims: str  # shard hash: "<job>|<index>" -> handler that reserved it, until it starts
+    leader: str  # shard zset: "<kind>|<job>" leader messages -> due time (ms)
+    leader_wake: str  # shard list: wake-up tokens for idle workers waiting on leader work
+    dlq: str  # shard zset: dead letters "<job>|<index>" -> time they failed for good (ms)
+
+    def as_list(self) -> list[str]:
+        return [
+            self.job,
+            self.tasks,
+            self.history,
+            self.frontier,
+            self.leases,
+            self.claims,
+            self.leader,
+            self.leader_wake,
+            self.dlq,
+        ]
+
+
+class Keys:
+    """Key names for one namespace."""
+
+    def __init__(self, namespace: str, shards: int = 1) -> None:
+        if shards < 1:
+            raise ValueError("shards must be >= 1")
+        self.namespace = namespace
+        self.shards = shards
+        self._base = f"{PREFIX}:{namespace}"
+
+    # -- shards and ids -------------------------------------------------------------------
+
+    def shard_of(self, routing: str) -> int:
+        return zlib.crc32(routing.encode()) % self.shards
+
+    def new_job_id(self, shard: int | None = None) -> str:
+        """A fresh ULID; when `shard` is given, one that lands in that shard."""
+        while True:
+            job_id = ulid()
+            if shard is None or self.shard_of(job_id) == shard:
+                return job_id
+
+    def _tagged(self, shard: int) -> str:
+        return f"{self._base}:{{{self.namespace}.{shard}}}"
+
+    # -- per shard ------------------------------------------------------------------------
+
+    def queue(self, shard: int, queue: str) -> str:
+        """Ready zset: score -priority, member "<seq>|<job>|<index>" (FIFO within a priority)."""
+        return f"{self._tagged(shard)}:q:{queue}"
+
+    def delayed(self, shard: int, queue: str) -> str:
+        """Retry zset: score due time (ms), member "<priority>|<queue member>"."""
+        return f"{self._tagged(shard)}:delayed:{queue}"
+
+    def wake(self, shard: int, queue: str) -> str:
+        """List of wake-up tokens; idle workers BLPOP it instead of polling."""
+        return f"{self._tagged(shard)}:wake:{queue}"
+
+    def worker_wake(self, shard: int, handler: str) -> str:
+        """A worker's own wake-up list: its signal handler pokes it to stop waiting."""
+        return f"{self._tagged(shard)}:wake:@worker:{handler}"
+
+    def leases(self, shard: int) -> str:
+
+        return f"{self._tagged(shard)}:leases"
+
+    def claims(self, shard: int) -> str:
+        return f"{self._tagged(shard)}:claims"
+
+    def leader(self, shard: int) -> str:
+        return f"{self._tagged(shard)}:leader"
+
+    def leader_wake(self, shard: int) -> str:
+        return f"{self._tagged(shard)}:wake:@leader"
+
+    def dlq(self, shard: int) -> str:
+        return f"{self._tagged(shard)}:dlq"
+
+    def expiring(self, shard: int) -> str:
+        """Zset of finished jobs "<job>\t<owner>\t<schedule id>" -> when their retention ends
+        (ms): what recovery trims from the list indexes once the job's own keys have expired."""
+        return f"{self._tagged(shard)}:expiring"
+
+    def estimates(self, shard: int) -> str:
+        """Hash of learned run times (ms, a moving average of succeeded attempts) per job name
+        and task id and per task name (jobcenter.model.ordering): what critical_path ranks by."""
+        return f"{self._tagged(shard)}:estimates"
+
+    def seq(self, shard: int) -> str:
+        """Counter giving each job its submission sequence number."""
+        return f"{self._tagged(shard)}:seq"
+
+    def jobs(self, shard: int) -> str:
+        """Zset of every kept job id by creation time (ms)."""
+        return f"{self._tagged(shard)}:jobs"
+
+    def active(self, shard: int) -> str:
+        """Zset of unfinished job ids by creation time: what recovery walks."""
+        return f"{self._tagged(shard)}:active"
+
+    def owner_jobs(self, shard: int, owner: str) -> str:
+        return f"{self._tagged(shard)}:owner:{owner}"
+
+    def state_jobs(self, shard: int, state: str) -> str:
+        """Zset of the kept jobs in one job state, by creation time (ms): what `list --state`
+        reads. The transition that changes a job's state moves it between these."""
+        return f"{self._tagged(shard)}:jobs:state:{state}"
+
+    def schedule_jobs(self, shard: int, schedule_id: str) -> str:
+        """Zset of the kept jobs a schedule fired, by creation time (ms): `list --schedule`."""
+        return f"{self._tagged(shard)}:jobs:schedule:{schedule_id}"
+
+    def idempotency(self, shard: int, key: str) -> str:
+        return f"{self._tagged(shard)}:idem:{key}"
+
+    # -- per job --------------------------------------------------------------------------
+
+    def job_shard(self, job_id: str) -> int:
+        return self.shard_of(job_id)
+
+    def job(self, job_id: str) -> JobKeys:
+        shard = self.job_shard(job_id)
+        base = f"{self._tagged(shard)}:job:{job_id}"
+        return JobKeys(
+            job=base,
+            tasks=f"{base}:tasks",
+            history=f"{base}:history",
+            frontier=f"{base}:frontier",
+            leases=self.leases(shard),
+            claims=self.claims(shard),
+            leader=self.leader(shard),
+            leader_wake=self.leader_wake(shard),
+            dlq=self.dlq(shard),
+        )
+
+    def queue_keys(self, shard: int, queue: str) -> list[str]:
+        """The three keys a script needs to enqueue into `queue`: ready, delayed, wake."""
+        return [self.queue(shard, queue), self.delayed(shard, queue), self.wake(shard, queue)]
+
+    # -- singletons (both keys of one in shard 0's slot, so one script may touch them) --
+
+    def singleton(self, name: str) -> str:
+        """The lease of a singleton role (recovery, scheduler): holder id, with a TTL."""
+        return f"{self._tagged(0)}:singleton:{name}"
+
+    def singleton_round(self, name: str) -> str:
+        """The last round a singleton ran (one recovery per interval)."""
+        return f"{self._tagged(0)}:singleton:{name}:round"
+
+    # -- namespace-wide (never touched by a script) ---------------------------------------
+
+    def shard_count(self) -> str:
+        """String: the shard count the namespace was first used with; every process must
+        use the same, or a job's keys are looked for in the wrong shard."""
+        return f"{self._base}:shards"
+
+    def workers(self) -> str:
+        """Zset of live handler ids -> last heartbeat (ms, Redis TIME)."""
+        return f"{self._base}:workers"
+
+    def worker_info(self, handler: str) -> str:
+        return f"{self._base}:worker:{handler}"
+
+    def fsync_mark(self) -> str:
+        """String written just before each group WAITAOF: WAITAOF waits only for the writes
+        of its own connection, so this write stands for every submit acknowledged before it."""
+        return f"{self._base}:fsync-mark"
+
+    def served_tasks(self) -> str:
+        """Zset of "<queue>|<task name>" -> last time a live worker serving that queue said it
+        has that task registered (ms, Redis TIME): how recovery tells a task no live worker
+        can run."""
+        return f"{self._base}:served"
+
+    def nodes(self) -> str:
+        """Zset of node names -> last heartbeat of any worker serving that node."""
+        return f"{self._base}:nodes"
+
+    # -- schedules (all in shard 0's slot, so one script may touch several) ----------------
+
+    def schedules(self) -> str:
+        """Zset of every schedule id -> creation time (ms): what `schedule list` walks."""
+        return f"{self._tagged(0)}:schedules"
+
+    def schedules_due(self) -> str:
+        """Zset of schedule ids that need the ticker -> when (ms): next fire, buffered fire,
+        or an unfinished fire to complete."""
+        return f"{self._tagged(0)}:schedules:due"
+
+    def schedule_name(self, name: str) -> str:
+        """String: the id of the schedule called `name` (names are unique per namespace); it
+        expires with its schedule, so a finished one-time schedule frees its name."""
+        return f"{self._tagged(0)}:schedules:name:{name}"
+
+    def schedule(self, schedule_id: str) -> str:
+        """Hash: the schedule's definition (msgpack), its firing state and its revision."""
+        return f"{self._tagged(0)}:schedule:{schedule_id}"
+
+    def schedule_fires(self, schedule_id: str) -> str:
+        """Capped list of the schedule's recent fires, skips and misses (msgpack), newest first."""
+        return f"{self._tagged(0)}:schedule:{schedule_id}:fires"
+
+    def schedule_keys(self, schedule_id: str, name: str | None) -> list[str]:
+        """The KEYS of every schedule script, in order: hash, fires, the schedule index, the due
+        index, and the name key (the hash again for a schedule without a name)."""
+        key = self.schedule(schedule_id)
+        return [
+            key,
+            self.schedule_fires(schedule_id),
+            self.schedules(),
+            self.schedules_due(),
+            key if name is None else self.schedule_name(name),
+        ]

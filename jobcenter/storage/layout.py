@@ -1,0 +1,83 @@
+"""How a job's DAG is laid out in its tasks hash: the fields of each task (only what differs
+from the job's defaults), and which tasks are ready at the start. Used by the leader when it
+splits a job in chunks, and by submit when it splits a small job at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobcenter.model import codec
+from jobcenter.model.dag import children_of
+from jobcenter.model.spec import JobSpec
+
+from .keys import node_queue
+from .schema import PayloadKey, TaskField
+
+
+def job_queues(spec: JobSpec) -> list[str]:
+    """Every queue the job's tasks may enter (node-pinned tasks use the node's queue)."""
+    names = {node_queue(t.node) if t.node else (t.queue or spec.queue) for t in spec.tasks}
+    return sorted(names)
+
+
+class Layout:
+    """The tasks-hash fields of a job spec (as a dict: JobSpec.to_dict() or a stored spec),
+    with each task's claim rank within the job (jobcenter.model.ordering; None: spec order)."""
+
+    def __init__(self, spec: dict[str, Any], ranks: list[int] | None = None) -> None:
+        self.tasks: list[dict[str, Any]] = spec["tasks"]
+        self.queue = spec.get("queue", "default")
+        self.priority = spec.get("priority", 0)
+        ids = [t["id"] for t in self.tasks]
+        index = {task_id: i for i, task_id in enumerate(ids)}
+        self.deps = [t.get("depends_on", ()) for t in self.tasks]
+        children = children_of(ids, dict(zip(ids, self.deps, strict=True)))
+        self.children = [[index[c] for c in children[task_id]] for task_id in ids]
+        self.roots = [i for i, deps in enumerate(self.deps) if not deps]
+        self.ranks = ranks
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def pairs(self, start: int, end: int) -> list[Any]:
+        """Field, value pairs of tasks [start, end)."""
+        out: list[Any] = []
+        for i in range(start, end):
+            out += self._fields(i)
+        return out
+
+    def _fields(self, i: int) -> list[Any]:
+        t = self.tasks[i]
+        payload = {
+            PayloadKey.TASK: t["task"],
+            PayloadKey.ARGS: t.get("args", []),
+            PayloadKey.KWARGS: t.get("kwargs", {}),
+            PayloadKey.ID: t["id"],
+            PayloadKey.TIMEOUT: t.get("timeout"),
+            PayloadKey.RETRY_BACKOFF: t.get("retry_backoff", 1.0),
+            PayloadKey.RETRY_BACKOFF_MAX: t.get("retry_backoff_max", 300.0),
+        }
+        n = str(i)
+        fields: list[Any] = [
+            TaskField.ID.of(n),
+            t["id"],
+            TaskField.STATE.of(n),
+            "waiting",
+            TaskField.PAYLOAD.of(n),
+            codec.pack_valid(payload),  # its args were checked when the spec was parsed
+        ]
+        queue = node_queue(t["node"]) if t.get("node") else (t.get("queue") or self.queue)
+        if queue != self.queue:
+            fields += [TaskField.QUEUE.of(n), queue]
+        priority = t.get("priority")
+        if priority is not None and priority != self.priority:
+            fields += [TaskField.PRIORITY.of(n), priority]
+        if t.get("retries"):
+            fields += [TaskField.MAX_ATTEMPTS.of(n), 1 + int(t["retries"])]
+        if self.deps[i]:
+            fields += [TaskField.DEPS_LEFT.of(n), len(self.deps[i])]
+        if self.children[i]:
+            fields += [TaskField.CHILDREN.of(n), ",".join(map(str, self.children[i]))]
+        if self.ranks is not None:
+            fields += [TaskField.RANK.of(n), self.ranks[i]]
+        return fields

@@ -1,0 +1,256 @@
+--[[ _job: the context of every job-scoped script, prepended after _common.
+  KEYS[1] job hash  KEYS[2] tasks hash  KEYS[3] history list  KEYS[4] frontier list
+  KEYS[5] leases zset  KEYS[6] claims hash  KEYS[7] leader zset  KEYS[8] leader wake list
+  KEYS[9] dead-letter zset  KEYS[10] active jobs zset  KEYS[11] expiring zset (what recovery
+  trims from the list indexes, and when)  KEYS[12] the job's idempotency key (the job hash
+  again when it has none)  KEYS[13..17] the per-state job indexes (zsets), in JOB_STATES order
+  KEYS[18..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
+  ARGV[1] job id  ARGV[2] default retention ms  ARGV[3] number of queues  ARGV[4..] their
+  names, in KEYS order
+  A is the index of the script's own first ARGV; XK of its own first extra KEY.
+  Scripts that only touch running attempts (start, heartbeat) may pass no queues. ]]
+
+local J, T, H, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local LEASES, CLAIMS, LEADER, LWAKE, DLQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local ACTIVE, EXPIRING, IDEM = KEYS[10], KEYS[11], KEYS[12]
+local JOB_ID = ARGV[1]
+local DEFAULT_RETENTION_MS = tonumber(ARGV[2])
+local NQ = tonumber(ARGV[3])
+local STATE_INDEX = {} -- job state -> the zset of jobs in that state (what `list --state` reads)
+for k, state in ipairs(JOB_STATES) do STATE_INDEX[state] = KEYS[12 + k] end
+local QK = 12 + #JOB_STATES -- the queue keys follow
+local QUEUES = {}
+for qi = 1, NQ do
+  local k = QK + (qi - 1) * 3
+  QUEUES[ARGV[3 + qi]] = {ready = KEYS[k + 1], delayed = KEYS[k + 2], wake = KEYS[k + 3]}
+end
+local A = 4 + NQ
+local XK = QK + 1 + NQ * 3
+
+local FRONTIER_BUDGET = 300 -- child visits per call: a few ms, well under 50 ms under load
+local HISTORY_MAX = 200000 -- history entries kept per job (oldest trimmed)
+
+local META = {}
+
+-- Read the job's fields; false when the job hash does not exist.
+local function load_job()
+  local m = redis.call('HMGET', J, 'state', 'queue', 'priority', 'seq', 'queues')
+  if not m[1] then return false end
+  META = {state = m[1], queue = m[2], priority = tonumber(m[3]), seq = tonumber(m[4]),
+          queues = m[5] or ''}
+  return true
+end
+
+-- Every queue the job's tasks may enter, and its idempotency key, were passed in KEYS
+-- (checked before any write).
+local function queues_passed()
+  for name in string.gmatch(META.queues, '[^,]+') do
+    if not QUEUES[name] then return false end
+  end
+  return IDEM ~= J or redis.call('HEXISTS', J, 'idem') == 0
+end
+
+-- The job is gone (expired, deleted): drop the leases and claims of the task indexes
+-- ARGV[first..], so nothing keeps pointing at it.
+local function drop_reservations(first)
+  for k = first, #ARGV do
+    redis.call('ZREM', LEASES, JOB_ID .. '|' .. ARGV[k])
+    redis.call('HDEL', CLAIMS, JOB_ID .. '|' .. ARGV[k])
+  end
+end
+
+-- Set the job's state and move the job to that state's index, in one step, so `list --state`
+-- reads exactly the jobs in that state.
+local function set_job_state(state)
+  local j = redis.call('HMGET', J, 'state', 'created_at')
+  if j[1] and j[1] ~= state then redis.call('ZREM', STATE_INDEX[j[1]], JOB_ID) end
+  redis.call('ZADD', STATE_INDEX[state], j[2], JOB_ID)
+  redis.call('HSET', J, 'state', state)
+  META.state = state
+end
+
+-- The job's entry in the expiring zset: what trimming needs once the job's keys are gone.
+local function expiring_member()
+  local j = redis.call('HMGET', J, 'owner', 'schedule_id')
+  return JOB_ID .. '\t' .. (j[1] or '') .. '\t' .. (j[2] or '')
+end
+
+local function task_state(i) return redis.call('HGET', T, TF_STATE .. i) end
+local function lease_member(i) return JOB_ID .. '|' .. i end
+-- The index is zero-padded so a job's tasks sort in spec order, not as strings (10 < 2).
+-- A task with a rank (TF_RANK, jobcenter/model/ordering.py) has it right after the job's
+-- sequence number: within a priority, jobs keep their submit order and the rank orders one
+-- job's tasks. (Every task of a job has a rank or none does, so the two forms never meet.)
+local function queue_member(i)
+  local rank = redis.call('HGET', T, TF_RANK .. i)
+  if rank then return string.format('%012d%06d|%s|%06d', META.seq, rank, JOB_ID, i) end
+  return string.format('%012d|%s|%06d', META.seq, JOB_ID, i)
+end
+local function task_queue(i) return redis.call('HGET', T, TF_QUEUE .. i) or META.queue end
+local function task_priority(i)
+  local p = redis.call('HGET', T, TF_PRIORITY .. i)
+  if p then return tonumber(p) end
+  return META.priority
+end
+local function max_attempts(i) return tonumber(redis.call('HGET', T, TF_MAX_ATTEMPTS .. i) or 1) end
+local function token_of(i)
+  local a = redis.call('HMGET', T, TF_ATTEMPTS .. i, TF_HANDLER .. i)
+  return (a[1] or '0') .. ':' .. (a[2] or '')
+end
+
+-- Tasks first..last (indexes) were just written by the split: record when (seed 000's
+-- creation time of a subtask; its last-modified time is this too until a transition).
+local function stamp_created(first, last, now)
+  local fields = {}
+  for i = first, last do
+    fields[#fields + 1] = TF_CREATED_AT .. i
+    fields[#fields + 1] = now
+  end
+  call_chunked('HSET', T, fields)
+end
+
+local pending_wakes = {}
+local function enqueue(i, now)
+  local qname = task_queue(i)
+  redis.call('HSET', T, TF_STATE .. i, T_QUEUED, TF_QUEUED_AT .. i, now, TF_UPDATED_AT .. i, now)
+  redis.call('ZADD', QUEUES[qname].ready, -task_priority(i), queue_member(i))
+  pending_wakes[qname] = (pending_wakes[qname] or 0) + 1
+end
+local function flush_wakes()
+  for qname, n in pairs(pending_wakes) do wake(QUEUES[qname].wake, n) end
+  pending_wakes = {}
+end
+
+-- A message for whichever worker plays leader next: split, continue, finalize, cancel.
+local function leader_message(kind, due)
+  redis.call('ZADD', LEADER, due, kind .. '|' .. JOB_ID)
+  wake(LWAKE, 1)
+end
+
+-- History entries: "index, attempt, state, handler, started, finished, error" tab-separated.
+local function append_history(entries)
+  if #entries == 0 then return end
+  local length = 0
+  for first = 1, #entries, ARGS_PER_CALL_MAX do
+    length = redis.call('RPUSH', H, unpack(entries, first,
+      math.min(#entries, first + ARGS_PER_CALL_MAX - 1)))
+  end
+  if length > HISTORY_MAX then redis.call('LTRIM', H, -HISTORY_MAX, -1) end
+end
+
+local function record_history(i, state, now, err)
+  local a = redis.call('HMGET', T, TF_ATTEMPTS .. i, TF_HANDLER .. i, TF_STARTED_AT .. i)
+  append_history({table.concat({i, a[1] or '0', state, a[2] or '', a[3] or '', now, err or ''},
+    '\t')})
+end
+
+local COMPACT_INLINE_MAX = 500 -- tasks compacted inside the finalizing call (bounded work)
+-- WORKING_FIELDS (schema.py): what only a running job needs, dropped by compaction.
+
+-- A succeeded job can never run again: free its working fields, keep its record and
+-- history. A large job is compacted in chunks by a leader ('compact' message).
+local function compact(now)
+  local n = tonumber(redis.call('HGET', J, 'n'))
+  if n > COMPACT_INLINE_MAX then
+    leader_message('compact', now)
+    return
+  end
+  local fields = {}
+  for i = 0, n - 1 do
+    for _, prefix in ipairs(WORKING_FIELDS) do fields[#fields + 1] = prefix .. i end
+  end
+  call_chunked('HDEL', T, fields)
+end
+
+-- Close a job whose tasks all ended: succeeded only if every task succeeded; cancelled if a
+-- user cancelled it; else failed. Its keys then live for the retention period.
+local function finalize_job(now)
+  local j = redis.call('HMGET', J, 'nfailed', 'stop', 'retention')
+  local state = J_SUCCEEDED
+  if j[2] == 'cancel' then state = J_CANCELLED elseif tonumber(j[1] or 0) > 0 then state = J_FAILED end
+  set_job_state(state)
+  redis.call('HSET', J, 'finished_at', now, 'updated_at', now)
+  redis.call('ZREM', ACTIVE, JOB_ID)
+  redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
+  local retention = tonumber(j[3] or DEFAULT_RETENTION_MS)
+  for _, key in ipairs({J, T, H, F}) do redis.call('PEXPIRE', key, retention) end
+  if state == J_SUCCEEDED then compact(now) end
+  if IDEM ~= J then redis.call('PEXPIRE', IDEM, retention) end
+  redis.call('ZADD', EXPIRING, now + retention, expiring_member())
+  return state
+end
+
+-- One more task (or `count` more) is terminal; the last one finalizes the job.
+local function task_finished(now, count)
+  redis.call('HSET', J, 'updated_at', now)
+  if redis.call('HINCRBY', J, 'left', -(count or 1)) == 0 then finalize_job(now) end
+end
+
+-- Schedule a visit of i's children: 'r' releases them, 'f' marks them upstream_failed.
+local function push_frontier(kind, i, origin)
+  if redis.call('HEXISTS', T, TF_CHILDREN .. i) == 1 then
+    redis.call('RPUSH', F, kind .. '|' .. i .. '|' .. origin .. '|1')
+  end
+end
+
+local function release_one(c, now, take)
+  if redis.call('HINCRBY', T, TF_DEPS_LEFT .. c, -1) == 0 and task_state(c) == T_WAITING then
+    if not (take and take(c, now)) then enqueue(c, now) end
+  end
+end
+
+local function fail_one(c, origin, now)
+  if task_state(c) ~= T_WAITING then return end -- visited already, or cancelled
+  local origin_id = redis.call('HGET', T, TF_ID .. origin) or origin
+  redis.call('HSET', T, TF_STATE .. c, T_UPSTREAM_FAILED, TF_FINISHED_AT .. c, now, TF_UPDATED_AT .. c, now,
+    TF_ERROR .. c, 'upstream task ' .. origin_id .. ' failed')
+  redis.call('HINCRBY', J, 'nfailed', 1)
+  push_frontier('f', c, origin)
+  task_finished(now)
+end
+
+-- Visit children from the frontier, at most FRONTIER_BUDGET of them; what is left waits
+-- for a 'continue' leader message, so a 100,000-child fan-out never blocks Redis for long.
+local function drain_frontier(now, take)
+  local budget = FRONTIER_BUDGET
+  while budget > 0 do
+    local entry = redis.call('LPOP', F)
+    if not entry then break end
+    local kind, i, origin, pos = string.match(entry, '^(%a)|(%d+)|(%d+)|(%d+)$')
+    local csv = redis.call('HGET', T, TF_CHILDREN .. i) or ''
+    pos = tonumber(pos)
+    while budget > 0 do
+      local s, e = string.find(csv, '[^,]+', pos)
+      if not s then break end
+      local c = string.sub(csv, s, e)
+      pos = e + 2
+      budget = budget - 1
+      if kind == 'r' then release_one(c, now, take) else fail_one(c, origin, now) end
+    end
+    if string.find(csv, '[^,]+', pos) then
+      redis.call('LPUSH', F, kind .. '|' .. i .. '|' .. origin .. '|' .. pos)
+    end
+  end
+  flush_wakes()
+  if redis.call('EXISTS', F) == 1 then
+    -- Releases go on after a job is finalized too (they keep every dependency counter
+    -- equal to the parents not yet succeeded, which a later retry relies on); a list
+    -- re-created by the push-back above must expire with the job.
+    local ttl = redis.call('PTTL', J)
+    if ttl > 0 then redis.call('PEXPIRE', F, ttl) end
+    leader_message('continue', now)
+  end
+end
+
+-- Terminal failure of task i: record it (and dead-letter it), then cascade to every
+-- descendant.
+local function fail_task(i, now, err)
+  redis.call('HSET', T, TF_STATE .. i, T_FAILED, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now, TF_ERROR .. i, err)
+  redis.call('HDEL', T, TF_WAITING_FOR .. i) -- no longer waiting for a worker (give_back.lua)
+  redis.call('ZREM', LEASES, lease_member(i))
+  redis.call('ZADD', DLQ, now, lease_member(i))
+  redis.call('HINCRBY', J, 'nfailed', 1)
+  record_history(i, T_FAILED, now, err)
+  push_frontier('f', i, i)
+  task_finished(now)
+end

@@ -1,0 +1,65 @@
+--[[ cancel: stop a job. A pending job stops at once; a running one has its unfinished tasks
+  stopped in bounded chunks (a 'cancel' leader message carries on), taking queued ones out
+  of their queues and revoking running attempts (their results are then rejected).
+  Two modes: 'cancel' (a user's request: tasks and job end cancelled) and 'abandon'
+  (recovery giving up on a stalled scheduled job: unfinished tasks and the job end failed).
+  KEYS: the job context (_job.lua)
+  ARGV[A] mode for a new request, or '' to go on with the one under way
+  ARGV[A+1] error text recorded on abandoned tasks
+  Returns {0, tasks still to visit} | {1, state} finished already | {-4} job gone | {-5} ]]
+
+local CANCEL_BUDGET = 1000 -- tasks visited per call: keeps every call short
+
+if not load_job() then return {JOB_GONE} end
+if META.state == J_SUCCEEDED or META.state == J_FAILED or META.state == J_CANCELLED then
+  redis.call('ZREM', LEADER, 'cancel|' .. JOB_ID)
+  return {ALREADY, META.state}
+end
+if not queues_passed() then return {KEYS_MISSING} end
+
+local now = now_ms()
+local mode = redis.call('HGET', J, 'stop')
+if not mode then
+  mode = ARGV[A] ~= '' and ARGV[A] or 'cancel'
+  redis.call('HSET', J, 'stop', mode)
+end
+local final, counter, err = T_CANCELLED, 'ncancelled', 'cancelled'
+if mode == 'abandon' then final, counter, err = T_FAILED, 'nfailed', ARGV[A + 1] end
+redis.call('HSET', J, 'updated_at', now)
+redis.call('ZREM', LEADER, 'cancel|' .. JOB_ID)
+local n = tonumber(redis.call('HGET', J, 'n'))
+local limit = n
+if META.state == J_PENDING then
+  -- Nothing is queued before the split ends, so no task has started. The tasks a leader
+  -- wrote so far are stopped one by one below; those never written end here, at once.
+  redis.call('ZREM', LEADER, 'split|' .. JOB_ID)
+  limit = tonumber(redis.call('HGET', J, 'written') or 0)
+  if redis.call('HSETNX', J, 'unwritten_stopped', 1) == 1 then
+    redis.call('HSET', J, 'error', err)
+    if n > limit then
+      redis.call('HINCRBY', J, counter, n - limit)
+      task_finished(now, n - limit)
+    end
+  end
+end
+
+local cursor = tonumber(redis.call('HGET', J, 'cancel_cursor') or 0)
+local upto = math.min(limit, cursor + CANCEL_BUDGET)
+for i = cursor, upto - 1 do
+  local state = task_state(i)
+  if state == T_WAITING or state == T_QUEUED or state == T_RETRY_WAIT
+      or state == T_RUNNING or state == T_TIMED_OUT then
+    local queue = QUEUES[task_queue(i)]
+    redis.call('ZREM', queue.ready, queue_member(i))
+    redis.call('ZREM', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
+    redis.call('ZREM', LEASES, lease_member(i))
+    redis.call('HDEL', CLAIMS, lease_member(i))
+    if state == T_RUNNING or state == T_TIMED_OUT then record_history(i, final, now, err) end
+    redis.call('HSET', T, TF_STATE .. i, final, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now, TF_ERROR .. i, err)
+    redis.call('HINCRBY', J, counter, 1)
+    task_finished(now)
+  end
+end
+redis.call('HSET', J, 'cancel_cursor', upto)
+if upto < limit then leader_message('cancel', now) end
+return {OK, limit - upto}

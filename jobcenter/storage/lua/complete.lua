@@ -1,0 +1,118 @@
+--[[ complete: running -> succeeded for a batch of one job's tasks; release each child whose
+  last dependency this was, exactly once. A released child on a queue this worker serves may
+  be taken at once (it starts running here, skipping the queue round trip). Each success
+  updates the learned run time of its job name + task id and of its task name.
+  KEYS: the job context (_job.lua), then KEYS[XK] the shard's learned-estimates hash
+  ARGV[A] handler id  ARGV[A+1] lease ms  ARGV[A+2] max children to take
+  ARGV[A+3] number of queues the worker serves  ARGV[A+4..] their names
+  then pairs: task index, attempt
+  Returns {0, {code per pair}, {{index, attempt, payload} per taken child}} | {-4} | {-5}
+  Codes: 0 completed | 1 this attempt completed already | -2 stale token | -3 not running ]]
+
+local handler = ARGV[A]
+local lease_ms, take_left = tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2])
+local nserved = tonumber(ARGV[A + 3])
+local served = {}
+for k = A + 4, A + 3 + nserved do served[ARGV[k]] = true end
+local first_pair = A + 4 + nserved
+
+if not load_job() then return {JOB_GONE} end
+if not queues_passed() then return {KEYS_MISSING} end
+
+local now = now_ms()
+local ESTIMATES = KEYS[XK]
+local ESTIMATE_WEIGHT = 0.3 -- of the newest run in the moving average: a few runs adapt it
+local ESTIMATES_MAX = 100000 -- fields per shard: past this only known ones are updated
+local job_name = nil
+
+-- The payload is msgpack of a map whose first key is "t" (layout.py writes PayloadKey.TASK first): the
+-- task name is the string right after it, read here without unpacking the arguments.
+local function payload_task_name(p)
+  if not p or string.sub(p, 2, 3) ~= '\161t' then return nil end
+  local b = string.byte(p, 4)
+  if b >= 160 and b <= 191 then return string.sub(p, 5, 4 + b - 160) end -- fixstr
+  if b == 217 then return string.sub(p, 6, 5 + string.byte(p, 5)) end -- str 8
+  return nil
+end
+
+-- Fold one succeeded run (ms, Redis time) into a moving average (jobcenter/model/ordering.py).
+local function learn(field, ms)
+  local old = tonumber(redis.call('HGET', ESTIMATES, field))
+  if not old and redis.call('HLEN', ESTIMATES) >= ESTIMATES_MAX then return end
+  local value = ms
+  if old then value = old + ESTIMATE_WEIGHT * (ms - old) end
+  redis.call('HSET', ESTIMATES, field, string.format('%.1f', value))
+end
+
+local function learn_run(i, started, payload)
+  if not started then return end
+  local ms = math.max(0, now - tonumber(started))
+  job_name = job_name or redis.call('HGET', J, 'name') or ''
+  learn('j\t' .. job_name .. '\t' .. (redis.call('HGET', T, TF_ID .. i) or i), ms)
+  local task_name = payload_task_name(payload)
+  if task_name then learn('t\t' .. task_name, ms) end
+end
+
+local taken = {}
+-- Take a released child only if it would be the next claimed from its queue anyway: the
+-- shortcut must never jump ahead of a higher-priority or older ready task.
+local function take(c)
+  local qname = task_queue(c)
+  if take_left <= 0 or not served[qname] then return false end
+  local head = redis.call('ZRANGE', QUEUES[qname].ready, 0, 0, 'WITHSCORES')
+  if head[1] then
+    local score, head_score = -task_priority(c), tonumber(head[2])
+    if score > head_score or (score == head_score and queue_member(c) > head[1]) then
+      return false
+    end
+  end
+
+  take_left = take_left - 1
+  local attempt = redis.call('HINCRBY', T, TF_ATTEMPTS .. c, 1)
+  redis.call('HSET', T, TF_STATE .. c, T_RUNNING, TF_HANDLER .. c, handler, TF_QUEUED_AT .. c, now,
+    TF_STARTED_AT .. c, now, TF_UPDATED_AT .. c, now)
+  redis.call('HDEL', T, TF_ERROR .. c, TF_FINISHED_AT .. c, TF_PROGRESS .. c) -- a fresh attempt
+  redis.call('ZADD', LEASES, now + lease_ms, lease_member(c))
+  taken[#taken + 1] = {tonumber(c), attempt, redis.call('HGET', T, TF_PAYLOAD .. c)}
+  return true
+end
+
+-- One read per task; the writes of the whole batch go out in a few variadic calls.
+local codes, done = {}, {}
+local writes, clears, leases, history, frontier = {}, {}, {}, {}, {}
+for k = first_pair, #ARGV, 2 do
+  local i, attempt = ARGV[k], ARGV[k + 1]
+  local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
+    TF_STARTED_AT .. i, TF_CHILDREN .. i, TF_PAYLOAD .. i)
+  local code = ITEM_OK
+  if (f[2] or '0') .. ':' .. (f[3] or '') ~= attempt .. ':' .. handler then
+    code = ITEM_STALE_TOKEN
+  elseif f[1] == T_SUCCEEDED or done[i] then
+    code = ITEM_ALREADY
+  elseif f[1] ~= T_RUNNING and f[1] ~= T_TIMED_OUT then
+    code = ITEM_NOT_RUNNING
+  else
+    done[i] = true
+    for _, v in ipairs({TF_STATE .. i, T_SUCCEEDED, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now}) do
+      writes[#writes + 1] = v
+    end
+    clears[#clears + 1] = TF_ERROR .. i
+    clears[#clears + 1] = TF_PROGRESS .. i
+    clears[#clears + 1] = TF_WAITING_FOR .. i -- it ran: no longer waiting for a worker with its code
+    leases[#leases + 1] = lease_member(i)
+    history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', now, ''}, '\t')
+    if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
+    learn_run(i, f[4], f[6])
+  end
+  codes[#codes + 1] = code
+end
+if #leases > 0 then
+  call_chunked('HSET', T, writes)
+  call_chunked('HDEL', T, clears)
+  call_chunked('ZREM', LEASES, leases)
+  append_history(history)
+  call_chunked('RPUSH', F, frontier)
+  task_finished(now, #leases)
+end
+drain_frontier(now, take)
+return {OK, codes, taken}

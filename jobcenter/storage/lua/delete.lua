@@ -1,0 +1,24 @@
+--[[ delete: remove a finished job and every trace of it: its keys, its entries in the list
+  indexes, its idempotency key and its dead letters.
+  KEYS: the job context (_job.lua), then KEYS[XK] jobs zset
+  KEYS[XK+1] owner's jobs zset (the job hash again when no owner)
+  KEYS[XK+2] the firing schedule's jobs zset (the job hash again when no schedule fired it)
+  ARGV[A..] indexes of its failed tasks (its dead letters)
+  Returns {0} | {-3} the job is not finished (cancel it first) | {-4} job gone | {-5} ]]
+
+if not load_job() then return {JOB_GONE} end
+if META.state ~= J_SUCCEEDED and META.state ~= J_FAILED and META.state ~= J_CANCELLED then
+  return {WRONG_STATE}
+end
+if not queues_passed() then return {KEYS_MISSING} end
+local expiring = expiring_member()
+for k = A, #ARGV do redis.call('ZREM', DLQ, lease_member(ARGV[k])) end
+redis.call('DEL', J, T, H, F)
+redis.call('ZREM', KEYS[XK], JOB_ID)
+redis.call('ZREM', ACTIVE, JOB_ID)
+if KEYS[XK + 1] ~= J then redis.call('ZREM', KEYS[XK + 1], JOB_ID) end
+if KEYS[XK + 2] ~= J then redis.call('ZREM', KEYS[XK + 2], JOB_ID) end
+redis.call('ZREM', STATE_INDEX[META.state], JOB_ID)
+if IDEM ~= J then redis.call('DEL', IDEM) end
+redis.call('ZREM', EXPIRING, expiring)
+return {OK}

@@ -1,0 +1,64 @@
+--[[ expire: act on leases found expired (seed 004). Each lease is checked again here, so
+  any number of workers may report the same one.
+  reserved, never started -> back in its queue (no attempt was used)
+  running   -> timed_out, with a second deadline of grace ms
+  timed_out -> past the second deadline: queued as a new attempt, or failed (and cascaded)
+               when its attempts are exhausted
+  KEYS: the job context (_job.lua)
+  ARGV[A] grace ms  ARGV[A+1..] task indexes
+  Returns {0, {outcome per index}} | {-4} job gone (its leases are dropped) | {-5}
+  Outcomes: 'live' (not expired) | 'requeued' | 'timed_out' | 'retried' | 'failed' | 'dropped' ]]
+
+local grace_ms = tonumber(ARGV[A])
+if not load_job() then
+  drop_reservations(A + 1)
+  return {JOB_GONE}
+end
+if not queues_passed() then return {KEYS_MISSING} end
+
+local now = now_ms()
+local outcomes = {}
+local changed = false -- a lease found live is left alone: the report writes nothing
+for k = A + 1, #ARGV do
+  local i = ARGV[k]
+  local lease = lease_member(i)
+  local deadline = redis.call('ZSCORE', LEASES, lease)
+  local state = task_state(i)
+  local outcome
+  if not deadline or tonumber(deadline) > now then
+    outcome = 'live'
+  elseif state == T_QUEUED or state == T_RETRY_WAIT then
+    redis.call('ZREM', LEASES, lease)
+    redis.call('HDEL', CLAIMS, lease)
+    enqueue(i, now)
+    outcome = 'requeued'
+  elseif state == T_RUNNING then
+    redis.call('HSET', T, TF_STATE .. i, T_TIMED_OUT, TF_UPDATED_AT .. i, now)
+    redis.call('ZADD', LEASES, now + grace_ms, lease)
+    outcome = 'timed_out'
+  elseif state == T_TIMED_OUT then
+    local msg = 'timed out: no heartbeat from handler ' .. (redis.call('HGET', T, TF_HANDLER .. i) or '?')
+    local attempt = tonumber(redis.call('HGET', T, TF_ATTEMPTS .. i) or 0)
+    if attempt < max_attempts(i) then
+      redis.call('HSET', T, TF_ERROR .. i, msg, TF_FINISHED_AT .. i, now)
+      record_history(i, T_TIMED_OUT, now, msg)
+      redis.call('ZREM', LEASES, lease)
+      enqueue(i, now)
+      outcome = 'retried'
+    else
+      fail_task(i, now, msg)
+      outcome = 'failed'
+    end
+  else
+    redis.call('ZREM', LEASES, lease)
+    redis.call('HDEL', CLAIMS, lease)
+    outcome = 'dropped'
+  end
+  outcomes[#outcomes + 1] = outcome
+  if outcome ~= 'live' then changed = true end
+end
+if changed then
+  redis.call('HSET', J, 'updated_at', now)
+  drain_frontier(now, nil)
+end
+return {OK, outcomes}

@@ -1,0 +1,44 @@
+--[[ fail: a running attempt failed: retry_wait (backoff) while attempts remain and the
+  caller asks for a retry, else failed, with every descendant marked upstream_failed.
+  KEYS: the job context (_job.lua)
+  ARGV[A] handler id  ARGV[A+1] task index  ARGV[A+2] attempt  ARGV[A+3] error text
+  ARGV[A+4] retry delay ms, or -1 for no retry (Fatal, or a non-retryable error)
+  Returns {0, new state} | {1, state} this attempt ended already | {-2} stale token
+          | {-3} not running | {-4} job gone | {-5} queues not passed ]]
+
+local handler, i, attempt = ARGV[A], ARGV[A + 1], ARGV[A + 2]
+local err, delay = ARGV[A + 3], tonumber(ARGV[A + 4])
+
+if not load_job() then return {JOB_GONE} end
+if not queues_passed() then return {KEYS_MISSING} end
+local state = task_state(i)
+if token_of(i) ~= attempt .. ':' .. handler then return {STALE_TOKEN} end
+if state ~= T_RUNNING and state ~= T_TIMED_OUT then
+  if state == T_FAILED or state == T_RETRY_WAIT or state == T_QUEUED or state == T_SUCCEEDED then
+
+    return {ALREADY, state}
+  end
+  return {WRONG_STATE}
+end
+
+local now = now_ms()
+if delay >= 0 and tonumber(attempt) < max_attempts(i) then
+  redis.call('HSET', T, TF_ERROR .. i, err, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now)
+  redis.call('HDEL', T, TF_WAITING_FOR .. i) -- it ran: no longer waiting for a worker with its code
+  record_history(i, T_RETRY_WAIT, now, err)
+  redis.call('ZREM', LEASES, lease_member(i))
+  if delay == 0 then
+    enqueue(i, now)
+    flush_wakes()
+    return {OK, T_QUEUED}
+  end
+  redis.call('HSET', T, TF_STATE .. i, T_RETRY_WAIT)
+  local queue = QUEUES[task_queue(i)]
+  redis.call('ZADD', queue.delayed, now + delay, task_priority(i) .. '|' .. queue_member(i))
+  wake(queue.wake, 1) -- an idle worker re-claims and learns when to wake for this retry
+
+  return {OK, T_RETRY_WAIT}
+end
+fail_task(i, now, err)
+drain_frontier(now, nil)
+return {OK, T_FAILED}

@@ -1,0 +1,22 @@
+--[[ finalize: close a job whose tasks are all terminal. The transition that ends the last
+  task does this itself; this script serves leader messages (a job cancelled before its
+  split) and recovery (a job whose tasks all ended but that was never closed).
+  KEYS: the job context (_job.lua)
+  Returns {0, state} | {1, state} finalized already | {2} tasks still unfinished | {-4}
+          | {-5} idempotency key not passed ]]
+
+local message = 'finalize|' .. JOB_ID
+if not load_job() then
+  redis.call('ZREM', LEADER, message)
+  return {JOB_GONE}
+end
+if META.state == J_SUCCEEDED or META.state == J_FAILED or META.state == J_CANCELLED then
+  redis.call('ZREM', LEADER, message)
+  return {ALREADY, META.state}
+end
+if not queues_passed() then return {KEYS_MISSING} end
+if tonumber(redis.call('HGET', J, 'left') or 1) > 0 then
+  redis.call('ZREM', LEADER, message)
+  return {UNFINISHED}
+end
+return {OK, finalize_job(now_ms())}

@@ -1,0 +1,19 @@
+--[[ publish_tasks: the leader writes one chunk of a pending job's tasks (split step 1).
+  Chunks are numbered by a cursor, so a leader that took over after a crash goes on where
+  the last one stopped, and two leaders never write the same chunk twice.
+  KEYS: the job context (_job.lua)
+  ARGV[A] handler id  ARGV[A+1] leader step timeout ms  ARGV[A+2] tasks written before
+  this chunk  ARGV[A+3] tasks written after it  ARGV[A+4..] field, value pairs (tasks hash)
+  Returns {0} | {-3} job not pending | {-4} job gone | {-6} another leader moved the cursor ]]
+
+
+if not load_job() then return {JOB_GONE} end
+if META.state ~= J_PENDING or redis.call('HGET', J, 'stop') then return {WRONG_STATE} end
+if tonumber(redis.call('HGET', J, 'written') or 0) ~= tonumber(ARGV[A + 2]) then return {CURSOR_MOVED} end
+
+local now = now_ms()
+call_chunked_argv('HSET', T, A + 4, #ARGV)
+stamp_created(tonumber(ARGV[A + 2]), tonumber(ARGV[A + 3]) - 1, now)
+redis.call('HSET', J, 'written', ARGV[A + 3], 'leader', ARGV[A], 'updated_at', now)
+redis.call('ZADD', LEADER, now + tonumber(ARGV[A + 1]), 'split|' .. JOB_ID)
+return {OK}

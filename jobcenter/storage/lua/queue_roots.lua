@@ -1,0 +1,33 @@
+--[[ queue_roots: the leader queues one chunk of a job's ready tasks (split step 2), once
+  every task is written. The first chunk makes the job running; the last one ends the split.
+  KEYS: the job context (_job.lua)
+  ARGV[A] handler id  ARGV[A+1] leader step timeout ms  ARGV[A+2] roots queued before this
+  chunk  ARGV[A+3] roots queued after it  ARGV[A+4] 1 if this is the last chunk
+  ARGV[A+5..] task indexes
+  Returns {0} | {-3} job cancelled, finished, or not fully written | {-4} | {-5} | {-6} ]]
+
+if not load_job() then return {JOB_GONE} end
+if not queues_passed() then return {KEYS_MISSING} end
+local j = redis.call('HMGET', J, 'written', 'n', 'queued', 'stop')
+if (META.state ~= J_PENDING and META.state ~= J_RUNNING) or j[4] or j[1] ~= j[2] then
+  return {WRONG_STATE}
+end
+if tonumber(j[3] or 0) ~= tonumber(ARGV[A + 2]) then return {CURSOR_MOVED} end
+
+local now = now_ms()
+if META.state == J_PENDING then
+  set_job_state(J_RUNNING)
+  redis.call('HSET', J, 'started_at', now)
+end
+for k = A + 5, #ARGV do
+  if task_state(ARGV[k]) == T_WAITING then enqueue(ARGV[k], now) end
+end
+flush_wakes()
+redis.call('HSET', J, 'queued', ARGV[A + 3], 'leader', ARGV[A], 'updated_at', now)
+if ARGV[A + 4] == '1' then
+  redis.call('ZREM', LEADER, 'split|' .. JOB_ID)
+  redis.call('HDEL', J, 'spec', 'ranks')
+else
+  redis.call('ZADD', LEADER, now + tonumber(ARGV[A + 1]), 'split|' .. JOB_ID)
+end
+return {OK}

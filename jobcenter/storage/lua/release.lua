@@ -1,0 +1,27 @@
+--[[ release: a worker shutting down gives its running attempts back: each goes back to its
+  queue at once, and gets one more attempt so the interrupted one does not use up a retry.
+  KEYS: the job context (_job.lua)
+  ARGV[A] handler id  then pairs: task index, attempt
+  Returns {0, number released} | {-4} job gone | {-5} queues not passed
+  An attempt whose token is stale or that is no longer running is left alone. ]]
+
+local handler = ARGV[A]
+if not load_job() then return {JOB_GONE} end
+if not queues_passed() then return {KEYS_MISSING} end
+
+local now = now_ms()
+local released = 0
+for k = A + 1, #ARGV, 2 do
+  local i = ARGV[k]
+  local state = task_state(i)
+  if token_of(i) == ARGV[k + 1] .. ':' .. handler
+      and (state == T_RUNNING or state == T_TIMED_OUT) then
+    record_history(i, T_QUEUED, now, 'given back by a stopping worker')
+    redis.call('HSET', T, TF_MAX_ATTEMPTS .. i, max_attempts(i) + 1)
+    redis.call('ZREM', LEASES, lease_member(i))
+    enqueue(i, now)
+    released = released + 1
+  end
+end
+flush_wakes()
+return {OK, released}

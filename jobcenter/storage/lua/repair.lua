@@ -1,0 +1,65 @@
+--[[ repair: recovery's fixes for one job's tasks, each checked again here, in one bounded
+  batch. A task no longer in the broken state is left alone, so a repair never duplicates.
+  'requeue'  queued or retry_wait, in no queue, delayed set or lease: queued again
+             (a lost queue entry, DESIGN section 6 rule 2)
+  'release'  waiting with every parent succeeded (parents given): queued (rule 3)
+  'abandon'  queued, retry_wait or timed_out on a node with no live worker: failed, and its
+             descendants upstream_failed (rule 4)
+  'lease'    running or timed_out with no lease: given a lease due now, so the expiry
+             rules (rule 1) take it from there
+  KEYS: the job context (_job.lua)
+  ARGV[A] action  ARGV[A+1] error text (abandon)  then per task: index, and for 'release'
+  a count of parents followed by the parents' indexes
+  Returns {0, number repaired} | {-4} job gone | {-5} queues not passed ]]
+
+local action, err = ARGV[A], ARGV[A + 1]
+if not load_job() then return {JOB_GONE} end
+if not queues_passed() then return {KEYS_MISSING} end
+
+local now = now_ms()
+local repaired = 0
+local k = A + 2
+while k <= #ARGV do
+  local i = ARGV[k]
+  k = k + 1
+  local state = task_state(i)
+  local lease = lease_member(i)
+  local queue = QUEUES[task_queue(i)]
+  if action == 'requeue' then
+    local held = redis.call('ZSCORE', LEASES, lease)
+      or redis.call('ZSCORE', queue.ready, queue_member(i))
+      or redis.call('ZSCORE', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
+    if (state == T_QUEUED or state == T_RETRY_WAIT) and not held then
+      enqueue(i, now)
+      repaired = repaired + 1
+    end
+  elseif action == 'release' then
+    local nparents = tonumber(ARGV[k])
+    local all_succeeded = true
+    for p = k + 1, k + nparents do
+      if task_state(ARGV[p]) ~= T_SUCCEEDED then all_succeeded = false end
+    end
+    k = k + 1 + nparents
+    if state == T_WAITING and all_succeeded then
+      redis.call('HSET', T, TF_DEPS_LEFT .. i, 0)
+      enqueue(i, now)
+      repaired = repaired + 1
+    end
+  elseif action == 'lease' then
+    if (state == T_RUNNING or state == T_TIMED_OUT) and not redis.call('ZSCORE', LEASES, lease) then
+      redis.call('ZADD', LEASES, now, lease)
+      repaired = repaired + 1
+    end
+  elseif action == 'abandon' then
+    if state == T_QUEUED or state == T_RETRY_WAIT or state == T_TIMED_OUT then
+      redis.call('ZREM', queue.ready, queue_member(i))
+      redis.call('ZREM', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
+      redis.call('HDEL', CLAIMS, lease)
+      fail_task(i, now, err)
+      repaired = repaired + 1
+    end
+  end
+end
+flush_wakes()
+drain_frontier(now, nil)
+return {OK, repaired}

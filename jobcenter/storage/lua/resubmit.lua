@@ -1,0 +1,15 @@
+--[[ resubmit: recovery hands an unfinished job back to a leader: a split that lost its
+  message, a cascade or release left half done, a finalize that never happened. The
+  message is added only if none is pending (a duplicate would be dropped anyway).
+  KEYS: the job context (_job.lua)
+  ARGV[A] kind: 'split' | 'continue' | 'finalize'
+  Returns {0} added | {1} a message was pending already, or the job is finished | {-4} ]]
+
+local kind = ARGV[A]
+if not load_job() then return {JOB_GONE} end
+if META.state == J_SUCCEEDED or META.state == J_FAILED or META.state == J_CANCELLED then
+  return {ALREADY}
+end
+if redis.call('ZSCORE', LEADER, kind .. '|' .. JOB_ID) then return {ALREADY} end
+leader_message(kind, now_ms())
+return {OK}

@@ -1,0 +1,79 @@
+--[[ revive: run failed tasks again (a dead letter requeued, or `retry JOB`, in chunks): each
+  root goes from failed back to queued with a fresh budget of attempts; each upstream_failed
+  task given goes back to waiting (queued if its parents have all succeeded meanwhile) when
+  every parent is succeeded, alive, or revived by this call. One whose parent is dead
+  (failed, upstream_failed, cancelled: a task revived by an earlier chunk failed again) stays
+  upstream_failed. Dependency counters need no change: a counter only ever counts parents
+  not yet succeeded. A finished job re-opens (running, no TTL) and is finalized again when
+  its tasks end.
+  All checks come first: a root not failed, a task to reset not upstream_failed, or a
+  cancelled job, and nothing is written.
+  KEYS: the job context (_job.lua)
+  ARGV[A] number of roots  ARGV[A+1..] root indexes  then for each task to reset (parents
+  before children): its index, its number of parents, their indexes
+  Returns {0, tasks revived} | {1} a failure cascade is under way: finish it ('continue')
+          and call again | {-3, reason} | {-4} job gone | {-5} queues not passed ]]
+
+if not load_job() then return {JOB_GONE} end
+if not queues_passed() then return {KEYS_MISSING} end
+if redis.call('HGET', J, 'stop') == 'cancel' then return {WRONG_STATE, 'the job was cancelled'} end
+if redis.call('EXISTS', F) == 1 then return {BUSY} end
+
+local function not_in(i, want)
+  return {WRONG_STATE, 'task ' .. (redis.call('HGET', T, TF_ID .. i) or i) .. ' is not ' .. want}
+end
+local ALIVE = {[T_SUCCEEDED] = true, [T_WAITING] = true, [T_QUEUED] = true,
+               [T_RUNNING] = true, [T_TIMED_OUT] = true, [T_RETRY_WAIT] = true}
+local nroots = tonumber(ARGV[A])
+local roots, resets, revived = {}, {}, {}
+for k = A + 1, A + nroots do
+  if task_state(ARGV[k]) ~= T_FAILED then return not_in(ARGV[k], T_FAILED) end
+  roots[#roots + 1] = ARGV[k]
+  revived[ARGV[k]] = true
+end
+local k = A + 1 + nroots
+while k <= #ARGV do
+  local i, nparents = ARGV[k], tonumber(ARGV[k + 1])
+  if task_state(i) ~= T_UPSTREAM_FAILED then return not_in(i, T_UPSTREAM_FAILED) end
+  local unblocked = true
+  for p = k + 2, k + 1 + nparents do
+    if not (revived[ARGV[p]] or ALIVE[task_state(ARGV[p])]) then unblocked = false end
+  end
+  if unblocked then
+    resets[#resets + 1] = i
+    revived[i] = true
+  end
+  k = k + 2 + nparents
+end
+if #roots + #resets == 0 then return {OK, 0} end
+
+local now = now_ms()
+for _, i in ipairs(resets) do
+  redis.call('HDEL', T, TF_FINISHED_AT .. i, TF_ERROR .. i)
+  if tonumber(redis.call('HGET', T, TF_DEPS_LEFT .. i) or 0) == 0 then
+    enqueue(i, now) -- its parents all succeeded since it was blocked: nothing would release it
+  else
+    redis.call('HSET', T, TF_STATE .. i, T_WAITING, TF_UPDATED_AT .. i, now)
+  end
+end
+for _, i in ipairs(roots) do
+  local used = tonumber(redis.call('HGET', T, TF_ATTEMPTS .. i) or 0)
+  redis.call('HSET', T, TF_MAX_ATTEMPTS .. i, used + max_attempts(i))
+  redis.call('HDEL', T, TF_FINISHED_AT .. i)
+  redis.call('ZREM', DLQ, lease_member(i))
+  enqueue(i, now)
+end
+flush_wakes()
+local n = #roots + #resets
+redis.call('HINCRBY', J, 'left', n)
+redis.call('HINCRBY', J, 'nfailed', -n)
+local expiring = expiring_member()
+set_job_state(J_RUNNING)
+redis.call('HSET', J, 'updated_at', now)
+redis.call('HDEL', J, 'finished_at', 'stop')
+redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
+for _, key in ipairs({J, T, H, F}) do redis.call('PERSIST', key) end
+if IDEM ~= J then redis.call('PERSIST', IDEM) end
+redis.call('ZADD', ACTIVE, redis.call('HGET', J, 'created_at'), JOB_ID)
+redis.call('ZREM', EXPIRING, expiring)
+return {OK, n}

@@ -1,0 +1,43 @@
+--[[ start: reserved -> running: a new attempt of each task this handler reserved.
+  KEYS: the job context (_job.lua)
+  ARGV[A] handler id  ARGV[A+1..] task indexes
+  Returns {0, {{index, attempt, payload}...}, the job's queues, its idempotency key}
+          | {-4} job gone (its reservations are dropped)
+  A task reserved by another handler is skipped untouched; one no longer queued (cancelled)
+  has its reservation dropped. ]]
+
+local handler = ARGV[A]
+if not load_job() then
+  drop_reservations(A + 1)
+  return {JOB_GONE}
+end
+
+local now = now_ms()
+local leases = {}
+for k = A + 1, #ARGV do leases[#leases + 1] = lease_member(ARGV[k]) end
+local holders = redis.call('HMGET', CLAIMS, unpack(leases))
+local started, mine, dropped, writes, clears, seen = {}, {}, {}, {}, {}, {}
+for k = A + 1, #ARGV do
+  local i, lease = ARGV[k], leases[k - A]
+  if holders[k - A] == handler and not seen[i] then
+    seen[i] = true
+    mine[#mine + 1] = lease
+    local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i)
+    if f[1] == T_QUEUED or f[1] == T_RETRY_WAIT then
+      local attempt = tonumber(f[2] or 0) + 1
+      for _, v in ipairs({TF_STATE .. i, T_RUNNING, TF_ATTEMPTS .. i, attempt, TF_HANDLER .. i, handler,
+                          TF_STARTED_AT .. i, now, TF_UPDATED_AT .. i, now}) do writes[#writes + 1] = v end
+      -- a fresh attempt: the last one's error, finish time and progress are history now
+      for _, f in ipairs({TF_ERROR .. i, TF_FINISHED_AT .. i, TF_PROGRESS .. i}) do clears[#clears + 1] = f end
+      started[#started + 1] = {tonumber(i), attempt, f[3]}
+    elseif f[1] ~= T_RUNNING and f[1] ~= T_TIMED_OUT then
+      dropped[#dropped + 1] = lease -- cancelled or finished meanwhile
+    end -- running: a duplicate entry was claimed; the lease stays the running attempt's
+  end
+end
+call_chunked('HDEL', CLAIMS, mine)
+call_chunked('ZREM', LEASES, dropped)
+call_chunked('HSET', T, writes)
+call_chunked('HDEL', T, clears)
+if #started > 0 then redis.call('HSET', J, 'updated_at', now) end
+return {OK, started, META.queues, redis.call('HGET', J, 'idem') or ''}

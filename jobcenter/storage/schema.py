@@ -1,0 +1,193 @@
+"""The Redis schema named once: the fields of a job's tasks hash (a prefix and the task's
+index: `s:3` is task 3's state), the job hash's fields, the keys of a task's packed payload,
+and every code a Lua script returns. `lua_prelude()` generates them, with the state names,
+into the text prepended to every script, so Python and Lua use the same names; the stored
+bytes are the literals below."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from jobcenter.model.states import lua_constants
+
+
+class TaskField(StrEnum):
+    """A field of the tasks hash is one of these prefixes followed by the task's index."""
+
+    ID = "id:"  # the task's id in the spec
+    STATE = "s:"  # its TaskState
+    PAYLOAD = "p:"  # what a worker needs to run it, packed (PayloadKey)
+    QUEUE = "q:"  # its queue, when not the job's
+    PRIORITY = "pr:"  # its priority, when not the job's
+    MAX_ATTEMPTS = "m:"  # 1 + retries, when it retries
+    DEPS_LEFT = "d:"  # dependencies not succeeded yet
+    CHILDREN = "c:"  # the indexes of the tasks that depend on it, comma-separated
+    RANK = "o:"  # its claim rank within the job (jobcenter.model.ordering), unless fifo
+    ATTEMPTS = "a:"  # attempts started
+    HANDLER = "h:"  # the handler running the current attempt
+    CREATED_AT = "tc:"  # ms, Redis TIME (as every time below)
+    QUEUED_AT = "tq:"
+    STARTED_AT = "ts:"
+    FINISHED_AT = "tf:"
+    UPDATED_AT = "tu:"
+    ERROR = "e:"  # the last attempt's error
+    PROGRESS = "pg:"  # the running attempt's last progress report
+    WAITING_FOR = "wf:"  # "<since ms>|<task name>": given back for want of a worker with it
+
+    def of(self, index: int | str) -> str:
+        """The field of task `index`: TaskField.STATE.of(3) == "s:3"."""
+        return f"{self.value}{index}"
+
+    @property
+    def lua_name(self) -> str:
+        return f"TF_{self.name}"
+
+
+# What a task's working fields are, dropped when a succeeded job is compacted.
+WORKING_FIELDS = (
+    TaskField.PAYLOAD,
+    TaskField.CHILDREN,
+    TaskField.DEPS_LEFT,
+    TaskField.QUEUE,
+    TaskField.PRIORITY,
+    TaskField.MAX_ATTEMPTS,
+    TaskField.RANK,
+)
+
+
+class JobField(StrEnum):
+    """The fields of a job hash."""
+
+    ID = "id"
+    NAME = "name"
+    OWNER = "owner"
+    STATE = "state"  # its JobState
+    SPEC = "spec"  # the packed spec, until the leader has written the tasks
+    RANKS = "ranks"  # the tasks' ranks, packed, with the spec (the leader writes them too)
+    TASKS = "n"  # number of tasks
+    LEFT = "left"  # tasks not finished yet
+    FAILED = "nfailed"  # tasks failed for good
+    CANCELLED = "ncancelled"
+    PRIORITY = "priority"
+    QUEUE = "queue"  # the default queue of its tasks
+    QUEUES = "queues"  # every queue its tasks may enter, comma-separated
+    SEQ = "seq"  # submission order, the tie-break of equal priorities
+    IDEMPOTENCY_KEY = "idem"
+    DIGEST = "spec_digest"  # of the spec, compared on a resubmit with the same idempotency key
+    CREATED_AT = "created_at"  # ms, Redis TIME (as every time below)
+    STARTED_AT = "started_at"
+    FINISHED_AT = "finished_at"
+    UPDATED_AT = "updated_at"
+    SCHEDULE_ID = "schedule_id"  # the schedule that fired it
+    FIRE_TIME = "fire_time"
+    ERROR = "error"
+    STOP = "stop"  # "cancel" (or why it stops): no more tasks start
+    WRITTEN = "written"  # tasks the leader has written so far
+    QUEUED = "queued"  # roots queued so far
+    LEADER = "leader"  # the handler of the last leader step
+    UNWRITTEN_STOPPED = "unwritten_stopped"  # a cancel counted the tasks never written
+    CANCEL_CURSOR = "cancel_cursor"  # tasks a cancel has visited
+    COMPACT_CURSOR = "compact_cursor"  # tasks a compaction has visited
+    RETENTION = "retention"  # ms a finished job is kept
+
+
+class PayloadKey(StrEnum):
+    """The keys of a task's packed payload (TaskField.PAYLOAD), short: one per task."""
+
+    TASK = "t"  # the registered task name
+    ARGS = "a"
+    KWARGS = "k"
+    ID = "id"
+    TIMEOUT = "to"
+    RETRY_BACKOFF = "rb"
+    RETRY_BACKOFF_MAX = "rm"
+
+
+@dataclass(frozen=True)
+class ReturnCode:
+    """A code some scripts return first in their reply; `scripts` says which return it."""
+
+    name: str
+    value: int
+    scripts: frozenset[str]
+    meaning: str
+
+
+def _code(name: str, value: int, scripts: str, meaning: str) -> ReturnCode:
+    return ReturnCode(name, value, frozenset(scripts.split()), meaning)
+
+
+# Every script but claim (whose reply is lists, no code); _job.lua's context comes with most.
+_JOB_SCRIPTS = (
+    "cancel compact complete continue delete expire fail finalize give_back heartbeat "
+    "publish_tasks queue_roots release repair resubmit revive start submit"
+)
+_JOB_CHECKED = (
+    "cancel complete continue delete expire fail finalize give_back queue_roots release "
+    "repair revive submit"
+)
+# Every code a script returns as the first item of its reply. Codes < 0 are refusals and
+# change nothing. A value appears twice only for different scripts (the `scripts` column).
+RETURN_CODES = (
+    _code("OK", 0, f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove", "done"),
+    _code(
+        "ALREADY",
+        1,
+        "cancel compact fail finalize resubmit singleton submit",
+        "nothing to do: done already (by this or an earlier call)",
+    ),
+    _code("BUSY", 1, "revive", "a failure cascade is under way: finish it, then call again"),
+    _code("UNFINISHED", 2, "finalize", "the job has tasks not finished yet"),
+    _code("HELD", -1, "singleton", "another holder has the lease"),
+    _code("NAME_TAKEN", -1, "schedule_add", "the name belongs to another schedule"),
+    _code("STALE_TOKEN", -2, "fail", "the attempt is not the one the caller holds"),
+    _code("CHANGED", -2, "schedule_save", "the schedule changed since the revision read"),
+    _code(
+        "WRONG_STATE",
+        -3,
+        "delete fail publish_tasks queue_roots revive submit",
+        "the job or task is not in a state this transition applies to",
+    ),
+    _code(
+        "JOB_GONE",
+        -4,
+        "cancel compact complete continue delete expire fail finalize give_back heartbeat "
+        "publish_tasks queue_roots release repair resubmit revive start",
+        "no such job (never submitted, expired, or deleted)",
+    ),
+    _code("SCHEDULE_GONE", -4, "schedule_save schedule_remove", "no such schedule"),
+    _code("KEYS_MISSING", -5, _JOB_CHECKED, "a queue or the idempotency key was not in KEYS"),
+    _code("CURSOR_MOVED", -6, "publish_tasks queue_roots", "another leader moved on meanwhile"),
+    _code("IDEMPOTENCY_CONFLICT", -7, "submit", "the key names a job of a different spec"),
+)
+
+# Codes per item of a batch (complete: per pair, heartbeat and give_back: per triple).
+ITEM_CODES = (
+    _code("ITEM_OK", 0, "complete heartbeat give_back", "done"),
+    _code("ITEM_ALREADY", 1, "complete", "this attempt completed already"),
+    _code("ITEM_STALE_TOKEN", -2, "complete heartbeat give_back", "not this handler's attempt"),
+    _code("ITEM_NOT_RUNNING", -3, "complete heartbeat give_back", "the task is not running"),
+    _code("ITEM_CANCELLED", -7, "heartbeat", "its job was cancelled: the attempt should stop"),
+)
+
+
+ALL_CODES = (*RETURN_CODES, *ITEM_CODES)
+
+
+def code(name: str) -> int:
+    """The value of the return code called `name`."""
+    for c in ALL_CODES:
+        if c.name == name:
+            return c.value
+    raise KeyError(f"no return code named {name!r}")
+
+
+def lua_prelude() -> str:
+    """Lua `local` lines naming every state (states.lua_constants), task field and return
+    code, prepended to each script by the loader."""
+    lines = [f"local {f.lua_name} = '{f.value}'" for f in TaskField]
+    names = ", ".join(f.lua_name for f in WORKING_FIELDS)
+    lines.append(f"local WORKING_FIELDS = {{{names}}}")
+    lines += [f"local {c.name} = {c.value}" for c in {c.name: c for c in ALL_CODES}.values()]
+    return lua_constants() + "\n".join(lines) + "\n"

@@ -1,0 +1,1049 @@
+"""Typed methods over the Lua transitions, and the reads that status, list and history need.
+
+The only module that talks to Redis for jobs and tasks. Every transition is one script call;
+batches of calls for different jobs go in one pipeline (one round trip).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis import Redis
+
+from jobcenter.config import ACKED, Settings
+from jobcenter.errors import (
+    IdempotencyConflict,
+    NotFound,
+    SettingsMismatch,
+    raise_for_code,
+)
+from jobcenter.model import codec
+from jobcenter.model.ordering import learned_fields, task_ranks
+from jobcenter.model.spec import JobSpec, spec_digest, spec_from_any
+from jobcenter.model.states import TERMINAL_TASK_STATES, JobState, TaskState
+
+from . import schema
+from .connection import connect, time_ms
+from .durability import GroupCommit
+from .keys import JobKeys, Keys
+from .layout import Layout, job_queues
+from .lua import Batch, Scripts
+from .schema import TaskField
+
+log = logging.getLogger(__name__)
+
+SWEEP_MAX = 100  # expired leases reported per claim: bounded work on the fast path
+SCAN_PAGE = 1_000  # HSCAN page when reading a job's tasks
+STATUS_PAGE = 10_000  # task fields per read of `status`: a job of ~1,000 tasks in one read
+HISTORY_PAGE = 1_000  # history entries per LRANGE: each read of a long history stays short
+LIST_PAGE_MIN = 100  # index entries per page when `list` checks several filters per job
+LIST_SCAN_MAX = 10_000  # index entries one `list` reads per shard at most
+META_CACHE_MAX = 10_000  # jobs whose queues and idempotency key a store remembers
+INLINE_SPLIT_MAX = 500  # a job this small is split by its submit script (one short call)
+# A submit waits at most this for its fsync: two of `everysec`'s fsyncs. Kept under half the
+# client's socket timeout (redis-py 8 defaults to 5 s), so the wait never reads as a dead link.
+WAITAOF_TIMEOUT_MS = 2_000
+LEADER_TIMEOUT_FACTOR = 1.0  # a leader step not renewed within one lease is taken over
+IDEMPOTENCY_CONFLICT = schema.code("IDEMPOTENCY_CONFLICT")  # submit.lua
+HEARTBEAT_CANCELLED = schema.code("ITEM_CANCELLED")  # heartbeat.lua, per attempt
+JOB_GONE = schema.code("JOB_GONE")
+CURSOR_MOVED = schema.code("CURSOR_MOVED")
+
+
+def served_member(queue: str, task_name: str) -> str:
+    """How the served-tasks zset names a task name served on a queue (queue names hold no
+    '|')."""
+    return f"{queue}|{task_name}"
+
+
+def _s(value: bytes | str | None) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _seconds(ms: bytes | str | None) -> float | None:
+    return None if ms is None else int(ms) / 1000.0
+
+
+@dataclass(frozen=True)
+class StartedTask:
+    """An attempt this worker now runs: its fencing token is `attempt:handler`."""
+
+    job_id: str
+    index: int
+    attempt: int
+    payload: bytes
+
+
+class RefusedInPart(redis.ResponseError):
+    """Redis ran some calls of a pipelined batch and answered others with an error (out of
+    memory, read-only, busy): what the calls that ran did is kept here, so none of it is
+    lost when the caller tries the rest again. Its message is the first error's."""
+
+    def __init__(
+        self,
+        cause: Exception,
+        codes: dict[tuple[str, int], int],
+        taken: list[StartedTask] | None = None,
+    ) -> None:
+        super().__init__(str(cause))
+        self.codes = codes  # (job, index) -> code, for the tasks whose call ran
+        self.taken = taken or []  # children the calls that ran started for the caller
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    leader: list[tuple[str, str]]  # (kind, job id) leader messages now owned by this worker
+    expired: list[tuple[str, int]]  # (job id, index) leases past their deadline
+    tasks: list[StartedTask]
+    next_retry_ms: int = -1  # until the next retry in these queues is due; -1: none
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """A job's state and how many of its tasks have not ended yet."""
+
+    state: JobState
+    total: int
+    left: int
+
+    @property
+    def finished(self) -> int:
+        return self.total - self.left
+
+
+@dataclass(frozen=True)
+class JobMeta:
+    """What every script call of a job needs to know, fixed at submit: its queues and its
+    idempotency key."""
+
+    queues: tuple[str, ...]
+    idem: str | None
+
+
+class Store:
+    """Jobs and tasks in Redis for one namespace."""
+
+    def __init__(self, client: Redis, settings: Settings) -> None:
+        # Any: redis-py types each reply as a union of raw, decoded and awaitable forms; this
+        # client always returns raw bytes (decode_responses off), which the code relies on.
+        self.redis: Any = client
+        self.settings = settings
+        self.keys = Keys(settings.namespace, settings.shards)
+        self.scripts = Scripts(client)
+        self._meta: OrderedDict[str, JobMeta] = OrderedDict()
+        self._waitaof: bool | None = None  # learnt from the server on first submit
+        self._probe_lock = threading.Lock()
+        self._group_commit = GroupCommit(self._confirm_fsync)
+        self._check_shard_count()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Store:
+        return cls(connect(settings.redis_url), settings)
+
+    def now_ms(self) -> int:
+        """Redis TIME in ms: the one clock every lease, heartbeat and fire is measured by."""
+        return time_ms(self.redis)
+
+    @property
+    def connection(self) -> Redis:
+        """The Redis client itself, for rq (the recovery executor needs a connection)."""
+        return self.redis
+
+    def wait_for_wake(self, keys: Sequence[str], timeout: float) -> None:
+        """Block until a wake-up token arrives on one of `keys`, or `timeout` seconds pass."""
+        self.redis.blpop(list(keys), timeout=timeout)
+
+    def _check_shard_count(self) -> None:
+        """The first process to use a namespace stores its shard count; any other count is
+        refused, since a job's keys would then be looked for in the wrong shard."""
+        key, mine = self.keys.shard_count(), self.settings.shards
+        stored = self.redis.get(key)
+        if stored is None:  # read first: a full or read-only Redis must still serve reads
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.set(key, mine, nx=True)
+            pipe.get(key)
+            _, stored = pipe.execute()
+        if int(stored) != mine:
+            raise SettingsMismatch(
+                f"namespace {self.settings.namespace!r} has shard count {int(stored)} (fixed "
+                f"at its first use), but this process has JOBCENTER_SHARDS={mine}: give every "
+                f"client and worker of the namespace JOBCENTER_SHARDS={int(stored)}"
+            )
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _remember(self, job_id: str, meta: JobMeta) -> JobMeta:
+        self._meta[job_id] = meta
+        if len(self._meta) > META_CACHE_MAX:
+            self._meta.popitem(last=False)
+        return meta
+
+    def job_meta(self, job_id: str) -> JobMeta:
+        """A job's queues and idempotency key: read once, then cached (they never change)."""
+        meta = self._meta.get(job_id)
+        if meta is None:
+            queues, idem = self.redis.hmget(self.keys.job(job_id).job, "queues", "idem")
+            raw = _s(queues)
+            meta = self._remember(job_id, JobMeta(tuple(raw.split(",")) if raw else (), _s(idem)))
+        return meta
+
+    def _context(self, job_id: str, meta: JobMeta | None) -> tuple[list[str], list[Any]]:
+        """KEYS and first ARGV of a job-scoped script (the layout in _job.lua)."""
+        shard = self.keys.job_shard(job_id)
+        jk = self.keys.job(job_id)
+        idem = meta.idem if meta else None
+        keys = [
+            *jk.as_list(),
+            self.keys.active(shard),
+            self.keys.expiring(shard),
+            self.keys.idempotency(shard, idem) if idem else jk.job,
+            *(self.keys.state_jobs(shard, state) for state in JobState),
+        ]
+        queues = meta.queues if meta else ()
+        for queue in queues:
+            keys += self.keys.queue_keys(shard, queue)
+        retention_ms = int(self.settings.retention_seconds * 1000)
+        return keys, [job_id, retention_ms, len(queues), *queues]
+
+    def _job_call(
+        self,
+        name: str,
+        job_id: str,
+        args: Sequence[Any],
+        *,
+        with_meta: bool = True,
+        extra_keys: Sequence[str] = (),
+        batch: Batch | None = None,
+    ) -> Any:
+        """Call a job-scoped script now, or add the call to `batch`. Without meta the script
+        sees no queues and no idempotency key (start, heartbeat: they need neither)."""
+        keys, argv = self._context(job_id, self.job_meta(job_id) if with_meta else None)
+        if batch is not None:
+            batch.add(name, keys + list(extra_keys), argv + list(args))
+            return None
+        return self.scripts.run(name, keys + list(extra_keys), argv + list(args))
+
+    # -- submit ---------------------------------------------------------------------------
+
+    def submit(
+        self,
+        spec: JobSpec,
+        *,
+        schedule_id: str | None = None,
+        fire_time: float | None = None,
+    ) -> tuple[str, bool]:
+        """Store `spec` as a job; returns (job id, created). A repeated idempotency key
+        returns the first job's id with created=False."""
+        fired = [(schedule_id, fire_time)] if schedule_id else None
+        return self.submit_many([spec], fired=fired)[0]
+
+    def submit_many(
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        fired: Sequence[tuple[str, float | None]] | None = None,
+        durable: bool = True,
+    ) -> list[tuple[str, bool]]:
+        """Submit many jobs in one round trip; (job id, created) for each, in order. `fired`
+        gives each spec the (schedule id, fire time) that fired it. With `durable` off the
+        caller waits for durability itself (wait_durable: once after many batches)."""
+        specs = [spec_from_any(spec) for spec in specs]  # a hand-built JobSpec is checked too
+        origins = fired if fired is not None else [(None, None)] * len(specs)
+        learned = self.learned_estimates(specs)
+        batch = self.scripts.batch()
+        job_ids = [
+            self._add_submit(batch, spec, schedule_id, fire_time, learned)
+            for spec, (schedule_id, fire_time) in zip(specs, origins, strict=True)
+        ]
+        results = []
+        for spec, job_id, (code, returned) in zip(specs, job_ids, batch.execute(), strict=True):
+            if code == IDEMPOTENCY_CONFLICT:
+                raise IdempotencyConflict(
+                    f"idempotency key {spec.idempotency_key!r} names job {_s(returned)}, "
+                    "submitted with a different spec: submit that spec again to get the "
+                    "job back, or use a new key for this one"
+                )
+            raise_for_code(code, f"job id {job_id} exists already")
+            results.append((_s(returned) or job_id, code == 0))
+        if durable and any(created for _, created in results):
+            self.wait_durable()
+        return results
+
+    def learned_estimates(self, specs: Sequence[JobSpec]) -> dict[str, float]:
+        """The learned run times (ms) the specs' ranks need: one HMGET per shard, in one
+        round trip, none when no spec needs one; a field learned on several shards
+        (jobs land on any) takes the mean."""
+        fields = sorted({field for spec in specs for field in learned_fields(spec)})
+        if not fields:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(self.keys.shards):
+            pipe.hmget(self.keys.estimates(shard), fields)
+        found: dict[str, list[float]] = defaultdict(list)
+        for values in pipe.execute():
+            for name, value in zip(fields, values, strict=True):
+                if value is not None:
+                    found[name].append(float(value))
+        return {name: sum(v) / len(v) for name, v in found.items()}
+
+    def _add_submit(
+        self,
+        batch: Batch,
+        spec: JobSpec,
+        schedule_id: str | None,
+        fire_time: float | None,
+        learned: Mapping[str, float] | None = None,
+    ) -> str:
+        keys = self.keys
+        shard = keys.shard_of(spec.idempotency_key) if spec.idempotency_key else None
+        job_id = keys.new_job_id(shard)
+        shard = keys.job_shard(job_id)
+        queues = job_queues(spec)
+        spec_dict = spec.to_dict()
+        inline = len(spec.tasks) <= INLINE_SPLIT_MAX
+        layout = Layout(spec_dict)  # ranked once here: a leader's split reuses the ranks
+        layout.ranks = task_ranks(spec, layout.children, learned or {})
+        fields: dict[str, Any] = {
+            "name": spec.name,
+            "priority": spec.priority,
+            "queue": spec.queue,
+            "queues": ",".join(queues),
+            "n": len(spec.tasks),
+            "left": len(spec.tasks),
+        }
+        optional = {
+            "spec": None if inline else codec.pack_valid(spec_dict),  # parse_spec checked it
+            "ranks": None if inline or layout.ranks is None else codec.pack_valid(layout.ranks),
+            "owner": spec.owner,
+            "idem": spec.idempotency_key,
+            "spec_digest": spec_digest(spec) if spec.idempotency_key else None,
+            "retention": int(spec.retention * 1000) if spec.retention else None,
+            "schedule_id": schedule_id,
+            "fire_time": fire_time,
+        }
+        fields.update({k: v for k, v in optional.items() if v is not None})
+        job_args = [x for item in fields.items() for x in item]
+        task_args: list[Any] = []
+        roots: list[int] = []
+        if inline:  # small: written and queued by the submit script itself
+            task_args, roots = layout.pairs(0, len(layout)), layout.roots
+        meta = self._remember(job_id, JobMeta(tuple(queues), spec.idempotency_key))
+        job_key = keys.job(job_id).job
+        owner_key = keys.owner_jobs(shard, spec.owner) if spec.owner else job_key
+        schedule_key = keys.schedule_jobs(shard, schedule_id) if schedule_id else job_key
+        extra = [keys.seq(shard), keys.jobs(shard), owner_key, schedule_key]
+        args = [len(job_args), *job_args, len(task_args), *task_args, *roots]
+        script_keys, argv = self._context(job_id, meta)
+        batch.add("submit", script_keys + extra, argv + args)
+        return job_id
+
+    def wait_durable(self) -> bool:
+        """With durability `fsynced`, where the server has WAITAOF (Redis >= 7.2) and AOF on
+        with fsyncs: block until every write this process had acknowledged is fsynced to the
+        local AOF; one WAITAOF serves all the threads waiting (group commit). True if that
+        was confirmed. Elsewhere (`acked`) the writes are in Redis memory and its AOF
+        buffer, which a Redis crash does not lose (README: Durability)."""
+        if self.settings.durability == ACKED or not self._fsync_confirmable():
+            return False
+        return self._group_commit.wait()
+
+    def _fsync_confirmable(self) -> bool:
+        """Whether WAITAOF can confirm an fsync here; learnt once, with a note when not."""
+        with self._probe_lock:
+            if self._waitaof is None:
+                reason = self._no_waitaof_reason()
+                self._waitaof = reason is None
+                if reason is not None:
+                    log.info("durability fsynced: %s; submits return once Redis acked", reason)
+            return self._waitaof
+
+    def _no_waitaof_reason(self) -> str | None:
+        info = self.redis.info("server")
+        version = str(info["redis_version"])
+        major, minor = (int(x) for x in version.split(".")[:2])
+        if (major, minor) < (7, 2):
+            return f"Redis {version} has no WAITAOF (7.2 and later have)"
+        if self.redis.info("persistence").get("aof_enabled") != 1:
+            return "the server runs with appendonly off"
+        try:
+            config = {_s(k): _s(v) for k, v in self.redis.config_get("appendfsync").items()}
+            fsync = config.get("appendfsync")
+        except redis.ResponseError:
+            fsync = None  # CONFIG disabled: assume the default, everysec
+        if fsync == "no":
+            return "the server runs with appendfsync no, so WAITAOF would only time out"
+        return None
+
+    def _confirm_fsync(self) -> bool:
+        """One group commit round: a write on this connection, then WAITAOF for it. WAITAOF
+        waits only for its own connection's writes; the AOF is one sequence, so this write
+        being fsynced means every write acknowledged before it was too."""
+        socket_timeout = self.redis.connection_pool.connection_kwargs.get("socket_timeout")
+        timeout_ms = WAITAOF_TIMEOUT_MS
+        if socket_timeout:
+            timeout_ms = max(1, min(timeout_ms, int(socket_timeout * 1000 / 2)))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(self.keys.fsync_mark(), 1)
+        pipe.execute_command("WAITAOF", 1, 0, timeout_ms)
+        try:
+            _, (local, _) = pipe.execute()
+        except redis.ResponseError as exc:  # AOF turned off at run time
+            log.warning("WAITAOF failed (%s); submits return once Redis acked from now on", exc)
+            self._waitaof = False
+            return False
+        if int(local) < 1:
+            log.warning("WAITAOF: no fsync within %d ms; the submits are acked", timeout_ms)
+        return int(local) >= 1
+
+    # -- the follower's fast path ---------------------------------------------------------
+
+    def claim(
+        self,
+        handler: str,
+        queues: Sequence[str],
+        *,
+        max_tasks: int,
+        max_leader: int,
+        shard: int = 0,
+        sweep: int = SWEEP_MAX,
+    ) -> ClaimResult:
+        """Take due leader messages and up to `max_tasks` tasks (highest priority first,
+        FIFO within a priority), and start them; also report expired leases."""
+        keys = self.keys
+        script_keys = [keys.leader(shard), keys.leases(shard), keys.claims(shard)]
+        for queue in queues:
+            script_keys += keys.queue_keys(shard, queue)
+        leader_timeout_ms = int(self.settings.lease_ms * LEADER_TIMEOUT_FACTOR)
+        args = [handler, max_leader, max_tasks, self.settings.lease_ms, leader_timeout_ms]
+        leader, expired, reserved, next_due = self.scripts.run("claim", script_keys, [*args, sweep])
+        by_job: dict[str, list[int]] = defaultdict(list)
+        for member in reserved:
+            _, job_id, index = member.decode().split("|")
+            by_job[job_id].append(int(index))
+        tasks = self.start(handler, by_job) if by_job else []
+        return ClaimResult(
+            leader=[tuple(m.decode().split("|", 1)) for m in leader],
+            expired=[(j, int(i)) for j, i in (m.decode().split("|") for m in expired)],
+            tasks=tasks,
+            next_retry_ms=int(next_due),
+        )
+
+    def start(self, handler: str, by_job: dict[str, list[int]]) -> list[StartedTask]:
+        """Turn reservations into running attempts, one script call per job, pipelined.
+        Each reply also carries the job's meta, so later calls need no read for it."""
+        batch = self.scripts.batch()
+        for job_id, indexes in by_job.items():
+            self._job_call("start", job_id, [handler, *indexes], with_meta=False, batch=batch)
+        started: list[StartedTask] = []
+        for job_id, reply in zip(by_job, batch.execute(), strict=True):
+            if reply[0] < 0:
+                continue  # the job is gone; the script dropped its reservations
+            if job_id not in self._meta:
+                queues, idem = _s(reply[2]), _s(reply[3])
+                self._remember(
+                    job_id, JobMeta(tuple(queues.split(",")) if queues else (), idem or None)
+                )
+            for index, attempt, payload in reply[1]:
+                started.append(StartedTask(job_id, int(index), int(attempt), payload))
+        return started
+
+    def complete(
+        self,
+        handler: str,
+        done: Sequence[tuple[str, int, int]],
+        *,
+        take_queues: Sequence[str] = (),
+        take_max: int = 0,
+    ) -> tuple[dict[tuple[str, int], int], list[StartedTask]]:
+        """Complete (job, index, attempt) attempts; returns a code per task and the children
+        this worker took to run at once (at most `take_max`, from `take_queues`).
+        RefusedInPart when Redis refused some jobs' calls (their tasks have no code)."""
+        by_job: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for job_id, index, attempt in done:
+            by_job[job_id].append((index, attempt))
+        batch = self.scripts.batch()
+        for job_id, items in by_job.items():
+            pairs = [x for index, attempt in items for x in (index, attempt)]
+            args = [handler, self.settings.lease_ms, take_max, len(take_queues), *take_queues]
+            estimates_key = self.keys.estimates(self.keys.job_shard(job_id))
+            self._job_call(
+                "complete", job_id, [*args, *pairs], extra_keys=[estimates_key], batch=batch
+            )
+        codes: dict[tuple[str, int], int] = {}
+        taken: list[StartedTask] = []
+        refused: Exception | None = None
+        replies = batch.execute(raise_on_error=False)
+        for (job_id, items), reply in zip(by_job.items(), replies, strict=True):
+            if isinstance(reply, Exception):
+                refused = refused or reply
+                continue
+            if reply[0] < 0:
+                codes.update({(job_id, index): reply[0] for index, _ in items})
+                continue
+            for (index, _), code in zip(items, reply[1], strict=True):
+                codes[(job_id, index)] = int(code)
+            for index, attempt, payload in reply[2]:
+                taken.append(StartedTask(job_id, int(index), int(attempt), payload))
+            if take_max:
+                take_max = max(0, take_max - len(reply[2]))
+        if refused is not None:
+            raise RefusedInPart(refused, codes, taken)
+        return codes, taken
+
+    def running_children(
+        self, handler: str, job_id: str, parents: Sequence[int]
+    ) -> list[StartedTask]:
+        """The children of `parents` now running as attempts of `handler`: what a complete
+        call whose reply was lost may have started for that worker (complete.lua takes
+        released children)."""
+        tasks = self.keys.job(job_id).tasks
+        csvs = self.redis.hmget(tasks, [TaskField.CHILDREN.of(i) for i in parents])
+        children = sorted({int(c) for csv in csvs if csv for c in csv.decode().split(",")})
+        if not children:
+            return []
+        attrs = ("s", "h", "a", "p")
+        values = self.redis.hmget(tasks, [f"{attr}:{c}" for c in children for attr in attrs])
+        running = {TaskState.RUNNING.value, TaskState.TIMED_OUT.value}
+        started = []
+        for k, child in enumerate(children):
+            state, owner, attempt, payload = values[k * len(attrs) : (k + 1) * len(attrs)]
+            if _s(state) in running and _s(owner) == handler and attempt and payload:
+                started.append(StartedTask(job_id, child, int(attempt), payload))
+        return started
+
+    def give_back(
+        self,
+        handler: str,
+        attempts: Sequence[tuple[str, int, int, str]],
+        delay_min_ms: int,
+        delay_max_ms: int,
+    ) -> dict[tuple[str, int], int]:
+        """Hand back (job, index, attempt, task name) attempts this worker has no code for:
+        unused, queued again after a delay (give_back.lua); a code per task.
+        RefusedInPart when Redis refused some jobs' calls (their tasks have no code)."""
+        by_job: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+        for job_id, index, attempt, name in attempts:
+            by_job[job_id].append((index, attempt, name))
+        batch = self.scripts.batch()
+        for job_id, items in by_job.items():
+            triples = [x for item in items for x in item]
+            args = [handler, delay_min_ms, delay_max_ms, *triples]
+            self._job_call("give_back", job_id, args, batch=batch)
+        codes: dict[tuple[str, int], int] = {}
+        refused: Exception | None = None
+        replies = batch.execute(raise_on_error=False)
+        for (job_id, items), reply in zip(by_job.items(), replies, strict=True):
+            if isinstance(reply, Exception):
+                refused = refused or reply
+                continue
+            per_task = reply[1] if reply[0] == 0 else [reply[0]] * len(items)
+            for (index, _, _), code in zip(items, per_task, strict=True):
+                codes[(job_id, index)] = int(code)
+        if refused is not None:
+            raise RefusedInPart(refused, codes)
+        return codes
+
+    def fail(
+        self,
+        handler: str,
+        job_id: str,
+        index: int,
+        attempt: int,
+        error: str,
+        retry_delay_ms: int,
+    ) -> tuple[int, str | None]:
+        """Report a failed attempt; `retry_delay_ms` < 0 asks for no retry.
+        Returns (code, new state); code < 0 means the report was rejected."""
+        reply = self._job_call("fail", job_id, [handler, index, attempt, error, retry_delay_ms])
+        return int(reply[0]), _s(reply[1]) if len(reply) > 1 else None
+
+    def heartbeat(
+        self, handler: str, running: Iterable[tuple[str, int, int, str]]
+    ) -> dict[tuple[str, int], int]:
+        """Renew leases of (job, index, attempt, progress); returns a code per task."""
+        by_job: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+        for job_id, index, attempt, progress in running:
+            by_job[job_id].append((index, attempt, progress))
+        if not by_job:
+            return {}
+        batch = self.scripts.batch()
+        for job_id, items in by_job.items():
+            triples = [x for item in items for x in item]
+            args = [handler, self.settings.lease_ms, *triples]
+            self._job_call("heartbeat", job_id, args, with_meta=False, batch=batch)
+        codes: dict[tuple[str, int], int] = {}
+        for (job_id, items), reply in zip(by_job.items(), batch.execute(), strict=True):
+            per_task = reply[1] if reply[0] == 0 else [reply[0]] * len(items)
+            for (index, _, _), code in zip(items, per_task, strict=True):
+                codes[(job_id, index)] = int(code)
+        return codes
+
+    def expire(self, expired: Sequence[tuple[str, int]], grace_ms: int) -> dict[str, int]:
+        """Act on leases reported expired; returns how many tasks had each outcome."""
+        by_job: dict[str, list[int]] = defaultdict(list)
+        for job_id, index in expired:
+            by_job[job_id].append(index)
+        outcomes: dict[str, int] = defaultdict(int)
+        for job_id, indexes in by_job.items():
+            reply = self._job_call("expire", job_id, [grace_ms, *indexes])
+            if reply[0] == 0:
+                for outcome in reply[1]:
+                    outcomes[outcome.decode()] += 1
+        return dict(outcomes)
+
+    # -- the leader's steps ---------------------------------------------------------------
+
+    def publish_tasks(
+        self, job_id: str, handler: str, before: int, after: int, pairs: Sequence[Any]
+    ) -> int:
+        timeout = self.settings.lease_ms
+        reply = self._job_call("publish_tasks", job_id, [handler, timeout, before, after, *pairs])
+        return int(reply[0])
+
+    def queue_roots(
+        self, job_id: str, handler: str, before: int, after: int, last: bool, roots: Sequence[int]
+    ) -> int:
+        args = [handler, self.settings.lease_ms, before, after, int(last), *roots]
+        return int(self._job_call("queue_roots", job_id, args)[0])
+
+    def continue_frontier(self, job_id: str) -> int:
+        """One bounded step of a job's pending releases/cascades; returns entries left."""
+        reply = self._job_call("continue", job_id, [])
+        return int(reply[1]) if reply[0] == 0 else 0
+
+    def compact_step(self, job_id: str) -> int:
+        """One chunk of freeing a succeeded job's working fields; returns tasks left."""
+        reply = self._job_call("compact", job_id, [], with_meta=False)
+        return int(reply[1]) if reply[0] == 0 else 0
+
+    def finalize(self, job_id: str) -> tuple[int, str | None]:
+        """Close a job whose tasks all ended (normally done inline by the last transition)."""
+        reply = self._job_call("finalize", job_id, [])
+        return int(reply[0]), _s(reply[1]) if len(reply) > 1 else None
+
+    def cancel_step(
+        self, job_id: str, from_client: bool = False, *, mode: str = "cancel", error: str = ""
+    ) -> tuple[int, int]:
+        """One bounded step of stopping a job: a new request (`from_client`, in `mode`
+        'cancel' or 'abandon') or going on with the one under way. Returns (code, tasks
+        still to visit)."""
+        reply = self._job_call("cancel", job_id, [mode if from_client else "", error])
+        code = int(reply[0])
+        if code == JOB_GONE:
+            raise_for_code(code, f"no job {job_id}")
+        return code, int(reply[1]) if code == 0 else 0
+
+    def release(self, handler: str, running: Sequence[tuple[str, int, int]]) -> int:
+        """Give running attempts back to their queues (a worker's forced shutdown)."""
+        by_job: dict[str, list[int]] = defaultdict(list)
+        for job_id, index, attempt in running:
+            by_job[job_id] += [index, attempt]
+        released = 0
+        for job_id, pairs in by_job.items():
+            reply = self._job_call("release", job_id, [handler, *pairs])
+            released += int(reply[1]) if reply[0] == 0 else 0
+        return released
+
+    def repair(self, job_id: str, action: str, items: Sequence[Any], error: str = "") -> int:
+        """Recovery's checked fixes (repair.lua); returns how many tasks were repaired."""
+        reply = self._job_call("repair", job_id, [action, error, *items])
+        return int(reply[1]) if reply[0] == 0 else 0
+
+    def resubmit(self, job_id: str, kind: str) -> bool:
+        """Hand the job back to a leader for `kind` unless a message is pending already."""
+        return int(self._job_call("resubmit", job_id, [kind])[0]) == 0
+
+    def singleton(self, name: str, mode: str, holder: str, ms: int, round_no: int = 0) -> int:
+        """Acquire/renew/release the singleton lease `name` (recovery, scheduler)."""
+        keys = [self.keys.singleton(name), self.keys.singleton_round(name)]
+        return int(self.scripts.run("singleton", keys, [mode, holder, ms, round_no])[0])
+
+    def revive(
+        self, job_id: str, roots: Sequence[int], resets: Sequence[tuple[int, Sequence[int]]]
+    ) -> int | None:
+        """Run failed `roots` again and put `resets` (upstream_failed, each with its parents,
+        parents first) back to waiting; returns how many tasks were revived, or None while
+        a failure cascade is under way (finish it, then call again). Raises WrongState
+        naming what is off."""
+        args: list[int] = [len(roots), *roots]
+        for index, parents in resets:
+            args += [index, len(parents), *parents]
+        reply = self._job_call("revive", job_id, args)
+        raise_for_code(int(reply[0]), _s(reply[1]) or "" if len(reply) > 1 else f"no job {job_id}")
+        return int(reply[1]) if reply[0] == 0 else None
+
+    def delete(self, job_id: str, failed: Sequence[int]) -> None:
+        """Remove a finished job and its index entries; WrongState if it is not finished."""
+        jk = self.keys.job(job_id)
+        shard = self.keys.job_shard(job_id)
+        owner, schedule_id = (_s(v) for v in self.redis.hmget(jk.job, "owner", "schedule_id"))
+        extra = [
+            self.keys.jobs(shard),
+            self.keys.owner_jobs(shard, owner) if owner else jk.job,
+            self.keys.schedule_jobs(shard, schedule_id) if schedule_id else jk.job,
+        ]
+        code = int(self._job_call("delete", job_id, list(failed), extra_keys=extra)[0])
+        raise_for_code(code, f"job {job_id} is not finished: cancel it first")
+
+    def drop_leader_message(self, kind: str, job_id: str) -> None:
+        self.redis.zrem(self.keys.job(job_id).leader, f"{kind}|{job_id}")
+
+    # -- workers --------------------------------------------------------------------------
+
+    def wake_keys(self, queues: Sequence[str], *, leader: bool, shard: int = 0) -> list[str]:
+        keys = [self.keys.wake(shard, q) for q in queues]
+        return ([self.keys.leader_wake(shard)] if leader else []) + keys
+
+    def poke(self, handler: str, tokens: int) -> None:
+        """Wake a worker's own blocking waits (it is stopping)."""
+        key = self.keys.worker_wake(0, handler)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.rpush(key, *["stop"] * tokens)
+        pipe.expire(key, 60)
+        pipe.execute()
+
+    def idle(self, queues: Sequence[str]) -> bool:
+        """Nothing ready, waiting out a backoff, or waiting for a leader, in any shard."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(self.keys.shards):
+            pipe.zcard(self.keys.leader(shard))
+            for q in queues:
+                pipe.zcard(self.keys.queue(shard, q))
+                pipe.zcard(self.keys.delayed(shard, q))
+        return not any(pipe.execute())
+
+    def register_worker(self, handler: str, info: dict[str, Any], node: str | None) -> None:
+        """Heartbeat the handler (and its node) with Redis TIME, so no worker clock counts."""
+        now_ms = self.now_ms()
+        ttl = int(self.settings.worker_timeout_seconds * 1000)
+        pipe = self.redis.pipeline(transaction=False)
+        # a worker killed without deregistering (kill -9, power loss) stops heartbeating:
+        # drop it once silent past the timeout, so restarts do not grow the registry
+        pipe.zremrangebyscore(self.keys.workers(), "-inf", now_ms - ttl)
+        pipe.zadd(self.keys.workers(), {handler: now_ms})
+        pipe.hset(self.keys.worker_info(handler), mapping={**info, "seen_at": now_ms})
+        pipe.pexpire(self.keys.worker_info(handler), ttl)
+        if node:
+            pipe.zadd(self.keys.nodes(), {node: now_ms})
+        pipe.execute()
+
+    def publish_served(self, queues: Sequence[str], names: Sequence[str], keep_ms: int) -> None:
+        """Say (with Redis TIME) that a live worker serves each of `queues` with each task name
+        in `names`; entries nobody renewed for `keep_ms` are dropped (recovery reads them)."""
+        now_ms = self.now_ms()
+        key = self.keys.served_tasks()
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zremrangebyscore(key, "-inf", now_ms - keep_ms)
+        if names:
+            pipe.zadd(key, {served_member(q, name): now_ms for q in queues for name in names})
+        pipe.execute()
+
+    def served_since(self, since_ms: int) -> set[str]:
+        """The served_member()s some live worker published at or after `since_ms`."""
+        members = self.redis.zrangebyscore(self.keys.served_tasks(), since_ms, "+inf")
+        return {m.decode() for m in members}
+
+    def deregister_worker(self, handler: str) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrem(self.keys.workers(), handler)
+        pipe.delete(self.keys.worker_info(handler))
+        pipe.execute()
+
+    def check_server(self) -> list[str]:
+        """Warn about server settings that break the guarantees (DESIGN section 5)."""
+        warnings = []
+        try:
+            config = {_s(k): _s(v) for k, v in self.redis.config_get("*").items()}
+            policy, aof = config.get("maxmemory-policy"), config.get("appendonly")
+        except redis.ResponseError:
+            warnings.append(
+                "cannot read the server's config (CONFIG is disabled); make sure "
+                "it runs with maxmemory-policy noeviction and appendonly yes"
+            )
+        else:
+            if policy != "noeviction":
+                warnings.append(
+                    f"maxmemory-policy is {policy}, not noeviction: Redis may "
+                    "evict job data under memory pressure and lose tasks"
+                )
+            if aof != "yes":
+                warnings.append("appendonly is off: a Redis restart loses what it held")
+        for warning in warnings:
+            log.warning(warning)
+        return warnings
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def job_state(self, job_id: str) -> JobState | None:
+        """The job's state; None when there is no such job (never submitted, or expired)."""
+        raw = self.redis.hget(self.keys.job(job_id).job, "state")
+        return None if raw is None else JobState(raw.decode())
+
+    def active_job_ids(self, shard: int) -> list[str]:
+        """The jobs not finished yet in `shard` (what recovery walks)."""
+        return [raw.decode() for raw in self.redis.zrange(self.keys.active(shard), 0, -1)]
+
+    def expired_leases(self, shard: int, limit: int) -> list[tuple[str, int]]:
+        """Up to `limit` (job id, task index) attempts whose lease ended by Redis TIME now."""
+        key = self.keys.leases(shard)
+        members = self.redis.zrangebyscore(key, "-inf", self.now_ms(), 0, limit)
+        return [(j, int(i)) for j, i in (m.decode().split("|") for m in members)]
+
+    def has_frontier(self, job_id: str) -> bool:
+        """Whether the job has tasks released but not yet published (a `continue` is due)."""
+        return bool(self.redis.exists(self.keys.job(job_id).frontier))
+
+    def queued_since(self, job_id: str, indexes: Sequence[str]) -> list[int | None]:
+        """When each task was queued (ms), None where never."""
+        raw = self.redis.hmget(
+            self.keys.job(job_id).tasks, [TaskField.QUEUED_AT.of(i) for i in indexes]
+        )
+        return [None if v is None else int(v) for v in raw]
+
+    def node_heartbeats(self) -> dict[str, float]:
+        """Each node's last heartbeat (ms) by any of its workers."""
+        pairs = self.redis.zrange(self.keys.nodes(), 0, -1, withscores=True)
+        return {name.decode(): score for name, score in pairs}
+
+    def job_fields(self, job_id: str) -> dict[str, bytes]:
+        raw = self.redis.hgetall(self.keys.job(job_id).job)
+        return {k.decode(): v for k, v in raw.items()}
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        """The job and each task, in the shape of DESIGN.md section 7."""
+        jk = self.keys.job(job_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(jk.job)
+        pipe.hscan(jk.tasks, 0, count=STATUS_PAGE)
+        job_raw, (cursor, tasks_raw) = pipe.execute()
+        while cursor:  # a large job, in short reads (a view over a few moments, not one)
+            cursor, page = self.redis.hscan(jk.tasks, cursor, count=STATUS_PAGE)
+            tasks_raw.update(page)
+        if not job_raw:
+            raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
+        job = {k.decode(): v for k, v in job_raw.items()}
+        fields: dict[str, dict[str, bytes]] = defaultdict(dict)
+        for k, v in tasks_raw.items():
+            attr, _, index = k.decode().partition(":")
+            fields[index][attr] = v
+        tasks: dict[str, Any] = {}
+        if "spec" in job:  # not fully split: tasks never written show the job's outcome
+            state = {b"cancelled": b"cancelled", b"failed": b"failed"}.get(job["state"], b"waiting")
+            unwritten = {"s": state, **({"e": job["error"]} if "error" in job else {})}
+            if "finished_at" in job:
+                unwritten["tf"] = job["finished_at"]
+            spec = codec.unpack(job["spec"])
+            for i, t in enumerate(spec["tasks"]):  # type: ignore[index]
+                tasks[t["id"]] = _task_view(fields.get(str(i), unwritten))
+        else:
+            for index in sorted(fields, key=int):
+                f = fields[index]
+                tasks[_s(f.get("id")) or index] = _task_view(f)
+        return {
+            "id": job_id,
+            "name": _s(job.get("name")),
+            "owner": _s(job.get("owner")),
+            "state": _s(job.get("state")),
+            "created_at": _seconds(job.get("created_at")),
+            "finished_at": _seconds(job.get("finished_at")),
+            "tasks": tasks,
+        }
+
+    def progress(self, job_id: str) -> JobProgress:
+        """The job's state and task counters: three fields of the job hash, whatever the
+        job's size (what `wait` and `submit --wait` poll)."""
+        state, total, left = self.redis.hmget(self.keys.job(job_id).job, "state", "n", "left")
+        if state is None:
+            raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
+        return JobProgress(JobState(state.decode()), int(total or 0), int(left or 0))
+
+    def list_jobs(
+        self,
+        *,
+        owner: str | None = None,
+        state: str | None = None,
+        schedule_id: str | None = None,
+        since: float | None = None,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        """Newest first: job summaries, filtered by owner, state, schedule and creation
+        time (epoch seconds). Each filter has an index the transitions keep, so one filter
+        reads about `limit` entries per shard; several read the smallest of their indexes
+        in pages, at most LIST_SCAN_MAX entries per shard (a warning says when that cut the
+        list short)."""
+        if limit <= 0:
+            return []
+        low = "-inf" if since is None else int(since * 1000)
+        rows: list[dict[str, Any]] = []
+        for shard in range(self.keys.shards):
+            rows += self._list_shard(shard, owner, state, schedule_id, low, limit)
+        rows.sort(key=lambda row: (row["created_at"], row["id"]), reverse=True)
+        return rows[:limit]
+
+    def _list_shard(
+        self,
+        shard: int,
+        owner: str | None,
+        state: str | None,
+        schedule_id: str | None,
+        low: int | str,
+        limit: int,
+    ) -> list[dict[str, Any]]:
+        keys = self.keys
+        indexes = [
+            index
+            for value, index in (
+                (owner, keys.owner_jobs(shard, owner or "")),
+                (state, keys.state_jobs(shard, state or "")),
+                (schedule_id, keys.schedule_jobs(shard, schedule_id or "")),
+            )
+            if value
+        ] or [keys.jobs(shard)]
+        index, page = indexes[0], limit
+        if len(indexes) > 1:  # walk the smallest index, check the other filters per job
+            pipe = self.redis.pipeline(transaction=False)
+            for candidate in indexes:
+                pipe.zcount(candidate, low, "+inf")
+            index = min(zip(pipe.execute(), indexes, strict=True))[1]
+            page = max(limit, LIST_PAGE_MIN)
+        rows: list[dict[str, Any]] = []
+        seen: set[str] = set()  # a job added while we page shifts the pages
+        read = 0
+        while len(rows) < limit and read < LIST_SCAN_MAX:
+            count = min(page, LIST_SCAN_MAX - read)
+            ids = self.redis.zrevrangebyscore(index, "+inf", low, start=read, num=count)
+            read += len(ids)
+            fresh = [job_id for job_id in (i.decode() for i in ids) if job_id not in seen]
+            seen.update(fresh)
+            for row in self._summaries(fresh):
+                if (
+                    (not owner or row["owner"] == owner)
+                    and (not state or row["state"] == state)
+                    and (not schedule_id or row["schedule_id"] == schedule_id)
+                ):
+                    rows.append(row)
+            if len(ids) < count:
+                return rows[:limit]
+        if len(rows) < limit and read >= LIST_SCAN_MAX:
+            log.warning(
+                "list: read the newest %d jobs of the smallest matching index and %d of them "
+                "match every filter; narrow the search with --since",
+                read,
+                len(rows),
+            )
+        return rows[:limit]
+
+    def _summaries(self, job_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The list view of each job still there (one expired since the index read is left
+        out), in the order given."""
+        fields = ("name", "owner", "state", "created_at", "finished_at", "schedule_id", "fire_time")
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hmget(self.keys.job(job_id).job, fields)
+        rows = []
+        for job_id, values in zip(job_ids, pipe.execute(), strict=True):
+            name, owner, state, created, finished, schedule_id, fire = values
+            if state is None:
+                continue
+            rows.append(
+                {
+                    "id": job_id,
+                    "name": _s(name),
+                    "owner": _s(owner),
+                    "state": _s(state),
+                    "created_at": _seconds(created),
+                    "finished_at": _seconds(finished),
+                    "schedule_id": _s(schedule_id),
+                    "fire_time": float(fire) if fire is not None else None,
+                }
+            )
+        return rows
+
+    def task_fields(self, job_id: str, *fields: TaskField) -> dict[TaskField, dict[str, str]]:
+        """field -> (task index -> value) for one job's tasks, read with HSCAN."""
+        key = self.keys.job(job_id).tasks
+        out: dict[TaskField, dict[str, str]] = {}
+        for field in fields:
+            scanned = self.redis.hscan_iter(key, match=f"{field.value}*", count=SCAN_PAGE)
+            out[field] = {k.decode().split(":", 1)[1]: v.decode() for k, v in scanned}
+        return out
+
+    def task_field(self, job_id: str, field: TaskField) -> dict[str, str]:
+        """task index -> value of one field, for one job's tasks."""
+        return self.task_fields(job_id, field)[field]
+
+    def history(
+        self, job_id: str, start: int = 0, count: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Finished attempts of every task, oldest first, from the `start`th on: `count` of
+        them at most, or all that are left. Read HISTORY_PAGE entries per command."""
+        jk = self.keys.job(job_id)
+        if not self.redis.exists(jk.job):
+            raise NotFound(f"no job {job_id} in namespace {self.settings.namespace!r}")
+        out: list[dict[str, Any]] = []
+        while count is None or len(out) < count:
+            want = HISTORY_PAGE if count is None else min(HISTORY_PAGE, count - len(out))
+            first = start + len(out)
+            page = self._history_page(jk, first, first + want - 1)
+            out += page
+            if len(page) < want:
+                break
+        return out
+
+    def _history_page(self, jk: JobKeys, first: int, last: int) -> list[dict[str, Any]]:
+        rows = [raw.decode().split("\t", 6) for raw in self.redis.lrange(jk.history, first, last)]
+        indexes = sorted({row[0] for row in rows})
+        names = self.redis.hmget(jk.tasks, [TaskField.ID.of(i) for i in indexes]) if indexes else []
+        ids = {i: _s(name) or i for i, name in zip(indexes, names, strict=True)}
+        out = []
+        for index, attempt, state, handler, started, finished, error in rows:
+            out.append(
+                {
+                    "task": ids[index],
+                    "attempt": int(attempt),
+                    "state": state,
+                    "handler": handler or None,
+                    "started_at": _seconds(started or None),
+                    "finished_at": _seconds(finished or None),
+                    "error": error or None,
+                }
+            )
+        return out
+
+
+def _task_view(f: dict[str, bytes]) -> dict[str, Any]:
+    """One task of `status`: the current attempt's fields (a new attempt clears the last
+    one's error and finish time; `history` keeps them), and seed 000's three times."""
+    state = _s(f.get("s"))
+    return {
+        "state": state,
+        "attempts": int(f.get("a", 0)),
+        "handler": _s(f.get("h")),
+        "queued_at": _seconds(f.get("tq")),
+        "started_at": _seconds(f.get("ts")),
+        "finished_at": _seconds(f.get("tf")),
+        "error": _s(f.get("e")),
+        "progress": _s(f.get("pg")),
+        "created_at": _seconds(f.get("tc")),  # written to Redis by the split
+        "updated_at": _seconds(f.get("tu") or f.get("tc")),  # last change of its fields
+        "completed_at": _seconds(f.get("tf")) if state in TERMINAL_TASK_STATES else None,
+        "waiting_for": _waiting_for(f),
+    }
+
+
+def _waiting_for(f: dict[str, bytes]) -> dict[str, Any] | None:
+    """A queued task that workers gave back for want of its code (give_back.lua): the task
+    name it waits for a worker with, and since when."""
+    raw = _s(f.get("wf"))
+    if raw is None or _s(f.get("s")) not in (TaskState.QUEUED, TaskState.RETRY_WAIT):
+        return None
+    since, _, name = raw.partition("|")
+    return {"task": name, "since": int(since) / 1000}

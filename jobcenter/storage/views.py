@@ -1,0 +1,650 @@
+"""Read models for the dashboard: the reads the Store lacks, each typed and bounded.
+
+Workers with their heartbeats and busy slots, queue depths by priority, a job's graph and
+its live task states, one task's detail, a page of jobs, what the last recovery passes
+repaired. Every read is limited by a page size, a named cap or the size of the one job it
+is about; nothing walks the keyspace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobcenter.errors import NotFound
+from jobcenter.model import codec
+from jobcenter.model.reports import RecoveryReport
+
+from .keys import NODE_QUEUE_PREFIX
+from .layout import Layout
+from .schema import TaskField
+from .store import Store, _s, _seconds
+from .system_queue import current_round, fetch_recovery_job
+
+WORKERS_MAX = 500  # workers listed: more than a fleet we expect; the rest are only counted
+LEASES_MAX = 10_000  # running attempts read to count each worker's busy slots
+PRIORITY_BANDS_MAX = 20  # distinct priorities listed per queue; more are summed as "other"
+TASKS_CHUNK = 5_000  # task fields per HMGET: a 100,000-task job is read in short calls
+TASK_HISTORY_MAX = 5_000  # newest history entries searched for one task's attempts
+JOBS_CHUNK = 200  # jobs read per round while filling a filtered page
+JOBS_EXAMINED_MAX = 2_000  # a filtered page stops after this many jobs and offers "older"
+PAGE_SIZE = 50  # jobs per page unless asked otherwise
+PAGE_SIZE_MAX = 200
+ARGS_PREVIEW_MAX = 2_000  # characters of a task's arguments shown
+RECOVERY_ROUNDS = 4  # rq keeps a round's report for three intervals: the last few passes
+RECOVERY = "recovery"  # the singleton's name (recovery.SINGLETON)
+
+JOB_FIELDS = (
+    "name", "owner", "state", "n", "left", "priority", "queue", "created_at", "started_at",
+    "finished_at", "updated_at", "schedule_id", "fire_time", "error", "nfailed", "ncancelled",
+)  # fmt: skip
+
+
+def _now(store: Store) -> float:
+    return store.now_ms() / 1000
+
+
+def _int(raw: bytes | None) -> int | None:
+    return None if raw is None else int(raw)
+
+
+# -- jobs -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    id: str
+    name: str | None
+    owner: str | None
+    state: str
+    tasks: int
+    left: int | None  # tasks not finished yet
+    priority: int | None
+    queue: str | None
+    created_at: float | None
+    started_at: float | None
+    finished_at: float | None
+    updated_at: float | None
+    schedule_id: str | None
+    error: str | None
+    failed: int  # tasks failed for good
+    cancelled: int
+
+
+def job_summary(store: Store, job_id: str) -> JobSummary:
+    """The job's own fields (not its spec, which may be large)."""
+    values = store.redis.hmget(store.keys.job(job_id).job, JOB_FIELDS)
+    return _summary(job_id, dict(zip(JOB_FIELDS, values, strict=True)))
+
+
+def _summary(job_id: str, f: dict[str, bytes | None]) -> JobSummary:
+    if f["state"] is None:
+        raise NotFound(f"no job {job_id}")
+    return JobSummary(
+        id=job_id,
+        name=_s(f["name"]),
+        owner=_s(f["owner"]),
+        state=_s(f["state"]) or "",
+        tasks=_int(f["n"]) or 0,
+        left=_int(f["left"]),
+        priority=_int(f["priority"]),
+        queue=_s(f["queue"]),
+        created_at=_seconds(f["created_at"]),
+        started_at=_seconds(f["started_at"]),
+        finished_at=_seconds(f["finished_at"]),
+        updated_at=_seconds(f["updated_at"]),
+        schedule_id=_s(f["schedule_id"]),
+        error=_s(f["error"]),
+        failed=_int(f["nfailed"]) or 0,
+        cancelled=_int(f["ncancelled"]) or 0,
+    )
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    owner: str | None = None
+    state: str | None = None
+    schedule_id: str | None = None
+    name: str | None = None  # a part of the name, any case
+
+    @property
+    def narrows(self) -> bool:
+        """Whether some job read from the index may not match: the name has no index, and
+        of several indexed filters only one index is walked."""
+        indexed = [f for f in (self.owner, self.state, self.schedule_id) if f]
+        return bool(self.name) or len(indexed) > 1
+
+    def admits(self, job: JobSummary) -> bool:
+        return (
+            (not self.owner or job.owner == self.owner)
+            and (not self.state or job.state == self.state)
+            and (not self.schedule_id or job.schedule_id == self.schedule_id)
+            and (not self.name or self.name.lower() in (job.name or "").lower())
+        )
+
+
+@dataclass(frozen=True)
+class JobsPage:
+    jobs: list[JobSummary]
+    older: str | None  # cursor of the next page (older jobs); None: no more
+    examined: int  # index entries looked at for this page
+    stopped_early: bool  # a filtered page hit JOBS_EXAMINED_MAX before it filled
+
+
+def _cursor(score: float, job_id: str) -> str:
+    return f"{int(score)}:{job_id}"
+
+
+def _parse_cursor(cursor: str | None) -> tuple[float, str] | None:
+    if not cursor:
+        return None
+    score, _, job_id = cursor.partition(":")
+    try:
+        return float(score), job_id
+    except ValueError:
+        raise ValueError(f"bad page cursor {cursor!r}") from None
+
+
+def jobs_page(
+    store: Store, filters: JobFilter, before: str | None = None, size: int = PAGE_SIZE
+) -> JobsPage:
+    """Jobs newest first, `size` at most, older than the cursor `before`. The smallest index
+    of the owner, state and schedule filters is walked; a filter it cannot apply is checked
+    on at most JOBS_EXAMINED_MAX jobs per page."""
+    if not 1 <= size <= PAGE_SIZE_MAX:
+        raise ValueError(f"page size must be 1-{PAGE_SIZE_MAX}, got {size}")
+    after = _parse_cursor(before)
+    indexes = [_job_index(store, shard, filters) for shard in range(store.keys.shards)]
+    chunk = JOBS_CHUNK if filters.narrows else size
+    rows: list[JobSummary] = []
+    examined = 0
+    last: tuple[float, str] | None = after
+    while len(rows) < size and examined < JOBS_EXAMINED_MAX:
+        ids = _index_chunk(store, indexes, last, chunk)
+        if not ids:
+            return JobsPage(rows, None, examined, False)
+        pipe = store.redis.pipeline(transaction=False)
+        for _, job_id in ids:
+            pipe.hmget(store.keys.job(job_id).job, JOB_FIELDS)
+        for (score, job_id), values in zip(ids, pipe.execute(), strict=True):
+            examined += 1
+            last = (score, job_id)
+            if values[2] is None:
+                continue  # expired since the index was read
+            job = _summary(job_id, dict(zip(JOB_FIELDS, values, strict=True)))
+            if filters.admits(job):
+                rows.append(job)
+                if len(rows) == size:
+                    break
+        if len(ids) < chunk and last == ids[-1]:
+            return JobsPage(rows, None, examined, False)  # the index has no older job
+    assert last is not None
+    return JobsPage(rows, _cursor(*last), examined, len(rows) < size)
+
+
+def _job_index(store: Store, shard: int, filters: JobFilter) -> str:
+    """The shard's smallest index that applies a filter (all jobs when none does)."""
+    keys = store.keys
+    candidates = [
+        index
+        for value, index in (
+            (filters.owner, keys.owner_jobs(shard, filters.owner or "")),
+            (filters.state, keys.state_jobs(shard, filters.state or "")),
+            (filters.schedule_id, keys.schedule_jobs(shard, filters.schedule_id or "")),
+        )
+        if value
+    ]
+    if len(candidates) < 2:
+        return candidates[0] if candidates else keys.jobs(shard)
+    pipe = store.redis.pipeline(transaction=False)
+    for index in candidates:
+        pipe.zcard(index)
+    return min(zip(pipe.execute(), candidates, strict=True))[1]
+
+
+def _index_chunk(
+    store: Store, indexes: list[str], after: tuple[float, str] | None, count: int
+) -> list[tuple[float, str]]:
+    """The next `count` (score, job id) of the job indexes (one per shard), newest first,
+    after the cursor."""
+    merged: list[tuple[float, str]] = []
+    for index in indexes:
+        if after is None:
+            batch = store.redis.zrevrange(index, 0, count - 1, withscores=True)
+        else:  # jobs submitted in one batch share a millisecond: skip those already shown
+            siblings = store.redis.zcount(index, after[0], after[0])
+            batch = store.redis.zrevrangebyscore(
+                index, after[0], "-inf", start=0, num=count + siblings, withscores=True
+            )
+        merged += [
+            (score, member.decode())
+            for member, score in batch
+            if after is None or (score, member.decode()) < after
+        ]
+    return heapq.nlargest(count, merged)
+
+
+# -- a job's graph, live states and one task ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobGraph:
+    job: JobSummary
+    ids: list[str]  # task ids by index
+    states: list[str]  # by index
+    edges: list[tuple[int, int]]  # (parent, child) indexes
+    edges_known: bool  # False once a succeeded job's working fields (its edges) were freed
+
+
+def _hmget_chunked(store: Store, key: str, fields: list[str]) -> list[bytes | None]:
+    pipe = store.redis.pipeline(transaction=False)
+    for start in range(0, len(fields), TASKS_CHUNK):
+        pipe.hmget(key, fields[start : start + TASKS_CHUNK])
+    return [value for chunk in pipe.execute() for value in chunk]
+
+
+def _unwritten_state(job_state: str) -> str:
+    """The state `status` shows for a task its leader has not written yet."""
+    return job_state if job_state in ("cancelled", "failed") else "waiting"
+
+
+def job_graph(store: Store, job_id: str) -> JobGraph:
+    """Every task's id and state and the DAG's edges: from the tasks hash once the job is
+    split, from its stored spec before."""
+    job = job_summary(store, job_id)
+    jk = store.keys.job(job_id)
+    n = job.tasks
+    raw_spec = store.redis.hget(jk.job, "spec")
+    if raw_spec is not None:  # not fully split yet
+        spec: Any = codec.unpack(raw_spec)
+        layout = Layout(spec)
+        ids = [t["id"] for t in layout.tasks]
+        written = _hmget_chunked(store, jk.tasks, [TaskField.STATE.of(i) for i in range(len(ids))])
+        default = _unwritten_state(job.state)
+        states = [_s(s) or default for s in written]
+        edges = [(p, c) for p, kids in enumerate(layout.children) for c in kids]
+        return JobGraph(job, ids, states, edges, True)
+    fields = [f"{a}:{i}" for i in range(n) for a in ("id", "s", "c")]
+    values = _hmget_chunked(store, jk.tasks, fields)
+    ids, states, edges = [], [], []
+    for i in range(n):
+        task_id, state, children = values[3 * i : 3 * i + 3]
+        ids.append(_s(task_id) or str(i))
+        states.append(_s(state) or _unwritten_state(job.state))
+        if children:
+            edges += [(i, int(c)) for c in children.decode().split(",")]
+    compacted = job.state == "succeeded" and n > 0 and not store.redis.hexists(jk.tasks, "p:0")
+    return JobGraph(job, ids, states, edges, not compacted)
+
+
+@dataclass(frozen=True)
+class LiveStates:
+    state: str  # the job's
+    finished_at: float | None
+    states: list[str]  # every task's, by index
+
+
+def live_states(store: Store, job_id: str) -> LiveStates:
+    """What the job page polls: the job's state and each task's, in two short reads."""
+    jk = store.keys.job(job_id)
+    state, n, finished = store.redis.hmget(jk.job, "state", "n", "finished_at")
+    if state is None:
+        raise NotFound(f"no job {job_id}")
+    job_state = state.decode()
+    default = _unwritten_state(job_state)
+    written = _hmget_chunked(store, jk.tasks, [TaskField.STATE.of(i) for i in range(int(n or 0))])
+    return LiveStates(job_state, _seconds(finished), [_s(s) or default for s in written])
+
+
+@dataclass(frozen=True)
+class Attempt:
+    attempt: int
+    state: str
+    handler: str | None
+    started_at: float | None
+    finished_at: float | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class TaskDetail:
+    job_id: str
+    index: int
+    id: str
+    state: str
+    task: str | None  # the registered task name (None once a succeeded job was compacted)
+    args: str | None  # its arguments, shortened
+    attempts: int
+    max_attempts: int | None
+    handler: str | None
+    queue: str | None
+    queued_at: float | None
+    started_at: float | None
+    finished_at: float | None
+    error: str | None  # with the traceback
+    progress: str | None
+    history: list[Attempt] = field(default_factory=list)  # finished attempts, oldest first
+    history_complete: bool = True  # False: only the newest TASK_HISTORY_MAX entries searched
+
+
+TASK_ATTRS = ("id", "s", "a", "m", "h", "q", "tq", "ts", "tf", "e", "pg", "p")
+
+
+def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
+    """One task: its fields, payload and every finished attempt of it."""
+    jk = store.keys.job(job_id)
+    pipe = store.redis.pipeline(transaction=False)
+    pipe.hmget(jk.job, "state", "n", "queue")
+    pipe.hmget(jk.tasks, [f"{a}:{index}" for a in TASK_ATTRS])
+    pipe.llen(jk.history)
+    pipe.lrange(jk.history, -TASK_HISTORY_MAX, -1)
+    (job_state, n, job_queue), values, history_len, entries = pipe.execute()
+    if job_state is None:
+        raise NotFound(f"no job {job_id}")
+    if not 0 <= index < int(n or 0):
+        raise NotFound(f"job {job_id} has no task #{index}")
+    f = dict(zip(TASK_ATTRS, values, strict=True))
+    task_id = _s(f["id"])
+    payload: Any = codec.unpack(f["p"]) if f["p"] is not None else None
+    if task_id is None:  # not written by its leader yet: read it from the job's spec
+        raw_spec = store.redis.hget(jk.job, "spec")
+        if raw_spec is not None:
+            t: Any = codec.unpack(raw_spec)["tasks"][index]  # type: ignore[index]
+            task_id = t["id"]
+            payload = {"t": t["task"], "a": t.get("args", []), "k": t.get("kwargs", {})}
+    name, args = None, None
+    if payload is not None:
+        name = payload.get("t")
+        shown = {"args": payload.get("a", []), "kwargs": payload.get("k", {})}
+        args = json.dumps(shown, default=repr)[:ARGS_PREVIEW_MAX]
+    history = []
+    for raw in entries:
+        i, attempt, state, handler, started, finished, error = raw.decode().split("\t", 6)
+        if i == str(index):
+            history.append(
+                Attempt(
+                    int(attempt),
+                    state,
+                    handler or None,
+                    _seconds(started or None),
+                    _seconds(finished or None),
+                    error or None,
+                )
+            )
+    return TaskDetail(
+        job_id=job_id,
+        index=index,
+        id=task_id or str(index),
+        state=_s(f["s"]) or _unwritten_state(job_state.decode()),
+        task=name,
+        args=args,
+        attempts=_int(f["a"]) or 0,
+        max_attempts=_int(f["m"]) or (1 if payload is not None else None),
+        handler=_s(f["h"]),
+        queue=_s(f["q"]) or _s(job_queue),
+        queued_at=_seconds(f["tq"]),
+        started_at=_seconds(f["ts"]),
+        finished_at=_seconds(f["tf"]),
+        error=_s(f["e"]),
+        progress=_s(f["pg"]),
+        history=history,
+        history_complete=history_len <= TASK_HISTORY_MAX,
+    )
+
+
+# -- workers ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    handler: str
+    host: str | None
+    pid: int | None
+    node: str | None
+    queues: list[str]
+    slots: int | None  # its --concurrency
+    busy: int  # attempts it holds a lease for
+    last_seen: float  # last heartbeat (Redis TIME)
+    alive: bool  # heartbeat within the worker timeout
+
+
+@dataclass(frozen=True)
+class WorkersView:
+    workers: list[WorkerView]  # newest heartbeat first, WORKERS_MAX at most
+    registered: int  # handlers in the registry, listed or not
+    running: int  # attempts holding a lease, cluster-wide
+    busy_exact: bool  # False when more than LEASES_MAX attempts run (busy undercounted)
+    now: float
+
+
+def workers(store: Store) -> WorkersView:
+    """Registered workers with their heartbeat, queues and busy slots."""
+    keys = store.keys
+    now = _now(store)
+    pipe = store.redis.pipeline(transaction=False)
+    pipe.zrevrange(keys.workers(), 0, WORKERS_MAX - 1, withscores=True)
+    pipe.zcard(keys.workers())
+    listed, registered = pipe.execute()
+    pipe = store.redis.pipeline(transaction=False)
+    for handler, _ in listed:
+        pipe.hgetall(keys.worker_info(handler.decode()))
+    infos = pipe.execute()
+    busy, running, exact = _busy_by_handler(store)
+    timeout = store.settings.worker_timeout_seconds
+    rows = []
+    for (raw_handler, seen_ms), raw in zip(listed, infos, strict=True):
+        handler = raw_handler.decode()
+        info = {k.decode(): v.decode() for k, v in raw.items()}
+        seen = seen_ms / 1000
+        rows.append(
+            WorkerView(
+                handler=handler,
+                host=info.get("host"),
+                pid=int(info["pid"]) if "pid" in info else None,
+                node=info.get("node") or None,
+                queues=[q for q in info.get("queues", "").split(",") if q],
+                slots=int(info["concurrency"]) if "concurrency" in info else None,
+                busy=busy.get(handler, 0),
+                last_seen=seen,
+                alive=now - seen <= timeout,
+            )
+        )
+    return WorkersView(rows, registered, running, exact, now)
+
+
+def _busy_by_handler(store: Store) -> tuple[dict[str, int], int, bool]:
+    """Attempts holding a lease, counted by the handler that runs them (at most LEASES_MAX
+    read); the total; and whether every one was read."""
+    busy: dict[str, int] = defaultdict(int)
+    total, exact = 0, True
+    for shard in range(store.keys.shards):
+        key = store.keys.leases(shard)
+        count = store.redis.zcard(key)
+        total += count
+        exact = exact and count <= LEASES_MAX
+        members = [m.decode() for m in store.redis.zrange(key, 0, LEASES_MAX - 1)]
+        pipe = store.redis.pipeline(transaction=False)
+        for member in members:
+            job_id, index = member.split("|")
+            pipe.hget(store.keys.job(job_id).tasks, TaskField.HANDLER.of(index))
+        for handler in pipe.execute():
+            if handler is not None:
+                busy[handler.decode()] += 1
+    return dict(busy), total, exact
+
+
+# -- queues -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PriorityBand:
+    priority: int
+    ready: int
+    head_wait: float | None  # seconds the task next in line has been ready
+
+
+@dataclass(frozen=True)
+class QueueView:
+    name: str
+    ready: int
+    bands: list[PriorityBand]  # highest priority first, PRIORITY_BANDS_MAX at most
+    retry_wait: int  # failed attempts waiting out their backoff
+    next_retry_at: float | None
+    head_wait: float | None  # the longest wait among the bands' next-in-line tasks
+
+
+@dataclass(frozen=True)
+class QueuesView:
+    queues: list[QueueView]
+    running: int
+    dead_letters: int
+    now: float
+
+
+def known_queues(store: Store) -> list[str]:
+    """Queues named by registered workers (live or not), node queues, and 'default': there
+    is no registry of queue names, and finding them otherwise would mean a scan."""
+    keys = store.keys
+    names = {"default"}
+    pipe = store.redis.pipeline(transaction=False)
+    for handler in store.redis.zrevrange(keys.workers(), 0, WORKERS_MAX - 1):
+        pipe.hget(keys.worker_info(handler.decode()), "queues")
+    for raw in pipe.execute():
+        names.update(q for q in (_s(raw) or "").split(",") if q)
+    for node in store.redis.zrevrange(keys.nodes(), 0, WORKERS_MAX - 1):
+        names.add(NODE_QUEUE_PREFIX + node.decode())
+    return sorted(names)
+
+
+def queues(store: Store, names: list[str] | None = None) -> QueuesView:
+    """Depth by priority, retry waits and head-of-line wait of each queue."""
+    now = _now(store)
+    views = [_queue(store, name, now) for name in (names or known_queues(store))]
+    pipe = store.redis.pipeline(transaction=False)
+    for shard in range(store.keys.shards):
+        pipe.zcard(store.keys.leases(shard))
+        pipe.zcard(store.keys.dlq(shard))
+    counts = pipe.execute()
+    return QueuesView(views, sum(counts[0::2]), sum(counts[1::2]), now)
+
+
+def _queue(store: Store, name: str, now: float) -> QueueView:
+    keys = store.keys
+    bands: dict[int, list[Any]] = {}  # priority -> [ready, head wait]
+    retry_wait, next_retry = 0, None
+    for shard in range(keys.shards):
+        ready_key, delayed_key = keys.queue(shard, name), keys.delayed(shard, name)
+        for priority, count, head in _bands(store, ready_key):
+            band = bands.setdefault(priority, [0, None])
+            band[0] += count
+            waited = _head_wait(store, head, now)
+            if waited is not None and (band[1] is None or waited > band[1]):
+                band[1] = waited
+        retry_wait += store.redis.zcard(delayed_key)
+        first = store.redis.zrange(delayed_key, 0, 0, withscores=True)
+        if first:
+            due = first[0][1] / 1000
+            next_retry = due if next_retry is None else min(next_retry, due)
+    listed = [PriorityBand(p, b[0], b[1]) for p, b in sorted(bands.items(), reverse=True)]
+    waits = [b.head_wait for b in listed if b.head_wait is not None]
+    return QueueView(
+        name=name,
+        ready=sum(b.ready for b in listed),
+        bands=listed[:PRIORITY_BANDS_MAX],
+        retry_wait=retry_wait,
+        next_retry_at=next_retry,
+        head_wait=max(waits) if waits else None,
+    )
+
+
+def _bands(store: Store, key: str) -> list[tuple[int, int, str]]:
+    """(priority, ready count, member next in line) per priority in a ready zset (score is
+    -priority), walking one band per step, PRIORITY_BANDS_MAX + 1 steps at most."""
+    out: list[tuple[int, int, str]] = []
+    low: Any = "-inf"
+    for _ in range(PRIORITY_BANDS_MAX + 1):
+        head = store.redis.zrangebyscore(key, low, "+inf", start=0, num=1, withscores=True)
+        if not head:
+            break
+        member, score = head[0]
+        if len(out) == PRIORITY_BANDS_MAX:  # the rest in one band, at its top priority
+            out.append((int(-score), store.redis.zcount(key, score, "+inf"), member.decode()))
+            break
+        out.append((int(-score), store.redis.zcount(key, score, score), member.decode()))
+        low = f"({score}"
+    return out
+
+
+def _head_wait(store: Store, member: str, now: float) -> float | None:
+    _, job_id, index = member.split("|")
+    queued = store.redis.hget(store.keys.job(job_id).tasks, TaskField.QUEUED_AT.of(int(index)))
+    return None if queued is None else max(0.0, now - int(queued) / 1000)
+
+
+def dead_letter_count(store: Store) -> int:
+    return sum(store.redis.zcard(store.keys.dlq(s)) for s in range(store.keys.shards))
+
+
+# -- recovery ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecoveryRound:
+    round: int
+    due_at: float  # when the round began (round * interval)
+    status: str  # rq's status of the round's job; "gone" when rq no longer keeps it
+    started_at: float | None
+    ended_at: float | None
+    report: dict[str, Any] | None  # RecoveryReport.to_dict() of the pass
+    error: str | None  # the pass raised
+    repairs: int | None = None  # what the report counts as repairs
+
+
+@dataclass(frozen=True)
+class RecoveryView:
+    interval: float
+    holder: str | None  # the handler running a pass now
+    last_round: int | None  # the last round a pass started
+    rounds: list[RecoveryRound]  # newest first
+
+
+def recovery(store: Store) -> RecoveryView:
+    """The last passes' reports, as rq keeps them (its result of each round's job), and who
+    holds the recovery lease now. `jobcenter recover --once` passes are not recorded."""
+    keys = store.keys
+    holder, last = store.redis.mget(keys.singleton(RECOVERY), keys.singleton_round(RECOVERY))
+    interval = store.settings.recovery_interval_seconds
+    now_round = current_round(store)
+    rounds = []
+    for round_no in range(now_round, now_round - RECOVERY_ROUNDS, -1):
+        rounds.append(_round(store, round_no, interval))
+    return RecoveryView(interval, _s(holder), _int(last), rounds)
+
+
+def _round(store: Store, round_no: int, interval: float) -> RecoveryRound:
+    due = round_no * interval
+    job = fetch_recovery_job(store, round_no)
+    if job is None:
+        return RecoveryRound(round_no, due, "gone", None, None, None, None)
+    result = job.latest_result()
+    report = result.return_value if result is not None else None
+    repairs = None
+    if isinstance(report, dict):
+        with contextlib.suppress(TypeError):  # a report from another version of jobcenter
+            repairs = RecoveryReport(**report).repairs
+    status = job.get_status(refresh=False)
+    error = result.exc_string if result is not None else None
+    return RecoveryRound(
+        round=round_no,
+        due_at=due,
+        status=status.value if status is not None else "unknown",
+        started_at=job.started_at.timestamp() if job.started_at else None,
+        ended_at=job.ended_at.timestamp() if job.ended_at else None,
+        report=report if isinstance(report, dict) else None,
+        error=error,
+        repairs=repairs,
+    )
