@@ -1241,6 +1241,26 @@ def machine() -> dict[str, Any]:
     }
 
 
+def order_bench(slots: int, say: Callable[[str], None]) -> int:
+    """`--only=order`: each task-order rule on each shape of scripts/bench_order.py."""
+    import bench_order
+
+    say(f"task order: one worker x {slots} slots, durations in units of {bench_order.UNIT_S} s")
+    with tempfile.TemporaryDirectory(prefix="jobcenter-bench-") as tmp:
+        server = RedisServer(tmp).start()
+        r = redis.Redis.from_url(server.url)
+        bench = Bench(server, r, Client.from_url(server.url, NAMESPACE), Path(tmp), slots)
+        try:
+            bench.start_workers(1)
+            rows = bench_order.run(bench, slots, say)
+        finally:
+            bench.stop_workers()
+            server.stop()
+    say()
+    say(bench_order.render(rows))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, one run (smoke test)")
@@ -1256,7 +1276,8 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated: W1,W2,W3,W4,W5,big-fan,big-chain,big-follow",
+        help="comma-separated: W1,W2,W3,W4,W5,big-fan,big-chain,big-follow; or `order` alone: "
+        "the task-order rules on DAGs where order matters (one worker, --concurrency slots)",
     )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=64, help="task threads per worker")
@@ -1296,6 +1317,8 @@ def main() -> int:
     def say(text: str = "") -> None:
         print(text, file=out, flush=True)
 
+    if args.only == "order":
+        return order_bench(args.concurrency, say)
     chosen = workloads(sizes)
     if args.only:
         wanted = [k.strip() for k in args.only.split(",") if k.strip()]

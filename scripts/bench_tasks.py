@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import redis
 
@@ -57,3 +58,9 @@ def fail() -> None:
     """Record the attempt, then fail for good: every descendant becomes upstream_failed."""
     _record()
     raise Fatal("bench: failing on purpose to cascade")
+
+
+@task(name="bench.sleep")
+def sleep(seconds: float) -> None:
+    """A task of a known duration (`--only=order`: the claim order decides the makespan)."""
+    time.sleep(seconds)

@@ -40,6 +40,7 @@ class Job:
         queue: str = "default",
         idempotency_key: str | None = None,
         retention: float | None = None,
+        order: str | None = None,
     ) -> None:
         self._job: dict[str, Any] = {
             "name": name,
@@ -49,6 +50,8 @@ class Job:
             "idempotency_key": idempotency_key,
             "retention": retention,
         }
+        if order is not None:
+            self._job["order"] = order
         self._tasks: list[dict[str, Any]] = []
         self._ids: set[object] = set()
 
@@ -67,6 +70,7 @@ class Job:
         queue: str | None = None,
         node: str | None = None,
         priority: int | None = None,
+        estimate: float | None = None,
     ) -> TaskRef:
         """Add a task; depends_on takes TaskRefs or task ids. Values are checked by build()."""
         with contextlib.suppress(TypeError):  # an unhashable id: build() refuses it, naming it
@@ -92,6 +96,7 @@ class Job:
                 "queue": queue,
                 "node": node,
                 "priority": priority,
+                "estimate": estimate,
             }
         )
         return TaskRef(id)

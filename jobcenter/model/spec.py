@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jobcenter.errors import SpecError
+from jobcenter.model.ordering import DEFAULT_ORDER, ORDER_RULES
 
 from . import codec, documents
 from .dag import check_dag
@@ -77,6 +78,7 @@ class TaskSpec:
     queue: str | None = None  # None: the job's queue
     node: str | None = None
     priority: int | None = None  # None: the job's priority
+    estimate: float | None = None  # seconds it usually runs; None: learned (model.ordering)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data parse_spec accepts back; fields left at their default are omitted."""
@@ -105,6 +107,7 @@ class JobSpec:
     queue: str = "default"
     idempotency_key: str | None = None
     retention: float | None = None  # seconds a finished job is kept; None: namespace default
+    order: str = DEFAULT_ORDER  # which ready task of the job runs first (jobcenter.model.ordering)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON/msgpack-ready) that round-trips through parse_spec."""
@@ -126,6 +129,7 @@ _TASK_DEFAULTS: dict[str, Any] = {
     "queue": None,
     "node": None,
     "priority": None,
+    "estimate": None,
 }
 _JOB_DEFAULTS: dict[str, Any] = {
     "owner": None,
@@ -133,6 +137,7 @@ _JOB_DEFAULTS: dict[str, Any] = {
     "queue": "default",
     "idempotency_key": None,
     "retention": None,
+    "order": DEFAULT_ORDER,
 }
 _TASK_KEYS = frozenset({"id", "task", "args", "kwargs", "depends_on", *_TASK_DEFAULTS})
 _JOB_KEYS = frozenset({"name", "tasks", *_JOB_DEFAULTS})
@@ -319,7 +324,7 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
         depends_on = tuple(dict.fromkeys(deps)) if len(deps) > 1 else tuple(deps)
 
     retries, backoff, backoff_max = 0, 1.0, 300.0
-    timeout = queue = node = priority = None
+    timeout = queue = node = priority = estimate = None
     if "retries" in raw:
         retries = _int(raw["retries"], "retries", task_id, 0, MAX_RETRIES, "an integer >= 0")
     if "retry_backoff" in raw:
@@ -339,6 +344,8 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
         node = _name(raw["node"], "node", task_id)
     if raw.get("priority") is not None:
         priority = _priority(raw["priority"], task_id)
+    if raw.get("estimate") is not None:
+        estimate = _seconds(raw["estimate"], "estimate", task_id, strict=False)
     return TaskSpec(
         task_id,
         name,
@@ -352,6 +359,7 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
         queue,
         node,
         priority,
+        estimate,
     )
 
 
@@ -407,6 +415,9 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
     retention = data.get("retention")
     if retention is not None:
         retention = _seconds(retention, "retention", None, strict=True)
+    order = data.get("order", DEFAULT_ORDER)
+    if order not in ORDER_RULES:
+        raise SpecError(f"job: 'order' must be one of {', '.join(ORDER_RULES)}, got {_show(order)}")
 
     raw_tasks = data.get("tasks")
     if raw_tasks is None or (isinstance(raw_tasks, list | tuple) and not raw_tasks):
@@ -428,6 +439,7 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
         queue=queue,
         idempotency_key=idempotency_key,
         retention=retention,
+        order=order,
     )
     _VALIDATED[id(spec)] = spec
     return spec

@@ -64,7 +64,8 @@ class Leader:
             return "abandoned"
         spec = codec.unpack(job["spec"], max_bytes=SPEC_MAX_BYTES)
         assert isinstance(spec, dict)
-        layout = Layout(spec)
+        ranks = codec.unpack(job["ranks"], max_bytes=SPEC_MAX_BYTES) if "ranks" in job else None
+        layout = Layout(spec, ranks)  # type: ignore[arg-type]
         n = len(layout)
         written = int(job.get("written", 0))
         for start, end, pairs in _prepared(layout, written):

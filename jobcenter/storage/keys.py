@@ -114,6 +114,11 @@ class Keys:
         (ms): what recovery trims from the list indexes once the job's own keys have expired."""
         return f"{self._tagged(shard)}:expiring"
 
+    def estimates(self, shard: int) -> str:
+        """Hash of learned run times (ms, a moving average of succeeded attempts) per job name
+        and task id and per task name (jobcenter.model.ordering): what critical_path ranks by."""
+        return f"{self._tagged(shard)}:estimates"
+
     def seq(self, shard: int) -> str:
         """Counter giving each job its submission sequence number."""
         return f"{self._tagged(shard)}:seq"

@@ -21,9 +21,10 @@ def job_queues(spec: JobSpec) -> list[str]:
 
 
 class Layout:
-    """The tasks-hash fields of a job spec (as a dict: JobSpec.to_dict() or a stored spec)."""
+    """The tasks-hash fields of a job spec (as a dict: JobSpec.to_dict() or a stored spec),
+    with each task's claim rank within the job (jobcenter.model.ordering; None: spec order)."""
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: dict[str, Any], ranks: list[int] | None = None) -> None:
         self.tasks: list[dict[str, Any]] = spec["tasks"]
         self.queue = spec.get("queue", "default")
         self.priority = spec.get("priority", 0)
@@ -33,6 +34,7 @@ class Layout:
         children = children_of(ids, dict(zip(ids, self.deps, strict=True)))
         self.children = [[index[c] for c in children[task_id]] for task_id in ids]
         self.roots = [i for i, deps in enumerate(self.deps) if not deps]
+        self.ranks = ranks
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -76,4 +78,6 @@ class Layout:
             fields += [TaskField.DEPS_LEFT.of(n), len(self.deps[i])]
         if self.children[i]:
             fields += [TaskField.CHILDREN.of(n), ",".join(map(str, self.children[i]))]
+        if self.ranks is not None:
+            fields += [TaskField.RANK.of(n), self.ranks[i]]
         return fields

@@ -23,6 +23,7 @@ class TaskField(StrEnum):
     MAX_ATTEMPTS = "m:"  # 1 + retries, when it retries
     DEPS_LEFT = "d:"  # dependencies not succeeded yet
     CHILDREN = "c:"  # the indexes of the tasks that depend on it, comma-separated
+    RANK = "o:"  # its claim rank within the job (jobcenter.model.ordering), unless fifo
     ATTEMPTS = "a:"  # attempts started
     HANDLER = "h:"  # the handler running the current attempt
     CREATED_AT = "tc:"  # ms, Redis TIME (as every time below)
@@ -51,6 +52,7 @@ WORKING_FIELDS = (
     TaskField.QUEUE,
     TaskField.PRIORITY,
     TaskField.MAX_ATTEMPTS,
+    TaskField.RANK,
 )
 
 
@@ -62,6 +64,7 @@ class JobField(StrEnum):
     OWNER = "owner"
     STATE = "state"  # its JobState
     SPEC = "spec"  # the packed spec, until the leader has written the tasks
+    RANKS = "ranks"  # the tasks' ranks, packed, with the spec (the leader writes them too)
     TASKS = "n"  # number of tasks
     LEFT = "left"  # tasks not finished yet
     FAILED = "nfailed"  # tasks failed for good

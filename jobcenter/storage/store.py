@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -24,6 +24,7 @@ from jobcenter.errors import (
     raise_for_code,
 )
 from jobcenter.model import codec
+from jobcenter.model.ordering import learned_fields, task_ranks
 from jobcenter.model.spec import JobSpec, spec_digest, spec_from_any
 from jobcenter.model.states import TERMINAL_TASK_STATES, JobState, TaskState
 
@@ -265,9 +266,10 @@ class Store:
         caller waits for durability itself (wait_durable: once after many batches)."""
         specs = [spec_from_any(spec) for spec in specs]  # a hand-built JobSpec is checked too
         origins = fired if fired is not None else [(None, None)] * len(specs)
+        learned = self.learned_estimates(specs)
         batch = self.scripts.batch()
         job_ids = [
-            self._add_submit(batch, spec, schedule_id, fire_time)
+            self._add_submit(batch, spec, schedule_id, fire_time, learned)
             for spec, (schedule_id, fire_time) in zip(specs, origins, strict=True)
         ]
         results = []
@@ -284,8 +286,30 @@ class Store:
             self.wait_durable()
         return results
 
+    def learned_estimates(self, specs: Sequence[JobSpec]) -> dict[str, float]:
+        """The learned run times (ms) the specs' ranks need: one HMGET per shard, in one
+        round trip, none when no spec needs one; a field learned on several shards
+        (jobs land on any) takes the mean."""
+        fields = sorted({field for spec in specs for field in learned_fields(spec)})
+        if not fields:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(self.keys.shards):
+            pipe.hmget(self.keys.estimates(shard), fields)
+        found: dict[str, list[float]] = defaultdict(list)
+        for values in pipe.execute():
+            for name, value in zip(fields, values, strict=True):
+                if value is not None:
+                    found[name].append(float(value))
+        return {name: sum(v) / len(v) for name, v in found.items()}
+
     def _add_submit(
-        self, batch: Batch, spec: JobSpec, schedule_id: str | None, fire_time: float | None
+        self,
+        batch: Batch,
+        spec: JobSpec,
+        schedule_id: str | None,
+        fire_time: float | None,
+        learned: Mapping[str, float] | None = None,
     ) -> str:
         keys = self.keys
         shard = keys.shard_of(spec.idempotency_key) if spec.idempotency_key else None
@@ -294,6 +318,8 @@ class Store:
         queues = job_queues(spec)
         spec_dict = spec.to_dict()
         inline = len(spec.tasks) <= INLINE_SPLIT_MAX
+        layout = Layout(spec_dict)  # ranked once here: a leader's split reuses the ranks
+        layout.ranks = task_ranks(spec, layout.children, learned or {})
         fields: dict[str, Any] = {
             "name": spec.name,
             "priority": spec.priority,
@@ -304,6 +330,7 @@ class Store:
         }
         optional = {
             "spec": None if inline else codec.pack_valid(spec_dict),  # parse_spec checked it
+            "ranks": None if inline or layout.ranks is None else codec.pack_valid(layout.ranks),
             "owner": spec.owner,
             "idem": spec.idempotency_key,
             "spec_digest": spec_digest(spec) if spec.idempotency_key else None,
@@ -316,7 +343,6 @@ class Store:
         task_args: list[Any] = []
         roots: list[int] = []
         if inline:  # small: written and queued by the submit script itself
-            layout = Layout(spec_dict)
             task_args, roots = layout.pairs(0, len(layout)), layout.roots
         meta = self._remember(job_id, JobMeta(tuple(queues), spec.idempotency_key))
         job_key = keys.job(job_id).job
@@ -453,7 +479,10 @@ class Store:
         for job_id, items in by_job.items():
             pairs = [x for index, attempt in items for x in (index, attempt)]
             args = [handler, self.settings.lease_ms, take_max, len(take_queues), *take_queues]
-            self._job_call("complete", job_id, [*args, *pairs], batch=batch)
+            estimates_key = self.keys.estimates(self.keys.job_shard(job_id))
+            self._job_call(
+                "complete", job_id, [*args, *pairs], extra_keys=[estimates_key], batch=batch
+            )
         codes: dict[tuple[str, int], int] = {}
         taken: list[StartedTask] = []
         answered, refused = _run_per_job(batch, by_job)

@@ -108,6 +108,32 @@ def test_child_released_by_its_parent_runs_after_higher_priority_queued_tasks(
     assert run_order(redis_client, namespace) == ["parent", "high", "child"]
 
 
+def test_one_worker_runs_a_critical_path_jobs_long_chain_head_first(
+    client: Client, workers: Workers, redis_client: redis.Redis, namespace: str
+) -> None:
+    """The default order: of the ready tasks, the one with the longest remaining path of
+    estimates first (an `estimate` makes a lone task outweigh a chain); fifo keeps spec order."""
+    chain = [ordered("chain-1", estimate=1), ordered("chain-2", depends_on=["chain-1"], estimate=1),
+             ordered("chain-3", depends_on=["chain-2"], estimate=1)]  # fmt: skip
+    job_ids = [
+        client.submit({"name": "cp", "tasks": [ordered("short", estimate=0.5),
+                                               ordered("heavy", estimate=9), *chain]}),
+        client.submit({"name": "fifo", "order": "fifo", "tasks": [
+            ordered("fifo-short"), ordered("fifo-chain", depends_on=["fifo-short"]),
+            ordered("fifo-other")]}),
+    ]  # fmt: skip
+    queue_everything(client, job_ids, roots=5)
+
+    workers.start(modules=MODULES, concurrency=1)
+    for job_id in job_ids:
+        assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
+
+    assert run_order(redis_client, namespace)[:6] == [
+        "heavy", "chain-1", "chain-2", "chain-3", "short",  # the older job first, by path
+        "fifo-short",  # then the next job: fifo, spec order
+    ]  # fmt: skip
+
+
 # -- retention ------------------------------------------------------------------------------
 
 

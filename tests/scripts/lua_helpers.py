@@ -128,6 +128,8 @@ def run_job_script(
 ) -> Any:
     """Call a job-scoped script directly (see job_context), or add the call to `batch`."""
     keys, argv = job_context(store, job_id, queues=queues, without_idem=without_idem)
+    if name == "complete" and not extra_keys:  # the learned estimates it updates
+        extra_keys = [store.keys.estimates(store.keys.job_shard(job_id))]
     keys, argv = keys + list(extra_keys), argv + list(args)
     if batch is not None:
         batch.add(name, keys, argv)

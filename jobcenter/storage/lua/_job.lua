@@ -78,7 +78,14 @@ end
 local function task_state(i) return redis.call('HGET', T, TF_STATE .. i) end
 local function lease_member(i) return JOB_ID .. '|' .. i end
 -- The index is zero-padded so a job's tasks sort in spec order, not as strings (10 < 2).
-local function queue_member(i) return string.format('%012d|%s|%06d', META.seq, JOB_ID, i) end
+-- A task with a rank (TF_RANK, jobcenter/model/ordering.py) has it right after the job's
+-- sequence number: within a priority, jobs keep their submit order and the rank orders one
+-- job's tasks. (Every task of a job has a rank or none does, so the two forms never meet.)
+local function queue_member(i)
+  local rank = redis.call('HGET', T, TF_RANK .. i)
+  if rank then return string.format('%012d%06d|%s|%06d', META.seq, rank, JOB_ID, i) end
+  return string.format('%012d|%s|%06d', META.seq, JOB_ID, i)
+end
 local function task_queue(i) return redis.call('HGET', T, TF_QUEUE .. i) or META.queue end
 local function task_priority(i)
   local p = redis.call('HGET', T, TF_PRIORITY .. i)

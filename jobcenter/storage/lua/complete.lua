@@ -1,7 +1,8 @@
 --[[ complete: running -> succeeded for a batch of one job's tasks; release each child whose
   last dependency this was, exactly once. A released child on a queue this worker serves may
-  be taken at once (it starts running here, skipping the queue round trip).
-  KEYS: the job context (_job.lua)
+  be taken at once (it starts running here, skipping the queue round trip). Each success
+  updates the learned run time of its job name + task id and of its task name.
+  KEYS: the job context (_job.lua), then KEYS[XK] the shard's learned-estimates hash
   ARGV[A] handler id  ARGV[A+1] lease ms  ARGV[A+2] max children to take
   ARGV[A+3] number of queues the worker serves  ARGV[A+4..] their names
   then pairs: task index, attempt
@@ -19,6 +20,39 @@ if not load_job() then return {JOB_GONE} end
 if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
+local ESTIMATES = KEYS[XK]
+local ESTIMATE_WEIGHT = 0.3 -- of the newest run in the moving average: a few runs adapt it
+local ESTIMATES_MAX = 100000 -- fields per shard: past this only known ones are updated
+local job_name = nil
+
+-- The payload is msgpack of a map whose first key is "t" (layout.py writes PayloadKey.TASK first): the
+-- task name is the string right after it, read here without unpacking the arguments.
+local function payload_task_name(p)
+  if not p or string.sub(p, 2, 3) ~= '\161t' then return nil end
+  local b = string.byte(p, 4)
+  if b >= 160 and b <= 191 then return string.sub(p, 5, 4 + b - 160) end -- fixstr
+  if b == 217 then return string.sub(p, 6, 5 + string.byte(p, 5)) end -- str 8
+  return nil
+end
+
+-- Fold one succeeded run (ms, Redis time) into a moving average (jobcenter/model/ordering.py).
+local function learn(field, ms)
+  local old = tonumber(redis.call('HGET', ESTIMATES, field))
+  if not old and redis.call('HLEN', ESTIMATES) >= ESTIMATES_MAX then return end
+  local value = ms
+  if old then value = old + ESTIMATE_WEIGHT * (ms - old) end
+  redis.call('HSET', ESTIMATES, field, string.format('%.1f', value))
+end
+
+local function learn_run(i, started, payload)
+  if not started then return end
+  local ms = math.max(0, now - tonumber(started))
+  job_name = job_name or redis.call('HGET', J, 'name') or ''
+  learn('j\t' .. job_name .. '\t' .. (redis.call('HGET', T, TF_ID .. i) or i), ms)
+  local task_name = payload_task_name(payload)
+  if task_name then learn('t\t' .. task_name, ms) end
+end
+
 local taken = {}
 -- Take a released child only if it would be the next claimed from its queue anyway: the
 -- shortcut must never jump ahead of a higher-priority or older ready task.
@@ -48,7 +82,8 @@ local codes, done = {}, {}
 local writes, clears, leases, history, frontier = {}, {}, {}, {}, {}
 for k = first_pair, #ARGV, 2 do
   local i, attempt = ARGV[k], ARGV[k + 1]
-  local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i, TF_STARTED_AT .. i, TF_CHILDREN .. i)
+  local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
+    TF_STARTED_AT .. i, TF_CHILDREN .. i, TF_PAYLOAD .. i)
   local code = ITEM_OK
   if (f[2] or '0') .. ':' .. (f[3] or '') ~= attempt .. ':' .. handler then
     code = ITEM_STALE_TOKEN
@@ -67,6 +102,7 @@ for k = first_pair, #ARGV, 2 do
     leases[#leases + 1] = lease_member(i)
     history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', now, ''}, '\t')
     if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
+    learn_run(i, f[4], f[6])
   end
   codes[#codes + 1] = code
 end

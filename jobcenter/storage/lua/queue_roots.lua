@@ -26,7 +26,7 @@ flush_wakes()
 redis.call('HSET', J, 'queued', ARGV[A + 3], 'leader', ARGV[A], 'updated_at', now)
 if ARGV[A + 4] == '1' then
   redis.call('ZREM', LEADER, 'split|' .. JOB_ID)
-  redis.call('HDEL', J, 'spec')
+  redis.call('HDEL', J, 'spec', 'ranks')
 else
   redis.call('ZADD', LEADER, now + tonumber(ARGV[A + 1]), 'split|' .. JOB_ID)
 end

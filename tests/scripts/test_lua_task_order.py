@@ -1,0 +1,76 @@
+"""Task order within a job (jobcenter.model.ordering) as the queue and the complete transition see
+it: ranks break ties within a priority, inside one job; jobs stay first in, first out; a
+success updates the learned run times."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from lua_helpers import H1, claim, complete_one, job_field, submit_and_split, task_field
+
+from jobcenter.model.spec import parse_spec
+from jobcenter.storage.store import INLINE_SPLIT_MAX, Store
+
+
+def _singles_then_chain(name: str, singles: int, chain: int, **job: Any) -> dict[str, Any]:
+    tasks: list[dict[str, Any]] = [{"id": f"s{k}", "task": "t.single"} for k in range(singles)]
+    for k in range(chain):
+        task: dict[str, Any] = {"id": f"c{k}", "task": "t.chain"}
+        if k:
+            task["depends_on"] = [f"c{k - 1}"]
+        tasks.append(task)
+    return {"name": name, "tasks": tasks, **job}
+
+
+def _first_claimed(store: Store) -> tuple[str, str]:
+    (task,) = claim(store, H1, n=1)
+    tasks = store.status(task.job_id)["tasks"]
+    return task.job_id, list(tasks)[task.index]
+
+
+@pytest.mark.parametrize("singles", [3, INLINE_SPLIT_MAX + 10], ids=["inline", "leader-split"])
+def test_critical_path_claims_the_head_of_the_long_chain_before_earlier_listed_tasks(
+    store: Store, singles: int
+) -> None:
+    job_id, _ = submit_and_split(store, _singles_then_chain("cp", singles, 3))
+    assert _first_claimed(store) == (job_id, "c0")
+    assert job_field(store, job_id, "ranks") is None  # the split's working copy is gone
+
+
+def test_fifo_keeps_spec_order(store: Store) -> None:
+    job_id, _ = submit_and_split(store, _singles_then_chain("f", 3, 3, order="fifo"))
+    assert _first_claimed(store) == (job_id, "s0")
+
+
+def test_an_older_job_of_the_same_priority_runs_before_a_newer_jobs_critical_path(
+    store: Store,
+) -> None:
+    """No starvation: ranks only order one job's tasks; jobs keep their submit order, and a
+    higher priority still goes first."""
+    old, _ = submit_and_split(store, _singles_then_chain("old", 2, 0))
+    new, _ = submit_and_split(store, _singles_then_chain("new", 1, 4))
+    urgent, _ = submit_and_split(store, _singles_then_chain("urgent", 1, 0, priority=1))
+    order = [_first_claimed(store) for _ in range(5)]
+    assert order == [(urgent, "s0"), (old, "s0"), (old, "s1"), (new, "c0"), (new, "s0")]
+
+
+def test_a_success_folds_its_run_time_into_the_learned_estimates(store: Store) -> None:
+    estimates = store.keys.estimates(0)
+    store.redis.hset(estimates, "j\tlearn\ta", 1000.0)  # a run learned before
+    job_id, _ = submit_and_split(
+        store,
+        {"name": "learn", "tasks": [{"id": "a", "task": "t.learned"}, {"id": "b", "task": "t.x"}]},
+    )
+    (task,) = [t for t in claim(store, H1) if t.index == 0]
+    assert complete_one(store, H1, job_id, 0, task.attempt) == 0
+    started, finished = (int(task_field(store, job_id, f, 0) or 0) for f in ("ts", "tf"))
+    ran_ms = finished - started
+    learned = store.redis.hgetall(estimates)
+    assert float(learned[b"j\tlearn\ta"]) == pytest.approx(1000 + 0.3 * (ran_ms - 1000), abs=0.1)
+    assert float(learned[b"t\tt.learned"]) == ran_ms  # first run of that task name
+    assert b"j\tlearn\tb" not in learned  # b never succeeded
+    unseen = parse_spec({"name": "learn", "tasks": [{"id": "a", "task": "t.unseen"}]})
+    assert store.learned_estimates([unseen]) == {
+        "j\tlearn\ta": pytest.approx(1000 + 0.3 * (ran_ms - 1000), abs=0.1)
+    }
