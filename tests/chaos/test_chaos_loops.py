@@ -34,7 +34,7 @@ def job_for(loop: str) -> dict[str, Any]:
 def test_a_worker_whose_loop_fails_gives_its_tasks_back_and_exits_non_zero(
     cluster: Cluster, client: Client, loop: str
 ) -> None:
-    broken = cluster.start_worker(name="broken", env={BREAK_LOOP_ENV: loop})
+    broken = cluster.start(name="broken", env={BREAK_LOOP_ENV: loop})
     job_id = client.submit(job_for(loop))
 
     code = broken.proc.wait(PROCESS_START_SECONDS)
@@ -46,7 +46,7 @@ def test_a_worker_whose_loop_fails_gives_its_tasks_back_and_exits_non_zero(
         history = client.history(job_id)
         assert [h["error"] for h in history] == ["given back by a stopping worker"], history
 
-    cluster.start_worker(name="healthy")
+    cluster.start(name="healthy")
     cluster.open_gate("go")
     status = client.wait(job_id, JOB_SECONDS)
     assert status["state"] == "succeeded", (status, client.history(job_id))

@@ -126,7 +126,7 @@ def test_redis_out_of_memory_mid_run_every_task_still_ends_with_its_true_outcome
     expected = {t["id"]: "succeeded" for t in spec["tasks"]}
     expected.update({f"doomed{k}": "failed" for k in range(2)})
     expected.update({f"orphan{k}": "upstream_failed" for k in range(2)})
-    workers = [cluster.start_worker(concurrency=4) for _ in range(2)]
+    workers = [cluster.start(concurrency=4) for _ in range(2)]
     job_id = client.submit(spec)
     wait_until(
         lambda: len(cluster.events("finish", job_id)) >= OOM_AFTER_FINISHED,
