@@ -13,6 +13,7 @@ from typing import Any
 from jobcenter.model import codec
 
 from .replies import text
+from .schema import ScheduleField as SF
 from .schema import code
 from .store import Store
 
@@ -23,11 +24,11 @@ SAVED = code("OK")
 NAME_TAKEN = code("NAME_TAKEN")  # schedule_add: the name belongs to another schedule
 STALE = code("CHANGED")  # schedule_save: changed since the decision read it; decide again
 GONE = code("SCHEDULE_GONE")  # schedule_save, schedule_remove: no such schedule
-REVISION = "rev"  # hash field every script bumps: what schedule_save compares
-DEFINITION = "def"  # hash field holding the packed definition
+REVISION = SF.REVISION  # hash field every script bumps: what schedule_save compares
+DEFINITION = SF.DEFINITION  # hash field holding the packed definition
 
-_STATE_INTS = ("next", "pending", "buffered", "last_fire")
-_STATE_COUNTERS = ("fires", "skipped", "missed", "failed")
+_STATE_INTS = (SF.NEXT, SF.PENDING, SF.BUFFERED, SF.LAST_FIRE)
+_STATE_COUNTERS = (SF.FIRES, SF.SKIPPED, SF.MISSED, SF.FAILED)
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,9 @@ class ScheduleState:
     def from_hash(cls, raw: Mapping[str, bytes]) -> ScheduleState:
         ints = {k: int(raw[k]) if k in raw else None for k in _STATE_INTS}
         counters = {k: int(raw.get(k, 0)) for k in _STATE_COUNTERS}
-        last_job = raw.get("last_job")
+        last_job = raw.get(SF.LAST_JOB)
         return cls(
-            paused=raw.get("paused") == b"1",
+            paused=raw.get(SF.PAUSED) == b"1",
             last_job=last_job.decode() if last_job else None,
             **ints,  # type: ignore[arg-type]
             **counters,
@@ -77,8 +78,8 @@ class ScheduleState:
 
     def fields(self) -> list[Any]:
         """The state as the hash's field/value pairs for the scripts; '' marks an absent field."""
-        values: dict[str, Any] = {"paused": int(self.paused)}
-        values.update({k: getattr(self, k) for k in (*_STATE_INTS, "last_job", *_STATE_COUNTERS)})
+        values: dict[str, Any] = {SF.PAUSED: int(self.paused)}
+        values.update({k: getattr(self, k) for k in (*_STATE_INTS, SF.LAST_JOB, *_STATE_COUNTERS)})
         return [x for k, v in values.items() for x in (k, "" if v is None else v)]
 
 

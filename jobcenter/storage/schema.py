@@ -1,6 +1,6 @@
 """The Redis schema named once: the fields of a job's tasks hash (a prefix and the task's
 index: `s:3` is task 3's state), the job hash's fields, the keys of a task's packed payload,
-and every code a Lua script returns. `lua_prelude()` generates them, with the state names,
+a schedule hash's fields, and every code a Lua script returns. `lua_prelude()` generates them, with the state names,
 into the text prepended to every script, so Python and Lua use the same names; the stored
 bytes are the literals below."""
 
@@ -104,6 +104,29 @@ class PayloadKey(StrEnum):
     RETRY_BACKOFF_MAX = "rm"
 
 
+class ScheduleField(StrEnum):
+    """The fields of a schedule hash: its definition, revision and firing state (its names
+    are ScheduleState's attributes, jobcenter/storage/schedules.py)."""
+
+    DEFINITION = "def"  # the packed definition
+    REVISION = "rev"  # every script bumps it: what schedule_save compares
+    PAUSED = "paused"
+    NEXT = "next"
+    PENDING = "pending"
+    BUFFERED = "buffered"
+    LAST_FIRE = "last_fire"
+    LAST_JOB = "last_job"
+    FIRES = "fires"
+    SKIPPED = "skipped"
+    MISSED = "missed"
+    FAILED = "failed"
+
+
+# The Lua table naming each hash's fields (a table, not one local per field: Lua allows
+# at most 200 locals per function, and the prelude and scripts share them).
+LUA_TABLES: dict[str, type[StrEnum]] = {"JF": JobField, "PK": PayloadKey, "SF": ScheduleField}
+
+
 @dataclass(frozen=True)
 class ReturnCode:
     """A code some scripts return first in their reply; `scripts` says which return it."""
@@ -184,10 +207,14 @@ def code(name: str) -> int:
 
 
 def lua_prelude() -> str:
-    """Lua `local` lines naming every state (states.lua_constants), task field and return
-    code, prepended to each script by the loader."""
+    """Lua `local` lines naming every state (states.lua_constants), task field, job, payload
+    and schedule field (JF.STATE == 'state', LUA_TABLES) and return code, prepended to each
+    script by the loader."""
     lines = [f"local {f.lua_name} = '{f.value}'" for f in TaskField]
     names = ", ".join(f.lua_name for f in WORKING_FIELDS)
     lines.append(f"local WORKING_FIELDS = {{{names}}}")
+    for table, fields in LUA_TABLES.items():
+        entries = ", ".join(f"{f.name} = '{f.value}'" for f in fields)
+        lines.append(f"local {table} = {{{entries}}}")
     lines += [f"local {c.name} = {c.value}" for c in {c.name: c for c in ALL_CODES}.values()]
     return lua_constants() + "\n".join(lines) + "\n"

@@ -1,6 +1,6 @@
 """The Redis schema is named once (jobcenter/storage/schema.py): every script's documented
-return codes are the table's, and no script spells a task field, a return code or a job
-field the table does not name."""
+return codes are the table's; no script spells a task field, a return code, a job, payload
+or schedule field as a literal (it uses the generated names), nor a name the table lacks."""
 
 from __future__ import annotations
 
@@ -13,16 +13,23 @@ from test_lua_source import LUA_DIR, STRING, _code
 from jobcenter.errors import StaleToken, UnknownJob, WrongState
 from jobcenter.storage import schema
 from jobcenter.storage.lua import ALL_SCRIPTS
-from jobcenter.storage.schema import ITEM_CODES, RETURN_CODES, JobField, TaskField
+from jobcenter.storage.schema import (
+    ITEM_CODES,
+    LUA_TABLES,
+    RETURN_CODES,
+    JobField,
+    PayloadKey,
+    ScheduleField,
+    TaskField,
+)
 
 SCRIPTS = sorted(ALL_SCRIPTS)
 # A task field's prefix as a Lua literal: 's:' in 's:' .. i
 FIELD_LITERAL = re.compile(r"^['\"]([a-z]{1,2}):['\"]$")
 # A script returning a number instead of a named code: `return {-4}`, `code = -2`
 NUMERIC_CODE = re.compile(r"return \{\s*-?\d|\bcode = -?\d")
-# Job-hash reads and writes: HGET/HSET/HMGET/... J, 'field', ...
-JOB_HASH_CALL = re.compile(r"redis\.call\('(H[A-Z]+)', J, ([^)]*)\)")
-FIELD_LISTS = {"HGET", "HMGET", "HDEL", "HEXISTS"}
+# A field named through a generated table: JF.STATE, PK.TASK, SF.REVISION
+TABLE_FIELD = re.compile(r"\b(" + "|".join(LUA_TABLES) + r")\.([A-Za-z_]\w*)")
 
 
 def _header(name: str) -> str:
@@ -82,19 +89,33 @@ def test_no_script_returns_a_numeric_code(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", sorted(LUA_DIR.glob("*.lua")), ids=lambda p: p.stem)
-def test_every_job_hash_field_a_script_reads_is_in_the_schema(path: Path) -> None:
-    named = set()
-    for command, args in JOB_HASH_CALL.findall(_code(path)):
-        literals = [s[1:-1] for s in STRING.findall(args)]
-        # reads name only fields; a write's first literal is a field (its values come after)
-        named.update(literals if command in FIELD_LISTS else literals[:1])
-    unknown = named - {f.value for f in JobField}
-    assert not unknown, f"{path.name}: job fields missing from schema.JobField: {unknown}"
+def test_every_field_name_a_script_uses_is_in_the_schema(path: Path) -> None:
+    """An unknown JF./PK./SF. name would be nil in Lua: a field silently never written."""
+    used = set(TABLE_FIELD.findall(_code(path)))
+    unknown = {f"{t}.{n}" for t, n in used if n not in LUA_TABLES[t].__members__}
+    assert not unknown, f"{path.name}: fields missing from the schema: {unknown}"
+
+
+# Words no script writes as literals: the job hash's fields and the payload keys (JF., PK.
+# names), and in the schedule scripts the schedule hash's fields (SF.). Single-letter payload
+# keys are left out: 't' or 'a' as a literal is too often something else.
+JOB_WORDS = {f.value for f in JobField} | {k.value for k in PayloadKey if len(k.value) > 1}
+SCHEDULE_WORDS = {f.value for f in ScheduleField}
+
+
+@pytest.mark.parametrize("path", sorted(LUA_DIR.glob("*.lua")), ids=lambda p: p.stem)
+def test_no_script_spells_a_job_payload_or_schedule_field(path: Path) -> None:
+    words = SCHEDULE_WORDS if path.stem.startswith("schedule_") else JOB_WORDS
+    literals = {s[1:-1] for s in STRING.findall(_code(path))}
+    assert not literals & words, f"{path.name}: use the JF./PK./SF. names for {literals & words}"
 
 
 def test_the_lua_prelude_names_every_field_and_code() -> None:
     prelude = schema.lua_prelude()
     for field in TaskField:
         assert f"local {field.lua_name} = '{field.value}'" in prelude
+    for table, fields in LUA_TABLES.items():
+        entries = [f"{f.name} = '{f.value}'" for f in fields]
+        assert f"local {table} = {{{', '.join(entries)}}}\n" in prelude
     for code in (*RETURN_CODES, *ITEM_CODES):
         assert f"local {code.name} = {code.value}\n" in prelude

@@ -34,7 +34,7 @@ local META = {}
 
 -- Read the job's fields; false when the job hash does not exist.
 local function load_job()
-  local m = redis.call('HMGET', J, 'state', 'queue', 'priority', 'seq', 'queues')
+  local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES)
   if not m[1] then return false end
   META = {state = m[1], queue = m[2], priority = tonumber(m[3]), seq = tonumber(m[4]),
           queues = m[5] or ''}
@@ -47,7 +47,7 @@ local function queues_passed()
   for name in string.gmatch(META.queues, '[^,]+') do
     if not QUEUES[name] then return false end
   end
-  return IDEM ~= J or redis.call('HEXISTS', J, 'idem') == 0
+  return IDEM ~= J or redis.call('HEXISTS', J, JF.IDEMPOTENCY_KEY) == 0
 end
 
 -- The job is gone (expired, deleted): drop the leases and claims of the task indexes
@@ -62,16 +62,16 @@ end
 -- Set the job's state and move the job to that state's index, in one step, so `list --state`
 -- reads exactly the jobs in that state.
 local function set_job_state(state)
-  local j = redis.call('HMGET', J, 'state', 'created_at')
+  local j = redis.call('HMGET', J, JF.STATE, JF.CREATED_AT)
   if j[1] and j[1] ~= state then redis.call('ZREM', STATE_INDEX[j[1]], JOB_ID) end
   redis.call('ZADD', STATE_INDEX[state], j[2], JOB_ID)
-  redis.call('HSET', J, 'state', state)
+  redis.call('HSET', J, JF.STATE, state)
   META.state = state
 end
 
 -- The job's entry in the expiring zset: what trimming needs once the job's keys are gone.
 local function expiring_member()
-  local j = redis.call('HMGET', J, 'owner', 'schedule_id')
+  local j = redis.call('HMGET', J, JF.OWNER, JF.SCHEDULE_ID)
   return JOB_ID .. '\t' .. (j[1] or '') .. '\t' .. (j[2] or '')
 end
 
@@ -150,7 +150,7 @@ local COMPACT_INLINE_MAX = 500 -- tasks compacted inside the finalizing call (bo
 -- A succeeded job can never run again: free its working fields, keep its record and
 -- history. A large job is compacted in chunks by a leader ('compact' message).
 local function compact(now)
-  local n = tonumber(redis.call('HGET', J, 'n'))
+  local n = tonumber(redis.call('HGET', J, JF.TASKS))
   if n > COMPACT_INLINE_MAX then
     leader_message('compact', now)
     return
@@ -165,11 +165,11 @@ end
 -- Close a job whose tasks all ended: succeeded only if every task succeeded; cancelled if a
 -- user cancelled it; else failed. Its keys then live for the retention period.
 local function finalize_job(now)
-  local j = redis.call('HMGET', J, 'nfailed', 'stop', 'retention')
+  local j = redis.call('HMGET', J, JF.FAILED, JF.STOP, JF.RETENTION)
   local state = J_SUCCEEDED
   if j[2] == 'cancel' then state = J_CANCELLED elseif tonumber(j[1] or 0) > 0 then state = J_FAILED end
   set_job_state(state)
-  redis.call('HSET', J, 'finished_at', now, 'updated_at', now)
+  redis.call('HSET', J, JF.FINISHED_AT, now, JF.UPDATED_AT, now)
   redis.call('ZREM', ACTIVE, JOB_ID)
   redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
   local retention = tonumber(j[3] or DEFAULT_RETENTION_MS)
@@ -182,8 +182,8 @@ end
 
 -- One more task (or `count` more) is terminal; the last one finalizes the job.
 local function task_finished(now, count)
-  redis.call('HSET', J, 'updated_at', now)
-  if redis.call('HINCRBY', J, 'left', -(count or 1)) == 0 then finalize_job(now) end
+  redis.call('HSET', J, JF.UPDATED_AT, now)
+  if redis.call('HINCRBY', J, JF.LEFT, -(count or 1)) == 0 then finalize_job(now) end
 end
 
 -- Schedule a visit of i's children: 'r' releases them, 'f' marks them upstream_failed.
@@ -204,7 +204,7 @@ local function fail_one(c, origin, now)
   local origin_id = redis.call('HGET', T, TF_ID .. origin) or origin
   redis.call('HSET', T, TF_STATE .. c, T_UPSTREAM_FAILED, TF_FINISHED_AT .. c, now, TF_UPDATED_AT .. c, now,
     TF_ERROR .. c, 'upstream task ' .. origin_id .. ' failed')
-  redis.call('HINCRBY', J, 'nfailed', 1)
+  redis.call('HINCRBY', J, JF.FAILED, 1)
   push_frontier('f', c, origin)
   task_finished(now)
 end
@@ -249,7 +249,7 @@ local function fail_task(i, now, err)
   redis.call('HDEL', T, TF_WAITING_FOR .. i) -- no longer waiting for a worker (give_back.lua)
   redis.call('ZREM', LEASES, lease_member(i))
   redis.call('ZADD', DLQ, now, lease_member(i))
-  redis.call('HINCRBY', J, 'nfailed', 1)
+  redis.call('HINCRBY', J, JF.FAILED, 1)
   record_history(i, T_FAILED, now, err)
   push_frontier('f', i, i)
   task_finished(now)

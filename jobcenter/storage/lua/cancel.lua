@@ -18,24 +18,24 @@ end
 if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
-local mode = redis.call('HGET', J, 'stop')
+local mode = redis.call('HGET', J, JF.STOP)
 if not mode then
   mode = ARGV[A] ~= '' and ARGV[A] or 'cancel'
-  redis.call('HSET', J, 'stop', mode)
+  redis.call('HSET', J, JF.STOP, mode)
 end
-local final, counter, err = T_CANCELLED, 'ncancelled', 'cancelled'
-if mode == 'abandon' then final, counter, err = T_FAILED, 'nfailed', ARGV[A + 1] end
-redis.call('HSET', J, 'updated_at', now)
+local final, counter, err = T_CANCELLED, JF.CANCELLED, 'cancelled'
+if mode == 'abandon' then final, counter, err = T_FAILED, JF.FAILED, ARGV[A + 1] end
+redis.call('HSET', J, JF.UPDATED_AT, now)
 redis.call('ZREM', LEADER, 'cancel|' .. JOB_ID)
-local n = tonumber(redis.call('HGET', J, 'n'))
+local n = tonumber(redis.call('HGET', J, JF.TASKS))
 local limit = n
 if META.state == J_PENDING then
   -- Nothing is queued before the split ends, so no task has started. The tasks a leader
   -- wrote so far are stopped one by one below; those never written end here, at once.
   redis.call('ZREM', LEADER, 'split|' .. JOB_ID)
-  limit = tonumber(redis.call('HGET', J, 'written') or 0)
-  if redis.call('HSETNX', J, 'unwritten_stopped', 1) == 1 then
-    redis.call('HSET', J, 'error', err)
+  limit = tonumber(redis.call('HGET', J, JF.WRITTEN) or 0)
+  if redis.call('HSETNX', J, JF.UNWRITTEN_STOPPED, 1) == 1 then
+    redis.call('HSET', J, JF.ERROR, err)
     if n > limit then
       redis.call('HINCRBY', J, counter, n - limit)
       task_finished(now, n - limit)
@@ -43,7 +43,7 @@ if META.state == J_PENDING then
   end
 end
 
-local cursor = tonumber(redis.call('HGET', J, 'cancel_cursor') or 0)
+local cursor = tonumber(redis.call('HGET', J, JF.CANCEL_CURSOR) or 0)
 local upto = math.min(limit, cursor + CANCEL_BUDGET)
 for i = cursor, upto - 1 do
   local state = task_state(i)
@@ -60,6 +60,6 @@ for i = cursor, upto - 1 do
     task_finished(now)
   end
 end
-redis.call('HSET', J, 'cancel_cursor', upto)
+redis.call('HSET', J, JF.CANCEL_CURSOR, upto)
 if upto < limit then leader_message('cancel', now) end
 return {OK, limit - upto}

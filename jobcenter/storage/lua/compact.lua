@@ -10,8 +10,8 @@ if not load_job() then
   redis.call('ZREM', LEADER, message)
   return {JOB_GONE}
 end
-local n = tonumber(redis.call('HGET', J, 'n'))
-local cursor = tonumber(redis.call('HGET', J, 'compact_cursor') or 0)
+local n = tonumber(redis.call('HGET', J, JF.TASKS))
+local cursor = tonumber(redis.call('HGET', J, JF.COMPACT_CURSOR) or 0)
 if META.state ~= J_SUCCEEDED or cursor >= n then
   redis.call('ZREM', LEADER, message)
   return {ALREADY}
@@ -23,6 +23,6 @@ for i = cursor, upto - 1 do
   for _, prefix in ipairs(WORKING_FIELDS) do fields[#fields + 1] = prefix .. i end
 end
 call_chunked('HDEL', T, fields)
-redis.call('HSET', J, 'compact_cursor', upto)
+redis.call('HSET', J, JF.COMPACT_CURSOR, upto)
 if upto >= n then redis.call('ZREM', LEADER, message) end
 return {OK, n - upto}

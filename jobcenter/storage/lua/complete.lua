@@ -25,13 +25,15 @@ local ESTIMATE_WEIGHT = 0.3 -- of the newest run in the moving average: a few ru
 local ESTIMATES_MAX = 100000 -- fields per shard: past this only known ones are updated
 local job_name = nil
 
--- The payload is msgpack of a map whose first key is "t" (layout.py writes PayloadKey.TASK first): the
+-- The payload is msgpack of a map whose first key is PK.TASK (layout.py writes it first): the
 -- task name is the string right after it, read here without unpacking the arguments.
+local TASK_KEY = string.char(160 + #PK.TASK) .. PK.TASK -- the key as a msgpack fixstr
 local function payload_task_name(p)
-  if not p or string.sub(p, 2, 3) ~= '\161t' then return nil end
-  local b = string.byte(p, 4)
-  if b >= 160 and b <= 191 then return string.sub(p, 5, 4 + b - 160) end -- fixstr
-  if b == 217 then return string.sub(p, 6, 5 + string.byte(p, 5)) end -- str 8
+  if not p or string.sub(p, 2, 1 + #TASK_KEY) ~= TASK_KEY then return nil end
+  local at = 2 + #TASK_KEY -- the name's msgpack header
+  local b = string.byte(p, at)
+  if b >= 160 and b <= 191 then return string.sub(p, at + 1, at + b - 160) end -- fixstr
+  if b == 217 then return string.sub(p, at + 2, at + 1 + string.byte(p, at + 1)) end -- str 8
   return nil
 end
 
@@ -47,7 +49,7 @@ end
 local function learn_run(i, started, payload)
   if not started then return end
   local ms = math.max(0, now - tonumber(started))
-  job_name = job_name or redis.call('HGET', J, 'name') or ''
+  job_name = job_name or redis.call('HGET', J, JF.NAME) or ''
   learn('j\t' .. job_name .. '\t' .. (redis.call('HGET', T, TF_ID .. i) or i), ms)
   local task_name = payload_task_name(payload)
   if task_name then learn('t\t' .. task_name, ms) end

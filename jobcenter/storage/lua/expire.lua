@@ -58,7 +58,7 @@ for k = A + 1, #ARGV do
   if outcome ~= 'live' then changed = true end
 end
 if changed then
-  redis.call('HSET', J, 'updated_at', now)
+  redis.call('HSET', J, JF.UPDATED_AT, now)
   drain_frontier(now, nil)
 end
 return {OK, outcomes}

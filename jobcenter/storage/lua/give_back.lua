@@ -43,5 +43,5 @@ for k = A + 3, #ARGV, 3 do
 end
 -- an idle worker re-claims and learns when to wake for these tasks
 for key in pairs(woken) do wake(key, 1) end
-if next(woken) then redis.call('HSET', J, 'updated_at', now) end
+if next(woken) then redis.call('HSET', J, JF.UPDATED_AT, now) end
 return {OK, codes}

@@ -19,7 +19,7 @@ for k = A + 2, #ARGV, 3 do
   if token_of(i) ~= ARGV[k + 1] .. ':' .. handler then
     code = ITEM_STALE_TOKEN
   elseif state ~= T_RUNNING and state ~= T_TIMED_OUT then
-    code = redis.call('HEXISTS', J, 'stop') == 1 and ITEM_CANCELLED or ITEM_NOT_RUNNING
+    code = redis.call('HEXISTS', J, JF.STOP) == 1 and ITEM_CANCELLED or ITEM_NOT_RUNNING
   else
     redis.call('ZADD', LEASES, now + lease_ms, lease_member(i))
     if state == T_TIMED_OUT then

@@ -8,12 +8,12 @@
 
 
 if not load_job() then return {JOB_GONE} end
-if META.state ~= J_PENDING or redis.call('HGET', J, 'stop') then return {WRONG_STATE} end
-if tonumber(redis.call('HGET', J, 'written') or 0) ~= tonumber(ARGV[A + 2]) then return {CURSOR_MOVED} end
+if META.state ~= J_PENDING or redis.call('HGET', J, JF.STOP) then return {WRONG_STATE} end
+if tonumber(redis.call('HGET', J, JF.WRITTEN) or 0) ~= tonumber(ARGV[A + 2]) then return {CURSOR_MOVED} end
 
 local now = now_ms()
 call_chunked_argv('HSET', T, A + 4, #ARGV)
 stamp_created(tonumber(ARGV[A + 2]), tonumber(ARGV[A + 3]) - 1, now)
-redis.call('HSET', J, 'written', ARGV[A + 3], 'leader', ARGV[A], 'updated_at', now)
+redis.call('HSET', J, JF.WRITTEN, ARGV[A + 3], JF.LEADER, ARGV[A], JF.UPDATED_AT, now)
 redis.call('ZADD', LEADER, now + tonumber(ARGV[A + 1]), 'split|' .. JOB_ID)
 return {OK}

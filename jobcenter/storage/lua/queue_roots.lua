@@ -8,7 +8,7 @@
 
 if not load_job() then return {JOB_GONE} end
 if not queues_passed() then return {KEYS_MISSING} end
-local j = redis.call('HMGET', J, 'written', 'n', 'queued', 'stop')
+local j = redis.call('HMGET', J, JF.WRITTEN, JF.TASKS, JF.QUEUED, JF.STOP)
 if (META.state ~= J_PENDING and META.state ~= J_RUNNING) or j[4] or j[1] ~= j[2] then
   return {WRONG_STATE}
 end
@@ -17,16 +17,16 @@ if tonumber(j[3] or 0) ~= tonumber(ARGV[A + 2]) then return {CURSOR_MOVED} end
 local now = now_ms()
 if META.state == J_PENDING then
   set_job_state(J_RUNNING)
-  redis.call('HSET', J, 'started_at', now)
+  redis.call('HSET', J, JF.STARTED_AT, now)
 end
 for k = A + 5, #ARGV do
   if task_state(ARGV[k]) == T_WAITING then enqueue(ARGV[k], now) end
 end
 flush_wakes()
-redis.call('HSET', J, 'queued', ARGV[A + 3], 'leader', ARGV[A], 'updated_at', now)
+redis.call('HSET', J, JF.QUEUED, ARGV[A + 3], JF.LEADER, ARGV[A], JF.UPDATED_AT, now)
 if ARGV[A + 4] == '1' then
   redis.call('ZREM', LEADER, 'split|' .. JOB_ID)
-  redis.call('HDEL', J, 'spec', 'ranks')
+  redis.call('HDEL', J, JF.SPEC, JF.RANKS)
 else
   redis.call('ZADD', LEADER, now + tonumber(ARGV[A + 1]), 'split|' .. JOB_ID)
 end

@@ -16,7 +16,7 @@
 
 if not load_job() then return {JOB_GONE} end
 if not queues_passed() then return {KEYS_MISSING} end
-if redis.call('HGET', J, 'stop') == 'cancel' then return {WRONG_STATE, 'the job was cancelled'} end
+if redis.call('HGET', J, JF.STOP) == 'cancel' then return {WRONG_STATE, 'the job was cancelled'} end
 if redis.call('EXISTS', F) == 1 then return {BUSY} end
 
 local function not_in(i, want)
@@ -65,15 +65,15 @@ for _, i in ipairs(roots) do
 end
 flush_wakes()
 local n = #roots + #resets
-redis.call('HINCRBY', J, 'left', n)
-redis.call('HINCRBY', J, 'nfailed', -n)
+redis.call('HINCRBY', J, JF.LEFT, n)
+redis.call('HINCRBY', J, JF.FAILED, -n)
 local expiring = expiring_member()
 set_job_state(J_RUNNING)
-redis.call('HSET', J, 'updated_at', now)
-redis.call('HDEL', J, 'finished_at', 'stop')
+redis.call('HSET', J, JF.UPDATED_AT, now)
+redis.call('HDEL', J, JF.FINISHED_AT, JF.STOP)
 redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
 for _, key in ipairs({J, T, H, F}) do redis.call('PERSIST', key) end
 if IDEM ~= J then redis.call('PERSIST', IDEM) end
-redis.call('ZADD', ACTIVE, redis.call('HGET', J, 'created_at'), JOB_ID)
+redis.call('ZADD', ACTIVE, redis.call('HGET', J, JF.CREATED_AT), JOB_ID)
 redis.call('ZREM', EXPIRING, expiring)
 return {OK, n}

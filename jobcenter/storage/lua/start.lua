@@ -39,5 +39,5 @@ call_chunked('HDEL', CLAIMS, mine)
 call_chunked('ZREM', LEASES, dropped)
 call_chunked('HSET', T, writes)
 call_chunked('HDEL', T, clears)
-if #started > 0 then redis.call('HSET', J, 'updated_at', now) end
-return {OK, started, META.queues, redis.call('HGET', J, 'idem') or ''}
+if #started > 0 then redis.call('HSET', J, JF.UPDATED_AT, now) end
+return {OK, started, META.queues, redis.call('HGET', J, JF.IDEMPOTENCY_KEY) or ''}

@@ -18,9 +18,9 @@ local ntask = tonumber(ARGV[ntask_at])
 local digest = ''
 -- the queues of an inline split are checked against the job's own list before any write
 for k = A + 1, A + njob, 2 do
-  if ARGV[k] == 'queues' then META.queues = ARGV[k + 1] end
-  if ARGV[k] == 'idem' and IDEM == J then return {KEYS_MISSING} end
-  if ARGV[k] == 'spec_digest' then digest = ARGV[k + 1] end
+  if ARGV[k] == JF.QUEUES then META.queues = ARGV[k + 1] end
+  if ARGV[k] == JF.IDEMPOTENCY_KEY and IDEM == J then return {KEYS_MISSING} end
+  if ARGV[k] == JF.DIGEST then digest = ARGV[k + 1] end
 end
 
 if IDEM ~= J then
@@ -37,8 +37,8 @@ if ntask > 0 and not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local seq = redis.call('INCR', KEYS[XK])
-redis.call('HSET', J, 'id', JOB_ID, 'state', J_PENDING, 'seq', seq, 'created_at', now,
-  'updated_at', now, 'nfailed', 0, 'ncancelled', 0)
+redis.call('HSET', J, JF.ID, JOB_ID, JF.STATE, J_PENDING, JF.SEQ, seq, JF.CREATED_AT, now,
+  JF.UPDATED_AT, now, JF.FAILED, 0, JF.CANCELLED, 0)
 call_chunked_argv('HSET', J, A + 1, A + njob)
 if IDEM ~= J then redis.call('SET', IDEM, JOB_ID .. '\t' .. digest) end
 redis.call('ZADD', KEYS[XK + 1], now, JOB_ID)
@@ -52,12 +52,12 @@ if ntask == 0 then
   return {OK, JOB_ID}
 end
 call_chunked_argv('HSET', T, ntask_at + 1, ntask_at + ntask)
-stamp_created(0, tonumber(redis.call('HGET', J, 'n')) - 1, now)
+stamp_created(0, tonumber(redis.call('HGET', J, JF.TASKS)) - 1, now)
 load_job()
 local first_root = ntask_at + ntask + 1
 set_job_state(J_RUNNING)
-redis.call('HSET', J, 'started_at', now, 'written', redis.call('HGET', J, 'n'),
-  'queued', #ARGV - first_root + 1)
+redis.call('HSET', J, JF.STARTED_AT, now, JF.WRITTEN, redis.call('HGET', J, JF.TASKS),
+  JF.QUEUED, #ARGV - first_root + 1)
 for k = first_root, #ARGV do enqueue(ARGV[k], now) end
 flush_wakes()
 return {OK, JOB_ID}
