@@ -1,8 +1,8 @@
 """The Redis schema named once: the fields of a job's tasks hash (a prefix and the task's
 index: `s:3` is task 3's state), the job hash's fields, the keys of a task's packed payload,
-a schedule hash's fields, and every code a Lua script returns. `lua_prelude()` generates them, with the state names,
-into the text prepended to every script, so Python and Lua use the same names; the stored
-bytes are the literals below."""
+a schedule hash's fields, and every code a Lua script returns. `lua_prelude()` generates
+them, with the state names, into the text prepended to every script, so Python and Lua use
+the same names; the stored bytes are the literals below."""
 
 from __future__ import annotations
 
