@@ -89,14 +89,21 @@ def spawn_rq_worker(settings: Settings) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, env=env)
 
 
-def stop_rq_worker(process: subprocess.Popen[bytes]) -> None:
+def stop_rq_worker(
+    process: subprocess.Popen[bytes], grace_seconds: float = RQ_STOP_SECONDS
+) -> None:
+    """SIGTERM, then SIGKILL after `grace_seconds` (0: at once; a pass cut short is safe, the
+    next one re-checks everything)."""
     if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(RQ_STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if grace_seconds > 0:
+            process.terminate()
+            try:
+                process.wait(grace_seconds)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        process.kill()
+        process.wait()
 
 
 def main() -> None:

@@ -192,8 +192,8 @@ class Worker:
                 ]
             self.runner.kill_all()  # a given-back attempt must not run on beside the next one
             released = self.store.release(self.handler, running) if running else 0
-            if self.rq_child is not None:
-                rq_runner.stop_rq_worker(self.rq_child)
+            if self.rq_child is not None:  # forced: no grace (a graceful stop may be waiting on it)
+                rq_runner.stop_rq_worker(self.rq_child, grace_seconds=0)
 
             log.warning("worker %s: gave %d running tasks back; exiting", self.handler, released)
             self._deregister()

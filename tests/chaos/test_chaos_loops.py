@@ -4,13 +4,18 @@ supervisor restarts it, and another worker finishes the job."""
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 import pytest
 from chaos_harness import PROCESS_START_SECONDS, Cluster
 from chaos_tasks import BREAK_LOOP_ENV
+from harness import rq_children_of
+from helpers import pid_alive, wait_until
 
 from jobcenter import Client
+from jobcenter.runtime.rq_runner import RQ_STOP_SECONDS
 from jobcenter.runtime.worker import EXIT_LOOP_FAILED
 from jobcenter.storage.store import INLINE_SPLIT_MAX
 
@@ -50,3 +55,21 @@ def test_a_worker_whose_loop_fails_gives_its_tasks_back_and_exits_non_zero(
     cluster.open_gate("go")
     status = client.wait(job_id, JOB_SECONDS)
     assert status["state"] == "succeeded", (status, client.history(job_id))
+
+
+def test_a_second_sigterm_stops_at_once_while_the_rq_child_will_not(cluster: Cluster) -> None:
+    """A graceful stop waits up to RQ_STOP_SECONDS for its rq child; the second SIGTERM is the
+    forced stop and must not wait for that child again (it is killed)."""
+    worker = cluster.start()
+    wait_until(lambda: rq_children_of(worker.pid), message="the worker started no rq child")
+    worker.note_rq_children()
+    for pid in worker.rq_pids:
+        os.kill(pid, signal.SIGSTOP)  # a child that cannot answer its SIGTERM
+    worker.stopped_by_test = True
+    worker.signal(signal.SIGTERM)
+    wait_until(lambda: "stopping (signal 15)" in worker.log(), message="no graceful stop")
+    worker.signal(signal.SIGTERM)
+    # Well inside one rq grace: a forced stop that waited for the child again would not be.
+    worker.wait(RQ_STOP_SECONDS / 2)
+    assert "exiting" in worker.log()
+    wait_until(lambda: not any(pid_alive(p) for p in worker.rq_pids), message="rq child lives")
