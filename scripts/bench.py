@@ -1261,6 +1261,26 @@ def order_bench(slots: int, say: Callable[[str], None]) -> int:
     return 0
 
 
+def memory_bench(jobs: int, workers: int, concurrency: int, say: Callable[[str], None]) -> int:
+    """`--only=memory`: the Redis bytes a finished task keeps (scripts/bench_memory.py)."""
+    import bench_memory
+
+    say(f"memory of finished jobs: {workers} workers x {concurrency} threads")
+    with tempfile.TemporaryDirectory(prefix="jobcenter-bench-") as tmp:
+        server = RedisServer(tmp).start()
+        r = redis.Redis.from_url(server.url)
+        bench = Bench(server, r, Client.from_url(server.url, NAMESPACE), Path(tmp), concurrency)
+        try:
+            bench.start_workers(workers)
+            rows = bench_memory.run(bench, jobs, say)
+        finally:
+            bench.stop_workers()
+            server.stop()
+    say()
+    say(bench_memory.render(rows))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, one run (smoke test)")
@@ -1277,7 +1297,8 @@ def main() -> int:
         "--only",
         default="",
         help="comma-separated: W1,W2,W3,W4,W5,big-fan,big-chain,big-follow; or `order` alone: "
-        "the task-order rules on DAGs where order matters (one worker, --concurrency slots)",
+        "the task-order rules on DAGs where order matters (one worker, --concurrency slots); "
+        "or `memory` alone: the Redis bytes a finished task keeps (--seed-jobs jobs per shape)",
     )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=64, help="task threads per worker")
@@ -1319,6 +1340,8 @@ def main() -> int:
 
     if args.only == "order":
         return order_bench(args.concurrency, say)
+    if args.only == "memory":
+        return memory_bench(sizes.seed_jobs, args.workers, args.concurrency, say)
     chosen = workloads(sizes)
     if args.only:
         wanted = [k.strip() for k in args.only.split(",") if k.strip()]

@@ -1,0 +1,133 @@
+"""`make bench BENCH_ARGS=--only=memory`: the Redis bytes a finished task keeps.
+
+Real workers run N jobs of the seed-000 shape (9 tasks), a batch with one failing task
+each, and one job of 1,000 independent tasks, all kept for the default retention. Each
+shape reports the memory Redis allocated for data (MEMORY STATS: total.allocated less
+client buffers and script caches) after minus before, per finished task (everything a finished
+job keeps: its keys, its entries in the job indexes, the expiring zset), and MEMORY USAGE of
+one job's own keys. The bench's own per-job lists are deleted before the second reading.
+The README's capacity table is computed from the `bytes per finished task` column.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench import Bench, ran_key, seed000_spec
+
+FINISH_TIMEOUT_S = 300.0  # every job of a shape ends within this, or the bench gives up
+POLL_S = 0.05
+TASKS_PER_DAY = 50_000_000  # the capacity the README's table is about
+RETENTION_DAYS = (1, 7)
+FLAT_JOBS = 5  # jobs of 1,000 tasks: one alone is within the noise of the keyspace tables
+
+
+def _failing_seed000() -> dict[str, Any]:
+    """Seed 000 with its second task failing for good: a failed job with a cascade."""
+    spec = seed000_spec()
+    spec["name"] = "bench-seed000-failing"
+    spec["tasks"][1]["task"] = "bench.fail"
+    return spec
+
+
+def _flat(n: int) -> dict[str, Any]:
+    return {
+        "name": f"bench-flat-{n}",
+        "tasks": [{"id": f"t{i}", "task": "bench.noop"} for i in range(n)],
+    }
+
+
+def _settled(bench: Bench, job_ids: list[str]) -> bool:
+    """Every job finished and no leader step (compaction) of theirs left to do."""
+    store = bench.client.store
+    if bench.active_jobs():
+        return False
+    for shard in range(store.keys.shards):
+        if bench.redis.zcard(store.keys.leader(shard)):
+            return False
+    pipe = bench.redis.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.exists(store.keys.job(job_id).frontier)
+    return not any(pipe.execute())
+
+
+# Memory that is not data (MEMORY STATS): the workers' connection buffers swing by megabytes
+# with what they were last sent, the script cache grows once per script loaded.
+NOT_DATA = ("clients.normal", "clients.slaves", "aof.buffer", "lua.caches", "functions.caches")
+
+
+def _used_memory(bench: Bench) -> int:
+    """Bytes the allocator holds for data: keys, values, the keyspace's own tables."""
+    stats = bench.redis.memory_stats()
+    return int(stats["total.allocated"]) - sum(int(stats.get(k, 0)) for k in NOT_DATA)
+
+
+def _key_usage(bench: Bench, job_id: str) -> dict[str, int]:
+    jk = bench.client.store.keys.job(job_id)
+    names = {"job hash": jk.job, "tasks hash": jk.tasks, "history": jk.history}
+    packed = getattr(jk, "packed", None)
+    if packed is not None:
+        names["packed record"] = packed
+    return {
+        label: int(bench.redis.memory_usage(key, samples=0) or 0) for label, key in names.items()
+    }
+
+
+def measure(bench: Bench, spec: dict[str, Any], count: int) -> dict[str, Any]:
+    """Run `count` jobs of `spec` to their end; the memory they keep, per finished task."""
+    tasks = len(spec["tasks"]) * count
+    before = _used_memory(bench)
+    job_ids = bench.client.submit_many([spec] * count)
+    deadline = time.monotonic() + FINISH_TIMEOUT_S
+    while not _settled(bench, job_ids):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{spec['name']}: jobs not finished in {FINISH_TIMEOUT_S:.0f} s")
+        time.sleep(POLL_S)
+    bench.redis.delete(*[ran_key(j) for j in job_ids])
+    after = _used_memory(bench)
+    states = {bench.job_fields(j, "state")[0] for j in job_ids}
+    usage = _key_usage(bench, job_ids[0])
+    n = len(spec["tasks"])
+    return {
+        "shape": spec["name"],
+        "jobs": count,
+        "tasks": tasks,
+        "states": sorted(s or "gone" for s in states),
+        "bytes_per_task": (after - before) / tasks,
+        "key_bytes_per_task": {k: v / n for k, v in usage.items()},
+    }
+
+
+def capacity(bytes_per_task: float) -> dict[int, float]:
+    """GiB of Redis memory that TASKS_PER_DAY finished tasks take, per retention in days."""
+    return {days: bytes_per_task * TASKS_PER_DAY * days / 2**30 for days in RETENTION_DAYS}
+
+
+def run(bench: Bench, jobs: int, say: Callable[[str], None]) -> list[dict[str, Any]]:
+    measure(bench, seed000_spec(), 20)  # warm-up: scripts loaded, estimates hash created
+    rows = []
+    for spec, count in ((seed000_spec(), jobs), (_failing_seed000(), jobs), (_flat(1_000), FLAT_JOBS)):
+        row = measure(bench, spec, count)
+        rows.append(row)
+        keys = ", ".join(f"{k} {v:,.0f}" for k, v in row["key_bytes_per_task"].items())
+        say(
+            f"  {row['shape']} x {count} ({', '.join(row['states'])}): "
+            f"{row['bytes_per_task']:,.0f} B per finished task (one job's keys per task: {keys})"
+        )
+    return rows
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| shape | bytes per finished task | 50M tasks/day, 1 day | 7 days |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        gib = capacity(row["bytes_per_task"])
+        lines.append(
+            f"| {row['shape']} | {row['bytes_per_task']:,.0f} B | {gib[1]:,.1f} GiB "
+            f"| {gib[7]:,.1f} GiB |"
+        )
+    return "\n".join(lines)
