@@ -108,7 +108,11 @@ def capacity(bytes_per_task: float) -> dict[int, float]:
 def run(bench: Bench, jobs: int, say: Callable[[str], None]) -> list[dict[str, Any]]:
     measure(bench, seed000_spec(), 20)  # warm-up: scripts loaded, estimates hash created
     rows = []
-    for spec, count in ((seed000_spec(), jobs), (_failing_seed000(), jobs), (_flat(1_000), FLAT_JOBS)):
+    for spec, count in (
+        (seed000_spec(), jobs),
+        (_failing_seed000(), jobs),
+        (_flat(1_000), FLAT_JOBS),
+    ):
         row = measure(bench, spec, count)
         rows.append(row)
         keys = ", ".join(f"{k} {v:,.0f}" for k, v in row["key_bytes_per_task"].items())

@@ -51,7 +51,7 @@ def dead_letters(store: Store, limit: int = 100) -> list[dict[str, Any]]:
 def _dead_letter(store: Store, job_id: str, index: int) -> dict[str, Any] | None:
     jk = store.keys.job(job_id)
     fields = [f"{a}:{index}" for a in ("id", "s", "a", "e", "tf", "h")]
-    task_id, state, attempts, error, failed_at, handler = store.redis.hmget(jk.tasks, fields)
+    task_id, state, attempts, error, failed_at, handler = store.records(job_id).values(fields)
     if state is None or text(state) != TaskState.FAILED:
         return None  # the job expired, or the task was requeued since
     return {

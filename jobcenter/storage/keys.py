@@ -35,6 +35,9 @@ class JobKeys:
     leader: str  # shard zset: "<kind>|<job>" leader messages -> due time (ms)
     leader_wake: str  # shard list: wake-up tokens for idle workers waiting on leader work
     dlq: str  # shard zset: dead letters "<job>|<index>" -> time they failed for good (ms)
+    # string: a finished job's tasks and history packed into one record (storage/packed.py);
+    # scripts get it after the per-state indexes (_job.lua), so it is not in as_list
+    packed: str = ""
 
     def as_list(self) -> list[str]:
         return [
@@ -164,6 +167,7 @@ class Keys:
             leader=self.leader(shard),
             leader_wake=self.leader_wake(shard),
             dlq=self.dlq(shard),
+            packed=f"{base}:packed",
         )
 
     def queue_keys(self, shard: int, queue: str) -> list[str]:

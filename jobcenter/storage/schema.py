@@ -90,6 +90,42 @@ class JobField(StrEnum):
     CANCEL_CURSOR = "cancel_cursor"  # tasks a cancel has visited
     COMPACT_CURSOR = "compact_cursor"  # tasks a compaction has visited
     RETENTION = "retention"  # ms a finished job is kept
+    PACKED = "packed"  # PACKED_FORMAT once its tasks and history are one packed record
+    COMPACT_HISTORY = "compact_history"  # history entries a compaction has packed
+    RESTORE_CURSOR = "restore_cursor"  # tasks fields + history entries a restore wrote
+
+
+# The format of a packed record (JobField.PACKED's value): jobcenter/storage/packed.py reads
+# it, _msgpack.lua and _job.lua write it.
+PACKED_FORMAT = 1
+
+
+class PackedKey(StrEnum):
+    """The keys of a packed record's parts (msgpack maps, one after another in one string):
+    a part holds a chunk of tasks or of history entries, column by column."""
+
+    KIND = "k"  # TASKS or HISTORY
+    TASKS = "t"
+    HISTORY = "h"
+    FIRST = "i"  # the index of a tasks part's first task
+    COUNT = "n"  # tasks or entries in the part
+    COLUMNS = "c"  # column name (a task field's prefix without ':', a HistoryColumn) -> column
+    BASE = "b"  # a column of integers: the smallest, and VALUES the others less it
+    VALUES = "v"
+    DICT = "d"  # a column of few distinct values: them, and INDEXES into them
+    INDEXES = "x"
+
+
+class HistoryColumn(StrEnum):
+    """The tab-separated fields of a history entry, in order (the packed record's columns)."""
+
+    INDEX = "i"
+    ATTEMPT = "a"
+    STATE = "s"
+    HANDLER = "h"
+    STARTED_AT = "ts"
+    FINISHED_AT = "tf"
+    ERROR = "e"
 
 
 class PayloadKey(StrEnum):
@@ -124,7 +160,12 @@ class ScheduleField(StrEnum):
 
 # The Lua table naming each hash's fields (a table, not one local per field: Lua allows
 # at most 200 locals per function, and the prelude and scripts share them).
-LUA_TABLES: dict[str, type[StrEnum]] = {"JF": JobField, "PK": PayloadKey, "SF": ScheduleField}
+LUA_TABLES: dict[str, type[StrEnum]] = {
+    "JF": JobField,
+    "PK": PayloadKey,
+    "SF": ScheduleField,
+    "PR": PackedKey,
+}
 
 
 @dataclass(frozen=True)
@@ -144,7 +185,7 @@ def _code(name: str, value: int, scripts: str, meaning: str) -> ReturnCode:
 # Every script but claim (whose reply is lists, no code); _job.lua's context comes with most.
 _JOB_SCRIPTS = (
     "cancel compact complete continue delete expire fail finalize give_back heartbeat "
-    "publish_tasks queue_roots release repair resubmit revive start submit"
+    "publish_tasks queue_roots release repair restore resubmit revive start submit"
 )
 _JOB_CHECKED = (
     "cancel complete continue delete expire fail finalize give_back queue_roots release "
@@ -157,7 +198,7 @@ RETURN_CODES = (
     _code(
         "ALREADY",
         1,
-        "cancel compact fail finalize resubmit singleton submit",
+        "cancel compact fail finalize restore resubmit singleton submit",
         "nothing to do: done already (by this or an earlier call)",
     ),
     _code("BUSY", 1, "revive", "a failure cascade is under way: finish it, then call again"),
@@ -176,12 +217,14 @@ RETURN_CODES = (
         "JOB_GONE",
         -4,
         "cancel compact complete continue delete expire fail finalize give_back heartbeat "
-        "publish_tasks queue_roots release repair resubmit revive start",
+        "publish_tasks queue_roots release repair restore resubmit revive start",
         "no such job (never submitted, expired, or deleted)",
     ),
     _code("SCHEDULE_GONE", -4, "schedule_save schedule_remove", "no such schedule"),
     _code("KEYS_MISSING", -5, _JOB_CHECKED, "a queue or the idempotency key was not in KEYS"),
-    _code("CURSOR_MOVED", -6, "publish_tasks queue_roots", "another leader moved on meanwhile"),
+    _code(
+        "CURSOR_MOVED", -6, "publish_tasks queue_roots restore", "another caller moved on meanwhile"
+    ),
     _code("IDEMPOTENCY_CONFLICT", -7, "submit", "the key names a job of a different spec"),
 )
 
@@ -213,6 +256,10 @@ def lua_prelude() -> str:
     lines = [f"local {f.lua_name} = '{f.value}'" for f in TaskField]
     names = ", ".join(f.lua_name for f in WORKING_FIELDS)
     lines.append(f"local WORKING_FIELDS = {{{names}}}")
+    lines.append(f"local TASK_FIELDS = {{{', '.join(f.lua_name for f in TaskField)}}}")
+    columns = ", ".join(f"'{c.value}'" for c in HistoryColumn)
+    lines.append(f"local HISTORY_COLUMNS = {{{columns}}}")
+    lines.append(f"local PACKED_FORMAT = {PACKED_FORMAT}")
     for table, fields in LUA_TABLES.items():
         entries = ", ".join(f"{f.name} = '{f.value}'" for f in fields)
         lines.append(f"local {table} = {{{entries}}}")

@@ -31,9 +31,10 @@ from jobcenter.model.states import TERMINAL_TASK_STATES, JobState, TaskState
 from . import schema
 from .connection import connect, time_ms
 from .durability import GroupCommit
-from .keys import JobKeys, Keys
+from .keys import Keys
 from .layout import Layout, job_queues
 from .lua import Batch, Scripts
+from .packed import JobRecords
 from .replies import seconds, text
 from .schema import TaskField
 
@@ -47,6 +48,7 @@ LIST_PAGE_MIN = 100  # index entries per page when `list` checks several filters
 LIST_SCAN_MAX = 10_000  # index entries one `list` reads per shard at most
 META_CACHE_MAX = 10_000  # jobs whose queues and idempotency key a store remembers
 INLINE_SPLIT_MAX = 500  # a job this small is split by its submit script (one short call)
+RESTORE_CHUNK = 5_000  # task fields + history entries written back per restore call
 # A submit waits at most this for its fsync: two of `everysec`'s fsyncs. Kept under half the
 # client's socket timeout (redis-py 8 defaults to 5 s), so the wait never reads as a dead link.
 WAITAOF_TIMEOUT_MS = 2_000
@@ -215,6 +217,7 @@ class Store:
             self.keys.expiring(shard),
             self.keys.idempotency(shard, idem) if idem else jk.job,
             *(self.keys.state_jobs(shard, state) for state in JobState),
+            jk.packed,
         ]
         queues = meta.queues if meta else ()
         for queue in queues:
@@ -684,7 +687,8 @@ class Store:
         """Run failed `roots` again and put `resets` (upstream_failed, each with its parents,
         parents first) back to waiting; returns how many tasks were revived, or None while
         a failure cascade is under way (finish it, then call again). Raises WrongState
-        naming what is off."""
+        naming what is off. A compacted job is unpacked first (restore)."""
+        self.restore(job_id)
         args: list[int] = [len(roots), *roots]
         for index, parents in resets:
             args += [index, len(parents), *parents]
@@ -706,6 +710,29 @@ class Store:
         ]
         code = int(self._job_call("delete", job_id, list(failed), extra_keys=extra)[0])
         raise_for_code(code, f"job {job_id} is not finished: cancel it first")
+
+    def restore(self, job_id: str) -> bool:
+        """Unpack a compacted job back into its tasks hash and history (a retry needs
+        them), in calls of at most RESTORE_CHUNK items; False when it was not packed."""
+        records = self.records(job_id)
+        if records.packed is None:
+            return False
+        pairs = list(records.packed.fields.items())
+        entries = records.packed.history
+        done = 0
+        while True:
+            chunk_pairs = pairs[done : done + RESTORE_CHUNK]
+            room = RESTORE_CHUNK - len(chunk_pairs)
+            first_entry = max(0, done - len(pairs))
+            chunk_entries = entries[first_entry : first_entry + room] if room else []
+            done_after = done + len(chunk_pairs) + len(chunk_entries)
+            last = done_after >= len(pairs) + len(entries)
+            flat = [x for pair in chunk_pairs for x in pair]
+            args = [done, int(last), len(chunk_pairs), *flat, *chunk_entries]
+            code = int(self._job_call("restore", job_id, args, with_meta=False)[0])
+            if code != 0 or last:
+                return code == 0
+            done = done_after
 
     def drop_leader_message(self, kind: str, job_id: str) -> None:
         self.redis.zrem(self.keys.job(job_id).leader, f"{kind}|{job_id}")
@@ -831,22 +858,20 @@ class Store:
         raw = self.redis.hgetall(self.keys.job(job_id).job)
         return {k.decode(): v for k, v in raw.items()}
 
+    def records(self, job_id: str, marker: bytes | None = None) -> JobRecords:
+        """The job's task fields and history, packed or not (storage/packed.py)."""
+        return JobRecords.read(self.redis, self.keys.job(job_id), marker)
+
     def status(self, job_id: str) -> dict[str, Any]:
         """The job and each task, in the shape the README gives for `status --json`."""
-        jk = self.keys.job(job_id)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(jk.job)
-        pipe.hscan(jk.tasks, 0, count=STATUS_PAGE)
-        job_raw, (cursor, tasks_raw) = pipe.execute()
-        while cursor:  # a large job, in short reads (a view over a few moments, not one)
-            cursor, page = self.redis.hscan(jk.tasks, cursor, count=STATUS_PAGE)
-            tasks_raw.update(page)
+        job_raw = self.redis.hgetall(self.keys.job(job_id).job)
         if not job_raw:
             raise NotFound.job(job_id, self.settings.namespace)
+        tasks_raw = self.records(job_id, job_raw.get(b"packed", b"")).every_field(STATUS_PAGE)
         job = {k.decode(): v for k, v in job_raw.items()}
         fields: dict[str, dict[str, bytes]] = defaultdict(dict)
         for k, v in tasks_raw.items():
-            attr, _, index = k.decode().partition(":")
+            attr, _, index = k.partition(":")
             fields[index][attr] = v
         tasks: dict[str, Any] = {}
         if "spec" in job:  # not fully split: tasks never written show the job's outcome
@@ -997,13 +1022,9 @@ class Store:
         return rows
 
     def task_fields(self, job_id: str, *fields: TaskField) -> dict[TaskField, dict[str, str]]:
-        """field -> (task index -> value) for one job's tasks, read with HSCAN."""
-        key = self.keys.job(job_id).tasks
-        out: dict[TaskField, dict[str, str]] = {}
-        for field in fields:
-            scanned = self.redis.hscan_iter(key, match=f"{field.value}*", count=SCAN_PAGE)
-            out[field] = {k.decode().split(":", 1)[1]: v.decode() for k, v in scanned}
-        return out
+        """field -> (task index -> value) for one job's tasks."""
+        records = self.records(job_id)
+        return {field: records.field_of_every_task(field) for field in fields}
 
     def task_field(self, job_id: str, field: TaskField) -> dict[str, str]:
         """task index -> value of one field, for one job's tasks."""
@@ -1014,23 +1035,24 @@ class Store:
     ) -> list[dict[str, Any]]:
         """Finished attempts of every task, oldest first, from the `start`th on: `count` of
         them at most, or all that are left. Read HISTORY_PAGE entries per command."""
-        jk = self.keys.job(job_id)
-        if not self.redis.exists(jk.job):
+        packed = self.redis.hmget(self.keys.job(job_id).job, "state", "packed")
+        if packed[0] is None:
             raise NotFound.job(job_id, self.settings.namespace)
+        records = self.records(job_id, packed[1] or b"")
         out: list[dict[str, Any]] = []
         while count is None or len(out) < count:
             want = HISTORY_PAGE if count is None else min(HISTORY_PAGE, count - len(out))
             first = start + len(out)
-            page = self._history_page(jk, first, first + want - 1)
+            page = self._history_page(records, first, first + want - 1)
             out += page
             if len(page) < want:
                 break
         return out
 
-    def _history_page(self, jk: JobKeys, first: int, last: int) -> list[dict[str, Any]]:
-        rows = [raw.decode().split("\t", 6) for raw in self.redis.lrange(jk.history, first, last)]
+    def _history_page(self, records: JobRecords, first: int, last: int) -> list[dict[str, Any]]:
+        rows = [raw.decode().split("\t", 6) for raw in records.history(first, last)]
         indexes = sorted({row[0] for row in rows})
-        names = self.redis.hmget(jk.tasks, [TaskField.ID.of(i) for i in indexes]) if indexes else []
+        names = records.values([TaskField.ID.of(i) for i in indexes]) if indexes else []
         ids = {i: text(name) or i for i, name in zip(indexes, names, strict=True)}
         out = []
         for index, attempt, state, handler, started, finished, error in rows:

@@ -29,7 +29,6 @@ from .system_queue import current_round, fetch_recovery_job
 WORKERS_MAX = 500  # workers listed: more than a fleet we expect; the rest are only counted
 LEASES_MAX = 10_000  # running attempts read to count each worker's busy slots
 PRIORITY_BANDS_MAX = 20  # distinct priorities listed per queue; more are summed as "other"
-TASKS_CHUNK = 5_000  # task fields per HMGET: a 100,000-task job is read in short calls
 TASK_HISTORY_MAX = 5_000  # newest history entries searched for one task's attempts
 JOBS_CHUNK = 200  # jobs read per round while filling a filtered page
 JOBS_EXAMINED_MAX = 2_000  # a filtered page stops after this many jobs and offers "older"
@@ -224,13 +223,6 @@ class JobGraph:
     edges_known: bool  # False once a succeeded job's working fields (its edges) were freed
 
 
-def _hmget_chunked(store: Store, key: str, fields: list[str]) -> list[bytes | None]:
-    pipe = store.redis.pipeline(transaction=False)
-    for start in range(0, len(fields), TASKS_CHUNK):
-        pipe.hmget(key, fields[start : start + TASKS_CHUNK])
-    return [value for chunk in pipe.execute() for value in chunk]
-
-
 def _unwritten_state(job_state: str) -> str:
     """The state `status` shows for a task its leader has not written yet."""
     return job_state if job_state in ("cancelled", "failed") else "waiting"
@@ -247,13 +239,14 @@ def job_graph(store: Store, job_id: str) -> JobGraph:
         spec: Any = codec.unpack(raw_spec)
         layout = Layout(spec)
         ids = [t["id"] for t in layout.tasks]
-        written = _hmget_chunked(store, jk.tasks, [TaskField.STATE.of(i) for i in range(len(ids))])
+        written = store.records(job_id).values([TaskField.STATE.of(i) for i in range(len(ids))])
         default = _unwritten_state(job.state)
         states = [text(s) or default for s in written]
         edges = [(p, c) for p, kids in enumerate(layout.children) for c in kids]
         return JobGraph(job, ids, states, edges, True)
     fields = [f"{a}:{i}" for i in range(n) for a in ("id", "s", "c")]
-    values = _hmget_chunked(store, jk.tasks, fields)
+    records = store.records(job_id)
+    values = records.values(fields)
     ids, states, edges = [], [], []
     for i in range(n):
         task_id, state, children = values[3 * i : 3 * i + 3]
@@ -261,7 +254,7 @@ def job_graph(store: Store, job_id: str) -> JobGraph:
         states.append(text(state) or _unwritten_state(job.state))
         if children:
             edges += [(i, int(c)) for c in children.decode().split(",")]
-    compacted = job.state == "succeeded" and n > 0 and not store.redis.hexists(jk.tasks, "p:0")
+    compacted = job.state == "succeeded" and records.packed is not None  # working fields gone
     return JobGraph(job, ids, states, edges, not compacted)
 
 
@@ -275,12 +268,13 @@ class LiveStates:
 def live_states(store: Store, job_id: str) -> LiveStates:
     """What the job page polls: the job's state and each task's, in two short reads."""
     jk = store.keys.job(job_id)
-    state, n, finished = store.redis.hmget(jk.job, "state", "n", "finished_at")
+    state, n, finished, packed = store.redis.hmget(jk.job, "state", "n", "finished_at", "packed")
     if state is None:
         raise NotFound.job(job_id)
     job_state = state.decode()
     default = _unwritten_state(job_state)
-    written = _hmget_chunked(store, jk.tasks, [TaskField.STATE.of(i) for i in range(int(n or 0))])
+    records = store.records(job_id, packed or b"")
+    written = records.values([TaskField.STATE.of(i) for i in range(int(n or 0))])
     return LiveStates(job_state, seconds(finished), [text(s) or default for s in written])
 
 
@@ -321,14 +315,13 @@ TASK_ATTRS = ("id", "s", "a", "m", "h", "q", "tq", "ts", "tf", "e", "pg", "p")
 def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
     """One task: its fields, payload and every finished attempt of it."""
     jk = store.keys.job(job_id)
-    pipe = store.redis.pipeline(transaction=False)
-    pipe.hmget(jk.job, "state", "n", "queue")
-    pipe.hmget(jk.tasks, [f"{a}:{index}" for a in TASK_ATTRS])
-    pipe.llen(jk.history)
-    pipe.lrange(jk.history, -TASK_HISTORY_MAX, -1)
-    (job_state, n, job_queue), values, history_len, entries = pipe.execute()
+    job_state, n, job_queue, packed = store.redis.hmget(jk.job, "state", "n", "queue", "packed")
     if job_state is None:
         raise NotFound.job(job_id)
+    records = store.records(job_id, packed or b"")
+    values = records.values([f"{a}:{index}" for a in TASK_ATTRS])
+    history_len = records.history_length()
+    entries = records.history(-TASK_HISTORY_MAX, -1)
     if not 0 <= index < int(n or 0):
         raise NotFound(f"job {job_id} has no task #{index}")
     f = dict(zip(TASK_ATTRS, values, strict=True))

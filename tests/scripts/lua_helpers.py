@@ -188,7 +188,7 @@ def task_states(store: Store, job_id: str) -> dict[str, str]:
 
 
 def task_field(store: Store, job_id: str, attr: str, index: int) -> str | None:
-    raw = store.redis.hget(store.keys.job(job_id).tasks, f"{attr}:{index}")
+    (raw,) = store.records(job_id).values([f"{attr}:{index}"])
     return None if raw is None else decode(raw)
 
 

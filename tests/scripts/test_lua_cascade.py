@@ -200,6 +200,10 @@ def test_a_failure_cascades_through_a_wide_fan_out_in_bounded_chunks(
     assert status["tasks"]["c4999"]["error"] == "upstream task root failed"
     assert len(durations) > 2, "the cascade was not split in bounded chunks"
     assert job_field(store, job_id, "left") == "0"
+    assert leader_messages(store, job_id) == {"compact"}  # large: packed in chunks
+    assert store.compact_step(job_id) > 0
+    while store.compact_step(job_id):
+        pass
     assert leader_messages(store, job_id) == set()
     assert_finalized(store, job_id, "failed")
 

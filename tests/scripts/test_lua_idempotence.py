@@ -201,6 +201,7 @@ def _join_after_race(store: Store, job_id: str) -> tuple[int, list[int], str | N
 
 def _attempts_in_history(store: Store, job_id: str, index: int) -> list[int]:
     """Attempts of one task in the job's history list (entry: index, attempt, state, ...)."""
-    entries = store.redis.lrange(store.keys.job(job_id).history, 0, -1)
+    records = store.records(job_id)
+    entries = records.history(0, -1)
     fields = [entry.decode().split("\t") for entry in entries]
     return [int(f[1]) for f in fields if f[0] == str(index)]

@@ -210,9 +210,16 @@ def test_a_large_succeeded_job_is_compacted_in_chunks_by_a_leader(store: Store) 
         assert set(codes.values()) == {0}
     assert job_field(store, job_id, "state") == "succeeded"
     assert store.redis.zscore(store.keys.leader(0), f"compact|{job_id}") is not None
-    assert store.redis.hexists(store.keys.job(job_id).tasks, "p:0")
-    assert store.compact_step(job_id) == 200  # bounded: 1,000 tasks per call
+    jk = store.keys.job(job_id)
+    assert store.redis.hexists(jk.tasks, "p:0")
+    # bounded: 1,000 tasks per call, then the 1,200 history entries
+    assert store.compact_step(job_id) == 200 + 1_200
+    assert store.redis.hexists(jk.tasks, "p:0")  # readers keep the hash until the last step
     Leader(store, LEADER).compact(job_id)
-    assert not store.redis.hexists(store.keys.job(job_id).tasks, "p:1199")
+    assert not store.redis.exists(jk.tasks, jk.history)
+    assert job_field(store, job_id, "packed") == "1"
+    assert store.redis.pttl(jk.packed) > 0  # it expires with the job
     assert store.redis.zscore(store.keys.leader(0), f"compact|{job_id}") is None
     assert store.status(job_id)["tasks"]["t1199"]["state"] == "succeeded"
+    assert store.records(job_id).values(["p:0", "id:1199"]) == [None, b"t1199"]  # working gone
+    assert len(store.history(job_id)) == 1_200

@@ -161,7 +161,8 @@ def test_history_reads_a_long_history_in_pages(
 ) -> None:
     monkeypatch.setattr(jobcenter.storage.store, "HISTORY_PAGE", 3)
     tasks = [{"id": f"t{i}", "task": "t.a"} for i in range(8)]
-    job_id = submit(store, {"name": "eight", "tasks": tasks})
+    held = {"id": "held", "task": "t.a", "queue": "unserved"}  # the job stays running, unpacked
+    job_id = submit(store, {"name": "eight", "tasks": [*tasks, held]})
     run_all(store, "complete")
 
     with CommandLog(redis_url) as log:

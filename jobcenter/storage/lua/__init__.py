@@ -34,6 +34,7 @@ JOB_SCRIPTS = frozenset(
         "revive",
         "delete",
         "compact",
+        "restore",
     }
 )
 SHARD_SCRIPTS = frozenset(
@@ -53,7 +54,7 @@ def source(name: str) -> str:
         raise KeyError(f"no Lua script named {name!r}")
     parts = [lua_prelude(), _read("_common")]
     if name in JOB_SCRIPTS:
-        parts.append(_read("_job"))
+        parts += [_read("_msgpack"), _read("_job")]
     parts.append(_read(name))
     return "\n".join(parts)
 

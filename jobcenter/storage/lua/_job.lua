@@ -4,7 +4,8 @@
   KEYS[9] dead-letter zset  KEYS[10] active jobs zset  KEYS[11] expiring zset (what recovery
   trims from the list indexes, and when)  KEYS[12] the job's idempotency key (the job hash
   again when it has none)  KEYS[13..17] the per-state job indexes (zsets), in JOB_STATES order
-  KEYS[18..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
+  KEYS[18] the job's packed record (string: its tasks and history once finished, compacted)
+  KEYS[19..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
   ARGV[1] job id  ARGV[2] default retention ms  ARGV[3] number of queues  ARGV[4..] their
   names, in KEYS order
   A is the index of the script's own first ARGV; XK of its own first extra KEY.
@@ -18,7 +19,8 @@ local DEFAULT_RETENTION_MS = tonumber(ARGV[2])
 local NQ = tonumber(ARGV[3])
 local STATE_INDEX = {} -- job state -> the zset of jobs in that state (what `list --state` reads)
 for k, state in ipairs(JOB_STATES) do STATE_INDEX[state] = KEYS[12 + k] end
-local QK = 12 + #JOB_STATES -- the queue keys follow
+local P = KEYS[13 + #JOB_STATES]
+local QK = 13 + #JOB_STATES -- the queue keys follow
 local QUEUES = {}
 for qi = 1, NQ do
   local k = QK + (qi - 1) * 3
@@ -34,10 +36,11 @@ local META = {}
 
 -- Read the job's fields; false when the job hash does not exist.
 local function load_job()
-  local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES)
+  local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES, JF.PACKED)
   if not m[1] then return false end
+  -- packed: finished and compacted, so its tasks hash is gone and no task of it runs
   META = {state = m[1], queue = m[2], priority = tonumber(m[3]), seq = tonumber(m[4]),
-          queues = m[5] or ''}
+          queues = m[5] or '', packed = m[6] and true or false}
   return true
 end
 
@@ -144,22 +147,133 @@ local function record_history(i, state, now, err)
     '\t')})
 end
 
-local COMPACT_INLINE_MAX = 500 -- tasks compacted inside the finalizing call (bounded work)
--- WORKING_FIELDS (schema.py): what only a running job needs, dropped by compaction.
+local COMPACT_INLINE_MAX = 500 -- tasks packed inside the finalizing call (bounded work)
+local HISTORY_INLINE_MAX = 2000 -- history entries packed inside it
+local COMPACT_CHUNK = 1000 -- tasks packed per 'compact' call: ~20,000 fields read, a few ms
+local HISTORY_CHUNK = 5000 -- history entries packed per 'compact' call
+local FINISHED = {[J_SUCCEEDED] = true, [J_FAILED] = true, [J_CANCELLED] = true}
 
--- A succeeded job can never run again: free its working fields, keep its record and
--- history. A large job is compacted in chunks by a leader ('compact' message).
-local function compact(now)
+-- The task fields a finished job's record keeps: a succeeded job never runs again, so its
+-- working fields (WORKING_FIELDS) go; a failed or cancelled one may be retried, which needs
+-- them all. Fields added to the schema later (results) are kept by the same rule.
+local function kept_fields()
+  if META.state ~= J_SUCCEEDED then return TASK_FIELDS end
+  local working, kept = {}, {}
+  for _, f in ipairs(WORKING_FIELDS) do working[f] = true end
+  for _, f in ipairs(TASK_FIELDS) do
+    if not working[f] then kept[#kept + 1] = f end
+  end
+  return kept
+end
+
+local function hmget_chunked(key, fields)
+  local out = {}
+  for first = 1, #fields, ARGS_PER_CALL_MAX do
+    local got = redis.call('HMGET', key, unpack(fields, first,
+      math.min(#fields, first + ARGS_PER_CALL_MAX - 1)))
+    for k = 1, #got do out[#out + 1] = got[k] end
+  end
+  return out
+end
+
+-- Add a part to the packed record; it lives as long as the job.
+local function append_part(part)
+  redis.call('APPEND', P, part)
+  local ttl = redis.call('PTTL', J)
+  if ttl > 0 then redis.call('PEXPIRE', P, ttl) end
+end
+
+-- A part of tasks first..last (indexes): one column per kept field.
+local function pack_tasks(first, last)
+  local n = last - first + 1
+  local prefixes = kept_fields()
+  local names = {}
+  for _, prefix in ipairs(prefixes) do
+    for i = first, last do names[#names + 1] = prefix .. i end
+  end
+  local values = hmget_chunked(T, names)
+  local columns, order = {}, {}
+  for p, prefix in ipairs(prefixes) do
+    local column = {}
+    for k = 1, n do column[k] = values[(p - 1) * n + k] end
+    local name = string.sub(prefix, 1, -2) -- 's:' -> 's'
+    order[#order + 1] = name
+    columns[name] = mp_column(column, n)
+  end
+  append_part(mp_map({PR.KIND, PR.FIRST, PR.COUNT, PR.COLUMNS}, {
+    [PR.KIND] = mp_key(PR.TASKS), [PR.FIRST] = mp_uint(first), [PR.COUNT] = mp_uint(n),
+    [PR.COLUMNS] = mp_map(order, columns)}))
+end
+
+-- A part of history entries first..last (list positions), a column per HISTORY_COLUMNS;
+-- an empty field is absent. Returns how many entries it held.
+local function pack_history(first, last)
+  local entries = redis.call('LRANGE', H, first, last)
+  local n = #entries
+  local columns = {}
+  for c = 1, #HISTORY_COLUMNS do columns[c] = {} end
+  for k, entry in ipairs(entries) do
+    local c, pos = 1, 1
+    while c < #HISTORY_COLUMNS do -- the last field, the error, may hold tabs
+      local tab = string.find(entry, '\t', pos, true)
+      if not tab then break end
+      local v = string.sub(entry, pos, tab - 1)
+      columns[c][k] = v ~= '' and v
+      c, pos = c + 1, tab + 1
+    end
+    local rest = string.sub(entry, pos)
+    columns[c][k] = rest ~= '' and rest
+  end
+  local encoded = {}
+  for c, name in ipairs(HISTORY_COLUMNS) do encoded[name] = mp_column(columns[c], n) end
+  append_part(mp_map({PR.KIND, PR.COUNT, PR.COLUMNS}, {
+    [PR.KIND] = mp_key(PR.HISTORY), [PR.COUNT] = mp_uint(n),
+    [PR.COLUMNS] = mp_map(HISTORY_COLUMNS, encoded)}))
+  return n
+end
+
+-- One bounded step of compacting a finished job: a part of tasks, else a part of history;
+-- the step that packs the last part swaps the record in (tasks hash and history deleted,
+-- JF.PACKED set), atomically, so a reader sees the one or the other. Returns what is left
+-- to pack (tasks + history entries).
+local function compact_step(task_budget, history_budget)
   local n = tonumber(redis.call('HGET', J, JF.TASKS))
-  if n > COMPACT_INLINE_MAX then
-    leader_message('compact', now)
+  local c = redis.call('HMGET', J, JF.COMPACT_CURSOR, JF.COMPACT_HISTORY)
+  local cursor, hcursor = tonumber(c[1] or 0), tonumber(c[2] or 0)
+  if cursor == 0 and hcursor == 0 then redis.call('DEL', P) end -- a fresh start
+  local hlen = redis.call('LLEN', H)
+  if cursor < n then
+    local upto = math.min(n, cursor + task_budget)
+    pack_tasks(cursor, upto - 1)
+    cursor = upto
+    redis.call('HSET', J, JF.COMPACT_CURSOR, cursor)
+  elseif hcursor < hlen then
+    hcursor = hcursor + pack_history(hcursor, math.min(hlen, hcursor + history_budget) - 1)
+    redis.call('HSET', J, JF.COMPACT_HISTORY, hcursor)
+  end
+  local left = (n - cursor) + (hlen - hcursor)
+  if left == 0 then
+    redis.call('DEL', T, H)
+    redis.call('HDEL', J, JF.COMPACT_CURSOR, JF.COMPACT_HISTORY)
+    redis.call('HSET', J, JF.PACKED, PACKED_FORMAT)
+  end
+  return left
+end
+
+-- A finished job whose releases and cascades are all done never changes again (until a
+-- retry): pack its tasks and history into one record, here when small, else in chunks by
+-- a leader ('compact' message). Called at the end of every script that may finalize a job.
+local function compact_when_settled(now)
+  if not FINISHED[META.state] or redis.call('EXISTS', F) == 1
+      or redis.call('HEXISTS', J, JF.PACKED) == 1 then
     return
   end
-  local fields = {}
-  for i = 0, n - 1 do
-    for _, prefix in ipairs(WORKING_FIELDS) do fields[#fields + 1] = prefix .. i end
+  local n = tonumber(redis.call('HGET', J, JF.TASKS))
+  if n <= COMPACT_INLINE_MAX and redis.call('LLEN', H) <= HISTORY_INLINE_MAX then
+    while compact_step(COMPACT_INLINE_MAX, HISTORY_INLINE_MAX) > 0 do end
+  else
+    leader_message('compact', now)
   end
-  call_chunked('HDEL', T, fields)
 end
 
 -- Close a job whose tasks all ended: succeeded only if every task succeeded; cancelled if a
@@ -174,7 +288,6 @@ local function finalize_job(now)
   redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
   local retention = tonumber(j[3] or DEFAULT_RETENTION_MS)
   for _, key in ipairs({J, T, H, F}) do redis.call('PEXPIRE', key, retention) end
-  if state == J_SUCCEEDED then compact(now) end
   if IDEM ~= J then redis.call('PEXPIRE', IDEM, retention) end
   redis.call('ZADD', EXPIRING, now + retention, expiring_member())
   return state
@@ -240,6 +353,7 @@ local function drain_frontier(now, take)
     if ttl > 0 then redis.call('PEXPIRE', F, ttl) end
     leader_message('continue', now)
   end
+  compact_when_settled(now)
 end
 
 -- Terminal failure of task i: record it (and dead-letter it), then cascade to every

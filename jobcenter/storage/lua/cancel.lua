@@ -62,4 +62,5 @@ for i = cursor, upto - 1 do
 end
 redis.call('HSET', J, JF.CANCEL_CURSOR, upto)
 if upto < limit then leader_message('cancel', now) end
+compact_when_settled(now)
 return {OK, limit - upto}

@@ -1,28 +1,20 @@
---[[ compact: free the working fields of a large succeeded job in bounded chunks (small ones
-  are compacted by the transition that finalizes them); its record and history stay.
+--[[ compact: pack a large finished job's tasks and history into its packed record, a chunk
+  per call (small jobs are packed by the transition that finalizes them); the last chunk
+  deletes the tasks hash and the history. A succeeded job's working fields are left out.
   KEYS: the job context (_job.lua)
-  Returns {0, tasks still to compact} | {1} nothing to do (not succeeded, or done) | {-4} ]]
-
-local COMPACT_CHUNK = 1000 -- tasks per call: 6,000 fields deleted, a few ms
+  Returns {0, tasks + history entries still to pack} | {1} nothing to do (not finished, a
+  cascade still under way, or packed already) | {-4} ]]
 
 local message = 'compact|' .. JOB_ID
 if not load_job() then
   redis.call('ZREM', LEADER, message)
   return {JOB_GONE}
 end
-local n = tonumber(redis.call('HGET', J, JF.TASKS))
-local cursor = tonumber(redis.call('HGET', J, JF.COMPACT_CURSOR) or 0)
-if META.state ~= J_SUCCEEDED or cursor >= n then
-  redis.call('ZREM', LEADER, message)
+if not FINISHED[META.state] or redis.call('EXISTS', F) == 1
+    or redis.call('HEXISTS', J, JF.PACKED) == 1 then
+  redis.call('ZREM', LEADER, message) -- the frontier's last 'continue' posts it again
   return {ALREADY}
 end
-
-local upto = math.min(n, cursor + COMPACT_CHUNK)
-local fields = {}
-for i = cursor, upto - 1 do
-  for _, prefix in ipairs(WORKING_FIELDS) do fields[#fields + 1] = prefix .. i end
-end
-call_chunked('HDEL', T, fields)
-redis.call('HSET', J, JF.COMPACT_CURSOR, upto)
-if upto >= n then redis.call('ZREM', LEADER, message) end
-return {OK, n - upto}
+local left = compact_step(COMPACT_CHUNK, HISTORY_CHUNK)
+if left == 0 then redis.call('ZREM', LEADER, message) end
+return {OK, left}

@@ -87,7 +87,9 @@ for k = first_pair, #ARGV, 2 do
   local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
     TF_STARTED_AT .. i, TF_CHILDREN .. i, TF_PAYLOAD .. i)
   local code = ITEM_OK
-  if (f[2] or '0') .. ':' .. (f[3] or '') ~= attempt .. ':' .. handler then
+  if META.packed then
+    code = ITEM_NOT_RUNNING -- its job finished and was compacted
+  elseif (f[2] or '0') .. ':' .. (f[3] or '') ~= attempt .. ':' .. handler then
     code = ITEM_STALE_TOKEN
   elseif f[1] == T_SUCCEEDED or done[i] then
     code = ITEM_ALREADY

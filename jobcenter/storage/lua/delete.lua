@@ -13,7 +13,7 @@ end
 if not queues_passed() then return {KEYS_MISSING} end
 local expiring = expiring_member()
 for k = A, #ARGV do redis.call('ZREM', DLQ, lease_member(ARGV[k])) end
-redis.call('DEL', J, T, H, F)
+redis.call('DEL', J, T, H, F, P)
 redis.call('ZREM', KEYS[XK], JOB_ID)
 redis.call('ZREM', ACTIVE, JOB_ID)
 if KEYS[XK + 1] ~= J then redis.call('ZREM', KEYS[XK + 1], JOB_ID) end

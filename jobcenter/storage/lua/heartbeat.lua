@@ -16,7 +16,9 @@ for k = A + 2, #ARGV, 3 do
   local i, progress = ARGV[k], ARGV[k + 2]
   local state = task_state(i)
   local code = ITEM_OK
-  if token_of(i) ~= ARGV[k + 1] .. ':' .. handler then
+  if META.packed then -- its job finished and was compacted: no task of it runs
+    code = redis.call('HEXISTS', J, JF.STOP) == 1 and ITEM_CANCELLED or ITEM_NOT_RUNNING
+  elseif token_of(i) ~= ARGV[k + 1] .. ':' .. handler then
     code = ITEM_STALE_TOKEN
   elseif state ~= T_RUNNING and state ~= T_TIMED_OUT then
     code = redis.call('HEXISTS', J, JF.STOP) == 1 and ITEM_CANCELLED or ITEM_NOT_RUNNING

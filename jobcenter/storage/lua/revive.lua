@@ -6,8 +6,8 @@
   upstream_failed. Dependency counters need no change: a counter only ever counts parents
   not yet succeeded. A finished job re-opens (running, no TTL) and is finalized again when
   its tasks end.
-  All checks come first: a root not failed, a task to reset not upstream_failed, or a
-  cancelled job, and nothing is written.
+  All checks come first: a root not failed, a task to reset not upstream_failed, a
+  cancelled job, or a packed one (restore.lua first), and nothing is written.
   KEYS: the job context (_job.lua)
   ARGV[A] number of roots  ARGV[A+1..] root indexes  then for each task to reset (parents
   before children): its index, its number of parents, their indexes
@@ -18,6 +18,9 @@ if not load_job() then return {JOB_GONE} end
 if not queues_passed() then return {KEYS_MISSING} end
 if redis.call('HGET', J, JF.STOP) == 'cancel' then return {WRONG_STATE, 'the job was cancelled'} end
 if redis.call('EXISTS', F) == 1 then return {BUSY} end
+if redis.call('HEXISTS', J, JF.PACKED) == 1 then
+  return {WRONG_STATE, 'the job is packed: restore it first (restore.lua)'}
+end
 
 local function not_in(i, want)
   return {WRONG_STATE, 'task ' .. (redis.call('HGET', T, TF_ID .. i) or i) .. ' is not ' .. want}
@@ -72,6 +75,9 @@ set_job_state(J_RUNNING)
 redis.call('HSET', J, JF.UPDATED_AT, now)
 redis.call('HDEL', J, JF.FINISHED_AT, JF.STOP)
 redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
+redis.call('ZREM', LEADER, 'compact|' .. JOB_ID) -- a compaction under way starts over
+redis.call('DEL', P)
+redis.call('HDEL', J, JF.COMPACT_CURSOR, JF.COMPACT_HISTORY)
 for _, key in ipairs({J, T, H, F}) do redis.call('PERSIST', key) end
 if IDEM ~= J then redis.call('PERSIST', IDEM) end
 redis.call('ZADD', ACTIVE, redis.call('HGET', J, JF.CREATED_AT), JOB_ID)

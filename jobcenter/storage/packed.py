@@ -1,0 +1,153 @@
+"""A finished job's tasks and history, packed or not: the one read model every reader of
+task fields and history goes through (status, history, the dashboard, dead letters, retry).
+
+Once a job is finished and its cascades are done, compaction (_job.lua, compact.lua) packs
+its tasks hash and history list into one string, `JobKeys.packed`: msgpack maps one after
+another, each a part of tasks or of history entries stored column by column (the forms are
+in _msgpack.lua's `mp_column`), and sets the job field `packed`. `JobRecords` reads either
+form and answers as the hash and the list would, so a reader never knows which it met.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from .keys import JobKeys
+from .schema import PACKED_FORMAT, HistoryColumn, JobField, PackedKey, TaskField
+
+HISTORY_PAGE = 1_000  # history entries per LRANGE: each read of a long history stays short
+TASKS_CHUNK = 5_000  # task fields per HMGET: a 100,000-task job is read in short calls
+SCAN_PAGE = 1_000  # HSCAN page when reading one field of every task
+
+
+class UnknownPackedFormat(ValueError):
+    """A packed record written by a newer jobcenter than this one."""
+
+
+@dataclass(frozen=True)
+class PackedJob:
+    """A packed record, expanded: the tasks hash and the history list as they were."""
+
+    fields: dict[str, bytes] = field(default_factory=dict)  # "<prefix><index>" -> value
+    history: list[bytes] = field(default_factory=list)
+
+
+def _expand(column: Any, count: int) -> list[Any]:
+    """A column in one of the three forms of `mp_column` -> its values (None: absent)."""
+    if isinstance(column, list):
+        return column
+    if PackedKey.BASE in column:
+        base = column[PackedKey.BASE]
+        return [None if v is None else base + v for v in column[PackedKey.VALUES]]
+    values = column[PackedKey.DICT]
+    return [None if x is None else values[x] for x in column[PackedKey.INDEXES]]
+
+
+def _stored(value: Any) -> bytes:
+    """The bytes Redis held: integers were packed as numbers."""
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def decode(raw: bytes | None) -> PackedJob:
+    """Expand a packed record (None, an empty record: no tasks, no history)."""
+    packed = PackedJob()
+    if not raw:
+        return packed
+    for part in _parts(raw):
+        kind, count = part[PackedKey.KIND], part[PackedKey.COUNT]
+        columns = {name: _expand(col, count) for name, col in part[PackedKey.COLUMNS].items()}
+        if kind == PackedKey.TASKS:
+            first = part[PackedKey.FIRST]
+            for name, values in columns.items():
+                for k, value in enumerate(values):
+                    if value is not None:
+                        packed.fields[f"{name}:{first + k}"] = _stored(value)
+        else:
+            names = [c.value for c in HistoryColumn]
+            empty = [None] * count
+            rows = zip(*(columns.get(name, empty) for name in names), strict=True)
+            for row in rows:
+                line = "\t".join("" if v is None else _stored(v).decode() for v in row)
+                packed.history.append(line.encode())
+    return packed
+
+
+def _parts(raw: bytes) -> Iterable[dict[str, Any]]:
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=len(raw) + 1)
+    unpacker.feed(raw)
+    yield from unpacker
+
+
+class JobRecords:
+    """One job's task fields and history, read from the tasks hash and history list while
+    the job lives, from its packed record once compacted."""
+
+    def __init__(self, redis: Any, jk: JobKeys, packed: PackedJob | None) -> None:
+        self.redis = redis
+        self.jk = jk
+        self.packed = packed
+
+    @classmethod
+    def read(cls, redis: Any, jk: JobKeys, marker: bytes | None = None) -> JobRecords:
+        """The job's records; `marker` is its `packed` field when the caller read it already
+        (b"" when absent)."""
+        if marker is None:
+            marker = redis.hget(jk.job, JobField.PACKED) or b""
+        if not marker:
+            return cls(redis, jk, None)
+        if int(marker) > PACKED_FORMAT:
+            raise UnknownPackedFormat(
+                f"job record {jk.job} is packed in format {int(marker)}; this jobcenter reads "
+                f"format {PACKED_FORMAT}: upgrade jobcenter"
+            )
+        return cls(redis, jk, decode(redis.get(jk.packed)))
+
+    def values(self, names: Sequence[str]) -> list[bytes | None]:
+        """HMGET of task fields ("s:3", ...), in bounded calls."""
+        if self.packed is not None:
+            return [self.packed.fields.get(name) for name in names]
+        pipe = self.redis.pipeline(transaction=False)
+        for start in range(0, len(names), TASKS_CHUNK):
+            pipe.hmget(self.jk.tasks, list(names[start : start + TASKS_CHUNK]))
+        return [value for chunk in pipe.execute() for value in chunk]
+
+    def every_field(self, page: int = SCAN_PAGE) -> dict[str, bytes]:
+        """Every task field (HSCAN in pages of `page`: a view over a few moments)."""
+        if self.packed is not None:
+            return dict(self.packed.fields)
+        cursor, out = self.redis.hscan(self.jk.tasks, 0, count=page)
+        while cursor:
+            cursor, more = self.redis.hscan(self.jk.tasks, cursor, count=page)
+            out.update(more)
+        return {k.decode(): v for k, v in out.items()}
+
+    def field_of_every_task(self, prefix: TaskField) -> dict[str, str]:
+        """task index -> value of one field."""
+        if self.packed is not None:
+            n = len(prefix.value)
+            return {
+                k[n:]: v.decode()
+                for k, v in self.packed.fields.items()
+                if k.startswith(prefix.value) and k[n:].isdigit()
+            }
+        scanned = self.redis.hscan_iter(self.jk.tasks, match=f"{prefix.value}*", count=SCAN_PAGE)
+        return {k.decode().split(":", 1)[1]: v.decode() for k, v in scanned}
+
+    def history_length(self) -> int:
+        if self.packed is not None:
+            return len(self.packed.history)
+        return int(self.redis.llen(self.jk.history))
+
+    def history(self, first: int, last: int) -> list[bytes]:
+        """LRANGE first..last of the history (negative positions count from the end)."""
+        if self.packed is None:
+            return list(self.redis.lrange(self.jk.history, first, last))
+        entries = self.packed.history
+        length = len(entries)
+        start = max(0, first + length if first < 0 else first)
+        stop = last + length if last < 0 else last
+        return entries[start : stop + 1]
