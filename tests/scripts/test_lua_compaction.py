@@ -1,0 +1,175 @@
+"""Compaction: a finished job's tasks hash and history become one packed record (storage/
+packed.py), read back by status, history, the dashboard's reads and dead letters as they
+were; a retry unpacks it; retention and delete free it."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Collection
+from typing import Any
+
+import msgpack
+import pytest
+from lua_helpers import (
+    H1,
+    H2,
+    LEADER,
+    NO_RETRY,
+    claim,
+    claim_by_index,
+    complete_one,
+    heartbeat_one,
+    job_field,
+    submit,
+)
+
+from jobcenter.runtime.leader import Leader
+from jobcenter.storage import admin, views
+from jobcenter.storage.packed import decode
+from jobcenter.storage.schema import TaskField
+from jobcenter.storage.store import HEARTBEAT_CANCELLED, Store
+
+# A seed-000-like DAG: a retried task, an error with a tab and non-ASCII text, a fan-in.
+DAG = {
+    "name": "packed",
+    "tasks": [
+        {"id": "extract", "task": "t.a", "retries": 2},
+        {"id": "left", "task": "t.b", "depends_on": ["extract"], "args": [1, "x"]},
+        {"id": "right", "task": "t.b", "depends_on": ["extract"], "kwargs": {"k": [1, 2]}},
+        {"id": "join", "task": "t.c", "depends_on": ["left", "right"]},
+    ],
+}
+ODD_ERROR = "Traceback:\n\tline 1\tfailed: naïve café ☃"
+
+
+def _run(store: Store, job_id: str, fail: Collection[str] = ()) -> None:
+    """Run every task to its end: `extract` fails once then retries; tasks in `fail` fail
+    for good; the others succeed."""
+    first = True
+    while started := claim(store, H1, 100):
+        for t in started:
+            task_id = store.records(job_id).values([f"id:{t.index}"])[0].decode()
+            if task_id == "extract" and first:
+                first = False
+                store.fail(H1, job_id, t.index, t.attempt, ODD_ERROR, 0)
+            elif task_id in fail:
+                store.fail(H1, job_id, t.index, t.attempt, ODD_ERROR, NO_RETRY)
+            else:
+                assert complete_one(store, H1, job_id, t.index, t.attempt) == 0
+
+
+def _reads(store: Store, job_id: str) -> dict[str, Any]:
+    """Everything a reader shows of the job's tasks and history."""
+    graph = views.job_graph(store, job_id)
+    return {
+        "status": store.status(job_id),
+        "history": store.history(job_id),
+        "history page": store.history(job_id, start=1, count=2),
+        "graph": (graph.ids, graph.states),
+        "live": views.live_states(store, job_id).states,
+        "detail": [views.task_detail(store, job_id, i) for i in range(4)],
+        "fields": store.task_fields(job_id, TaskField.STATE, TaskField.ATTEMPTS, TaskField.ERROR),
+    }
+
+
+@pytest.mark.parametrize("outcome", ["succeeded", "failed"])
+def test_a_finished_job_is_one_packed_record_that_reads_back_as_it_was(
+    store: Store, outcome: str
+) -> None:
+    job_id = submit(store, DAG)
+    _run(store, job_id, fail={"right"} if outcome == "failed" else ())
+    jk = store.keys.job(job_id)
+
+    assert job_field(store, job_id, "state") == outcome
+    assert job_field(store, job_id, "packed") == "1"
+    assert store.redis.exists(jk.tasks, jk.history, jk.frontier) == 0
+    assert store.redis.type(jk.packed) == b"string"
+    assert 0 < store.redis.pttl(jk.packed) <= store.redis.pttl(jk.job) + 5
+    packed = _reads(store, job_id)
+
+    assert store.restore(job_id)  # the tasks hash and history exactly as they were packed
+    assert job_field(store, job_id, "packed") is None
+    assert not store.redis.exists(jk.packed)
+    assert store.redis.pttl(jk.tasks) > 0 and store.redis.pttl(jk.history) > 0
+    unpacked = _reads(store, job_id)
+    if outcome == "succeeded":  # its working fields were freed, as before packing
+        assert not store.redis.hexists(jk.tasks, "p:0")
+        assert all(d.task is None for d in unpacked["detail"])
+    else:  # a failed job keeps them: a retry needs them
+        assert store.redis.hexists(jk.tasks, "p:0")
+        assert unpacked["detail"][1].args == '{"args": [1, "x"], "kwargs": {}}'
+    assert packed == unpacked
+    assert [h["attempt"] for h in packed["history"] if h["task"] == "extract"] == [1, 2]
+    assert packed["status"]["tasks"]["extract"]["attempts"] == 2
+    assert ODD_ERROR in [h["error"] for h in packed["history"]]
+
+
+def test_the_record_is_msgpack_parts_column_by_column(store: Store) -> None:
+    job_id = submit(store, DAG)
+    _run(store, job_id)
+    raw = store.redis.get(store.keys.job(job_id).packed)
+    parts = list(msgpack.Unpacker(io.BytesIO(raw), raw=False))
+    assert [p["k"] for p in parts] == ["t", "h"]
+    tasks = parts[0]
+    assert (tasks["i"], tasks["n"]) == (0, 4)
+    assert tasks["c"]["id"] == [b"extract", b"left", b"right", b"join"]
+    assert tasks["c"]["s"] == {"d": [b"succeeded"], "x": [0, 0, 0, 0]}  # few distinct values
+    assert set(tasks["c"]["tf"]) == {"b", "v"}  # times: a base and small offsets
+    assert "p" not in tasks["c"]  # a succeeded job's working fields are not kept
+    assert len(decode(raw).history) == parts[1]["n"] == 5
+
+
+def test_a_failed_packed_job_is_retried_to_success(store: Store) -> None:
+    job_id = submit(store, DAG)
+    _run(store, job_id, fail={"left"})
+    assert job_field(store, job_id, "packed") == "1"
+    assert admin.dead_letter(store, job_id, "left")["error"] == ODD_ERROR
+
+    assert admin.retry_job(store, job_id) == 2  # left again, join back to waiting
+    assert job_field(store, job_id, "state") == "running"
+    assert job_field(store, job_id, "packed") is None
+    _run(store, job_id)
+    assert job_field(store, job_id, "state") == "succeeded"
+    assert job_field(store, job_id, "packed") == "1"  # packed again when it ends
+    history = store.history(job_id)
+    assert [h["state"] for h in history if h["task"] == "left"] == ["failed", "succeeded"]
+
+
+def test_a_cancelled_job_is_packed_and_its_revoked_attempts_are_told_to_stop(
+    store: Store,
+) -> None:
+    job_id = submit(store, DAG)
+    (extract,) = claim(store, H1)
+    store.stop_job(job_id, "cancel")
+    assert job_field(store, job_id, "packed") == "1"
+    assert heartbeat_one(store, H1, job_id, 0, extract.attempt) == HEARTBEAT_CANCELLED
+    assert complete_one(store, H1, job_id, 0, extract.attempt) == -3
+    assert set(t["state"] for t in store.status(job_id)["tasks"].values()) == {"cancelled"}
+
+
+def test_a_large_job_is_packed_in_chunks_and_read_as_the_hash_until_the_last(
+    store: Store,
+) -> None:
+    tasks = [{"id": f"t{k}", "task": "t.x"} for k in range(2_100)]
+    job_id = submit(store, {"name": "large", "tasks": tasks})
+    Leader(store, LEADER).split(job_id)
+    while started := claim_by_index(store, H2, 1_000):
+        store.complete(H2, [(job_id, i, t.attempt) for i, t in started.items()])
+    jk = store.keys.job(job_id)
+    before = store.status(job_id)
+    assert store.compact_step(job_id) == 1_100 + 2_100
+    assert store.compact_step(job_id) == 100 + 2_100
+    assert store.status(job_id) == before  # read from the hash until the swap
+    assert job_field(store, job_id, "packed") is None
+    Leader(store, LEADER).compact(job_id)
+    assert job_field(store, job_id, "packed") == "1"
+    assert store.redis.exists(jk.tasks, jk.history) == 0
+    assert store.status(job_id) == before
+    assert len(store.history(job_id)) == 2_100
+
+
+def test_delete_removes_the_packed_record(store: Store) -> None:
+    job_id = submit(store, DAG)
+    _run(store, job_id)
+    admin.delete_job(store, job_id)
+    assert not store.redis.exists(store.keys.job(job_id).packed)
