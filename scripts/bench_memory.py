@@ -2,10 +2,10 @@
 
 Real workers run N jobs of the seed-000 shape (9 tasks), a batch with one failing task
 each, and one job of 1,000 independent tasks, all kept for the default retention. Each
-shape reports the memory Redis allocated for data (MEMORY STATS: total.allocated less
-client buffers and script caches) after minus before, per finished task (everything a finished
-job keeps: its keys, its entries in the job indexes, the expiring zset), and MEMORY USAGE of
-one job's own keys. The bench's own per-job lists are deleted before the second reading.
+shape reports the bytes Redis keeps for data after minus before (MEMORY USAGE of every key,
+plus the keyspace tables), per finished task: everything a finished job keeps (its keys, its
+entries in the job indexes and the expiring zset, new learned estimates); and MEMORY USAGE
+of one job's own keys. The bench's own per-job lists are deleted before the second reading.
 The README's capacity table is computed from the `bytes per finished task` column.
 """
 
@@ -53,15 +53,17 @@ def _settled(bench: Bench, job_ids: list[str]) -> bool:
     return not any(pipe.execute())
 
 
-# Memory that is not data (MEMORY STATS): the workers' connection buffers swing by megabytes
-# with what they were last sent, the script cache grows once per script loaded.
-NOT_DATA = ("clients.normal", "clients.slaves", "aof.buffer", "lua.caches", "functions.caches")
-
-
-def _used_memory(bench: Bench) -> int:
-    """Bytes the allocator holds for data: keys, values, the keyspace's own tables."""
-    stats = bench.redis.memory_stats()
-    return int(stats["total.allocated"]) - sum(int(stats.get(k, 0)) for k in NOT_DATA)
+def _kept_bytes(bench: Bench) -> int:
+    """What Redis keeps for data: MEMORY USAGE of every key (exact: samples=0), plus the
+    keyspace's own tables (MEMORY STATS). Allocator totals are no use here: client buffers
+    and the Lua heap's garbage swing by megabytes between two readings."""
+    total = 0
+    for key in bench.redis.scan_iter(count=10_000):
+        total += int(bench.redis.memory_usage(key, samples=0) or 0)
+    for name, value in bench.redis.memory_stats().items():
+        if name.startswith("db.") and isinstance(value, dict):
+            total += sum(int(v) for k, v in value.items() if k.startswith("overhead.hashtable"))
+    return total
 
 
 def _key_usage(bench: Bench, job_id: str) -> dict[str, int]:
@@ -78,7 +80,7 @@ def _key_usage(bench: Bench, job_id: str) -> dict[str, int]:
 def measure(bench: Bench, spec: dict[str, Any], count: int) -> dict[str, Any]:
     """Run `count` jobs of `spec` to their end; the memory they keep, per finished task."""
     tasks = len(spec["tasks"]) * count
-    before = _used_memory(bench)
+    before = _kept_bytes(bench)
     job_ids = bench.client.submit_many([spec] * count)
     deadline = time.monotonic() + FINISH_TIMEOUT_S
     while not _settled(bench, job_ids):
@@ -86,7 +88,7 @@ def measure(bench: Bench, spec: dict[str, Any], count: int) -> dict[str, Any]:
             raise TimeoutError(f"{spec['name']}: jobs not finished in {FINISH_TIMEOUT_S:.0f} s")
         time.sleep(POLL_S)
     bench.redis.delete(*[ran_key(j) for j in job_ids])
-    after = _used_memory(bench)
+    after = _kept_bytes(bench)
     states = {bench.job_fields(j, "state")[0] for j in job_ids}
     usage = _key_usage(bench, job_ids[0])
     n = len(spec["tasks"])
