@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Unpack
 
 from jobcenter.model.spec import JobSpec, spec_from_any
@@ -17,6 +17,7 @@ from .config import Settings
 from .errors import NotFound
 from .schedules.manage import ScheduleOptions
 from .storage import admin
+from .storage import export as _export
 
 SUBMIT_BATCH = 200  # jobs per round trip in submit_many: large gains, short script bursts
 WAIT_POLL_MIN = 0.01  # first status poll of wait(): short jobs return fast
@@ -140,6 +141,19 @@ class Client:
 
     def remove_schedule(self, schedule_id: str) -> None:
         _schedule.remove_schedule(self.store, schedule_id)
+
+    def export(
+        self,
+        since: float,
+        until: float | None = None,
+        states: Sequence[str] | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Finished jobs created between `since` and `until` (epoch seconds; until: now),
+        oldest first, each with its tasks (as `status`) and attempts (as `history`); in
+        `states` (finished states) only, when given."""
+        high = self.store.now_ms() if until is None else int(until * 1000)
+        chosen = states or _export.FINISHED_STATES
+        return _export.export(self.store, int(since * 1000), high, chosen)
 
     def requeue(self, job_id: str, task_id: str) -> int:
         """Run a dead-lettered task again; its job re-opens and finalizes again."""

@@ -14,6 +14,7 @@ from jobcenter.config import Settings
 from jobcenter.errors import SpecError
 from jobcenter.model.spec import load_spec_file
 from jobcenter.model.states import JobState, TaskState
+from jobcenter.storage.export import FINISHED_STATES
 
 from .options import (
     EXIT_FAILED,
@@ -163,7 +164,8 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
 
 
 def _since(value: str | None) -> float | None:
-    """--since: epoch seconds, an ISO time, or an age like 90s, 15m, 2h, 7d."""
+    """--since (and export's --until): epoch seconds, an ISO time, or an age like 90s, 15m,
+    2h, 7d."""
     if value is None:
         return None
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -177,7 +179,7 @@ def _since(value: str | None) -> float | None:
         moment = datetime.fromisoformat(value)
     except ValueError:
         raise SpecError(
-            f"--since {value!r}: give epoch seconds, an ISO time or an age like 15m, 2h, 7d"
+            f"{value!r}: give epoch seconds, an ISO time or an age like 15m, 2h, 7d"
         ) from None
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
@@ -311,4 +313,29 @@ def cancel(settings: Settings, job_id: str) -> None:
     click.echo(f"job {job_id} {client_for(settings).cancel(job_id)}")
 
 
-COMMANDS = (submit, status, list_jobs, history, retry, delete, dlq, cancel)
+@click.command()
+@click.option(
+    "--since", required=True, help="Jobs created since: epoch, ISO time, or an age like 2h, 7d."
+)
+@click.option("--until", default=None, help="... and before this (same forms; default: now).")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(list(FINISHED_STATES)),
+    help="Only jobs that ended in this state (repeatable; default: every finished state).",
+)
+@redis_options
+def export(settings: Settings, since: str, until: str | None, states: tuple[str, ...]) -> None:
+    """Print finished jobs as JSON lines, oldest first: each job's fields, its tasks (as
+    `status --json`) and its attempts (as `history --json`). For history kept longer than
+    Redis keeps it: `jobcenter export --since 1d > jobs.jsonl`."""
+    low, high = _since(since), _since(until)
+    assert low is not None
+    if high is not None and high < low:
+        raise SpecError(f"--until {until!r} is before --since {since!r}")
+    for record in client_for(settings).export(low, high, states or None):
+        click.echo(json.dumps(record, separators=(",", ":")))
+
+
+COMMANDS = (submit, status, list_jobs, history, retry, delete, dlq, cancel, export)
