@@ -191,6 +191,12 @@ class Keys:
         use the same, or a job's keys are looked for in the wrong shard."""
         return f"{self._base}:shards"
 
+    def schema_version(self) -> str:
+        """String: the schema version of the namespace's data (storage/upgrade.py), written
+        at its first use; a process that reads an older one upgrades it, a newer one is
+        refused."""
+        return f"{self._base}:schema"
+
     def workers(self) -> str:
         """Zset of live handler ids -> last heartbeat (ms, Redis TIME)."""
         return f"{self._base}:workers"

@@ -37,6 +37,7 @@ from .lua import Batch, Scripts
 from .packed import JobRecords
 from .replies import seconds, text
 from .schema import TaskField
+from .upgrade import ensure_schema
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,7 @@ class Store:
         self._probe_lock = threading.Lock()
         self._group_commit = GroupCommit(self._confirm_fsync)
         self._check_shard_count()
+        ensure_schema(self)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Store:
