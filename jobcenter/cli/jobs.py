@@ -163,7 +163,7 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
         click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
 
 
-def _since(value: str | None) -> float | None:
+def _since(value: str | None, option: str = "--since") -> float | None:
     """--since (and export's --until): epoch seconds, an ISO time, or an age like 90s, 15m,
     2h, 7d."""
     if value is None:
@@ -179,7 +179,7 @@ def _since(value: str | None) -> float | None:
         moment = datetime.fromisoformat(value)
     except ValueError:
         raise SpecError(
-            f"{value!r}: give epoch seconds, an ISO time or an age like 15m, 2h, 7d"
+            f"{option} {value!r}: give epoch seconds, an ISO time or an age like 15m, 2h, 7d"
         ) from None
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
@@ -330,7 +330,7 @@ def export(settings: Settings, since: str, until: str | None, states: tuple[str,
     """Print finished jobs as JSON lines, oldest first: each job's fields, its tasks (as
     `status --json`) and its attempts (as `history --json`). For history kept longer than
     Redis keeps it: `jobcenter export --since 1d > jobs.jsonl`."""
-    low, high = _since(since), _since(until)
+    low, high = _since(since), _since(until, "--until")
     assert low is not None
     if high is not None and high < low:
         raise SpecError(f"--until {until!r} is before --since {since!r}")
