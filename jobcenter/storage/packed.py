@@ -106,46 +106,68 @@ class JobRecords:
             )
         return cls(redis, jk, decode(redis.get(jk.packed)))
 
+    def _packed_meanwhile(self) -> PackedJob | None:
+        """The record, when compaction swapped it in after this reader saw the job unpacked
+        (its hash and list are gone then): a reader that read them retries from it."""
+        if self.packed is None and self.redis.hexists(self.jk.job, JobField.PACKED):
+            self.packed = decode(self.redis.get(self.jk.packed))
+        return self.packed
+
     def values(self, names: Sequence[str]) -> list[bytes | None]:
         """HMGET of task fields ("s:3", ...), in bounded calls."""
-        if self.packed is not None:
-            return [self.packed.fields.get(name) for name in names]
-        pipe = self.redis.pipeline(transaction=False)
-        for start in range(0, len(names), TASKS_CHUNK):
-            pipe.hmget(self.jk.tasks, list(names[start : start + TASKS_CHUNK]))
-        return [value for chunk in pipe.execute() for value in chunk]
+        if self.packed is None:
+            pipe = self.redis.pipeline(transaction=False)
+            for start in range(0, len(names), TASKS_CHUNK):
+                pipe.hmget(self.jk.tasks, list(names[start : start + TASKS_CHUNK]))
+            read = [value for chunk in pipe.execute() for value in chunk]
+            if self._packed_meanwhile() is None:
+                return read
+        assert self.packed is not None
+        return [self.packed.fields.get(name) for name in names]
 
     def every_field(self, page: int = SCAN_PAGE) -> dict[str, bytes]:
         """Every task field (HSCAN in pages of `page`: a view over a few moments)."""
-        if self.packed is not None:
-            return dict(self.packed.fields)
-        cursor, out = self.redis.hscan(self.jk.tasks, 0, count=page)
-        while cursor:
-            cursor, more = self.redis.hscan(self.jk.tasks, cursor, count=page)
-            out.update(more)
-        return {k.decode(): v for k, v in out.items()}
+        if self.packed is None:
+            cursor, out = self.redis.hscan(self.jk.tasks, 0, count=page)
+            while cursor:
+                cursor, more = self.redis.hscan(self.jk.tasks, cursor, count=page)
+                out.update(more)
+            if self._packed_meanwhile() is None:
+                return {k.decode(): v for k, v in out.items()}
+        assert self.packed is not None
+        return dict(self.packed.fields)
 
     def field_of_every_task(self, prefix: TaskField) -> dict[str, str]:
         """task index -> value of one field."""
-        if self.packed is not None:
-            n = len(prefix.value)
-            return {
-                k[n:]: v.decode()
-                for k, v in self.packed.fields.items()
-                if k.startswith(prefix.value) and k[n:].isdigit()
-            }
-        scanned = self.redis.hscan_iter(self.jk.tasks, match=f"{prefix.value}*", count=SCAN_PAGE)
-        return {k.decode().split(":", 1)[1]: v.decode() for k, v in scanned}
+        if self.packed is None:
+            match = f"{prefix.value}*"
+            scanned = self.redis.hscan_iter(self.jk.tasks, match=match, count=SCAN_PAGE)
+            read = {k.decode().split(":", 1)[1]: v.decode() for k, v in scanned}
+            if self._packed_meanwhile() is None:
+                return read
+        assert self.packed is not None
+        n = len(prefix.value)
+        return {
+            k[n:]: v.decode()
+            for k, v in self.packed.fields.items()
+            if k.startswith(prefix.value) and k[n:].isdigit()
+        }
 
     def history_length(self) -> int:
-        if self.packed is not None:
-            return len(self.packed.history)
-        return int(self.redis.llen(self.jk.history))
+        if self.packed is None:
+            length = int(self.redis.llen(self.jk.history))
+            if self._packed_meanwhile() is None:
+                return length
+        assert self.packed is not None
+        return len(self.packed.history)
 
     def history(self, first: int, last: int) -> list[bytes]:
         """LRANGE first..last of the history (negative positions count from the end)."""
         if self.packed is None:
-            return list(self.redis.lrange(self.jk.history, first, last))
+            read = list(self.redis.lrange(self.jk.history, first, last))
+            if self._packed_meanwhile() is None:
+                return read
+        assert self.packed is not None
         entries = self.packed.history
         length = len(entries)
         start = max(0, first + length if first < 0 else first)

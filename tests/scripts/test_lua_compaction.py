@@ -21,6 +21,7 @@ from lua_helpers import (
     heartbeat_one,
     job_field,
     submit,
+    untouched,
 )
 
 from jobcenter.runtime.leader import Leader
@@ -161,7 +162,10 @@ def test_a_large_job_is_packed_in_chunks_and_read_as_the_hash_until_the_last(
     assert store.compact_step(job_id) == 100 + 2_100
     assert store.status(job_id) == before  # read from the hash until the swap
     assert job_field(store, job_id, "packed") is None
+    reader = store.records(job_id)  # a reader that saw the job unpacked ...
     Leader(store, LEADER).compact(job_id)
+    assert reader.every_field() == store.records(job_id).every_field()  # ... reads the record
+    assert reader.history(0, -1) == store.records(job_id).history(0, -1)
     assert job_field(store, job_id, "packed") == "1"
     assert store.redis.exists(jk.tasks, jk.history) == 0
     assert store.status(job_id) == before
@@ -173,3 +177,14 @@ def test_delete_removes_the_packed_record(store: Store) -> None:
     _run(store, job_id)
     admin.delete_job(store, job_id)
     assert not store.redis.exists(store.keys.job(job_id).packed)
+
+
+def test_a_restore_refused_changes_nothing(store: Store) -> None:
+    job_id = submit(store, DAG)
+    _run(store, job_id, fail={"left"})
+    with untouched(store):  # another restore moved the cursor: -6, nothing written
+        assert store._job_call("restore", job_id, [5, 1, 0], with_meta=False)[0] == -6
+    assert store.restore(job_id)
+    with untouched(store):  # not packed: nothing to restore
+        assert store._job_call("restore", job_id, [0, 1, 0], with_meta=False)[0] == 1
+        assert not store.restore(job_id)
