@@ -51,6 +51,8 @@ from jobcenter import Client
 from jobcenter.model.spec import parse_spec
 from jobcenter.storage.embedded import RedisServer
 from jobcenter.storage.lua import ALL_SCRIPTS, source
+from jobcenter.storage.packed import decode as decode_record
+from jobcenter.storage.schema import TaskField
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS_DIR = Path(__file__).resolve().parent
@@ -222,7 +224,7 @@ class Bench:
         pipe = self.redis.pipeline(transaction=False)
         for n, job_id in enumerate(job_ids, 1):
             jk = keys.job(job_id)
-            pipe.unlink(jk.job, jk.tasks, jk.history, jk.frontier, ran_key(job_id))
+            pipe.unlink(jk.job, jk.tasks, jk.history, jk.frontier, jk.packed, ran_key(job_id))
             pipe.zrem(keys.jobs(keys.job_shard(job_id)), job_id)
             if n % 5000 == 0:
                 pipe.execute()
@@ -678,17 +680,19 @@ def run_many_jobs(
             problems += more
             latencies += lat
     else:  # one-task jobs: the job's own state and one bench entry each
-        tasks_keys = [bench.client.store.keys.job(j).tasks for j in job_ids]
         pipe = bench.redis.pipeline(transaction=False)
-        for job_id, tasks_key in zip(job_ids, tasks_keys, strict=True):
+        for job_id in job_ids:
             pipe.llen(ran_key(job_id))
-            pipe.hmget(tasks_key, ["s:0", "tq:0", "ts:0"])
+            pipe.get(bench.client.store.keys.job(job_id).packed)  # finished: compacted
         replies = pipe.execute()
         ran = replies[0::2]
         wrong = sum(1 for r in ran if r != n)
         if wrong:
             problems.append(f"{wrong} jobs did not run exactly {n} task(s)")
-        for state, queued, started in replies[1::2]:
+        names = ("s:0", "tq:0", "ts:0")
+        for record in replies[1::2]:
+            fields = decode_record(record).fields
+            state, queued, started = (fields.get(name) for name in names)
             if state != b"succeeded":
                 problems.append(f"a task ended {state!r}")
             elif queued and started:
@@ -737,16 +741,16 @@ def run_big(bench: Bench, shape: str, n: int) -> dict[str, Any]:
     created, started, finished, nfailed, state = bench.job_fields(
         job_id, "created_at", "started_at", "finished_at", "nfailed", "state"
     )
-    tasks_key = bench.client.store.keys.job(job_id).tasks
+    records = bench.client.store.records(job_id)  # the tasks hash, or the packed record
     root_index = "0"
-    root_failed_at = bench.redis.hget(tasks_key, "tf:" + root_index)
+    (root_failed_at,) = records.values(["tf:" + root_index])
     problems = []
     if state != "failed":
         problems.append(f"job ended {state}, not failed")
     if nfailed is None or int(nfailed) != n:
         problems.append(f"{nfailed} tasks failed or upstream_failed, not {n}")
-    states = bench.redis.hvals(tasks_key)  # cheap census: count state values
-    upstream = sum(1 for v in states if v == b"upstream_failed")
+    states = records.field_of_every_task(TaskField.STATE).values()
+    upstream = sum(1 for v in states if v == "upstream_failed")
     if upstream != n - 1:
         problems.append(f"{upstream} tasks upstream_failed, not {n - 1}")
     ran = [text(e).split("|")[0] for e in bench.redis.lrange(ran_key(job_id), 0, -1)]

@@ -116,6 +116,21 @@ class PackedKey(StrEnum):
     INDEXES = "x"
 
 
+# Task fields that hold non-negative integers (times in ms, counters): the packed record
+# stores each such column as a base and small offsets (_msgpack.lua mp_column).
+INTEGER_FIELDS = (
+    TaskField.ATTEMPTS,
+    TaskField.MAX_ATTEMPTS,
+    TaskField.DEPS_LEFT,
+    TaskField.RANK,
+    TaskField.CREATED_AT,
+    TaskField.QUEUED_AT,
+    TaskField.STARTED_AT,
+    TaskField.FINISHED_AT,
+    TaskField.UPDATED_AT,
+)
+
+
 class HistoryColumn(StrEnum):
     """The tab-separated fields of a history entry, in order (the packed record's columns)."""
 
@@ -126,6 +141,14 @@ class HistoryColumn(StrEnum):
     STARTED_AT = "ts"
     FINISHED_AT = "tf"
     ERROR = "e"
+
+
+INTEGER_HISTORY_COLUMNS = (
+    HistoryColumn.INDEX,
+    HistoryColumn.ATTEMPT,
+    HistoryColumn.STARTED_AT,
+    HistoryColumn.FINISHED_AT,
+)
 
 
 class PayloadKey(StrEnum):
@@ -260,6 +283,9 @@ def lua_prelude() -> str:
     columns = ", ".join(f"'{c.value}'" for c in HistoryColumn)
     lines.append(f"local HISTORY_COLUMNS = {{{columns}}}")
     lines.append(f"local PACKED_FORMAT = {PACKED_FORMAT}")
+    ints = [f.value[:-1] for f in INTEGER_FIELDS] + [c.value for c in INTEGER_HISTORY_COLUMNS]
+    entries = ", ".join(f"['{name}'] = true" for name in dict.fromkeys(ints))
+    lines.append(f"local INT_COLUMNS = {{{entries}}}")
     for table, fields in LUA_TABLES.items():
         entries = ", ".join(f"{f.name} = '{f.value}'" for f in fields)
         lines.append(f"local {table} = {{{entries}}}")

@@ -212,8 +212,8 @@ def test_a_large_succeeded_job_is_compacted_in_chunks_by_a_leader(store: Store) 
     assert store.redis.zscore(store.keys.leader(0), f"compact|{job_id}") is not None
     jk = store.keys.job(job_id)
     assert store.redis.hexists(jk.tasks, "p:0")
-    # bounded: 1,000 tasks per call, then the 1,200 history entries
-    assert store.compact_step(job_id) == 200 + 1_200
+    # bounded: 500 tasks per call, then the 1,200 history entries 2,000 per call
+    assert store.compact_step(job_id) == 700 + 1_200
     assert store.redis.hexists(jk.tasks, "p:0")  # readers keep the hash until the last step
     Leader(store, LEADER).compact(job_id)
     assert not store.redis.exists(jk.tasks, jk.history)

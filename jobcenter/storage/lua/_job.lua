@@ -36,11 +36,12 @@ local META = {}
 
 -- Read the job's fields; false when the job hash does not exist.
 local function load_job()
-  local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES, JF.PACKED)
+  local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES, JF.PACKED,
+    JF.TASKS)
   if not m[1] then return false end
   -- packed: finished and compacted, so its tasks hash is gone and no task of it runs
   META = {state = m[1], queue = m[2], priority = tonumber(m[3]), seq = tonumber(m[4]),
-          queues = m[5] or '', packed = m[6] and true or false}
+          queues = m[5] or '', packed = m[6] and true or false, n = tonumber(m[7] or 0)}
   return true
 end
 
@@ -149,8 +150,8 @@ end
 
 local COMPACT_INLINE_MAX = 500 -- tasks packed inside the finalizing call (bounded work)
 local HISTORY_INLINE_MAX = 2000 -- history entries packed inside it
-local COMPACT_CHUNK = 1000 -- tasks packed per 'compact' call: ~20,000 fields read, a few ms
-local HISTORY_CHUNK = 5000 -- history entries packed per 'compact' call
+local COMPACT_CHUNK = 500 -- tasks packed per 'compact' call: a few ms
+local HISTORY_CHUNK = 2000 -- history entries packed per 'compact' call
 local FINISHED = {[J_SUCCEEDED] = true, [J_FAILED] = true, [J_CANCELLED] = true}
 
 -- The task fields a finished job's record keeps: a succeeded job never runs again, so its
@@ -176,15 +177,8 @@ local function hmget_chunked(key, fields)
   return out
 end
 
--- Add a part to the packed record; it lives as long as the job.
-local function append_part(part)
-  redis.call('APPEND', P, part)
-  local ttl = redis.call('PTTL', J)
-  if ttl > 0 then redis.call('PEXPIRE', P, ttl) end
-end
-
--- A part of tasks first..last (indexes): one column per kept field.
-local function pack_tasks(first, last)
+-- The part of tasks first..last (indexes): one column per kept field.
+local function tasks_part(first, last)
   local n = last - first + 1
   local prefixes = kept_fields()
   local names = {}
@@ -198,17 +192,15 @@ local function pack_tasks(first, last)
     for k = 1, n do column[k] = values[(p - 1) * n + k] end
     local name = string.sub(prefix, 1, -2) -- 's:' -> 's'
     order[#order + 1] = name
-    columns[name] = mp_column(column, n)
+    columns[name] = mp_column(name, column, n)
   end
-  append_part(mp_map({PR.KIND, PR.FIRST, PR.COUNT, PR.COLUMNS}, {
+  return mp_map({PR.KIND, PR.FIRST, PR.COUNT, PR.COLUMNS}, {
     [PR.KIND] = mp_key(PR.TASKS), [PR.FIRST] = mp_uint(first), [PR.COUNT] = mp_uint(n),
-    [PR.COLUMNS] = mp_map(order, columns)}))
+    [PR.COLUMNS] = mp_map(order, columns)})
 end
 
--- A part of history entries first..last (list positions), a column per HISTORY_COLUMNS;
--- an empty field is absent. Returns how many entries it held.
-local function pack_history(first, last)
-  local entries = redis.call('LRANGE', H, first, last)
+-- The part of these history entries, a column per HISTORY_COLUMNS; an empty field is absent.
+local function history_part(entries)
   local n = #entries
   local columns = {}
   for c = 1, #HISTORY_COLUMNS do columns[c] = {} end
@@ -225,55 +217,71 @@ local function pack_history(first, last)
     columns[c][k] = rest ~= '' and rest
   end
   local encoded = {}
-  for c, name in ipairs(HISTORY_COLUMNS) do encoded[name] = mp_column(columns[c], n) end
-  append_part(mp_map({PR.KIND, PR.COUNT, PR.COLUMNS}, {
+  for c, name in ipairs(HISTORY_COLUMNS) do encoded[name] = mp_column(name, columns[c], n) end
+  return mp_map({PR.KIND, PR.COUNT, PR.COLUMNS}, {
     [PR.KIND] = mp_key(PR.HISTORY), [PR.COUNT] = mp_uint(n),
-    [PR.COLUMNS] = mp_map(HISTORY_COLUMNS, encoded)}))
-  return n
+    [PR.COLUMNS] = mp_map(HISTORY_COLUMNS, encoded)})
 end
 
--- One bounded step of compacting a finished job: a part of tasks, else a part of history;
--- the step that packs the last part swaps the record in (tasks hash and history deleted,
--- JF.PACKED set), atomically, so a reader sees the one or the other. Returns what is left
--- to pack (tasks + history entries).
+-- The record is complete: swap it in for the tasks hash and the history, in this one step,
+-- so a reader sees the one or the other.
+local function swap_in_record()
+  redis.call('DEL', T, H)
+  redis.call('HSET', J, JF.PACKED, PACKED_FORMAT)
+  META.packed = true
+end
+
+-- One bounded step of compacting a large finished job: a part of tasks, else a part of
+-- history, appended to the record (which lives as long as the job); the step that packs
+-- the last part swaps the record in. Returns what is left to pack (tasks + entries).
 local function compact_step(task_budget, history_budget)
-  local n = tonumber(redis.call('HGET', J, JF.TASKS))
   local c = redis.call('HMGET', J, JF.COMPACT_CURSOR, JF.COMPACT_HISTORY)
   local cursor, hcursor = tonumber(c[1] or 0), tonumber(c[2] or 0)
   if cursor == 0 and hcursor == 0 then redis.call('DEL', P) end -- a fresh start
   local hlen = redis.call('LLEN', H)
-  if cursor < n then
-    local upto = math.min(n, cursor + task_budget)
-    pack_tasks(cursor, upto - 1)
+  local part
+  if cursor < META.n then
+    local upto = math.min(META.n, cursor + task_budget)
+    part = tasks_part(cursor, upto - 1)
     cursor = upto
     redis.call('HSET', J, JF.COMPACT_CURSOR, cursor)
   elseif hcursor < hlen then
-    hcursor = hcursor + pack_history(hcursor, math.min(hlen, hcursor + history_budget) - 1)
+    local upto = math.min(hlen, hcursor + history_budget)
+    part = history_part(redis.call('LRANGE', H, hcursor, upto - 1))
+    hcursor = upto
     redis.call('HSET', J, JF.COMPACT_HISTORY, hcursor)
   end
-  local left = (n - cursor) + (hlen - hcursor)
+  if part then
+    redis.call('APPEND', P, part)
+    local ttl = redis.call('PTTL', J)
+    if ttl > 0 then redis.call('PEXPIRE', P, ttl) end
+  end
+  local left = (META.n - cursor) + (hlen - hcursor)
   if left == 0 then
-    redis.call('DEL', T, H)
     redis.call('HDEL', J, JF.COMPACT_CURSOR, JF.COMPACT_HISTORY)
-    redis.call('HSET', J, JF.PACKED, PACKED_FORMAT)
+    swap_in_record()
   end
   return left
 end
 
 -- A finished job whose releases and cascades are all done never changes again (until a
--- retry): pack its tasks and history into one record, here when small, else in chunks by
--- a leader ('compact' message). Called at the end of every script that may finalize a job.
+-- retry): pack its tasks and history into one record, here when small (a few Redis calls:
+-- this runs once per job on the hot path), else in chunks by a leader ('compact' message).
+-- Called at the end of every script that may finalize a job.
 local function compact_when_settled(now)
-  if not FINISHED[META.state] or redis.call('EXISTS', F) == 1
-      or redis.call('HEXISTS', J, JF.PACKED) == 1 then
-    return
+  if not FINISHED[META.state] or META.packed or redis.call('EXISTS', F) == 1 then return end
+  if META.n <= COMPACT_INLINE_MAX then
+    local entries = redis.call('LRANGE', H, 0, HISTORY_INLINE_MAX)
+    if #entries <= HISTORY_INLINE_MAX then
+      local record = tasks_part(0, META.n - 1)
+      if #entries > 0 then record = record .. history_part(entries) end
+      local ttl = redis.call('PTTL', J)
+      if ttl > 0 then redis.call('SET', P, record, 'PX', ttl) else redis.call('SET', P, record) end
+      swap_in_record()
+      return
+    end
   end
-  local n = tonumber(redis.call('HGET', J, JF.TASKS))
-  if n <= COMPACT_INLINE_MAX and redis.call('LLEN', H) <= HISTORY_INLINE_MAX then
-    while compact_step(COMPACT_INLINE_MAX, HISTORY_INLINE_MAX) > 0 do end
-  else
-    leader_message('compact', now)
-  end
+  leader_message('compact', now)
 end
 
 -- Close a job whose tasks all ended: succeeded only if every task succeeded; cancelled if a
