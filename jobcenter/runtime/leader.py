@@ -104,10 +104,8 @@ class Leader:
                 return
 
     def compact(self, job_id: str) -> None:
-        """Free a large succeeded job's working fields, a chunk per call."""
-        for _ in range(STEPS_PER_MESSAGE):
-            if self.store.compact_step(job_id) <= 0:
-                return
+        """Pack a finished job's tasks and history into one record (storage/packed.py)."""
+        self.store.compact(job_id)
 
     def cancel(self, job_id: str) -> None:
         """Go on with stopping a cancelled job, a share of its tasks per message."""

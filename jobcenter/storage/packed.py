@@ -1,25 +1,40 @@
-"""A finished job's tasks and history, packed or not: the one read model every reader of
-task fields and history goes through (status, history, the dashboard, dead letters, retry).
+"""A finished job's tasks and history, packed or not: the packed record's format, and the
+one read model every reader of task fields and history goes through (status, history,
+export, the dashboard, dead letters, retry).
 
-Once a job is finished and its cascades are done, compaction (_job.lua, compact.lua) packs
-its tasks hash and history list into one string, `JobKeys.packed`: msgpack maps one after
-another, each a part of tasks or of history entries stored column by column (the forms are
-in _msgpack.lua's `mp_column`), and sets the job field `packed`. `JobRecords` reads either
-form and answers as the hash and the list would, so a reader never knows which it met.
+Once a job is finished and its cascades are done, a leader packs its tasks hash and history
+list into one string, `JobKeys.packed` (`encode`; compact.lua swaps it in and sets the job
+field `packed`): msgpack maps one after another, each a part of tasks or of history entries
+stored column by column (`_column`). `JobRecords` reads either form and answers as the hash
+and the list would, so a reader never knows which it met.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 
 from .keys import JobKeys
-from .schema import PACKED_FORMAT, HistoryColumn, JobField, PackedKey, TaskField
+from .schema import (
+    INTEGER_FIELDS,
+    INTEGER_HISTORY_COLUMNS,
+    PACKED_FORMAT,
+    WORKING_FIELDS,
+    HistoryColumn,
+    JobField,
+    PackedKey,
+    TaskField,
+)
 
 HISTORY_PAGE = 1_000  # history entries per LRANGE: each read of a long history stays short
+TASKS_PART = 1_000  # tasks per part of a record: a reader expands one part at a time
+HISTORY_PART = 5_000  # history entries per part
+INTEGER_COLUMNS = frozenset(
+    [f.value[:-1] for f in INTEGER_FIELDS] + [c.value for c in INTEGER_HISTORY_COLUMNS]
+)
 TASKS_CHUNK = 5_000  # task fields per HMGET: a 100,000-task job is read in short calls
 SCAN_PAGE = 1_000  # HSCAN page when reading one field of every task
 
@@ -34,6 +49,70 @@ class PackedJob:
 
     fields: dict[str, bytes] = field(default_factory=dict)  # "<prefix><index>" -> value
     history: list[bytes] = field(default_factory=list)
+
+
+def _column(name: str, values: Sequence[bytes | None]) -> Any:
+    """A column in the smallest of three forms, or None when every value is absent:
+    {b: base, v: [value - base]} for an integer column (times, counters: INTEGER_FIELDS);
+    {d: [distinct values], x: [index]} when few values repeat (states, handlers);
+    else the values themselves. Absent values are nil in each form."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    if name in INTEGER_COLUMNS and all(v.isdigit() for v in present):
+        numbers = [None if v is None else int(v) for v in values]
+        base = min(n for n in numbers if n is not None)
+        return {
+            PackedKey.BASE.value: base,
+            PackedKey.VALUES.value: [None if n is None else n - base for n in numbers],
+        }
+    distinct = list(dict.fromkeys(present))
+    if len(distinct) * 2 <= len(present):
+        index = {v: i for i, v in enumerate(distinct)}
+        return {
+            PackedKey.DICT.value: distinct,
+            PackedKey.INDEXES.value: [None if v is None else index[v] for v in values],
+        }
+    return list(values)
+
+
+def _part(kind: PackedKey, count: int, columns: dict[str, Any], **extra: int) -> bytes:
+    body = {name: col for name, col in columns.items() if col is not None}
+    part: dict[str, Any] = {PackedKey.KIND.value: kind.value, PackedKey.COUNT.value: count}
+    part.update(extra)
+    part[PackedKey.COLUMNS.value] = body
+    return bytes(msgpack.packb(part, use_bin_type=True))
+
+
+def encode(
+    fields: Mapping[str, bytes], history: Sequence[bytes], tasks: int, working: bool
+) -> bytes:
+    """The packed record of a job of `tasks` tasks: its tasks hash `fields` ("s:3" -> value)
+    and its `history` entries. Without `working`, the working fields (WORKING_FIELDS, what
+    only a job that may run again needs) are left out."""
+    dropped = set() if working else {f.value for f in WORKING_FIELDS}
+    by_prefix: dict[str, dict[int, bytes]] = {}
+    for name, value in fields.items():
+        prefix, _, index = name.partition(":")
+        if f"{prefix}:" not in dropped and index.isdigit():
+            by_prefix.setdefault(prefix, {})[int(index)] = value
+    out = []
+    for first in range(0, tasks, TASKS_PART):
+        count = min(TASKS_PART, tasks - first)
+        columns = {
+            prefix: _column(prefix, [values.get(i) for i in range(first, first + count)])
+            for prefix, values in sorted(by_prefix.items())
+        }
+        out.append(_part(PackedKey.TASKS, count, columns, **{PackedKey.FIRST.value: first}))
+    names = [c.value for c in HistoryColumn]
+    for first in range(0, len(history), HISTORY_PART):
+        rows = [e.split(b"\t", len(names) - 1) for e in history[first : first + HISTORY_PART]]
+        columns = {
+            name: _column(name, [row[k] or None if k < len(row) else None for row in rows])
+            for k, name in enumerate(names)
+        }
+        out.append(_part(PackedKey.HISTORY, len(rows), columns))
+    return b"".join(out)
 
 
 def _expand(column: Any, count: int) -> list[Any]:

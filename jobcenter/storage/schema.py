@@ -88,15 +88,14 @@ class JobField(StrEnum):
     LEADER = "leader"  # the handler of the last leader step
     UNWRITTEN_STOPPED = "unwritten_stopped"  # a cancel counted the tasks never written
     CANCEL_CURSOR = "cancel_cursor"  # tasks a cancel has visited
-    COMPACT_CURSOR = "compact_cursor"  # tasks a compaction has visited
+    COMPACT_CURSOR = "compact_cursor"  # bytes of the packed record a compaction wrote
     RETENTION = "retention"  # ms a finished job is kept
     PACKED = "packed"  # PACKED_FORMAT once its tasks and history are one packed record
-    COMPACT_HISTORY = "compact_history"  # history entries a compaction has packed
     RESTORE_CURSOR = "restore_cursor"  # tasks fields + history entries a restore wrote
 
 
-# The format of a packed record (JobField.PACKED's value): jobcenter/storage/packed.py reads
-# it, _msgpack.lua and _job.lua write it.
+# The format of a packed record (JobField.PACKED's value): jobcenter/storage/packed.py writes
+# and reads it.
 PACKED_FORMAT = 1
 
 
@@ -117,7 +116,7 @@ class PackedKey(StrEnum):
 
 
 # Task fields that hold non-negative integers (times in ms, counters): the packed record
-# stores each such column as a base and small offsets (_msgpack.lua mp_column).
+# stores each such column as a base and small offsets (storage/packed.py).
 INTEGER_FIELDS = (
     TaskField.ATTEMPTS,
     TaskField.MAX_ATTEMPTS,
@@ -183,12 +182,7 @@ class ScheduleField(StrEnum):
 
 # The Lua table naming each hash's fields (a table, not one local per field: Lua allows
 # at most 200 locals per function, and the prelude and scripts share them).
-LUA_TABLES: dict[str, type[StrEnum]] = {
-    "JF": JobField,
-    "PK": PayloadKey,
-    "SF": ScheduleField,
-    "PR": PackedKey,
-}
+LUA_TABLES: dict[str, type[StrEnum]] = {"JF": JobField, "PK": PayloadKey, "SF": ScheduleField}
 
 
 @dataclass(frozen=True)
@@ -246,7 +240,10 @@ RETURN_CODES = (
     _code("SCHEDULE_GONE", -4, "schedule_save schedule_remove", "no such schedule"),
     _code("KEYS_MISSING", -5, _JOB_CHECKED, "a queue or the idempotency key was not in KEYS"),
     _code(
-        "CURSOR_MOVED", -6, "publish_tasks queue_roots restore", "another caller moved on meanwhile"
+        "CURSOR_MOVED",
+        -6,
+        "compact publish_tasks queue_roots restore",
+        "another caller moved on meanwhile (compact: or the job changed since it was read)",
     ),
     _code("IDEMPOTENCY_CONFLICT", -7, "submit", "the key names a job of a different spec"),
 )
@@ -279,13 +276,7 @@ def lua_prelude() -> str:
     lines = [f"local {f.lua_name} = '{f.value}'" for f in TaskField]
     names = ", ".join(f.lua_name for f in WORKING_FIELDS)
     lines.append(f"local WORKING_FIELDS = {{{names}}}")
-    lines.append(f"local TASK_FIELDS = {{{', '.join(f.lua_name for f in TaskField)}}}")
-    columns = ", ".join(f"'{c.value}'" for c in HistoryColumn)
-    lines.append(f"local HISTORY_COLUMNS = {{{columns}}}")
     lines.append(f"local PACKED_FORMAT = {PACKED_FORMAT}")
-    ints = [f.value[:-1] for f in INTEGER_FIELDS] + [c.value for c in INTEGER_HISTORY_COLUMNS]
-    entries = ", ".join(f"['{name}'] = true" for name in dict.fromkeys(ints))
-    lines.append(f"local INT_COLUMNS = {{{entries}}}")
     for table, fields in LUA_TABLES.items():
         entries = ", ".join(f"{f.name} = '{f.value}'" for f in fields)
         lines.append(f"local {table} = {{{entries}}}")

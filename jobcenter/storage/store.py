@@ -34,7 +34,8 @@ from .durability import GroupCommit
 from .keys import Keys
 from .layout import Layout, job_queues
 from .lua import Batch, Scripts
-from .packed import JobRecords
+from .packed import HISTORY_PAGE, JobRecords
+from .packed import encode as packed_encode
 from .replies import seconds, text
 from .schema import TaskField
 from .upgrade import ensure_schema
@@ -42,9 +43,9 @@ from .upgrade import ensure_schema
 log = logging.getLogger(__name__)
 
 SWEEP_MAX = 100  # expired leases reported per claim: bounded work on the fast path
-SCAN_PAGE = 1_000  # HSCAN page when reading a job's tasks
 STATUS_PAGE = 10_000  # task fields per read of `status`: a job of ~1,000 tasks in one read
-HISTORY_PAGE = 1_000  # history entries per LRANGE: each read of a long history stays short
+RECORD_PART = 256 * 1024  # bytes of a packed record written per compact call
+COMPACT_TRIES = 3  # reads of a job that keeps changing under its compaction (a retry)
 LIST_PAGE_MIN = 100  # index entries per page when `list` checks several filters per job
 LIST_SCAN_MAX = 10_000  # index entries one `list` reads per shard at most
 META_CACHE_MAX = 10_000  # jobs whose queues and idempotency key a store remembers
@@ -623,10 +624,45 @@ class Store:
         reply = self._job_call("continue", job_id, [])
         return int(reply[1]) if reply[0] == 0 else 0
 
-    def compact_step(self, job_id: str) -> int:
-        """One chunk of freeing a succeeded job's working fields; returns tasks left."""
-        reply = self._job_call("compact", job_id, [], with_meta=False)
-        return int(reply[1]) if reply[0] == 0 else 0
+    def compact(self, job_id: str) -> bool:
+        """Pack a finished job's tasks hash and history into its packed record and swap it
+        in (compact.lua, the record in parts of RECORD_PART bytes). The job is read in
+        bounded pages; each write checks it did not change since (else it is read again,
+        COMPACT_TRIES times at most). True once packed; False when there is nothing to do
+        (not finished, a cascade under way, packed already, gone)."""
+        jk = self.keys.job(job_id)
+        for _ in range(COMPACT_TRIES):
+            state, updated_at, n, packed = self.redis.hmget(
+                jk.job, "state", "updated_at", "n", "packed"
+            )
+            if state is None or packed or not JobState(state.decode()).terminal:
+                self.drop_leader_message("compact", job_id)
+                return False
+            records = JobRecords(self.redis, jk, None)
+            history: list[bytes] = []
+            while True:
+                page = records.history(len(history), len(history) + HISTORY_PAGE - 1)
+                history += page
+                if len(page) < HISTORY_PAGE:
+                    break
+            working = state != JobState.SUCCEEDED.value.encode()
+            record = packed_encode(records.every_field(), history, int(n or 0), working)
+            code = self._write_record(job_id, updated_at, record)
+            if code != CURSOR_MOVED:
+                return code == 0
+        return False
+
+    def _write_record(self, job_id: str, updated_at: bytes, record: bytes) -> int:
+        parts = [record[k : k + RECORD_PART] for k in range(0, len(record), RECORD_PART)]
+        written = 0
+        parts = parts or [b""]
+        for k, part in enumerate(parts):
+            args = [updated_at, written, int(k == len(parts) - 1), part]
+            code = int(self._job_call("compact", job_id, args, with_meta=False)[0])
+            if code != 0:
+                return code
+            written += len(part)
+        return 0
 
     def finalize(self, job_id: str) -> tuple[int, str | None]:
         """Close a job whose tasks all ended (normally done inline by the last transition)."""

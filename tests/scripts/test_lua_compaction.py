@@ -1,6 +1,7 @@
-"""Compaction: a finished job's tasks hash and history become one packed record (storage/
-packed.py), read back by status, history, the dashboard's reads and dead letters as they
-were; a retry unpacks it; retention and delete free it."""
+"""Compaction: once a job is finished a leader packs its tasks hash and history into one
+record (storage/packed.py) and compact.lua swaps it in; status, history, the dashboard's
+reads and dead letters read it back as it was; a retry unpacks it; retention and delete
+free it."""
 
 from __future__ import annotations
 
@@ -20,15 +21,17 @@ from lua_helpers import (
     complete_one,
     heartbeat_one,
     job_field,
+    leader_messages,
     submit,
     untouched,
 )
 
+import jobcenter.storage.store
 from jobcenter.runtime.leader import Leader
 from jobcenter.storage import admin, views
 from jobcenter.storage.packed import decode
 from jobcenter.storage.schema import TaskField
-from jobcenter.storage.store import HEARTBEAT_CANCELLED, Store
+from jobcenter.storage.store import CURSOR_MOVED, HEARTBEAT_CANCELLED, Store
 
 # A seed-000-like DAG: a retried task, an error with a tab and non-ASCII text, a fan-in.
 DAG = {
@@ -59,6 +62,13 @@ def _run(store: Store, job_id: str, fail: Collection[str] = ()) -> None:
                 assert complete_one(store, H1, job_id, t.index, t.attempt) == 0
 
 
+def _settle(store: Store, job_id: str) -> None:
+    """Play the leader: the job's compaction message is pending; run it."""
+    assert leader_messages(store, job_id) == {"compact"}
+    Leader(store, LEADER).compact(job_id)
+    assert leader_messages(store, job_id) == set()
+
+
 def _reads(store: Store, job_id: str) -> dict[str, Any]:
     """Everything a reader shows of the job's tasks and history."""
     graph = views.job_graph(store, job_id)
@@ -80,6 +90,8 @@ def test_a_finished_job_is_one_packed_record_that_reads_back_as_it_was(
     job_id = submit(store, DAG)
     _run(store, job_id, fail={"right"} if outcome == "failed" else ())
     jk = store.keys.job(job_id)
+    as_it_was = _reads(store, job_id)
+    _settle(store, job_id)
 
     assert job_field(store, job_id, "state") == outcome
     assert job_field(store, job_id, "packed") == "1"
@@ -87,6 +99,12 @@ def test_a_finished_job_is_one_packed_record_that_reads_back_as_it_was(
     assert store.redis.type(jk.packed) == b"string"
     assert 0 < store.redis.pttl(jk.packed) <= store.redis.pttl(jk.job) + 5
     packed = _reads(store, job_id)
+    if outcome == "failed":
+        assert packed == as_it_was
+    else:  # the same, but for the working fields a succeeded job no longer needs
+        assert packed["status"] == as_it_was["status"]
+        assert packed["history"] == as_it_was["history"]
+        assert as_it_was["detail"][1].task == "t.b" and packed["detail"][1].task is None
 
     assert store.restore(job_id)  # the tasks hash and history exactly as they were packed
     assert job_field(store, job_id, "packed") is None
@@ -108,6 +126,7 @@ def test_a_finished_job_is_one_packed_record_that_reads_back_as_it_was(
 def test_the_record_is_msgpack_parts_column_by_column(store: Store) -> None:
     job_id = submit(store, DAG)
     _run(store, job_id)
+    _settle(store, job_id)
     raw = store.redis.get(store.keys.job(job_id).packed)
     parts = list(msgpack.Unpacker(io.BytesIO(raw), raw=False))
     assert [p["k"] for p in parts] == ["t", "h"]
@@ -123,6 +142,7 @@ def test_the_record_is_msgpack_parts_column_by_column(store: Store) -> None:
 def test_a_failed_packed_job_is_retried_to_success(store: Store) -> None:
     job_id = submit(store, DAG)
     _run(store, job_id, fail={"left"})
+    _settle(store, job_id)
     assert job_field(store, job_id, "packed") == "1"
     assert admin.dead_letter(store, job_id, "left")["error"] == ODD_ERROR
 
@@ -131,7 +151,8 @@ def test_a_failed_packed_job_is_retried_to_success(store: Store) -> None:
     assert job_field(store, job_id, "packed") is None
     _run(store, job_id)
     assert job_field(store, job_id, "state") == "succeeded"
-    assert job_field(store, job_id, "packed") == "1"  # packed again when it ends
+    _settle(store, job_id)  # packed again when it ends
+    assert job_field(store, job_id, "packed") == "1"
     history = store.history(job_id)
     assert [h["state"] for h in history if h["task"] == "left"] == ["failed", "succeeded"]
 
@@ -142,15 +163,17 @@ def test_a_cancelled_job_is_packed_and_its_revoked_attempts_are_told_to_stop(
     job_id = submit(store, DAG)
     (extract,) = claim(store, H1)
     store.stop_job(job_id, "cancel")
+    _settle(store, job_id)
     assert job_field(store, job_id, "packed") == "1"
     assert heartbeat_one(store, H1, job_id, 0, extract.attempt) == HEARTBEAT_CANCELLED
     assert complete_one(store, H1, job_id, 0, extract.attempt) == -3
     assert set(t["state"] for t in store.status(job_id)["tasks"].values()) == {"cancelled"}
 
 
-def test_a_large_job_is_packed_in_chunks_and_read_as_the_hash_until_the_last(
-    store: Store,
+def test_a_large_record_is_written_in_parts_and_read_as_the_hash_until_the_last(
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(jobcenter.storage.store, "RECORD_PART", 4_096)
     tasks = [{"id": f"t{k}", "task": "t.x"} for k in range(2_100)]
     job_id = submit(store, {"name": "large", "tasks": tasks})
     Leader(store, LEADER).split(job_id)
@@ -158,23 +181,54 @@ def test_a_large_job_is_packed_in_chunks_and_read_as_the_hash_until_the_last(
         store.complete(H2, [(job_id, i, t.attempt) for i, t in started.items()])
     jk = store.keys.job(job_id)
     before = store.status(job_id)
-    assert store.compact_step(job_id) == 1_600 + 2_100  # bounded: 500 tasks a call
-    assert store.compact_step(job_id) == 1_100 + 2_100
-    assert store.status(job_id) == before  # read from the hash until the swap
-    assert job_field(store, job_id, "packed") is None
+    updated_at = store.redis.hget(jk.job, "updated_at")
+    calls: list[int] = []
+    write = store._job_call
+
+    def spy(name: str, job: str, args: list[Any], **kw: Any) -> Any:
+        if name == "compact":
+            calls.append(args[1])
+            if len(calls) == 2:  # half way: readers still read the hash
+                assert store.status(job_id) == before
+                assert job_field(store, job_id, "packed") is None
+        return write(name, job, args, **kw)
+
+    monkeypatch.setattr(store, "_job_call", spy)
     reader = store.records(job_id)  # a reader that saw the job unpacked ...
-    Leader(store, LEADER).compact(job_id)
-    assert reader.every_field() == store.records(job_id).every_field()  # ... reads the record
-    assert reader.history(0, -1) == store.records(job_id).history(0, -1)
+    assert store.compact(job_id)
+    assert len(calls) > 2 and calls[0] == 0  # bytes written before each part
     assert job_field(store, job_id, "packed") == "1"
     assert store.redis.exists(jk.tasks, jk.history) == 0
     assert store.status(job_id) == before
     assert len(store.history(job_id)) == 2_100
+    assert reader.every_field() == store.records(job_id).every_field()  # ... reads the record
+    assert reader.history(0, -1) == store.records(job_id).history(0, -1)
+    assert updated_at == store.redis.hget(jk.job, "updated_at")
+
+
+def test_a_record_written_for_a_job_that_changed_since_is_refused(store: Store) -> None:
+    job_id = submit(store, DAG)
+    _run(store, job_id, fail={"left"})
+    jk = store.keys.job(job_id)
+    updated_at = store.redis.hget(jk.job, "updated_at")
+    with untouched(store):  # read before a change: refused, nothing written
+        assert store._job_call("compact", job_id, [b"1", 0, 1, b"x"], with_meta=False)[0] == (
+            CURSOR_MOVED
+        )
+        # a later part whose earlier parts another leader did not write
+        assert (
+            store._job_call("compact", job_id, [updated_at, 7, 1, b"x"], with_meta=False)[0]
+            == CURSOR_MOVED
+        )
+    assert store.compact(job_id)
+    with untouched(store):  # packed already: nothing to do
+        assert not store.compact(job_id)
 
 
 def test_delete_removes_the_packed_record(store: Store) -> None:
     job_id = submit(store, DAG)
     _run(store, job_id)
+    _settle(store, job_id)
     admin.delete_job(store, job_id)
     assert not store.redis.exists(store.keys.job(job_id).packed)
 
@@ -182,6 +236,7 @@ def test_delete_removes_the_packed_record(store: Store) -> None:
 def test_a_restore_refused_changes_nothing(store: Store) -> None:
     job_id = submit(store, DAG)
     _run(store, job_id, fail={"left"})
+    _settle(store, job_id)
     with untouched(store):  # another restore moved the cursor: -6, nothing written
         assert store._job_call("restore", job_id, [5, 1, 0], with_meta=False)[0] == -6
     assert store.restore(job_id)

@@ -101,7 +101,6 @@ def test_a_task_whose_revived_parent_failed_again_stays_upstream_failed(store: S
     fail_root(store, job_id)  # ... and the root fails again before its next call
     assert_finalized(store, job_id, "failed")
 
-    assert store.restore(job_id)  # a revive unpacks a compacted job first
     with untouched(store):
         assert store.revive(job_id, [], [(1, [R]), (2, [R])]) == 0
 

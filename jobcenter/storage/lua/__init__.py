@@ -54,7 +54,7 @@ def source(name: str) -> str:
         raise KeyError(f"no Lua script named {name!r}")
     parts = [lua_prelude(), _read("_common")]
     if name in JOB_SCRIPTS:
-        parts += [_read("_msgpack"), _read("_job")]
+        parts.append(_read("_job"))
     parts.append(_read(name))
     return "\n".join(parts)
 

@@ -148,139 +148,16 @@ local function record_history(i, state, now, err)
     '\t')})
 end
 
-local COMPACT_INLINE_MAX = 500 -- tasks packed inside the finalizing call (bounded work)
-local HISTORY_INLINE_MAX = 2000 -- history entries packed inside it
-local COMPACT_CHUNK = 500 -- tasks packed per 'compact' call: a few ms
-local HISTORY_CHUNK = 2000 -- history entries packed per 'compact' call
 local FINISHED = {[J_SUCCEEDED] = true, [J_FAILED] = true, [J_CANCELLED] = true}
 
--- The task fields a finished job's record keeps: a succeeded job never runs again, so its
--- working fields (WORKING_FIELDS) go; a failed or cancelled one may be retried, which needs
--- them all. Fields added to the schema later (results) are kept by the same rule.
-local function kept_fields()
-  if META.state ~= J_SUCCEEDED then return TASK_FIELDS end
-  local working, kept = {}, {}
-  for _, f in ipairs(WORKING_FIELDS) do working[f] = true end
-  for _, f in ipairs(TASK_FIELDS) do
-    if not working[f] then kept[#kept + 1] = f end
-  end
-  return kept
-end
-
-local function hmget_chunked(key, fields)
-  local out = {}
-  for first = 1, #fields, ARGS_PER_CALL_MAX do
-    local got = redis.call('HMGET', key, unpack(fields, first,
-      math.min(#fields, first + ARGS_PER_CALL_MAX - 1)))
-    for k = 1, #got do out[#out + 1] = got[k] end
-  end
-  return out
-end
-
--- The part of tasks first..last (indexes): one column per kept field.
-local function tasks_part(first, last)
-  local n = last - first + 1
-  local prefixes = kept_fields()
-  local names = {}
-  for _, prefix in ipairs(prefixes) do
-    for i = first, last do names[#names + 1] = prefix .. i end
-  end
-  local values = hmget_chunked(T, names)
-  local columns, order = {}, {}
-  for p, prefix in ipairs(prefixes) do
-    local column = {}
-    for k = 1, n do column[k] = values[(p - 1) * n + k] end
-    local name = string.sub(prefix, 1, -2) -- 's:' -> 's'
-    order[#order + 1] = name
-    columns[name] = mp_column(name, column, n)
-  end
-  return mp_map({PR.KIND, PR.FIRST, PR.COUNT, PR.COLUMNS}, {
-    [PR.KIND] = mp_key(PR.TASKS), [PR.FIRST] = mp_uint(first), [PR.COUNT] = mp_uint(n),
-    [PR.COLUMNS] = mp_map(order, columns)})
-end
-
--- The part of these history entries, a column per HISTORY_COLUMNS; an empty field is absent.
-local function history_part(entries)
-  local n = #entries
-  local columns = {}
-  for c = 1, #HISTORY_COLUMNS do columns[c] = {} end
-  for k, entry in ipairs(entries) do
-    local c, pos = 1, 1
-    while c < #HISTORY_COLUMNS do -- the last field, the error, may hold tabs
-      local tab = string.find(entry, '\t', pos, true)
-      if not tab then break end
-      local v = string.sub(entry, pos, tab - 1)
-      columns[c][k] = v ~= '' and v
-      c, pos = c + 1, tab + 1
-    end
-    local rest = string.sub(entry, pos)
-    columns[c][k] = rest ~= '' and rest
-  end
-  local encoded = {}
-  for c, name in ipairs(HISTORY_COLUMNS) do encoded[name] = mp_column(name, columns[c], n) end
-  return mp_map({PR.KIND, PR.COUNT, PR.COLUMNS}, {
-    [PR.KIND] = mp_key(PR.HISTORY), [PR.COUNT] = mp_uint(n),
-    [PR.COLUMNS] = mp_map(HISTORY_COLUMNS, encoded)})
-end
-
--- The record is complete: swap it in for the tasks hash and the history, in this one step,
--- so a reader sees the one or the other.
-local function swap_in_record()
-  redis.call('DEL', T, H)
-  redis.call('HSET', J, JF.PACKED, PACKED_FORMAT)
-  META.packed = true
-end
-
--- One bounded step of compacting a large finished job: a part of tasks, else a part of
--- history, appended to the record (which lives as long as the job); the step that packs
--- the last part swaps the record in. Returns what is left to pack (tasks + entries).
-local function compact_step(task_budget, history_budget)
-  local c = redis.call('HMGET', J, JF.COMPACT_CURSOR, JF.COMPACT_HISTORY)
-  local cursor, hcursor = tonumber(c[1] or 0), tonumber(c[2] or 0)
-  if cursor == 0 and hcursor == 0 then redis.call('DEL', P) end -- a fresh start
-  local hlen = redis.call('LLEN', H)
-  local part
-  if cursor < META.n then
-    local upto = math.min(META.n, cursor + task_budget)
-    part = tasks_part(cursor, upto - 1)
-    cursor = upto
-    redis.call('HSET', J, JF.COMPACT_CURSOR, cursor)
-  elseif hcursor < hlen then
-    local upto = math.min(hlen, hcursor + history_budget)
-    part = history_part(redis.call('LRANGE', H, hcursor, upto - 1))
-    hcursor = upto
-    redis.call('HSET', J, JF.COMPACT_HISTORY, hcursor)
-  end
-  if part then
-    redis.call('APPEND', P, part)
-    local ttl = redis.call('PTTL', J)
-    if ttl > 0 then redis.call('PEXPIRE', P, ttl) end
-  end
-  local left = (META.n - cursor) + (hlen - hcursor)
-  if left == 0 then
-    redis.call('HDEL', J, JF.COMPACT_CURSOR, JF.COMPACT_HISTORY)
-    swap_in_record()
-  end
-  return left
-end
-
 -- A finished job whose releases and cascades are all done never changes again (until a
--- retry): pack its tasks and history into one record, here when small (a few Redis calls:
--- this runs once per job on the hot path), else in chunks by a leader ('compact' message).
--- Called at the end of every script that may finalize a job.
+-- retry): hand it to a leader, who packs its tasks and history into one record
+-- (storage/packed.py) and swaps it in with compact.lua. Packing in Python keeps that work
+-- off Redis's one thread. Called at the end of every script that may finalize a job.
 local function compact_when_settled(now)
   if not FINISHED[META.state] or META.packed or redis.call('EXISTS', F) == 1 then return end
-  if META.n <= COMPACT_INLINE_MAX then
-    local entries = redis.call('LRANGE', H, 0, HISTORY_INLINE_MAX)
-    if #entries <= HISTORY_INLINE_MAX then
-      local record = tasks_part(0, META.n - 1)
-      if #entries > 0 then record = record .. history_part(entries) end
-      local ttl = redis.call('PTTL', J)
-      if ttl > 0 then redis.call('SET', P, record, 'PX', ttl) else redis.call('SET', P, record) end
-      swap_in_record()
-      return
-    end
-  end
+  -- posted once: a late report on the finished job stays a no-op
+  if redis.call('ZSCORE', LEADER, 'compact|' .. JOB_ID) then return end
   leader_message('compact', now)
 end
 

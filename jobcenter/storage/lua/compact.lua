@@ -1,20 +1,42 @@
---[[ compact: pack a large finished job's tasks and history into its packed record, a chunk
-  per call (small jobs are packed by the transition that finalizes them); the last chunk
-  deletes the tasks hash and the history. A succeeded job's working fields are left out.
+--[[ compact: swap a finished job's packed record in for its tasks hash and history. A
+  leader reads them, packs them (jobcenter/storage/packed.py) and writes the record here in
+  parts; the call with the last part deletes the hash and the list in the same step, so a
+  reader sees the one or the other. Every call first checks that the job is still as the
+  leader read it: finished, no cascade under way, not packed, the same `updated_at` (a
+  retry changes it), and the parts written so far the ones this leader wrote.
   KEYS: the job context (_job.lua)
-  Returns {0, tasks + history entries still to pack} | {1} nothing to do (not finished, a
-  cascade still under way, or packed already) | {-4} ]]
+  ARGV[A] the job's updated_at as read  ARGV[A+1] bytes of the record written before this
+  call (0: the first part, which starts the record over)  ARGV[A+2] 1 on the last call
+  ARGV[A+3] the part
+  Returns {0} | {1} nothing to do: not finished, a cascade under way, or packed already (its
+  message is dropped) | {-4} job gone | {-6} the job changed since it was read, or another
+  leader wrote parts meanwhile: read it again ]]
 
 local message = 'compact|' .. JOB_ID
 if not load_job() then
   redis.call('ZREM', LEADER, message)
   return {JOB_GONE}
 end
-if not FINISHED[META.state] or redis.call('EXISTS', F) == 1
-    or redis.call('HEXISTS', J, JF.PACKED) == 1 then
+if not FINISHED[META.state] or META.packed or redis.call('EXISTS', F) == 1 then
   redis.call('ZREM', LEADER, message) -- the frontier's last 'continue' posts it again
   return {ALREADY}
 end
-local left = compact_step(COMPACT_CHUNK, HISTORY_CHUNK)
-if left == 0 then redis.call('ZREM', LEADER, message) end
-return {OK, left}
+local read_at, before, last, part = ARGV[A], tonumber(ARGV[A + 1]), ARGV[A + 2] == '1', ARGV[A + 3]
+local j = redis.call('HMGET', J, JF.UPDATED_AT, JF.COMPACT_CURSOR)
+-- a first part starts the record over (a leader that died half way left a stale one)
+if j[1] ~= read_at or (before > 0 and tonumber(j[2] or 0) ~= before) then
+  return {CURSOR_MOVED}
+end
+
+if before == 0 then redis.call('SET', P, part) else redis.call('APPEND', P, part) end
+local ttl = redis.call('PTTL', J)
+if ttl > 0 then redis.call('PEXPIRE', P, ttl) end
+if last then
+  redis.call('DEL', T, H)
+  redis.call('HDEL', J, JF.COMPACT_CURSOR)
+  redis.call('HSET', J, JF.PACKED, PACKED_FORMAT)
+  redis.call('ZREM', LEADER, message)
+else
+  redis.call('HSET', J, JF.COMPACT_CURSOR, before + #part)
+end
+return {OK}

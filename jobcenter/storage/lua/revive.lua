@@ -77,7 +77,7 @@ redis.call('HDEL', J, JF.FINISHED_AT, JF.STOP)
 redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
 redis.call('ZREM', LEADER, 'compact|' .. JOB_ID) -- a compaction under way starts over
 redis.call('DEL', P)
-redis.call('HDEL', J, JF.COMPACT_CURSOR, JF.COMPACT_HISTORY)
+redis.call('HDEL', J, JF.COMPACT_CURSOR)
 for _, key in ipairs({J, T, H, F}) do redis.call('PERSIST', key) end
 if IDEM ~= J then redis.call('PERSIST', IDEM) end
 redis.call('ZADD', ACTIVE, redis.call('HGET', J, JF.CREATED_AT), JOB_ID)
