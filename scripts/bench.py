@@ -680,19 +680,22 @@ def run_many_jobs(
             problems += more
             latencies += lat
     else:  # one-task jobs: the job's own state and one bench entry each
-        pipe = bench.redis.pipeline(transaction=False)
+        names = ["s:0", "tq:0", "ts:0"]
+        pipe = bench.redis.pipeline(transaction=True)  # a job's hash or record, not neither
         for job_id in job_ids:
+            jk = bench.client.store.keys.job(job_id)
             pipe.llen(ran_key(job_id))
-            pipe.get(bench.client.store.keys.job(job_id).packed)  # finished: compacted
+            pipe.hmget(jk.tasks, names)
+            pipe.get(jk.packed)  # once a leader compacted the finished job
         replies = pipe.execute()
-        ran = replies[0::2]
+        ran = replies[0::3]
         wrong = sum(1 for r in ran if r != n)
         if wrong:
             problems.append(f"{wrong} jobs did not run exactly {n} task(s)")
-        names = ("s:0", "tq:0", "ts:0")
-        for record in replies[1::2]:
-            fields = decode_record(record).fields
-            state, queued, started = (fields.get(name) for name in names)
+        for values, record in zip(replies[1::3], replies[2::3], strict=True):
+            if record is not None:
+                values = [decode_record(record).fields.get(name) for name in names]
+            state, queued, started = values
             if state != b"succeeded":
                 problems.append(f"a task ended {state!r}")
             elif queued and started:
