@@ -162,17 +162,19 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
     for r in rows:
         click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
     if st.get("notifications"):
-        _show_notifications(st["notifications"])
+        _show_notifications(st["notifications"], JobState(st["state"]).terminal)
 
 
-def _show_notifications(notify: dict[str, Any]) -> None:
+def _show_notifications(notify: dict[str, Any], job_ended: bool) -> None:
     """Each channel's delivery (state, attempts, when, last error), then its attempts."""
+    idle = "none: the job ended in a state not asked for" if job_ended else "waits for the end"
+
     click.echo(
         f"notify on {','.join(notify['on'])}"
         + (f"  webhook {notify['webhook']}" if notify["webhook"] else "")
     )
     for channel, d in notify["deliveries"].items():
-        state = d["state"] or "not asked (the job ended otherwise)"
+        state = d["state"] or idle
         when = {"retrying": d["next_at"], "pending": d["next_at"]}.get(state, d["done_at"])
         line = f"  {channel:<8} {state:<10} attempts={d['attempts']}"
         if when:
