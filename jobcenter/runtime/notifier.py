@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from jobcenter.model.notify import Channel
+from jobcenter.model.notify import FINAL_STATES, Channel
 from jobcenter.storage import notifications
 from jobcenter.storage.errors import RedisError
 from jobcenter.storage.store import Store
@@ -40,6 +40,7 @@ LEASE_TIMEOUTS = 3
 DETAIL_MAX = 300  # characters of an error or answer kept per attempt
 SIGNATURE_HEADER = "X-Jobcenter-Signature"  # "sha256=<hex HMAC of '<timestamp>.<body>'>"
 TIMESTAMP_HEADER = "X-Jobcenter-Timestamp"  # Redis time, epoch seconds, signed with the body
+SUPERSEDED = "the job was retried before this went out: its next end is told instead"
 DELIVERY_HEADER = "X-Jobcenter-Delivery"  # "<job id>:<channel>": the same on every attempt
 
 
@@ -127,6 +128,18 @@ class Notifier:
         if notice is None:
             return  # deleted meanwhile: its entry goes with the next claim
         url = notice.pop("webhook")
+        if notice["state"] not in FINAL_STATES:  # retried (revived) before it was told
+            notifications.finish(
+                self.store,
+                channel,
+                job_id,
+                attempt,
+                self.handler,
+                delivered=False,
+                detail=SUPERSEDED,
+                retry_ms=-1,
+            )
+            return
         if channel == Channel.WEBHOOK:
             delivered, detail = self.post(url, notice, job_id, attempt)
         else:

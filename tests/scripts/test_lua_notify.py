@@ -5,12 +5,14 @@ for the attempt under way; delete takes every trace away."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 from lua_helpers import H1, H2, NO_RETRY, claim, redis_now_ms, submit, untouched
 
 from jobcenter.model.notify import Channel, DeliveryState
+from jobcenter.runtime.notifier import SUPERSEDED, Notifier
 from jobcenter.storage import admin, notifications
 from jobcenter.storage.store import Store
 
@@ -221,3 +223,18 @@ def test_the_notice_names_the_job_its_times_and_its_failed_tasks(store: Store) -
     assert notice["created_at"] <= notice["finished_at"]
     assert (notice["tasks"], notice["tasks_failed"]) == (2, 2)  # a failed, b upstream_failed
     assert notice["failed_tasks"] == [{"task": "a", "error": "boom", "attempts": 1}]
+
+
+def test_a_job_retried_before_it_was_told_is_told_of_its_next_end_instead(store: Store) -> None:
+    job_id = submit(store, spec(["failed", "succeeded"], hook=False))
+    run(store, job_id, "fail")
+    admin.retry_job(store, job_id)  # running again, its failure not told yet
+    [(channel, _)] = notifications.claim_due(store, 0, LEASE_MS, 10)
+
+    Notifier(store, H1, threading.Event()).deliver(channel, job_id)  # sends nothing
+
+    webhook = store.status(job_id)["notifications"]["deliveries"]["webhook"]
+    assert (webhook["state"], webhook["error"]) == ("failed", SUPERSEDED)
+    run(store, job_id, "succeed")
+    assert set(due(store, job_id)) == {"webhook"}
+    assert notifications.begin(store, Channel.WEBHOOK, job_id, H1, LEASE_MS) == 1
