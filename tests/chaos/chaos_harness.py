@@ -177,7 +177,7 @@ class Cluster(WorkerPool):
     # -- jobcenter state, read directly ---------------------------------------------------
 
     def task_field(self, job: str, attr: str, index: int) -> str | None:
-        raw = self.redis.hget(self.keys.job(job).tasks, f"{attr}:{index}")
+        (raw,) = self.store.records(job).values([f"{attr}:{index}"])  # hash or packed record
         return None if raw is None else raw.decode()
 
     def job_field(self, job: str, name: str) -> str | None:
@@ -237,8 +237,11 @@ def check_converged(
     r, keys = cluster.redis, cluster.keys
     jk = keys.job(job_id)
     problems: list[str] = []
+    # A finished job's last leader message is its compaction: play that leader (a worker's
+    # leader may be at it too, or every worker may be gone; either way one swap wins).
+    cluster.store.compact(job_id)
     job = {k.decode(): v.decode(errors="replace") for k, v in r.hgetall(jk.job).items()}
-    raw_tasks = {k.decode(): v for k, v in r.hgetall(jk.tasks).items()}
+    raw_tasks = cluster.store.records(job_id).every_field()  # what the job keeps, packed
     fields: dict[str, dict[str, str]] = defaultdict(dict)
     for k, v in raw_tasks.items():
         attr, _, index = k.partition(":")

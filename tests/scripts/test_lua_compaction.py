@@ -166,7 +166,8 @@ def test_a_cancelled_job_is_packed_and_its_revoked_attempts_are_told_to_stop(
     _settle(store, job_id)
     assert job_field(store, job_id, "packed") == "1"
     assert heartbeat_one(store, H1, job_id, 0, extract.attempt) == HEARTBEAT_CANCELLED
-    assert complete_one(store, H1, job_id, 0, extract.attempt) == -3
+    assert complete_one(store, H1, job_id, 0, extract.attempt) == -2  # no attempt is current
+    assert store.fail(H1, job_id, 0, extract.attempt, "late", NO_RETRY) == (-2, None)
     assert set(t["state"] for t in store.status(job_id)["tasks"].values()) == {"cancelled"}
 
 

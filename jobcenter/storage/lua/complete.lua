@@ -88,7 +88,7 @@ for k = first_pair, #ARGV, 2 do
     TF_STARTED_AT .. i, TF_CHILDREN .. i, TF_PAYLOAD .. i)
   local code = ITEM_OK
   if META.packed then
-    code = ITEM_NOT_RUNNING -- its job finished and was compacted
+    code = ITEM_STALE_TOKEN -- its job finished and was compacted: no attempt of it is current
   elseif (f[2] or '0') .. ':' .. (f[3] or '') ~= attempt .. ':' .. handler then
     code = ITEM_STALE_TOKEN
   elseif f[1] == T_SUCCEEDED or done[i] then

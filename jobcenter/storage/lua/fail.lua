@@ -3,8 +3,8 @@
   KEYS: the job context (_job.lua)
   ARGV[A] handler id  ARGV[A+1] task index  ARGV[A+2] attempt  ARGV[A+3] error text
   ARGV[A+4] retry delay ms, or -1 for no retry (Fatal, or a non-retryable error)
-  Returns {0, new state} | {1, state} this attempt ended already (the job's state once the
-          job is compacted: the attempt's task ended, which is all a late report needs) | {-2} stale token
+  Returns {0, new state} | {1, state} this attempt ended already | {-2} stale token (or
+          the job was compacted)
           | {-3} not running | {-4} job gone | {-5} queues not passed ]]
 
 local handler, i, attempt = ARGV[A], ARGV[A + 1], ARGV[A + 2]
@@ -12,8 +12,8 @@ local err, delay = ARGV[A + 3], tonumber(ARGV[A + 4])
 
 if not load_job() then return {JOB_GONE} end
 if not queues_passed() then return {KEYS_MISSING} end
--- finished and compacted: every task ended, so this attempt did (its task's state is packed)
-if META.packed then return {ALREADY, META.state} end
+-- finished and compacted: no attempt of the job is current any more
+if META.packed then return {STALE_TOKEN} end
 local state = task_state(i)
 if token_of(i) ~= attempt .. ':' .. handler then return {STALE_TOKEN} end
 if state ~= T_RUNNING and state ~= T_TIMED_OUT then
