@@ -18,6 +18,9 @@ DEFAULT_NAMESPACE = "default"
 ACKED, FSYNCED = "acked", "fsynced"
 DURABILITY_MODES = (ACKED, FSYNCED)
 
+# Results are for handing data to the next task, not for bulk data (keep that elsewhere).
+DEFAULT_RESULT_MAX_BYTES = 1024 * 1024
+
 N = TypeVar("N", int, float)
 
 
@@ -74,6 +77,9 @@ class Settings:
     shards: int = 1
     # acked | fsynced: see DURABILITY_MODES.
     durability: str = FSYNCED
+    # A task's return value is stored in Redis with its job: a bound keeps one task from
+    # filling memory; a larger value fails the task (it is never truncated).
+    result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES
 
     def __post_init__(self) -> None:
         # both end up inside every key name and hash tag
@@ -101,6 +107,7 @@ class Settings:
             ),
             "shards": _env_int("JOBCENTER_SHARDS", 1),
             "durability": os.environ.get("JOBCENTER_DURABILITY") or FSYNCED,
+            "result_max_bytes": _env_int("JOBCENTER_RESULT_MAX_BYTES", DEFAULT_RESULT_MAX_BYTES),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -40,7 +40,9 @@ while k <= #ARGV do
       if task_state(ARGV[p]) ~= T_SUCCEEDED then all_succeeded = false end
     end
     k = k + 1 + nparents
-    if state == T_WAITING and all_succeeded then
+    -- an expanded mapped task is released by its instances (recovery may not see them all)
+    local expanded = redis.call('HEXISTS', T, TF_MAP_INSTANCES .. i) == 1
+    if state == T_WAITING and all_succeeded and not expanded then
       redis.call('HSET', T, TF_DEPS_LEFT .. i, 0)
       enqueue(i, now)
       repaired = repaired + 1
