@@ -27,7 +27,6 @@ from jobcenter.model.states import JobState, TaskState
 from jobcenter.runtime import registry
 from jobcenter.runtime.execution import context_for, decode, execute
 from jobcenter.runtime.leader import Leader
-from jobcenter.storage.layout import job_queues
 from jobcenter.storage.store import StartedTask, Store
 
 HANDLER = "jobcenter-testing"  # the one in-process worker's handler id
@@ -87,10 +86,14 @@ def run_job(
     @task, after importing `modules`. `store`: another Store to run on (default: a fresh
     in-memory one)."""
     registry.import_modules(modules)
-    parsed = spec_from_any(spec)
     store = store or in_memory_store()
-    job_id, _ = store.submit(parsed)
-    queues = job_queues(parsed)
+    job_id, _ = store.submit(spec_from_any(spec))
+    return finish_job(store, job_id)
+
+
+def finish_job(store: Store, job_id: str) -> JobRun:
+    """Run a submitted job's tasks in-process until it ends (again, after a retry)."""
+    queues = store.job_meta(job_id).queues
     leader = Leader(store, HANDLER)
     for _ in range(STEPS_MAX):
         claimed = store.claim(HANDLER, queues, max_tasks=CLAIM_MAX, max_leader=CLAIM_MAX)
@@ -99,11 +102,9 @@ def run_job(
         _run(store, claimed.tasks)
         if not claimed.leader and not claimed.tasks:
             if store.progress(job_id).state.terminal:
-                break
+                return _job_run(store, job_id)
             raise JobcenterError(f"job {job_id} is stuck: no task is ready and it has not ended")
-    else:
-        raise JobcenterError(f"job {job_id} did not end within {STEPS_MAX} rounds")
-    return _job_run(store, job_id)
+    raise JobcenterError(f"job {job_id} did not end within {STEPS_MAX} rounds")
 
 
 def _run(store: Store, tasks: list[StartedTask]) -> None:
