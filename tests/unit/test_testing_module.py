@@ -28,7 +28,7 @@ def load(parts: list[int], files: list[str]) -> dict[str, int]:
 
 
 @task(name="usertest.broken")
-def broken(parts: list[int]) -> None:
+def broken(parts: list[int], files: list[str]) -> None:
     raise Fatal("cannot load")
 
 
