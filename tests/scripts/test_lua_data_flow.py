@@ -4,6 +4,7 @@ results, and a mapped task expands exactly once, in bounded chunks, whatever the
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +15,7 @@ from lua_helpers import H1, H2, claim, job_field, submit_and_split, task_field
 from jobcenter import Fatal, task
 from jobcenter.errors import NoResult, NotFound
 from jobcenter.model import codec
-from jobcenter.storage import admin
+from jobcenter.storage import admin, views
 from jobcenter.storage.schema import TaskField
 from jobcenter.storage.store import Store
 from jobcenter.testing import finish_job, run_job
@@ -274,3 +275,17 @@ def test_a_failed_instance_cascades_and_a_retry_of_the_job_joins_the_map(store: 
     assert again.state == "succeeded"
     assert again.result("merge")["parts"] == [0, 1, 4, 9, 16]
     assert len(instance_ids(store, run.job_id)) == 5
+
+
+def test_the_dashboards_task_panel_shows_a_bounded_preview_of_the_result(store: Store) -> None:
+    run = run_job(map_job(500), store=store)
+    index = {tid: int(i) for i, tid in store.task_field(run.job_id, TaskField.ID).items()}
+
+    merge = views.task_detail(store, run.job_id, index["merge"])
+    each = views.task_detail(store, run.job_id, index["each"])
+    instance = views.task_detail(store, run.job_id, index["each[7]"])
+
+    assert merge.result is not None and merge.result.startswith('{"label": "", "parts": [0, 1, 4')
+    assert len(merge.result) <= views.ARGS_PREVIEW_MAX
+    assert each.result == json.dumps([i * i for i in range(views.RESULT_PREVIEW_ITEMS)])
+    assert instance.result == "49"
