@@ -3,7 +3,10 @@ the job's data flow checked through the same Lua scripts a real Redis runs (fake
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from jobcenter import Fatal, Job, task
+from jobcenter.model.spec import load_spec_file
 from jobcenter.testing import run_job
 
 ATTEMPTS: dict[str, int] = {}
@@ -62,3 +65,14 @@ def test_a_failing_task_shows_its_state_and_error() -> None:
     assert run.tasks["load"].state == "failed"
     assert "Fatal: cannot load" in (run.tasks["load"].error or "")
     assert run.result("load") is None
+
+
+def test_the_readme_example_runs_the_etl_example_as_shown() -> None:
+    """README, Testing a DAG's data flow: the example test, word for word."""
+    root = Path(__file__).resolve().parents[2]
+    run = run_job(load_spec_file(root / "examples" / "etl.yaml"), modules=["jobcenter.demo"])
+    assert run.state == "succeeded"
+    assert run.result("summary") == "500 rows in 5 files"
+    assert run.states()["transform[4]"] == "succeeded"
+    readme = (root / "README.md").read_text()
+    assert 'assert run.result("summary") == "500 rows in 5 files"' in readme
