@@ -67,8 +67,9 @@ def served_member(queue: str, task_name: str) -> str:
     return f"{queue}|{task_name}"
 
 
-# What a task with no return value stores (msgpack nil): a success always has a result.
-NO_RESULT = codec.pack_valid(None)
+# What complete.lua gets for a task that returned None: nothing is stored (a succeeded task
+# without a result field returned None), so tasks without results cost no memory.
+NO_RESULT = b""
 # One input as the start script returns it: a parent's result (msgpack), None when the parent
 # has none, or a mapped parent's list of its instances' results.
 InputValue = bytes | list[bytes | None] | None

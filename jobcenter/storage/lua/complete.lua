@@ -5,7 +5,8 @@
   KEYS: the job context (_job.lua), then KEYS[XK] the shard's learned-estimates hash
   ARGV[A] handler id  ARGV[A+1] lease ms  ARGV[A+2] max children to take
   ARGV[A+3] number of queues the worker serves  ARGV[A+4..] their names
-  then triples: task index, attempt, its result (msgpack bytes, stored with the success)
+  then triples: task index, attempt, its result (msgpack bytes, stored with the success;
+  '' for None: nothing stored)
   Returns {0, {code per triple}, {{index, attempt, payload, inputs} per taken child}} | {-4}
           | {-5}
   Codes: 0 completed | 1 this attempt completed already | -2 stale token | -3 not running ]]
@@ -99,9 +100,12 @@ for k = first_triple, #ARGV, 3 do
     code = ITEM_NOT_RUNNING
   else
     done[i] = true
-    for _, v in ipairs({TF_STATE .. i, T_SUCCEEDED, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now,
-                        TF_RESULT .. i, result}) do
+    for _, v in ipairs({TF_STATE .. i, T_SUCCEEDED, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now}) do
       writes[#writes + 1] = v
+    end
+    if result ~= '' then -- '': it returned None, which is stored as no result at all
+      writes[#writes + 1] = TF_RESULT .. i
+      writes[#writes + 1] = result
     end
     clears[#clears + 1] = TF_ERROR .. i
     clears[#clears + 1] = TF_PROGRESS .. i
