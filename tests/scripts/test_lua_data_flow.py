@@ -4,6 +4,7 @@ results, and a mapped task expands exactly once, in bounded chunks, whatever the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable
@@ -13,8 +14,9 @@ import pytest
 from lua_helpers import H1, H2, claim, job_field, submit_and_split, task_field
 
 from jobcenter import Fatal, task
-from jobcenter.errors import NoResult, NotFound
+from jobcenter.errors import JobcenterError, NoResult, NotFound
 from jobcenter.model import codec
+from jobcenter.runtime.recovery import Recovery
 from jobcenter.storage import admin, views
 from jobcenter.storage.schema import TaskField
 from jobcenter.storage.store import Store
@@ -289,3 +291,58 @@ def test_the_dashboards_task_panel_shows_a_bounded_preview_of_the_result(store: 
     assert len(merge.result) <= views.ARGS_PREVIEW_MAX
     assert each.result == json.dumps([i * i for i in range(views.RESULT_PREVIEW_ITEMS)])
     assert instance.result == "49"
+
+
+def test_a_cancel_mid_expansion_writes_no_more_instances_and_the_job_ends_cancelled(
+    store: Store,
+) -> None:
+    job_id, ids = submit_and_split(store, map_job(1_000))
+    (src,) = claim(store, H1)
+    store.complete(H1, [(job_id, src.index, src.attempt, codec.pack(list(range(1_000))))])
+    written = len(instance_ids(store, job_id))
+    assert 0 < written < 1_000
+
+    store.stop_job(job_id, "cancel")
+    while store.has_frontier(job_id):
+        store.continue_frontier(job_id)
+
+    assert len(instance_ids(store, job_id)) == written
+    assert job_field(store, job_id, "state") == "cancelled"
+    assert job_field(store, job_id, "left") == "0"
+    states = set(store.task_field(job_id, TaskField.STATE).values())
+    assert states == {"succeeded", "cancelled"}
+
+
+@pytest.mark.parametrize("lost", ["before-the-expansion", "mid-expansion"])
+def test_recovery_resumes_an_expansion_whose_frontier_was_lost(store: Store, lost: str) -> None:
+    """Rule 3 (a lost release) for a mapped task: its expansion is scheduled (again) and goes
+    on from its cursor; every element gets exactly one instance."""
+    spec = map_job(1_000)
+    if lost == "before-the-expansion":  # 300 siblings first: the release of each is cut off
+        siblings = [
+            {"id": f"s{i}", "task": "dataflow.square", "args": [i], "depends_on": ["src"]}
+            for i in range(300)
+        ]
+        spec["tasks"][1:1] = siblings
+    job_id, ids = submit_and_split(store, spec)
+    (src,) = claim(store, H1)
+    store.complete(H1, [(job_id, src.index, src.attempt, codec.pack(list(range(1_000))))])
+    written = len(instance_ids(store, job_id))
+    assert written == (0 if lost == "before-the-expansion" else 298)
+    jk = store.keys.job(job_id)
+    store.redis.delete(jk.frontier)  # the releases and the expansion still to do are lost
+    store.redis.zrem(store.keys.leader(0), f"continue|{job_id}")
+    with pytest.raises(JobcenterError, match="is stuck"):  # runs what is queued, no more
+        finish_job(store, job_id)
+
+    run = None
+    for round_no in range(1, 4):  # recovery passes come every minute; a few are enough
+        Recovery(store, "test-recovery").run(round_no)
+        with contextlib.suppress(JobcenterError):
+            run = finish_job(store, job_id)
+            break
+    assert run is not None
+
+    assert run.state == "succeeded"
+    assert instance_ids(store, job_id) == [f"each[{i}]" for i in range(1_000)]
+    assert run.result("merge")["parts"] == [i * i for i in range(1_000)]

@@ -143,6 +143,18 @@ map_ready = function(i, now)
   return true
 end
 
+-- Recovery's lost release of an expanded mapped task (repair.lua): an expansion whose
+-- frontier entry was lost is scheduled again (its cursor says where it stopped). True if
+-- it was. A fully written one is left to its instances: they release it.
+local function map_resume(m, now)
+  local instances = redis.call('HGET', T, TF_MAP_INSTANCES .. m)
+  local _, count, written = string.match(instances or '', '^(%d+)|(%d+)|(%d+)')
+  if not count or tonumber(written) >= tonumber(count) then return false end
+  redis.call('RPUSH', F, 'x|' .. m .. '|0|0')
+  leader_message('continue', now)
+  return true
+end
+
 -- Validate m's source result and reserve the instances' indexes; false (m failed, and its
 -- descendants cascade) when the result is not a list of at most MAP_ELEMENTS_MAX elements.
 local function start_expansion(m, list, source, now)
