@@ -52,8 +52,9 @@ def test_kill9_of_the_worker_expanding_a_map_mid_way_still_runs_every_instance_o
     while cursor is None or cursor[0] == 0:  # polled tightly: the expansion takes ~100 ms
         assert time.monotonic() < deadline, "the map never started expanding"
         cursor = expansion_cursor(store, job_id)
-    cluster.power_off(first)
+    first.freeze()  # at once: power_off may wait a moment for its rq child's pass to end
     at_kill = expansion_cursor(store, job_id)
+    cluster.power_off(first)
     assert at_kill is not None and 0 < at_kill[0] < at_kill[1] == ELEMENTS, at_kill
 
     cluster.start(concurrency=4)
