@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 import time
@@ -342,6 +343,28 @@ def cancel(settings: Settings, job_id: str) -> None:
 
 
 @click.command()
+@click.argument("job_id")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the value as one JSON document.")
+@redis_options
+def result(settings: Settings, job_id: str, task_id: str, as_json: bool) -> None:
+    """Print what TASK_ID of JOB_ID returned (a mapped task: its instances' results). Exit
+    2 for an unknown job or task, 7 when the task has not succeeded (yet)."""
+    value = client_for(settings).result(job_id, task_id)
+    if isinstance(value, str) and not as_json:
+        click.echo(value)
+    else:
+        click.echo(json.dumps(value, indent=None if as_json else 2, default=_bytes_as_base64))
+
+
+def _bytes_as_base64(value: object) -> str:
+    """bytes, the one result type JSON lacks, shown as base64 text."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+@click.command()
 @click.option(
     "--since", required=True, help="Jobs created since: epoch, ISO time, or an age like 2h, 7d."
 )
@@ -366,4 +389,4 @@ def export(settings: Settings, since: str, until: str | None, states: tuple[str,
         click.echo(json.dumps(record, separators=(",", ":")))
 
 
-COMMANDS = (submit, status, list_jobs, history, retry, delete, dlq, cancel, export)
+COMMANDS = (submit, status, list_jobs, history, retry, delete, dlq, cancel, result, export)

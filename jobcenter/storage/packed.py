@@ -96,6 +96,8 @@ def encode(
         prefix, _, index = name.partition(":")
         if f"{prefix}:" not in dropped and index.isdigit():
             by_prefix.setdefault(prefix, {})[int(index)] = value
+    # every task written, whatever `tasks` says (a map's instances are counted into it)
+    tasks = max([tasks] + [max(values) + 1 for values in by_prefix.values()])
     out = []
     for first in range(0, tasks, TASKS_PART):
         count = min(TASKS_PART, tasks - first)
