@@ -219,17 +219,21 @@ class JobRecords:
         return dict(self.packed.fields)
 
     def field_of_every_task(self, prefix: TaskField) -> dict[str, str]:
-        """task index -> value of one field."""
+        """task index -> value of one field, as text."""
+        return {index: value.decode() for index, value in self.field_bytes(prefix).items()}
+
+    def field_bytes(self, prefix: TaskField) -> dict[str, bytes]:
+        """task index -> value of one field, as stored (HSCAN in pages)."""
         if self.packed is None:
             match = f"{prefix.value}*"
             scanned = self.redis.hscan_iter(self.jk.tasks, match=match, count=SCAN_PAGE)
-            read = {k.decode().split(":", 1)[1]: v.decode() for k, v in scanned}
+            read = {k.decode().split(":", 1)[1]: v for k, v in scanned}
             if self._packed_meanwhile() is None:
                 return read
         assert self.packed is not None
         n = len(prefix.value)
         return {
-            k[n:]: v.decode()
+            k[n:]: v
             for k, v in self.packed.fields.items()
             if k.startswith(prefix.value) and k[n:].isdigit()
         }

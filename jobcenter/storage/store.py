@@ -1003,12 +1003,13 @@ class Store:
         element order). NotFound for an unknown job or task, NoResult for a task that has
         not succeeded (yet)."""
         index = self.task_index(job_id, task_id)
-        tasks = self.keys.job(job_id).tasks
-        state, raw, instances = self.redis.hmget(
-            tasks,
-            TaskField.STATE.of(index),
-            TaskField.RESULT.of(index),
-            TaskField.MAP_INSTANCES.of(index),
+        records = self.records(job_id)  # the tasks hash, or the finished job's packed record
+        state, raw, instances = records.values(
+            [
+                TaskField.STATE.of(index),
+                TaskField.RESULT.of(index),
+                TaskField.MAP_INSTANCES.of(index),
+            ]
         )
         if text(state) != TaskState.SUCCEEDED:
             raise NoResult(
@@ -1017,15 +1018,14 @@ class Store:
         if instances is not None:
             first, count = map(int, instances.split(b"|")[:2])
             fields = [TaskField.RESULT.of(k) for k in range(first, first + count)]
-            return _unpack_input(self.redis.hmget(tasks, fields) if fields else [])
+            return _unpack_input(records.values(fields) if fields else [])
         return _unpack_input(raw)
 
     def results(self, job_id: str) -> dict[str, Any]:
         """Every stored result by task id (a mapped task: its instances' results, in element
         order), read with HSCAN: what a whole job returned, in a few reads."""
-        key = self.keys.job(job_id).tasks
-        scanned = self.redis.hscan_iter(key, match=f"{TaskField.RESULT.value}*", count=SCAN_PAGE)
-        raw = {k.decode().split(":", 1)[1]: v for k, v in scanned}
+        records = self.records(job_id)  # the tasks hash, or the finished job's packed record
+        raw = records.field_bytes(TaskField.RESULT)
         fields = self.task_fields(job_id, TaskField.ID, TaskField.MAP_INSTANCES)
         ids = fields[TaskField.ID]
         out = {ids[index]: _unpack_input(value) for index, value in raw.items() if index in ids}

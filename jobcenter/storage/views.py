@@ -21,6 +21,7 @@ from jobcenter.model.reports import RecoveryReport
 
 from .keys import NODE_QUEUE_PREFIX
 from .layout import Layout
+from .packed import JobRecords
 from .replies import seconds, text
 from .schema import TaskField
 from .store import Store
@@ -341,7 +342,7 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
         shown = {"args": payload.get("a", []), "kwargs": payload.get("k", {})}
         args = json.dumps(shown, default=repr)[:ARGS_PREVIEW_MAX]
     history = []
-    result = _result_preview(store, jk.tasks, f["r"], f["mx"])
+    result = _result_preview(records, f["r"], f["mx"])
     for raw in entries:
         i, attempt, state, handler, started, finished, error = raw.decode().split("\t", 6)
         if i == str(index):
@@ -377,14 +378,12 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
     )
 
 
-def _result_preview(
-    store: Store, tasks_key: str, raw: bytes | None, instances: bytes | None
-) -> str | None:
+def _result_preview(records: JobRecords, raw: bytes | None, instances: bytes | None) -> str | None:
     """A task's result as shortened JSON; a mapped task's: its first instances' results."""
     if instances is not None:
         first, count = map(int, instances.split(b"|")[:2])
         shown = range(first, first + min(count, RESULT_PREVIEW_ITEMS))
-        values = store.redis.hmget(tasks_key, [TaskField.RESULT.of(k) for k in shown])
+        values = records.values([TaskField.RESULT.of(k) for k in shown])
         value: Any = [codec.unpack(v) if v is not None else None for v in values]
     elif raw is not None:
         value = codec.unpack(raw)

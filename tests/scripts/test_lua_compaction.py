@@ -27,6 +27,7 @@ from lua_helpers import (
 )
 
 import jobcenter.storage.store
+from jobcenter.model import codec
 from jobcenter.runtime.leader import Leader
 from jobcenter.storage import admin, views
 from jobcenter.storage.packed import decode
@@ -244,3 +245,32 @@ def test_a_restore_refused_changes_nothing(store: Store) -> None:
     with untouched(store):  # not packed: nothing to restore
         assert store._job_call("restore", job_id, [0, 1, 0], with_meta=False)[0] == 1
         assert not store.restore(job_id)
+
+
+def test_results_survive_compaction_and_inputs_are_dropped_from_a_succeeded_job(
+    store: Store,
+) -> None:
+    job_id = submit(store, {"name": "results", "tasks": [
+        {"id": "a", "task": "t.a"},
+        {"id": "b", "task": "t.b", "depends_on": ["a"], "inputs": {"x": "a"}},
+    ]})  # fmt: skip
+    while started := claim(store, H1):
+        for t in started:
+            value = codec.pack({"from": t.index, "bytes": b"\x00\xff"})
+            codes, _ = store.complete(H1, [(job_id, t.index, t.attempt, value)])
+            assert codes == {(job_id, t.index): 0}
+    before = store.results(job_id)
+    _settle(store, job_id)
+
+    assert job_field(store, job_id, "packed") == "1"
+    assert (
+        store.results(job_id)
+        == before
+        == {
+            "a": {"from": 0, "bytes": b"\x00\xff"},
+            "b": {"from": 1, "bytes": b"\x00\xff"},
+        }
+    )
+    assert store.result(job_id, "b") == {"from": 1, "bytes": b"\x00\xff"}
+    assert views.task_detail(store, job_id, 1).result is not None
+    assert store.records(job_id).values(["in:1"]) == [None]  # a working field: gone
