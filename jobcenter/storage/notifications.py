@@ -108,17 +108,14 @@ def job_notice(store: Store, job_id: str) -> dict[str, Any] | None:
 def _failed_tasks(store: Store, job_id: str) -> list[dict[str, Any]]:
     """The job's tasks that failed themselves (not upstream_failed), the first few, with
     their errors; read in HSCAN pages, off the task path."""
-    key = store.keys.job(job_id).tasks
-    indexes = []
-    states = store.redis.hscan_iter(key, match=f"{TaskField.STATE.value}*", count=SCAN_PAGE)
-    for field, state in states:
-        if text(state) == TaskState.FAILED:
-            indexes.append(int(text(field).split(":", 1)[1]))
-    indexes = sorted(indexes)[:FAILED_TASKS_LISTED]
+    records = store.records(job_id)  # the tasks hash, or the finished job's packed record
+    states = records.field_of_every_task(TaskField.STATE)
+    indexes = sorted(int(i) for i, state in states.items() if state == TaskState.FAILED)
+    indexes = indexes[:FAILED_TASKS_LISTED]
     if not indexes:
         return []
     fields = [f.of(i) for i in indexes for f in (TaskField.ID, TaskField.ERROR, TaskField.ATTEMPTS)]
-    values = store.redis.hmget(key, fields)
+    values = records.values(fields)
     out = []
     for n in range(len(indexes)):
         task_id, error, attempts = values[3 * n : 3 * n + 3]
