@@ -71,6 +71,7 @@ class Job:
         node: str | None = None,
         priority: int | None = None,
         estimate: float | None = None,
+        trigger_rule: str | None = None,
     ) -> TaskRef:
         """Add a task; depends_on takes TaskRefs or task ids. Values are checked by build()."""
         with contextlib.suppress(TypeError):  # an unhashable id: build() refuses it, naming it
@@ -97,6 +98,7 @@ class Job:
                 "node": node,
                 "priority": priority,
                 "estimate": estimate,
+                "trigger_rule": trigger_rule,
             }
         )
         return TaskRef(id)

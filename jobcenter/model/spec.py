@@ -21,6 +21,7 @@ from jobcenter.model.ordering import DEFAULT_ORDER, ORDER_RULES
 
 from . import codec, documents
 from .dag import check_dag
+from .trigger_rules import DEFAULT_TRIGGER_RULE, TriggerRule
 
 # A job is one set of Redis hashes, split and published in bounded chunks; past this the
 # per-job hashes get large enough to slow every script that touches them.
@@ -79,6 +80,8 @@ class TaskSpec:
     node: str | None = None
     priority: int | None = None  # None: the job's priority
     estimate: float | None = None  # seconds it usually runs; None: learned (model.ordering)
+    # When it runs, given how its parents ended (model.trigger_rules); no effect on a root.
+    trigger_rule: str = DEFAULT_TRIGGER_RULE
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data parse_spec accepts back; fields left at their default are omitted."""
@@ -130,6 +133,7 @@ _TASK_DEFAULTS: dict[str, Any] = {
     "node": None,
     "priority": None,
     "estimate": None,
+    "trigger_rule": DEFAULT_TRIGGER_RULE,
 }
 _JOB_DEFAULTS: dict[str, Any] = {
     "owner": None,
@@ -346,6 +350,9 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
         priority = _priority(raw["priority"], task_id)
     if raw.get("estimate") is not None:
         estimate = _seconds(raw["estimate"], "estimate", task_id, strict=False)
+    trigger_rule = DEFAULT_TRIGGER_RULE
+    if raw.get("trigger_rule") is not None:
+        trigger_rule = _trigger_rule(raw["trigger_rule"], task_id)
     return TaskSpec(
         task_id,
         name,
@@ -360,7 +367,20 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
         node,
         priority,
         estimate,
+        trigger_rule,
     )
+
+
+def _trigger_rule(value: object, task_id: str) -> str:
+    if value not in _TRIGGER_RULES:
+        raise _bad(
+            task_id,
+            f"unknown trigger_rule {_show(value)}: use one of {', '.join(_TRIGGER_RULES)}",
+        )
+    return str(value)
+
+
+_TRIGGER_RULES = tuple(r.value for r in TriggerRule)
 
 
 def _check_payload(task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:

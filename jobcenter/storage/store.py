@@ -35,7 +35,7 @@ from .keys import JobKeys, Keys
 from .layout import Layout, job_queues
 from .lua import Batch, Scripts
 from .replies import seconds, text
-from .schema import TaskField
+from .schema import JobField, TaskField
 
 log = logging.getLogger(__name__)
 
@@ -337,6 +337,7 @@ class Store:
             "retention": int(spec.retention * 1000) if spec.retention else None,
             "schedule_id": schedule_id,
             "fire_time": fire_time,
+            JobField.TRIGGER_RULES: 1 if layout.has_trigger_rules() else None,
         }
         fields.update({k: v for k, v in optional.items() if v is not None})
         job_args = [x for item in fields.items() for x in item]
