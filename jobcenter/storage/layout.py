@@ -87,7 +87,12 @@ class Layout:
             fields += [TaskField.DEPS_LEFT.of(n), len(self.deps[i])]
         rule = t.get("trigger_rule")
         if self.deps[i] and rule and rule != DEFAULT_TRIGGER_RULE:
-            fields += [TaskField.TRIGGER_RULE.of(n), rule, TaskField.PARENTS.of(n), len(self.deps[i])]
+            fields += [
+                TaskField.TRIGGER_RULE.of(n),
+                rule,
+                TaskField.PARENTS.of(n),
+                len(self.deps[i]),
+            ]
         if self.children[i]:
             fields += [TaskField.CHILDREN.of(n), ",".join(map(str, self.children[i]))]
         if self.ranks is not None:
