@@ -350,7 +350,7 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
         priority = _priority(raw["priority"], task_id)
     if raw.get("estimate") is not None:
         estimate = _seconds(raw["estimate"], "estimate", task_id, strict=False)
-    trigger_rule = DEFAULT_TRIGGER_RULE
+    trigger_rule: str = DEFAULT_TRIGGER_RULE
     if raw.get("trigger_rule") is not None:
         trigger_rule = _trigger_rule(raw["trigger_rule"], task_id)
     return TaskSpec(

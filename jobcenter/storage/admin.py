@@ -85,9 +85,10 @@ def retry_job(store: Store, job_id: str) -> int:
 
 def _revive(store: Store, job_id: str, roots: list[int] | None) -> int:
     """Run `roots` (None: every failed task) again and put back to waiting the
-    upstream_failed tasks that may run again, in bounded calls: the roots first, then the blocked tasks,
-    parents before children. Each call leaves the job consistent, so a retry that dies half
-    way leaves a job that ends, and that the next retry takes up where it stopped."""
+    upstream_failed tasks that may run again, in bounded calls: the roots first, then the
+    blocked tasks, parents before children. Each call leaves the job consistent, so a
+    retry that dies half way leaves a job that ends, and that the next retry takes up
+    where it stopped."""
     _finish_cascade(store, job_id)  # the states read next must not be changing under us
     fields = store.task_fields(job_id, TaskField.STATE, TaskField.CHILDREN)
     states = {int(i): s for i, s in fields[TaskField.STATE].items()}
