@@ -26,6 +26,7 @@ from lua_helpers import (
 from trigger_reference import FAILED_STATES, Node, expected_states, job_state
 
 from jobcenter.model.trigger_rules import TriggerRule
+from jobcenter.runtime.recovery import Recovery
 from jobcenter.storage import admin
 from jobcenter.storage.store import StartedTask, Store
 
@@ -364,3 +365,53 @@ def test_random_dags_end_as_the_reference_says(
     assert job_field(store, job_id, "state") == job_state(expected)
     nfailed = sum(s in FAILED_STATES for s in expected.values())
     assert job_field(store, job_id, "nfailed") == str(nfailed)
+
+
+# --- recovery rule 3: a lost decision is made by a recovery pass ------------------------
+
+
+@pytest.mark.parametrize(
+    ("rule", "a_ends", "decided"),
+    [("all_done", "failed", "queued"), ("one_failed", "succeeded", "skipped")],
+)
+def test_recovery_decides_a_waiting_task_whose_decision_was_lost(
+    store: Store, rule: str, a_ends: str, decided: str
+) -> None:
+    """c's parents both ended but c still waits, its counts lost with the decision (a
+    release or cascade that never happened): a recovery pass counts its parents again and
+    its rule decides, once."""
+    nodes = {
+        "a": Node(outcome=a_ends),
+        "b": Node(),
+        "c": Node(deps=["a", "b"], rule=rule),
+        "slow": Node(),  # keeps the job running meanwhile
+    }
+    job_id, ids = submit_and_split(store, _spec(nodes))
+    by_index = {t.index: t for t in claim(store, H1)}
+    a, b, slow = (by_index[ids[t]] for t in ("a", "b", "slow"))
+    assert complete_one(store, H1, job_id, b.index, b.attempt) == 0
+    if a_ends == "failed":
+        assert store.fail(H1, job_id, a.index, a.attempt, "boom", NO_RETRY) == (0, "failed")
+    else:
+        assert complete_one(store, H1, job_id, a.index, a.attempt) == 0
+    c = ids["c"]
+    assert task_states(store, job_id)["c"] == decided
+    jk, shard = store.keys.job(job_id), store.keys.job_shard(job_id)
+    # lose the decision: c back to waiting as the split wrote it, in no queue
+    store.redis.zremrangebyrank(store.keys.queue(shard, "default"), 0, -1)
+    store.redis.hdel(jk.tasks, *(f"{f}:{c}" for f in ("u", "nf", "nk", "tf", "e")))
+    store.redis.hset(jk.tasks, mapping={f"s:{c}": "waiting", f"d:{c}": 2})
+    if decided == "skipped":
+        store.redis.hincrby(jk.job, "left", 1)
+        store.redis.hincrby(jk.job, "nskipped", -1)
+
+    first, second = Recovery(store, "test-recovery").run(), Recovery(store, "test").run()
+
+    assert (first.released, second.released) == (1, 0)
+    assert task_states(store, job_id)["c"] == decided
+    if decided == "queued":
+        assert store.redis.hmget(jk.tasks, f"d:{c}", f"u:{c}", f"nf:{c}") == [b"1", b"0", b"1"]
+        (run,) = claim(store, H1)
+        assert complete_one(store, H1, job_id, run.index, run.attempt) == 0
+    assert complete_one(store, H1, job_id, slow.index, slow.attempt) == 0
+    assert_finalized(store, job_id, "failed" if a_ends == "failed" else "succeeded")
