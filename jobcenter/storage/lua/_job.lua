@@ -34,10 +34,11 @@ local META = {}
 
 -- Read the job's fields; false when the job hash does not exist.
 local function load_job()
-  local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES)
+  local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES,
+    JF.TRIGGER_RULES)
   if not m[1] then return false end
   META = {state = m[1], queue = m[2], priority = tonumber(m[3]), seq = tonumber(m[4]),
-          queues = m[5] or ''}
+          queues = m[5] or '', rules = m[6] ~= false}
   return true
 end
 
@@ -263,12 +264,20 @@ local function act_on_verdict(c, rule, verdict, kind, origin, now, take)
 end
 
 -- A parent of task c ended (kind 'r', 'f' or 'k'; origin: the task whose failure or skip
--- this passes on). Every task counts its parents not succeeded (d); the others are counted
--- only once a parent ended otherwise or c has a rule, so the default rule's releases cost
--- what they did before rules existed.
+-- this passes on). Every task counts its parents not succeeded (d). In a job without a
+-- trigger rule nothing else is counted or read: its releases cost what they did before
+-- rules existed. Otherwise the other counters are kept once a parent ended other than by
+-- succeeding, or from the start for a task with a rule.
 local function parent_ended(kind, c, origin, now, take)
   local d = nil
   if kind == 'r' then d = redis.call('HINCRBY', T, TF_DEPS_LEFT .. c, -1) end
+  if not META.rules then -- every task all_success, so no task is ever skipped
+    if (kind == 'f' or d == 0) and task_state(c) == T_WAITING then
+      if kind == 'r' then return release(c, now, take) end
+      end_unrun(c, T_UPSTREAM_FAILED, origin, now, 'upstream task ' .. task_name(origin) .. ' failed')
+    end
+    return
+  end
   local f = redis.call('HMGET', T, TF_STATE .. c, TF_TRIGGER_RULE .. c, TF_PARENTS_LEFT .. c)
   local state, rule, u = f[1], f[2], f[3]
   if not rule and not u then -- all_success, every parent so far succeeded
