@@ -36,6 +36,12 @@ class TaskField(StrEnum):
     ERROR = "e:"  # the last attempt's error
     PROGRESS = "pg:"  # the running attempt's last progress report
     WAITING_FOR = "wf:"  # "<since ms>|<task name>": given back for want of a worker with it
+    RESULT = "r:"  # the succeeded attempt's return value, msgpack (kept with the job)
+    INPUTS = "in:"  # "<kwarg>=<parent index>,...": parents' results it receives as kwargs
+    MAP_ARG = "ma:"  # a mapped task: "<kwarg>=<source index>", each element goes to kwarg
+    MAP_INSTANCES = "mx:"  # a mapped task, once expanded: "<first index>|<count>" (kept)
+    MAP_OF = "mo:"  # an instance: the index of its mapped task
+    MAP_ELEMENT = "me:"  # an instance: its element of the source's list, msgpack
     # Trigger rules (model.trigger_rules, the counters rule_verdict reads in _job.lua):
     TRIGGER_RULE = "tr:"  # its rule, when not all_success and it has parents
     PARENTS = "np:"  # how many parents it has, with a trigger rule
@@ -61,6 +67,10 @@ WORKING_FIELDS = (
     TaskField.PRIORITY,
     TaskField.MAX_ATTEMPTS,
     TaskField.RANK,
+    TaskField.INPUTS,
+    TaskField.MAP_ARG,
+    TaskField.MAP_OF,
+    TaskField.MAP_ELEMENT,
     TaskField.TRIGGER_RULE,
     TaskField.PARENTS,
     TaskField.PARENTS_LEFT,

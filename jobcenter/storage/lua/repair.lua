@@ -3,7 +3,8 @@
   'requeue'  queued or retry_wait, in no queue, delayed set or lease: queued again
              (a lost queue entry, ARCHITECTURE.md, Recovery rule 2)
   'release'  waiting with every parent ended (parents given): decided by its trigger rule,
-             counted afresh from its parents' states (queued, skipped or upstream_failed; rule 3)
+             counted afresh from its parents' states (queued, skipped or upstream_failed; rule 3);
+             a mapped task has its expansion scheduled (again, if its entry was lost)
   'abandon'  queued, retry_wait or timed_out on a node with no live worker: failed, and its
              descendants upstream_failed (rule 4)
   'lease'    running or timed_out with no lease: given a lease due now, so the expiry
@@ -38,7 +39,12 @@ while k <= #ARGV do
     local nparents = tonumber(ARGV[k])
     local parents = count_parents(k + 1, k + nparents, {})
     k = k + 1 + nparents
-    if state == T_WAITING and parents.u == 0 then
+    -- an expanded mapped task is released by its instances (recovery may not see them
+    -- all); one whose expansion lost its frontier entry has it scheduled again
+    local expanded = redis.call('HEXISTS', T, TF_MAP_INSTANCES .. i) == 1
+    if state == T_WAITING and parents.d == 0 and expanded then
+      if map_resume(i, now) then repaired = repaired + 1 end
+    elseif state == T_WAITING and parents.u == 0 then
       local verdict, rule = parents_verdict(i, parents)
       store_parent_counts(i, parents)
       act_on_verdict(i, rule, verdict, nil, i, now, nil)
