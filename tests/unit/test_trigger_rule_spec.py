@@ -75,3 +75,16 @@ def test_a_rule_is_stored_only_on_a_task_with_parents() -> None:
     assert layout.has_trigger_rules()
     spec["tasks"][1]["trigger_rule"] = "all_success"
     assert not Layout(parse_spec(spec).to_dict()).has_trigger_rules()
+
+
+def test_a_mapped_task_takes_only_the_default_rule() -> None:
+    """Its parents become its instances at run time, which a rule's counts do not follow."""
+    spec = {
+        "name": "j",
+        "tasks": [
+            {"id": "src", "task": "app.src"},
+            {"id": "m", "task": "app.m", "map": {"x": "src"}, "trigger_rule": "all_done"},
+        ],
+    }
+    with pytest.raises(SpecError, match="task 'm': a mapped task runs by all_success"):
+        parse_spec(spec)
