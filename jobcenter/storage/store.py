@@ -39,7 +39,7 @@ from .notifications import view as notifications_view
 from .packed import HISTORY_PAGE, JobRecords
 from .packed import encode as packed_encode
 from .replies import seconds, text
-from .schema import TaskField
+from .schema import JobField, TaskField
 from .upgrade import ensure_schema
 
 log = logging.getLogger(__name__)
@@ -374,6 +374,7 @@ class Store:
             "retention": int(spec.retention * 1000) if spec.retention else None,
             "schedule_id": schedule_id,
             "fire_time": fire_time,
+            JobField.TRIGGER_RULES: 1 if layout.has_trigger_rules() else None,
             **_notify_fields(spec),
         }
         fields.update({k: v for k, v in optional.items() if v is not None})
