@@ -332,7 +332,6 @@ def lua_prelude() -> str:
     lines = [f"local {f.lua_name} = '{f.value}'" for f in TaskField]
     names = ", ".join(f.lua_name for f in WORKING_FIELDS)
     lines.append(f"local WORKING_FIELDS = {{{names}}}")
-    lines.append(f"local PACKED_FORMAT = {PACKED_FORMAT}")
     for table, fields in LUA_TABLES.items():
         entries = ", ".join(f"{f.name} = '{f.value}'" for f in fields)
         lines.append(f"local {table} = {{{entries}}}")

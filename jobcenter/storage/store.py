@@ -708,7 +708,7 @@ class Store:
         written = 0
         parts = parts or [b""]
         for k, part in enumerate(parts):
-            args = [updated_at, written, int(k == len(parts) - 1), part]
+            args = [updated_at, written, int(k == len(parts) - 1), part, schema.PACKED_FORMAT]
             code = int(self._job_call("compact", job_id, args, with_meta=False)[0])
             if code != 0:
                 return code

@@ -214,12 +214,12 @@ def test_a_record_written_for_a_job_that_changed_since_is_refused(store: Store) 
     jk = store.keys.job(job_id)
     updated_at = store.redis.hget(jk.job, "updated_at")
     with untouched(store):  # read before a change: refused, nothing written
-        assert store._job_call("compact", job_id, [b"1", 0, 1, b"x"], with_meta=False)[0] == (
+        assert store._job_call("compact", job_id, [b"1", 0, 1, b"x", 1], with_meta=False)[0] == (
             CURSOR_MOVED
         )
         # a later part whose earlier parts another leader did not write
         assert (
-            store._job_call("compact", job_id, [updated_at, 7, 1, b"x"], with_meta=False)[0]
+            store._job_call("compact", job_id, [updated_at, 7, 1, b"x", 1], with_meta=False)[0]
             == CURSOR_MOVED
         )
     assert store.compact(job_id)

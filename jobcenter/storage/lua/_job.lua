@@ -5,7 +5,8 @@
   trims from the list indexes, and when)  KEYS[12] the job's idempotency key (the job hash
   again when it has none)  KEYS[13] the shard's due notifications zset
   KEYS[14..18] the per-state job indexes (zsets), in JOB_STATES order
-  KEYS[19] the job's packed record (string: its tasks and history once finished, compacted)
+  KEYS[19] the job's packed record (string: its tasks and history once finished, compacted;
+  the scripts that touch it name it P themselves)
   KEYS[20..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
   ARGV[1] job id  ARGV[2] default retention ms  ARGV[3] number of queues  ARGV[4..] their
   names, in KEYS order
@@ -20,7 +21,6 @@ local DEFAULT_RETENTION_MS = tonumber(ARGV[2])
 local NQ = tonumber(ARGV[3])
 local STATE_INDEX = {} -- job state -> the zset of jobs in that state (what `list --state` reads)
 for k, state in ipairs(JOB_STATES) do STATE_INDEX[state] = KEYS[13 + k] end
-local P = KEYS[14 + #JOB_STATES]
 local QK = 14 + #JOB_STATES -- the queue keys follow
 local QUEUES = {}
 for qi = 1, NQ do
@@ -155,14 +155,17 @@ local function record_history(i, state, now, err)
     '\t')})
 end
 
-local FINISHED = {[J_SUCCEEDED] = true, [J_FAILED] = true, [J_CANCELLED] = true}
-
 -- A finished job whose releases and cascades are all done never changes again (until a
 -- retry): hand it to a leader, who packs its tasks and history into one record
 -- (storage/packed.py) and swaps it in with compact.lua. Packing in Python keeps that work
 -- off Redis's one thread. Called at the end of every script that may finalize a job.
+-- (Lua allows 200 locals per script and the preludes use most: no table for the states.)
 local function compact_when_settled(now)
-  if not FINISHED[META.state] or META.packed or redis.call('EXISTS', F) == 1 then return end
+  local state = META.state
+  if (state ~= J_SUCCEEDED and state ~= J_FAILED and state ~= J_CANCELLED) or META.packed
+      or redis.call('EXISTS', F) == 1 then
+    return
+  end
   -- posted once: a late report on the finished job stays a no-op
   if redis.call('ZSCORE', LEADER, 'compact|' .. JOB_ID) then return end
   leader_message('compact', now)

@@ -7,21 +7,25 @@
   KEYS: the job context (_job.lua)
   ARGV[A] the job's updated_at as read  ARGV[A+1] bytes of the record written before this
   call (0: the first part, which starts the record over)  ARGV[A+2] 1 on the last call
-  ARGV[A+3] the part
+  ARGV[A+3] the part  ARGV[A+4] the record's format (schema.PACKED_FORMAT)
   Returns {0} | {1} nothing to do: not finished, a cascade under way, or packed already (its
   message is dropped) | {-4} job gone | {-6} the job changed since it was read, or another
   leader wrote parts meanwhile: read it again ]]
+
+local P = KEYS[14 + #JOB_STATES] -- the packed record (_job.lua)
 
 local message = 'compact|' .. JOB_ID
 if not load_job() then
   redis.call('ZREM', LEADER, message)
   return {JOB_GONE}
 end
-if not FINISHED[META.state] or META.packed or redis.call('EXISTS', F) == 1 then
+local finished = META.state == J_SUCCEEDED or META.state == J_FAILED or META.state == J_CANCELLED
+if not finished or META.packed or redis.call('EXISTS', F) == 1 then
   redis.call('ZREM', LEADER, message) -- the frontier's last 'continue' posts it again
   return {ALREADY}
 end
 local read_at, before, last, part = ARGV[A], tonumber(ARGV[A + 1]), ARGV[A + 2] == '1', ARGV[A + 3]
+local format = ARGV[A + 4]
 local j = redis.call('HMGET', J, JF.UPDATED_AT, JF.COMPACT_CURSOR)
 -- a first part starts the record over (a leader that died half way left a stale one)
 if j[1] ~= read_at or (before > 0 and tonumber(j[2] or 0) ~= before) then
@@ -34,7 +38,7 @@ if ttl > 0 then redis.call('PEXPIRE', P, ttl) end
 if last then
   redis.call('DEL', T, H)
   redis.call('HDEL', J, JF.COMPACT_CURSOR)
-  redis.call('HSET', J, JF.PACKED, PACKED_FORMAT)
+  redis.call('HSET', J, JF.PACKED, format)
   redis.call('ZREM', LEADER, message)
 else
   redis.call('HSET', J, JF.COMPACT_CURSOR, before + #part)

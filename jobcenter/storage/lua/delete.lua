@@ -7,6 +7,8 @@
   ARGV[A..] indexes of its failed tasks (its dead letters)
   Returns {0} | {-3} the job is not finished (cancel it first) | {-4} job gone | {-5} ]]
 
+local P = KEYS[14 + #JOB_STATES] -- the packed record (_job.lua)
+
 if not load_job() then return {JOB_GONE} end
 if META.state ~= J_SUCCEEDED and META.state ~= J_FAILED and META.state ~= J_CANCELLED then
   return {WRONG_STATE}

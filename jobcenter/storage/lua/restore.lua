@@ -7,6 +7,8 @@
   Returns {0} | {1} not packed: nothing to restore | {-4} job gone | {-6} another restore
   moved the cursor meanwhile ]]
 
+local P = KEYS[14 + #JOB_STATES] -- the packed record (_job.lua)
+
 if not load_job() then return {JOB_GONE} end
 if redis.call('HEXISTS', J, JF.PACKED) == 0 then return {ALREADY} end
 local before = tonumber(ARGV[A])

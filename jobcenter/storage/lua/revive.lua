@@ -14,6 +14,8 @@
   Returns {0, tasks revived} | {1} a failure cascade is under way: finish it ('continue')
           and call again | {-3, reason} | {-4} job gone | {-5} queues not passed ]]
 
+local P = KEYS[14 + #JOB_STATES] -- the packed record (_job.lua)
+
 if not load_job() then return {JOB_GONE} end
 if not queues_passed() then return {KEYS_MISSING} end
 if redis.call('HGET', J, JF.STOP) == 'cancel' then return {WRONG_STATE, 'the job was cancelled'} end
