@@ -67,7 +67,8 @@ def test_kill9_of_random_workers_over_and_over_still_runs_a_300_task_dag_to_succ
         victim.kill9()
         kills += 1
         live.remove(victim)
-        live.append(cluster.start(concurrency=4, wait_ready=False))
+        # serving before the next kill: a takeover must never wait for a worker to start
+        live.append(cluster.start(concurrency=4))
         assert kills < 40, "the job never finished"
     status = client.wait(job_id, JOB_SECONDS)
 
@@ -85,7 +86,7 @@ def test_kill9_of_random_workers_over_and_over_still_runs_a_300_task_dag_to_succ
     record_property("takeover_seconds", _summary(takeovers))
     assert kills >= 3
     assert result.reruns >= 1  # the kills did land on running tasks
-    assert all(0 < t <= TAKEOVER_BOUND_SECONDS + 2 for t in takeovers), takeovers
+    assert all(0 < t <= TAKEOVER_BOUND_SECONDS for t in takeovers), takeovers
 
 
 def takeover_times(cluster: Cluster, job_id: str) -> list[float]:

@@ -25,6 +25,9 @@ from jobcenter.storage.keys import Keys
 
 MODULES = ("tasks_for_tests", "retry_tasks")
 RETENTION = "1"  # seconds: JOBCENTER_RETENTION_SECONDS of the retention tests
+# The retention tests' workers run their recovery round at start and then not for a day:
+# a test waits for that pass to end, then only its own passes trim (and count) what expired.
+ONE_ROUND = 86_400
 HISTORY_KEYS = {"task", "attempt", "state", "handler", "started_at", "finished_at", "error"}
 
 
@@ -155,6 +158,13 @@ def recover(redis_url: str, namespace: str) -> dict[str, Any]:
     return wait_until(run, timeout=JOB_SECONDS, interval=0.1, message="recovery never ran")
 
 
+def retention_env() -> dict[str, str]:
+    return {
+        "JOBCENTER_RETENTION_SECONDS": RETENTION,
+        "JOBCENTER_RECOVERY_INTERVAL_SECONDS": str(ONE_ROUND),
+    }
+
+
 def job_keys_gone(client: Client, job_ids: list[str]) -> bool:
     jks = [client.store.keys.job(job_id) for job_id in job_ids]
     keys = [k for jk in jks for k in (jk.job, jk.tasks, jk.history, jk.frontier)]
@@ -165,11 +175,9 @@ def test_finished_jobs_expire_and_recovery_drops_them_from_list(
     redis_url: str, namespace: str, workers: Workers, cli: Cli
 ) -> None:
     client = Client.from_url(redis_url, namespace, retention_seconds=float(RETENTION))
-    # The worker's own recovery runs its round at start and then not for an hour, so the
-    # expired jobs are left for the pass this test runs (a slow rq child would trim them).
-    env = {"JOBCENTER_RETENTION_SECONDS": RETENTION, "JOBCENTER_RECOVERY_INTERVAL_SECONDS": "3600"}
-    workers.start(modules=MODULES, env=env)
-    workers.wait_recovery_round_done(3600)
+    # the expired jobs are left for the pass this test runs (a slow rq child would trim them)
+    workers.start(modules=MODULES, env=retention_env())
+    workers.wait_recovery_round_done(ONE_ROUND)
     job_ids = [
         client.submit({"name": "ok", "owner": "dora",
                        "tasks": [{"id": "n", "task": "retry_tasks.noop"}]}),
@@ -221,7 +229,9 @@ def test_steady_load_keeps_key_count_and_memory_flat(
     client = Client.from_url(redis_url, namespace, retention_seconds=float(RETENTION))
     r = client.store.redis
     keys = Keys(namespace)
-    workers.start(modules=MODULES, env={"JOBCENTER_RETENTION_SECONDS": RETENTION})
+    workers.start(modules=MODULES, env=retention_env())
+    # the worker's pass writes the recovery round key: before round 0 counts the keys
+    workers.wait_recovery_round_done(ONE_ROUND)
     spec = {
         "name": "steady", "owner": "load",
         "tasks": [{"id": "a", "task": "retry_tasks.noop", "args": [1]},
