@@ -64,11 +64,16 @@ def test_kill9_of_random_workers_over_and_over_still_runs_a_300_task_dag_to_succ
         if not unfinished():
             break
         victim = rng.choice(live)
+        # another worker serves before the kill: a takeover must never wait for one to start
+        wait_until(
+            lambda v=victim: any(cluster.handler_of(w) for w in live if w is not v),
+            timeout=JOB_SECONDS,
+            message="no other worker came up",
+        )
         victim.kill9()
         kills += 1
         live.remove(victim)
-        # serving before the next kill: a takeover must never wait for a worker to start
-        live.append(cluster.start(concurrency=4))
+        live.append(cluster.start(concurrency=4, wait_ready=False))
         assert kills < 40, "the job never finished"
     status = client.wait(job_id, JOB_SECONDS)
 
