@@ -79,8 +79,9 @@ def block(gate: str) -> str:
 
 @task(name="tasks_for_tests.block_then_fail")
 def block_then_fail(gate: str, message: str) -> None:
-    """Runs like block() until the test opens the gate, then fails with `message`."""
-    block(gate)
+    """Runs like block() until the test opens the gate of this attempt (`<gate>:<attempt>`),
+    then fails with `message`."""
+    block(f"{gate}:{current_task().attempt}")
     raise RuntimeError(message)
 
 

@@ -104,7 +104,7 @@ def test_seed000_failure_shows_live_in_the_picture_and_a_requeue_reruns_it(
 
     # t4 runs until the page has shown it running, so its descendants were seen waiting
     wait(browser, lambda d: watched(d)["t4"] == "running", message="t4 never showed running")
-    scratch.open_gate("t4")
+    scratch.open_gate("t4:1")
     wait(browser, cascaded, message="the picture never showed t4's failure and its cascade")
     failed_at = shot(browser, screenshots, "seed000-failed")
     final = browser.execute_script(NODE_STATES)
@@ -113,6 +113,9 @@ def test_seed000_failure_shows_live_in_the_picture_and_a_requeue_reruns_it(
     panel_at = shot(browser, screenshots, "seed000-t4-why")
     enter_token(browser)
     browser.find_element(By.ID, "requeue-task").click()
+    # the re-run, too, fails only once the page has shown it running
+    wait(browser, lambda d: watched(d)["t4"] == "running", message="the re-run never showed")
+    scratch.open_gate("t4:2")
     wait(
         browser,
         lambda d: len(d.find_elements(By.CSS_SELECTOR, "#task-attempts tbody tr")) == 2,
