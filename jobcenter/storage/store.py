@@ -29,7 +29,7 @@ from jobcenter.model.spec import JobSpec, spec_digest, spec_from_any
 from jobcenter.model.states import TERMINAL_TASK_STATES, JobState, TaskState
 
 from . import schema
-from .connection import connect, time_ms
+from .connection import connect, is_cluster, time_ms
 from .durability import GroupCommit
 from .keys import JobKeys, Keys
 from .layout import Layout, job_queues
@@ -50,6 +50,7 @@ INLINE_SPLIT_MAX = 500  # a job this small is split by its submit script (one sh
 # A submit waits at most this for its fsync: two of `everysec`'s fsyncs. Kept under half the
 # client's socket timeout (redis-py 8 defaults to 5 s), so the wait never reads as a dead link.
 WAITAOF_TIMEOUT_MS = 2_000
+WAKE_SHARE_MIN_SECONDS = 0.01  # a cluster's idle wait blocks on each slot at least this long
 # A timed_out attempt's worker may still report within a third of a lease (a late heartbeat
 # or result after a pause) before the attempt is run again or failed.
 LEASE_GRACE_DIVISOR = 3
@@ -148,6 +149,7 @@ class Store:
         self.settings = settings
         self.keys = Keys(settings.namespace, settings.shards)
         self.scripts = Scripts(client)
+        self.cluster = is_cluster(client)  # a Redis Cluster: one call, one hash slot
         self._meta: OrderedDict[str, JobMeta] = OrderedDict()
         self._waitaof: bool | None = None  # learnt from the server on first submit
         self._probe_lock = threading.Lock()
@@ -168,8 +170,19 @@ class Store:
         return self.redis
 
     def wait_for_wake(self, keys: Sequence[str], timeout: float) -> None:
-        """Block until a wake-up token arrives on one of `keys`, or `timeout` seconds pass."""
-        self.redis.blpop(list(keys), timeout=timeout)
+        """Block until a wake-up token arrives on one of `keys`, or `timeout` seconds pass.
+        On a cluster one BLPOP may name keys of one slot only: it blocks on each slot's keys
+        in turn, for its share of `timeout`."""
+        if not self.cluster:
+            self.redis.blpop(list(keys), timeout=timeout)
+            return
+        by_slot: dict[int, list[str]] = defaultdict(list)
+        for key in keys:
+            by_slot[self.redis.keyslot(key)].append(key)
+        share = max(timeout / len(by_slot), WAKE_SHARE_MIN_SECONDS)
+        for slot_keys in by_slot.values():
+            if self.redis.blpop(slot_keys, timeout=share) is not None:
+                return
 
     def _check_shard_count(self) -> None:
         """The first process to use a namespace stores its shard count; any other count is
@@ -375,6 +388,8 @@ class Store:
             return self._waitaof
 
     def _no_waitaof_reason(self) -> str | None:
+        if self.cluster:  # WAITAOF confirms one node's writes, on the connection that made them
+            return "on a Redis Cluster each master fsyncs its own AOF (everysec)"
         info = self.redis.info("server")
         version = str(info["redis_version"])
         major, minor = (int(x) for x in version.split(".")[:2])
