@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 from rq import SimpleWorker, get_current_job
@@ -140,6 +141,17 @@ def stop_rq_worker(
         process.wait()
 
 
+def _connect_when_up(url: str) -> Any:
+    """A connection, once Redis answers: a child started while no primary answers (a
+    failover under way) waits for one instead of failing."""
+    while True:
+        try:
+            return connect(url)
+        except RedisUnavailable as exc:
+            log.warning("rq worker: %s; trying again", exc)
+            time.sleep(ROUND_RETRY_MS / 1000)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="jobcenter's rq worker for recovery jobs")
     parser.add_argument("--parent", type=int, default=0)
@@ -153,7 +165,7 @@ def main() -> None:
         signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
         run_rounds(settings, stop)
         return
-    queue = system_queue(connect(settings.redis_url), settings.namespace)
+    queue = system_queue(_connect_when_up(settings.redis_url), settings.namespace)
     worker = RecoveryWorker([queue], connection=queue.connection, serializer=JSONSerializer)
     worker.work(logging_level="WARNING")
 

@@ -277,11 +277,10 @@ class LocalSentinel:
         for sentinel in self.sentinels:
             client = _probe(sentinel)
             try:
-                state = client.execute_command("SENTINEL MASTER", self.name)
-                fields = dict(zip(state[::2], state[1::2], strict=True))
-                if int(fields[b"num-slaves"]) < len(self.replicas):
+                state = client.sentinel_master(self.name)
+                if int(state["num-slaves"]) < len(self.replicas):
                     return False
-                if int(fields[b"num-other-sentinels"]) < len(self.sentinels) - 1:
+                if int(state["num-other-sentinels"]) < len(self.sentinels) - 1:
                     return False
             finally:
                 client.close()
@@ -291,7 +290,7 @@ class LocalSentinel:
         """The port the sentinels name as the primary now (None if they cannot say)."""
         client = _probe(self.sentinels[0])
         try:
-            reply = client.execute_command("SENTINEL GET-MASTER-ADDR-BY-NAME", self.name)
+            reply = client.sentinel_get_master_addr_by_name(self.name)
         finally:
             client.close()
         return int(reply[1]) if reply else None

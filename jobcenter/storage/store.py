@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 import redis
 from redis import Redis
 
-from jobcenter.config import ACKED, Settings
+from jobcenter.config import ACKED, REPLICATED, Settings
 from jobcenter.errors import (
     IdempotencyConflict,
     NotFound,
@@ -370,7 +370,8 @@ class Store:
     def wait_durable(self) -> bool:
         """With durability `fsynced`, where the server has WAITAOF (Redis >= 7.2) and AOF on
         with fsyncs: block until every write this process had acknowledged is fsynced to the
-        local AOF; one WAITAOF serves all the threads waiting (group commit). True if that
+        local AOF; one WAITAOF serves all the threads waiting (group commit). With
+        `replicated`, until one replica has them (WAIT 1, grouped the same way). True if that
         was confirmed. Elsewhere (`acked`) the writes are in Redis memory and its AOF
         buffer, which a Redis crash does not lose (README: Durability)."""
         if self.settings.durability == ACKED or not self._fsync_confirmable():
@@ -378,18 +379,22 @@ class Store:
         return self._group_commit.wait()
 
     def _fsync_confirmable(self) -> bool:
-        """Whether WAITAOF can confirm an fsync here; learnt once, with a note when not."""
+        """Whether WAITAOF (or WAIT) can confirm the write here; learnt once, with a note
+        when not."""
         with self._probe_lock:
             if self._waitaof is None:
                 reason = self._no_waitaof_reason()
                 self._waitaof = reason is None
                 if reason is not None:
-                    log.info("durability fsynced: %s; submits return once Redis acked", reason)
+                    mode = self.settings.durability
+                    log.info("durability %s: %s; submits return once Redis acked", mode, reason)
             return self._waitaof
 
     def _no_waitaof_reason(self) -> str | None:
-        if self.cluster:  # WAITAOF confirms one node's writes, on the connection that made them
-            return "on a Redis Cluster each master fsyncs its own AOF (everysec)"
+        if self.cluster:  # WAITAOF, WAIT: one node's writes, on the connection that made them
+            return "on a Redis Cluster each master fsyncs and replicates on its own"
+        if self.settings.durability == REPLICATED:
+            return None  # WAIT: every Redis has it
         info = self.redis.info("server")
         version = str(info["redis_version"])
         major, minor = (int(x) for x in version.split(".")[:2])
@@ -416,6 +421,12 @@ class Store:
             timeout_ms = max(1, min(timeout_ms, int(socket_timeout * 1000 / 2)))
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.keys.fsync_mark(), 1)
+        if self.settings.durability == REPLICATED:  # WAIT: one replica has every write
+            pipe.execute_command("WAIT", 1, timeout_ms)
+            _, replicas = pipe.execute()
+            if int(replicas) < 1:
+                log.warning("WAIT: no replica acknowledged within %d ms; submits acked", timeout_ms)
+            return int(replicas) >= 1
         pipe.execute_command("WAITAOF", 1, 0, timeout_ms)
         try:
             _, (local, _) = pipe.execute()

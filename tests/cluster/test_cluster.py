@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster_harness import CLUSTER_ENV, SHARDS, ClusterWorkers
+from cluster_harness import CLUSTER_ENV, SHARDS, ClusterWorkers, wait_through_failover
 from harness import Cli
 from helpers import wait_until
 from integration_harness import (
@@ -28,7 +28,7 @@ from test_ordering_random_dags import random_dag
 from jobcenter import Client
 from jobcenter import schedules as sched
 from jobcenter.config import Settings
-from jobcenter.errors import NotFound
+from jobcenter.errors import NotFound, SettingsMismatch
 from jobcenter.runtime.recovery import Recovery
 from jobcenter.storage.connection import connect
 from jobcenter.storage.embedded_cluster import LocalCluster
@@ -56,6 +56,15 @@ def test_the_session_cluster_has_three_masters_with_a_replica_each(redis_client:
     assert len(redis_client.get_primaries()) == 3
     assert len(nodes) == 6
     assert redis_client.cluster_info()["cluster_state"] == "ok"
+
+
+def test_the_shard_count_is_fixed_per_namespace_on_a_cluster(
+    redis_url: str, namespace: str
+) -> None:
+    Client.from_url(redis_url, namespace, shards=SHARDS)
+
+    with pytest.raises(SettingsMismatch, match=f"JOBCENTER_SHARDS={SHARDS}"):
+        Client.from_url(redis_url, namespace, shards=SHARDS + 1)
 
 
 def test_seed000_success_on_a_cluster(cli: Cli, workers: Workers) -> None:
@@ -226,7 +235,7 @@ def test_a_master_killed_while_jobs_run_loses_no_job_and_breaks_no_ordering(
         problems, lost, retried = [], [], 0
         for job_id, spec in zip(job_ids, specs, strict=True):
             try:
-                status = client.wait(job_id, FAILOVER_SECONDS)
+                status = wait_through_failover(client, job_id, FAILOVER_SECONDS)
             except NotFound:  # acknowledged, then lost with the master before replication
                 lost.append(job_id)
                 continue
