@@ -383,18 +383,20 @@ class Store:
         when not."""
         with self._probe_lock:
             if self._waitaof is None:
-                reason = self._no_waitaof_reason()
+                reason = self._unconfirmable_reason()
                 self._waitaof = reason is None
                 if reason is not None:
                     mode = self.settings.durability
                     log.info("durability %s: %s; submits return once Redis acked", mode, reason)
             return self._waitaof
 
-    def _no_waitaof_reason(self) -> str | None:
+    def _unconfirmable_reason(self) -> str | None:
         if self.cluster:  # WAITAOF, WAIT: one node's writes, on the connection that made them
             return "on a Redis Cluster each master fsyncs and replicates on its own"
-        if self.settings.durability == REPLICATED:
-            return None  # WAIT: every Redis has it
+        if self.settings.durability == REPLICATED:  # WAIT: every Redis has it
+            if int(self.redis.info("replication").get("connected_slaves", 0)) < 1:
+                return "no replica is connected to the primary, so WAIT would only time out"
+            return None
         info = self.redis.info("server")
         version = str(info["redis_version"])
         major, minor = (int(x) for x in version.split(".")[:2])
