@@ -31,6 +31,7 @@ from jobcenter import schedules as sched
 from jobcenter.config import Settings
 from jobcenter.errors import NotFound, SettingsMismatch
 from jobcenter.runtime.recovery import Recovery
+from jobcenter.storage import admin, views
 from jobcenter.storage.connection import connect
 from jobcenter.storage.embedded_cluster import LocalCluster
 from jobcenter.storage.store import Store
@@ -259,3 +260,28 @@ def test_a_master_killed_while_jobs_run_loses_no_job_and_breaks_no_ordering(
         assert not problems, problems[:20]
         # the submits had replicated long before the kill: none may be missing
         assert not lost, f"jobs gone with the master: {lost}"
+
+
+def test_the_read_models_and_admin_calls_work_on_a_cluster(
+    client: Client, workers: Workers
+) -> None:
+    workers.start()
+    spec = yaml.safe_load((EXAMPLES / "seed000_fail.yaml").read_text())
+    job_id = client.submit(spec)
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "failed"
+    store = client.store
+
+    assert views.job_summary(store, job_id).state == "failed"
+    assert [j.id for j in views.jobs_page(store, views.JobFilter()).jobs] == [job_id]
+    assert len(views.job_graph(store, job_id).ids) == 9
+    assert views.live_states(store, job_id)
+    assert views.task_detail(store, job_id, 3)
+    assert views.workers(store)
+    assert "default" in views.known_queues(store)
+    assert views.queues(store)
+    assert views.dead_letter_count(store) == 1
+    assert views.recovery(store).rounds == []
+    assert [d["job"] for d in admin.dead_letters(store)] == [job_id]
+    assert admin.retry_job(store, job_id) >= 1  # t4 fails again: the demo fails every time
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "failed"
+    assert len([h for h in client.history(job_id) if h["task"] == "t4"]) == 2
