@@ -250,8 +250,8 @@ def test_a_master_killed_while_jobs_run_loses_no_job_and_breaks_no_ordering(
         runs = Counter((r["job"], r["task"]) for r in scratch.events("run"))
         ran_again = sum(n - 1 for n in runs.values())
         report = (
-            f"{len(job_ids)} jobs, {len(lost)} lost, {retried} attempts retried, "
-            f"{ran_again} task runs repeated (a start or result the dead master took along), "
+            f"{len(job_ids)} jobs, {len(lost)} lost, {retried} extra attempts, "
+            f"{ran_again} task runs repeated, "
             f"replica promoted after {promoted_after:.1f} s, every job ended "
             f"{recovered_after:.1f} s after the kill"
         )

@@ -73,7 +73,7 @@ def test_a_primary_killed_under_load_fails_over_and_every_job_ends(
             problems += parents_finished_first(status, deps)
             retried += sum(t["attempts"] - 1 for t in status["tasks"].values())
         report = (
-            f"{len(job_ids)} jobs, {len(lost)} lost, {retried} attempts retried, replica "
+            f"{len(job_ids)} jobs, {len(lost)} lost, {retried} extra attempts, replica "
             f"promoted after {promoted_after:.1f} s, every job ended "
             f"{time.monotonic() - killed_at:.1f} s after the kill"
         )
