@@ -124,10 +124,12 @@ class RedisServer:
         binary: str | None = None,
         extra_conf: Sequence[str] = (),
         sentinel: bool = False,
+        pick_port: Callable[[], int] = free_port,
     ) -> None:
         self._data_dir = Path(data_dir).resolve()
         self._port_given = port is not None
-        self._port = port if port is not None else free_port()
+        self._pick_port = pick_port  # a port (again, if another process took it first)
+        self._port = port if port is not None else pick_port()
         self.appendonly = appendonly
         self.appendfsync = appendfsync
         self.binary = binary or find_redis_server()
@@ -176,7 +178,7 @@ class RedisServer:
                 self.kill()
                 if attempt == attempts or "in use" not in self._log_tail():
                     raise
-                self._port = free_port()
+                self._port = self._pick_port()
         raise AssertionError("unreachable")
 
     def stop(self) -> None:

@@ -99,7 +99,7 @@ class LocalCluster:
             "cluster-replica-validity-factor 0",  # a replica may always take over
         ]
         return RedisServer(
-            self.data_dir / name, free_cluster_port(), binary=self.binary, extra_conf=conf
+            self.data_dir / name, binary=self.binary, extra_conf=conf, pick_port=free_cluster_port
         )
 
     @property

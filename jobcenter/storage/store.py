@@ -818,6 +818,12 @@ class Store:
                 )
             if aof != "yes":
                 warnings.append("appendonly is off: a Redis restart loses what it held")
+        if self.cluster and self.keys.shards < len(self.redis.get_primaries()):
+            warnings.append(
+                f"JOBCENTER_SHARDS={self.keys.shards} on a cluster of "
+                f"{len(self.redis.get_primaries())} masters: jobs live on {self.keys.shards} of "
+                "them at most; a new namespace with 8 or more shards per master spreads them"
+            )
         for warning in warnings:
             log.warning(warning)
         return warnings

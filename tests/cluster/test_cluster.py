@@ -69,6 +69,16 @@ def test_the_shard_count_is_fixed_per_namespace_on_a_cluster(
         Client.from_url(redis_url, namespace, shards=SHARDS + 1)
 
 
+def test_a_worker_warns_when_the_shards_are_fewer_than_the_masters(
+    redis_url: str, namespace: str
+) -> None:
+    few = Client.from_url(redis_url, namespace, shards=2).store.check_server()
+    enough = Client.from_url(redis_url, namespace + "x", shards=SHARDS).store.check_server()
+
+    assert any("JOBCENTER_SHARDS=2 on a cluster of 3 masters" in w for w in few), few
+    assert not any("JOBCENTER_SHARDS" in w for w in enough), enough
+
+
 def test_seed000_success_on_a_cluster(cli: Cli, workers: Workers) -> None:
     workers.start()
     workers.start()
