@@ -26,8 +26,14 @@ class ClusterWorkers(Workers):
     settings = CLUSTER_ENV
 
 
-# A Sentinel-run Redis is one primary: one shard, the same short leases.
-SENTINEL_ENV = {k: v for k, v in CLUSTER_ENV.items() if k != "JOBCENTER_SHARDS"}
+# A Sentinel-run Redis is one primary: one shard, the same short leases. Recovery runs on rq
+# there, at its default interval: rq logs a traceback (and its child is restarted) when the
+# primary dies under a pass it runs, which a pass each second would make the likely case.
+SENTINEL_ENV = {
+    k: v
+    for k, v in CLUSTER_ENV.items()
+    if k not in ("JOBCENTER_SHARDS", "JOBCENTER_RECOVERY_INTERVAL_SECONDS")
+}
 
 
 class SentinelWorkers(Workers):
