@@ -72,6 +72,9 @@ class Settings:
     unknown_task_timeout_seconds: float = 600.0
     # Number of hash-tag shards; 1 on a single Redis, more on Redis Cluster. Fixed per namespace.
     shards: int = 1
+    # A worker's lease on the shards it polls (owned segments): a dead worker's shards are
+    # taken over within this; each worker renews its leases every third of it.
+    segment_lease_seconds: float = 10.0
     # acked | fsynced: see DURABILITY_MODES.
     durability: str = FSYNCED
 
@@ -100,6 +103,7 @@ class Settings:
                 "JOBCENTER_UNKNOWN_TASK_TIMEOUT_SECONDS", 600.0
             ),
             "shards": _env_int("JOBCENTER_SHARDS", 1),
+            "segment_lease_seconds": _env_float("JOBCENTER_SEGMENT_LEASE_SECONDS", 10.0),
             "durability": os.environ.get("JOBCENTER_DURABILITY") or FSYNCED,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
@@ -108,3 +112,7 @@ class Settings:
     @property
     def lease_ms(self) -> int:
         return int(self.lease_seconds * 1000)
+
+    @property
+    def segment_lease_ms(self) -> int:
+        return int(self.segment_lease_seconds * 1000)

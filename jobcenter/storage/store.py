@@ -167,10 +167,6 @@ class Store:
         """The Redis client itself, for rq (the recovery executor needs a connection)."""
         return self.redis
 
-    def wait_for_wake(self, keys: Sequence[str], timeout: float) -> None:
-        """Block until a wake-up token arrives on one of `keys`, or `timeout` seconds pass."""
-        self.redis.blpop(list(keys), timeout=timeout)
-
     def _check_shard_count(self) -> None:
         """The first process to use a namespace stores its shard count; any other count is
         refused, since a job's keys would then be looked for in the wrong shard."""
@@ -712,16 +708,16 @@ class Store:
 
     # -- workers --------------------------------------------------------------------------
 
-    def wake_keys(self, queues: Sequence[str], *, leader: bool, shard: int = 0) -> list[str]:
-        keys = [self.keys.wake(shard, q) for q in queues]
-        return ([self.keys.leader_wake(shard)] if leader else []) + keys
-
-    def poke(self, handler: str, tokens: int) -> None:
-        """Wake a worker's own blocking waits (it is stopping)."""
-        key = self.keys.worker_wake(0, handler)
+    def poke(self, handler: str, shards: Sequence[int], tokens: int = 2) -> None:
+        """End a stopping worker's blocking waits on `shards`: `tokens` on its own wake
+        list of each (one per wait listening there: the claim loop's and the leader's)."""
+        if not shards:
+            return
         pipe = self.redis.pipeline(transaction=False)
-        pipe.rpush(key, *["stop"] * tokens)
-        pipe.expire(key, 60)
+        for shard in shards:
+            key = self.keys.worker_wake(shard, handler)
+            pipe.rpush(key, *["stop"] * tokens)
+            pipe.expire(key, 60)
         pipe.execute()
 
     def idle(self, queues: Sequence[str]) -> bool:

@@ -37,7 +37,7 @@ JOB_SCRIPTS = frozenset(
     }
 )
 SHARD_SCRIPTS = frozenset(
-    {"claim", "singleton", "schedule_add", "schedule_save", "schedule_remove"}
+    {"claim", "singleton", "schedule_add", "schedule_save", "schedule_remove", "shard_lease"}
 )
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS
 
