@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 
 from jobcenter.storage.errors import RedisError
@@ -134,7 +135,10 @@ class Ownership:
         """Renew every interval, or at once when another worker gives its segments back."""
         while not stopped.is_set() and not self.closed:
             try:
-                self.leases.wait_for_changes(self.interval)
+                deadline = time.monotonic() + self.interval
+                while (left := deadline - time.monotonic()) > 0 and not stopped.is_set():
+                    if self.leases.wait_for_changes(left):
+                        break
                 self.renew_round()
             except RedisError as exc:  # the leases outlive a few refused renewals
                 log.warning("shard leases: redis refused (%s); trying again", exc)

@@ -21,6 +21,9 @@ Segment = tuple[int, str]  # (shard, queue name or LEADER_SEGMENT)
 
 LAST_OWNER = schema.code("LAST_OWNER")
 STALE_TOKEN = schema.code("STALE_TOKEN")
+# A blocking pop ends well within the client's socket timeout (redis-py's default: 5 s), or
+# it would read as a dead connection.
+BLOCK_MAX_SECONDS = 2.0
 NUDGE_TOKENS_MAX = 64  # a stopping worker wakes at most this many others' renewals
 
 
@@ -102,9 +105,11 @@ class ShardLeases:
             pipe.pexpire(wake, self.lease_ms)
         pipe.execute()
 
-    def wait_for_changes(self, timeout: float) -> None:
-        """Block until a worker gives segments back (leave's nudge) or `timeout` passes."""
-        self.redis.blpop([self.keys.segments_wake()], timeout=timeout)
+    def wait_for_changes(self, timeout: float) -> bool:
+        """Block until a worker gives segments back (leave's nudge: True) or `timeout`
+        passes, at most BLOCK_MAX_SECONDS."""
+        timeout = min(timeout, BLOCK_MAX_SECONDS)
+        return self.redis.blpop([self.keys.segments_wake()], timeout=timeout) is not None
 
     def owners(self, shard: int, segment: str) -> list[Lease]:
         """The leases on a segment, expired ones included (deadline in Redis ms)."""
