@@ -7,10 +7,10 @@ by `assign`, a deterministic rule over the sorted live members, so every worker 
 same split: with fewer workers than shards each owns several, with more each owns one and
 shards are shared. A worker takes the leases of the shards assigned to it, renews what it
 holds, and gives back what is no longer its own only once another live owner has it (so a
-rebalance never leaves a segment unowned). A member silent for two renewals drops out of the
-list, so its shards are taken over before its leases (one renewal later) expire: a killed
-worker's shards are owned again within one lease. A stopping worker gives its leases back at
-once and wakes the others' renewals.
+rebalance never leaves a segment unowned). A member silent for half a lease drops out of the
+list, so its shards are taken over (within another third of a lease) before its leases
+expire: a killed worker's shards are owned again within one lease. A stopping worker gives
+its leases back at once and wakes the others' renewals.
 
 An idle loop waits per owned shard (`ShardWaits`): one listener thread per shard blocks on
 that shard's wake-up lists alone (one hash slot per blocking call, as Redis Cluster needs)
@@ -26,16 +26,16 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from jobcenter.storage.errors import RedisError
-from jobcenter.storage.shard_leases import Segment, ShardLeases, pop_wake
+from jobcenter.storage.shard_leases import Segment, ShardLeases, pop_wake, push_wake
 from jobcenter.storage.store import Store
 
 log = logging.getLogger(__name__)
 
 RENEWALS_PER_LEASE = 3  # a lease is renewed this often per lease length
-# A member silent for this many renewals is gone: its shards are shared out again before
-# its leases (renewed one renewal later than it last spoke) expire.
-MEMBER_RENEWALS = 2
-LISTEN_SECONDS = 1.0  # a listener's blocking pop, renewed while its loop waits
+# A member silent for this part of a lease is gone: the next renewal of another worker (a
+# third of a lease at most later) shares its shards out again before its leases expire.
+MEMBER_LEASE_FRACTION = 0.5
+LISTEN_SECONDS = 2.0  # a listener's blocking pop, renewed while its loop waits
 ERROR_PAUSE_SECONDS = 0.5  # a listener or renewal Redis refused tries again after this
 
 
@@ -68,12 +68,12 @@ class Ownership:
         self.handler = handler
         self.segments = list(segments)
         self.interval = settings.segment_lease_seconds / RENEWALS_PER_LEASE
-        self.member_ms = int(settings.segment_lease_ms * MEMBER_RENEWALS / RENEWALS_PER_LEASE)
+        self.member_ms = int(settings.segment_lease_ms * MEMBER_LEASE_FRACTION)
         self.on_change = on_change  # called with the segments newly taken
         self.held: dict[Segment, int] = {}  # segment -> fencing token; changed by rounds only
         self.snapshot: frozenset[Segment] = frozenset()  # what the loops read, never locked
         self.peers = 0  # other live workers seen by the last round
-        self.lock = threading.Lock()  # one round (or the final give-back) at a time
+        self.lock = threading.RLock()  # one round (or the final give-back) at a time
         self.closed = False
 
     def owned(self, segment: str) -> list[int]:
@@ -154,8 +154,9 @@ class Ownership:
 class ShardWaits:
     """An idle loop's wait for wake-up tokens on the shards it owns. One listener thread per
     owned shard blocks on that shard's lists (`keys_of(shard)` and the worker's own wake
-    list there) while the loop waits, and rings the loop. A ring that comes while the loop
-    is busy is kept, so its next wait returns at once: a burst is never slept through."""
+    list there) while the loop waits, and rings the loop; a token popped once the loop got
+    busy is pushed back for another worker. Tokens pushed while the loop is busy wait in
+    Redis, so its next wait returns at once: a burst is never slept through."""
 
     def __init__(
         self,
@@ -210,15 +211,14 @@ class ShardWaits:
             rung, self.rung = self.rung, set()
             return rung
 
-    def close(self) -> list[int]:
-        """Stop waiting and listening; returns the shards whose listener may still block."""
+    def close(self) -> None:
+        """Stop listening; every wait from now on returns at once."""
         with self.cond:
             self.closed = True
             for done in self.listening.values():
                 done.set()
-            shards, self.listening = sorted(self.listening), {}
+            self.listening = {}
             self.cond.notify_all()
-            return shards
 
     def _listen(self, shard: int, done: threading.Event) -> None:
         own = self.keys.worker_wake(shard, self.handler)  # poked when the worker stops
@@ -233,7 +233,16 @@ class ShardWaits:
                 log.debug("wake-up wait on shard %d: %s", shard, exc)
                 done.wait(ERROR_PAUSE_SECONDS)
                 continue
-            if popped is not None and popped != own:
-                with self.cond:
+            if popped is None or popped == own:
+                continue
+            with self.cond:
+                if self.waiting:
                     self.rung.add(shard)
                     self.cond.notify_all()
+                    continue
+            # the loop got busy meanwhile: leave the token to another idle worker (or to
+            # this loop's next wait), as a loop that is not waiting takes none
+            try:
+                push_wake(self.redis, popped)
+            except RedisError as exc:  # claim.lua wakes another worker when it leaves work
+                log.debug("wake-up token of shard %d not handed on: %s", shard, exc)

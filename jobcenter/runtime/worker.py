@@ -187,14 +187,16 @@ class Worker:
 
     def _stop_polling(self) -> None:
         """A stopping worker claims nothing more: its shards go to the other workers at
-        once, and its idle waits end."""
+        once, the claim loop's wait ends, and no listener stays blocked in Redis. (The
+        leader loop, owning nothing now, waits on until the worker has stopped.)"""
+        listened = set(self.task_waits.shards) | set(self.leader_waits.shards)
         try:
             self.ownership.give_back_all()
         except RedisError as exc:  # its leases expire instead
             log.warning("could not give the owned shards back (%s)", exc)
-        shards = set(self.task_waits.close()) | set(self.leader_waits.close())
+        self.task_waits.close()
         with contextlib.suppress(RedisError):
-            self.store.poke(self.handler, sorted(shards))  # listeners blocked in Redis
+            self.store.poke(self.handler, sorted(listened))
 
     def give_back_and_exit(self, exit_code: int = 0) -> NoReturn:
         """Forced stop: kill what runs, give it back to the queues, exit. Whatever fails on
@@ -291,6 +293,7 @@ class Worker:
             threads[0].join()
             self.stopped.set()
             self._stop_polling()
+            self.leader_waits.close()
             self.runner.shutdown()
             if self.rq_child is not None:
                 rq_runner.stop_rq_worker(self.rq_child)

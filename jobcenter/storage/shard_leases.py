@@ -126,3 +126,8 @@ def pop_wake(redis: Any, keys: Sequence[str], timeout: float) -> str | None:
     slot), or `timeout` seconds pass; the key it came on, or None."""
     popped = redis.blpop(list(keys), timeout=timeout)
     return None if popped is None else text(popped[0])
+
+
+def push_wake(redis: Any, key: str) -> None:
+    """Put back a wake-up token popped by a listener whose loop no longer waits."""
+    redis.lpush(key, 1)
