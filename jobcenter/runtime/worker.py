@@ -248,8 +248,8 @@ class Worker:
     def run(self) -> None:
         """Serve until stopped (or, with burst, until nothing is left to do)."""
         self.store.check_server()
+        self.ownership.renew_round()  # the shards to poll, before it says it serves
         self._register()
-        self.ownership.renew_round()  # the shards to poll, before the first claim
         self.pulse.beat(ok=True)
         self._supervise_recovery()
         threads = [
