@@ -17,8 +17,13 @@ HANDLER = "waiting-worker"
 LONG_WAIT = 30.0  # a wait that must end by a token, long before this
 
 
+LISTENERS: list[threading.Thread] = []
+
+
 def spawn(loop: Callable[[], None], name: str) -> threading.Thread:
-    return threading.Thread(target=loop, name=name, daemon=True)
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    LISTENERS.append(thread)
+    return thread
 
 
 @pytest.fixture
@@ -32,7 +37,10 @@ def store(redis_url: str, namespace: str) -> Iterator[Store]:
 def waits(store: Store) -> Iterator[ShardWaits]:
     waits = ShardWaits(store, HANDLER, lambda s: [store.keys.wake(s, "q")], spawn, "test")
     yield waits
-    waits.close()
+    waits.close()  # as a stopping worker does: listeners still blocked in Redis are poked
+    store.poke(HANDLER, range(store.keys.shards), tokens=1)
+    while LISTENERS:
+        LISTENERS.pop().join()
 
 
 def push_when_waiting(store: Store, waits: ShardWaits, shard: int) -> threading.Thread:
