@@ -152,11 +152,13 @@ class Ownership:
 
 
 class ShardWaits:
-    """An idle loop's wait for wake-up tokens on the shards it owns. One listener thread per
-    owned shard blocks on that shard's lists (`keys_of(shard)` and the worker's own wake
-    list there) while the loop waits, and rings the loop; a token popped once the loop got
-    busy is pushed back for another worker. Tokens pushed while the loop is busy wait in
-    Redis, so its next wait returns at once: a burst is never slept through."""
+    """An idle loop's wait for wake-up tokens on the shards it owns, one shard (one hash
+    slot) per blocking call: on its only shard the loop blocks itself, as it always did; on
+    several, one listener thread per shard blocks on that shard's lists (`keys_of(shard)`
+    and the worker's own wake list there) while the loop waits, and rings the loop. A token
+    a listener pops once the loop got busy is pushed back for another worker. Tokens pushed
+    while the loop is busy wait in Redis, so its next wait returns at once: a burst is never
+    slept through."""
 
     def __init__(
         self,
@@ -173,21 +175,24 @@ class ShardWaits:
         self.spawn = spawn
         self.name = name
         self.cond = threading.Condition()
+        self.owned: set[int] = set()
         self.listening: dict[int, threading.Event] = {}  # shard -> its listener's stop flag
         self.rung: set[int] = set()
         self.waiting = False
         self.closed = False
 
     def listen_to(self, shards: Iterable[int], ring: Iterable[int] = ()) -> None:
-        """Listen on exactly `shards` from now on; ring `ring` (shards just taken, whose
-        work may be waiting already)."""
+        """Wait on exactly `shards` from now on; ring `ring` (shards just taken, whose work
+        may be waiting already)."""
         wanted = set(shards)
         with self.cond:
             if self.closed:
                 return
-            for shard in set(self.listening) - wanted:
+            self.owned = wanted
+            listeners = wanted if len(wanted) > 1 else set()
+            for shard in set(self.listening) - listeners:
                 self.listening.pop(shard).set()
-            for shard in wanted - set(self.listening):
+            for shard in listeners - set(self.listening):
                 done = threading.Event()
                 self.listening[shard] = done
                 listen = functools.partial(self._listen, shard, done)
@@ -198,18 +203,23 @@ class ShardWaits:
     @property
     def shards(self) -> list[int]:
         with self.cond:
-            return sorted(self.listening)
+            return sorted(self.owned)
 
     def wait(self, timeout: float) -> set[int]:
-        """Until a listened shard rings, or `timeout` seconds pass; the shards that rang."""
+        """Until an owned shard rings, or `timeout` seconds pass; the shards that rang."""
         with self.cond:
-            if not self.rung and not self.closed:
+            alone = next(iter(self.owned)) if len(self.owned) == 1 else None
+            if not self.rung and not self.closed and alone is None:
                 self.waiting = True
                 self.cond.notify_all()
                 self.cond.wait_for(lambda: self.rung or self.closed, timeout)
                 self.waiting = False
-            rung, self.rung = self.rung, set()
-            return rung
+            if self.rung or self.closed or alone is None:
+                rung, self.rung = self.rung, set()
+                return rung
+        own = self.keys.worker_wake(alone, self.handler)  # poked when the worker stops
+        popped = pop_wake(self.redis, [*self.keys_of(alone), own], timeout)
+        return {alone} if popped is not None and popped != own else set()
 
     def close(self) -> None:
         """Stop listening; every wait from now on returns at once."""
@@ -218,6 +228,7 @@ class ShardWaits:
             for done in self.listening.values():
                 done.set()
             self.listening = {}
+            self.owned = set()
             self.cond.notify_all()
 
     def _listen(self, shard: int, done: threading.Event) -> None:
