@@ -34,6 +34,9 @@ STOPPING_LOG = "stopping (signal"
 SAMPLE_SECONDS = 0.02  # how often the owner watch reads the leases
 SUBMIT_SECONDS = 0.05  # one job submitted this often while owners die
 IDLE_SECONDS = 5.0  # the idle period whose requests are counted
+# Leases of the kill test: a takeover has a sixth of it to spare (half a lease of silence,
+# then a renewal a third of a lease apart), room for a worker slowed by a loaded machine.
+KILL_TEST_LEASE_SECONDS = 5.0
 # Requests an idle worker sends each second whatever it owns: the scheduler tick's lease
 # (acquire; release) and its reads.
 PER_WORKER_EVALSHA = 2.0
@@ -170,7 +173,7 @@ def test_sigterm_gives_the_shards_back_at_once_and_the_others_take_them(
 def test_a_killed_owners_shards_are_taken_within_one_lease_and_no_task_waits_longer(
     count: int, shards: int, workers: Workers, redis_url: str, namespace: str
 ) -> None:
-    lease = 3.0
+    lease = KILL_TEST_LEASE_SECONDS
     workers.settings = settings(shards, segment_lease=lease, task_lease=lease)
     fleet = start_fleet(workers, count)
     owners = Owners(workers.redis, namespace, shards)
@@ -191,21 +194,28 @@ def test_a_killed_owners_shards_are_taken_within_one_lease_and_no_task_waits_lon
     feeder = threading.Thread(target=submit, daemon=True)
     with watch_owners(owners) as gaps:
         feeder.start()
-        wait_until(lambda: len(submitted) >= 10, timeout=JOB_SECONDS)
-        victim.kill9()
-        killed_ms = time_ms(workers.redis)
+        try:
+            wait_until(lambda: len(submitted) >= 10, timeout=JOB_SECONDS)
+            victim.kill9()
+            killed_ms = time_ms(workers.redis)
 
-        def taken_over() -> int | None:
-            live = owners.live()
-            if all(live[seg] - {victim.handler} for seg in theirs):
-                return time_ms(workers.redis)
-            return None
+            def taken_over() -> int | None:
+                live = owners.live()
+                if all(live[seg] - {victim.handler} for seg in theirs):
+                    return time_ms(workers.redis)
+                return None
 
-        taken_ms = wait_until(taken_over, timeout=2 * lease, interval=SAMPLE_SECONDS)
-        seen = len(submitted)
-        wait_until(lambda: len(submitted) >= seen + 10, timeout=JOB_SECONDS)
-        stop.set()
-        feeder.join()
+            taken_ms = wait_until(
+                taken_over,
+                timeout=2 * lease,
+                interval=SAMPLE_SECONDS,
+                message=f"the killed worker's shards {theirs} were not taken over",
+            )
+            seen = len(submitted)
+            wait_until(lambda: len(submitted) >= seen + 10, timeout=JOB_SECONDS)
+        finally:
+            stop.set()
+            feeder.join()
     assert not gaps, gaps[:5]
     assert taken_ms - killed_ms <= lease * 1000, (
         f"the killed worker's shards {theirs} were taken {taken_ms - killed_ms} ms after the "
