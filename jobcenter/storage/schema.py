@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from jobcenter.model.notify import DeliveryState
 from jobcenter.model.states import lua_constants
 
 
@@ -90,6 +91,25 @@ class JobField(StrEnum):
     CANCEL_CURSOR = "cancel_cursor"  # tasks a cancel has visited
     COMPACT_CURSOR = "compact_cursor"  # tasks a compaction has visited
     RETENTION = "retention"  # ms a finished job is kept
+    NOTIFY_ON = "notify_on"  # the final states to tell of, comma-separated (spec `notify:`)
+    NOTIFY_TO = "notify_to"  # the channels told (jobcenter.model.notify.Channel), comma-separated
+    WEBHOOK = "webhook"  # the URL the webhook channel posts to
+
+
+class DeliveryField(StrEnum):
+    """A field of a job's notifications hash is one of these prefixes followed by the
+    channel: `s:webhook` is the state of the webhook delivery."""
+
+    STATE = "s:"  # its DeliveryState
+    ATTEMPTS = "a:"  # attempts started for the job's current outcome
+    HANDLER = "h:"  # the worker that made the last attempt
+    ERROR = "e:"  # why the last attempt failed
+    TRIED_AT = "tt:"  # ms, Redis TIME (as every time below): the last attempt's start
+    NEXT_AT = "tn:"  # when the next attempt is due (retrying)
+    DONE_AT = "td:"  # delivered, or given up
+
+    def of(self, channel: str) -> str:
+        return f"{self.value}{channel}"
 
 
 class PayloadKey(StrEnum):
@@ -124,7 +144,13 @@ class ScheduleField(StrEnum):
 
 # The Lua table naming each hash's fields (a table, not one local per field: Lua allows
 # at most 200 locals per function, and the prelude and scripts share them).
-LUA_TABLES: dict[str, type[StrEnum]] = {"JF": JobField, "PK": PayloadKey, "SF": ScheduleField}
+LUA_TABLES: dict[str, type[StrEnum]] = {
+    "JF": JobField,
+    "PK": PayloadKey,
+    "SF": ScheduleField,
+    "DF": DeliveryField,
+    "DS": DeliveryState,
+}
 
 
 @dataclass(frozen=True)
@@ -156,13 +182,14 @@ RETURN_CODES = (
     _code(
         "OK",
         0,
-        f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove shard_lease",
+        f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove notify_attempt "
+        "notify_done shard_lease",
         "done",
     ),
     _code(
         "ALREADY",
         1,
-        "cancel compact fail finalize resubmit shard_lease singleton submit",
+        "cancel compact fail finalize resubmit singleton submit notify_attempt shard_lease",
         "nothing to do: done already (by this or an earlier call)",
     ),
     _code("BUSY", 1, "revive", "a failure cascade is under way: finish it, then call again"),
@@ -172,7 +199,7 @@ RETURN_CODES = (
     _code(
         "STALE_TOKEN",
         -2,
-        "fail shard_lease",
+        "fail notify_done shard_lease",
         "the attempt (or shard lease) is not the one the caller holds",
     ),
     _code("CHANGED", -2, "schedule_save", "the schedule changed since the revision read"),
@@ -186,7 +213,7 @@ RETURN_CODES = (
         "JOB_GONE",
         -4,
         "cancel compact complete continue delete expire fail finalize give_back heartbeat "
-        "publish_tasks queue_roots release repair resubmit revive start",
+        "publish_tasks queue_roots release repair resubmit revive start notify_attempt",
         "no such job (never submitted, expired, or deleted)",
     ),
     _code("SCHEDULE_GONE", -4, "schedule_save schedule_remove", "no such schedule"),

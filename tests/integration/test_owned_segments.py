@@ -20,6 +20,7 @@ from helpers import wait_until
 from integration_harness import JOB_SECONDS, Scratch, Workers, worker_pool
 
 from jobcenter import Client
+from jobcenter.runtime.notifier import POLL_SECONDS as NOTIFY_POLL_SECONDS
 from jobcenter.runtime.segments import RENEWALS_PER_LEASE, assign
 from jobcenter.runtime.worker import IDLE_WAIT_SECONDS
 from jobcenter.storage.connection import time_ms
@@ -267,10 +268,12 @@ def test_an_idle_fleet_sends_requests_for_the_shards_it_owns_not_shards_times_wo
     rates = {cmd: (after.get(cmd, 0) - before.get(cmd, 0)) / seconds for cmd in after}
     owned = shards * len(SEGMENTS)  # each segment's shards have one owner each here
     # each owned shard: a claim and a listener's pop per idle wait, a lease renewal per third
-    # of a lease; each worker: its scheduler tick
-    per_second = owned / IDLE_WAIT_SECONDS + owned * RENEWALS_PER_LEASE / lease
+    # of a lease; each owned leader shard: the notifier's look for due deliveries; each
+    # worker: its scheduler tick
+    notifier = shards / NOTIFY_POLL_SECONDS
+    per_second = owned / IDLE_WAIT_SECONDS + notifier + owned * RENEWALS_PER_LEASE / lease
     bound = 1.25 * per_second + PER_WORKER_EVALSHA * count
-    without_ownership = count * shards * len(SEGMENTS) / IDLE_WAIT_SECONDS
+    without_ownership = count * (owned / IDLE_WAIT_SECONDS + notifier)  # every worker, all
     assert bound < without_ownership
     assert rates.get("evalsha", 0) <= bound, rates
     assert rates.get("blpop", 0) <= 1.25 * owned / IDLE_WAIT_SECONDS + count, rates

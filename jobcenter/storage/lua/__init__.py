@@ -37,7 +37,17 @@ JOB_SCRIPTS = frozenset(
     }
 )
 SHARD_SCRIPTS = frozenset(
-    {"claim", "singleton", "schedule_add", "schedule_save", "schedule_remove", "shard_lease"}
+    {
+        "claim",
+        "singleton",
+        "schedule_add",
+        "schedule_save",
+        "schedule_remove",
+        "notify_claim",
+        "notify_attempt",
+        "notify_done",
+        "shard_lease",
+    }
 )
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS
 
