@@ -14,9 +14,10 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_NAMESPACE = "default"
 # What a submit waits for before it returns: Redis's acknowledgement (`acked`), or also the
 # local AOF fsync confirmed by WAITAOF (`fsynced`, on Redis >= 7.2 with AOF on; elsewhere
-# the same as acked). README: Durability.
-ACKED, FSYNCED = "acked", "fsynced"
-DURABILITY_MODES = (ACKED, FSYNCED)
+# the same as acked), or one replica's acknowledgement confirmed by WAIT (`replicated`: the
+# job survives losing the primary to a Sentinel failover). README: Durability.
+ACKED, FSYNCED, REPLICATED = "acked", "fsynced", "replicated"
+DURABILITY_MODES = (ACKED, FSYNCED, REPLICATED)
 
 # Results are for handing data to the next task, not for bulk data (keep that elsewhere).
 DEFAULT_RESULT_MAX_BYTES = 1024 * 1024
@@ -78,7 +79,7 @@ class Settings:
     # A worker's lease on the shards it polls (owned segments): a dead worker's shards are
     # taken over within this; each worker renews its leases every third of it.
     segment_lease_seconds: float = 10.0
-    # acked | fsynced: see DURABILITY_MODES.
+    # acked | fsynced | replicated: see DURABILITY_MODES.
     durability: str = FSYNCED
     # A task's return value is stored in Redis with its job: a bound keeps one task from
     # filling memory; a larger value fails the task (it is never truncated).

@@ -1423,8 +1423,9 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated: W1,W2,W3,W4,W5,wake,big-fan,big-chain,big-follow; or `order` "
-        "alone: the task-order rules on DAGs where order matters (one worker, --concurrency slots)",
+        help="comma-separated: W1,W2,W3,W4,W5,wake,big-fan,big-chain,big-follow; or `order` alone: "
+        "the task-order rules on DAGs where order matters (one worker, --concurrency slots); "
+        "or `cluster` alone: W1 and W4 on one Redis and on a local 3-master Redis Cluster",
     )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=64, help="task threads per worker")
@@ -1466,6 +1467,10 @@ def main() -> int:
 
     if args.only == "order":
         return order_bench(args.concurrency, say)
+    if args.only == "cluster":
+        import bench_cluster
+
+        return bench_cluster.main(sizes, repeats, args.workers, args.concurrency, say)
     chosen = workloads(sizes)
     if args.only:
         wanted = [k.strip() for k in args.only.split(",") if k.strip()]

@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 import redis
 from redis import Redis
 
-from jobcenter.config import ACKED, Settings
+from jobcenter.config import ACKED, REPLICATED, Settings
 from jobcenter.errors import (
     IdempotencyConflict,
     NoResult,
@@ -30,14 +30,14 @@ from jobcenter.model.spec import JobSpec, spec_digest, spec_from_any
 from jobcenter.model.states import TERMINAL_TASK_STATES, JobState, TaskState
 
 from . import schema
-from .connection import connect, time_ms
+from .connection import connect, is_cluster, time_ms
 from .durability import GroupCommit
 from .keys import JobKeys, Keys
 from .layout import Layout, job_queues
 from .lua import Batch, Scripts
 from .notifications import view as notifications_view
 from .replies import seconds, text
-from .schema import TaskField
+from .schema import JobField, TaskField
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +178,7 @@ class Store:
         self.settings = settings
         self.keys = Keys(settings.namespace, settings.shards)
         self.scripts = Scripts(client)
+        self.cluster = is_cluster(client)  # a Redis Cluster: one call, one hash slot
         self._meta: OrderedDict[str, JobMeta] = OrderedDict()
         self._waitaof: bool | None = None  # learnt from the server on first submit
         self._probe_lock = threading.Lock()
@@ -364,6 +365,7 @@ class Store:
             "retention": int(spec.retention * 1000) if spec.retention else None,
             "schedule_id": schedule_id,
             "fire_time": fire_time,
+            JobField.TRIGGER_RULES: 1 if layout.has_trigger_rules() else None,
             **_notify_fields(spec),
         }
         fields.update({k: v for k, v in optional.items() if v is not None})
@@ -385,7 +387,8 @@ class Store:
     def wait_durable(self) -> bool:
         """With durability `fsynced`, where the server has WAITAOF (Redis >= 7.2) and AOF on
         with fsyncs: block until every write this process had acknowledged is fsynced to the
-        local AOF; one WAITAOF serves all the threads waiting (group commit). True if that
+        local AOF; one WAITAOF serves all the threads waiting (group commit). With
+        `replicated`, until one replica has them (WAIT 1, grouped the same way). True if that
         was confirmed. Elsewhere (`acked`) the writes are in Redis memory and its AOF
         buffer, which a Redis crash does not lose (README: Durability)."""
         if self.settings.durability == ACKED or not self._fsync_confirmable():
@@ -393,16 +396,24 @@ class Store:
         return self._group_commit.wait()
 
     def _fsync_confirmable(self) -> bool:
-        """Whether WAITAOF can confirm an fsync here; learnt once, with a note when not."""
+        """Whether WAITAOF (or WAIT) can confirm the write here; learnt once, with a note
+        when not."""
         with self._probe_lock:
             if self._waitaof is None:
-                reason = self._no_waitaof_reason()
+                reason = self._unconfirmable_reason()
                 self._waitaof = reason is None
                 if reason is not None:
-                    log.info("durability fsynced: %s; submits return once Redis acked", reason)
+                    mode = self.settings.durability
+                    log.info("durability %s: %s; submits return once Redis acked", mode, reason)
             return self._waitaof
 
-    def _no_waitaof_reason(self) -> str | None:
+    def _unconfirmable_reason(self) -> str | None:
+        if self.cluster:  # WAITAOF, WAIT: one node's writes, on the connection that made them
+            return "on a Redis Cluster each master fsyncs and replicates on its own"
+        if self.settings.durability == REPLICATED:  # WAIT: every Redis has it
+            if int(self.redis.info("replication").get("connected_slaves", 0)) < 1:
+                return "no replica is connected to the primary, so WAIT would only time out"
+            return None
         info = self.redis.info("server")
         version = str(info["redis_version"])
         major, minor = (int(x) for x in version.split(".")[:2])
@@ -429,6 +440,12 @@ class Store:
             timeout_ms = max(1, min(timeout_ms, int(socket_timeout * 1000 / 2)))
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.keys.fsync_mark(), 1)
+        if self.settings.durability == REPLICATED:  # WAIT: one replica has every write
+            pipe.execute_command("WAIT", 1, timeout_ms)
+            _, replicas = pipe.execute()
+            if int(replicas) < 1:
+                log.warning("WAIT: no replica acknowledged within %d ms; submits acked", timeout_ms)
+            return int(replicas) >= 1
         pipe.execute_command("WAITAOF", 1, 0, timeout_ms)
         try:
             _, (local, _) = pipe.execute()
@@ -838,6 +855,12 @@ class Store:
                 )
             if aof != "yes":
                 warnings.append("appendonly is off: a Redis restart loses what it held")
+        if self.cluster and self.keys.shards < len(self.redis.get_primaries()):
+            warnings.append(
+                f"JOBCENTER_SHARDS={self.keys.shards} on a cluster of "
+                f"{len(self.redis.get_primaries())} masters: jobs live on {self.keys.shards} of "
+                "them at most; a new namespace with 8 or more shards per master spreads them"
+            )
         for warning in warnings:
             log.warning(warning)
         return warnings
