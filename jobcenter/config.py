@@ -76,6 +76,9 @@ class Settings:
     unknown_task_timeout_seconds: float = 600.0
     # Number of hash-tag shards; 1 on a single Redis, more on Redis Cluster. Fixed per namespace.
     shards: int = 1
+    # A worker's lease on the shards it polls (owned segments): a dead worker's shards are
+    # taken over within this; each worker renews its leases every third of it.
+    segment_lease_seconds: float = 10.0
     # acked | fsynced | replicated: see DURABILITY_MODES.
     durability: str = FSYNCED
     # A task's return value is stored in Redis with its job: a bound keeps one task from
@@ -113,6 +116,7 @@ class Settings:
                 "JOBCENTER_UNKNOWN_TASK_TIMEOUT_SECONDS", 600.0
             ),
             "shards": _env_int("JOBCENTER_SHARDS", 1),
+            "segment_lease_seconds": _env_float("JOBCENTER_SEGMENT_LEASE_SECONDS", 10.0),
             "durability": os.environ.get("JOBCENTER_DURABILITY") or FSYNCED,
             "result_max_bytes": _env_int("JOBCENTER_RESULT_MAX_BYTES", DEFAULT_RESULT_MAX_BYTES),
             "webhook_secret": os.environ.get("JOBCENTER_WEBHOOK_SECRET") or None,
@@ -126,3 +130,7 @@ class Settings:
     @property
     def lease_ms(self) -> int:
         return int(self.lease_seconds * 1000)
+
+    @property
+    def segment_lease_ms(self) -> int:
+        return int(self.segment_lease_seconds * 1000)

@@ -8,6 +8,8 @@ bench_tasks` processes (each with its rq recovery child), then measures:
   W3  a chain of 1,000                                  ms per hop
   W4  200 jobs of the seed-000 9-task DAG               wall time
   W5  20,000 one-task jobs submitted through the client jobs/s
+  wake 200 one-task jobs submitted one at a time to idle workers: ready -> started
+      (the idle wake-up path: each owned shard's listener, then a claim)
   W1r W1 with each task returning 100 bytes (stored results): tasks/s, against W1's
   map a 10,000-way map: the time from its source's success to its last instance written
   big a 100,000-task DAG: submit + split time, and the failure of its root cascading to
@@ -94,6 +96,7 @@ class Sizes:
     big: int = 100_000  # big DAG (tasks, the root included)
     memory: int = 20_000  # tasks of the memory probe job
     ceiling: int = 20_000  # EVALSHA calls per ceiling measurement
+    wake: int = 200  # one-task jobs the wake-up workload submits one at a time
     map_elements: int = 10_000  # map: the largest list a map takes
 
 
@@ -772,6 +775,43 @@ def run_many_jobs(
     }
 
 
+WAKE_GAP_SECONDS = 0.02  # between the wake workload's submits: the workers are idle again
+
+
+def run_wakeups(bench: Bench, count: int) -> dict[str, Any]:
+    """Idle workers woken up: `count` one-task jobs submitted one at a time, WAKE_GAP_SECONDS
+    apart, each finding the workers idle; the ready -> started time of each task (queued at
+    to started at, both Redis TIME) is what the idle wake-up path costs."""
+    spec = flat_spec(1)
+    baseline = bench.active_jobs()
+    job_ids = []
+    w0 = time.perf_counter()
+    for _ in range(count):
+        job_ids.append(bench.client.submit(spec))
+        time.sleep(WAKE_GAP_SECONDS)
+    wait_active_below(bench, baseline, job_timeout(count))
+    wall_s = time.perf_counter() - w0
+    pipe = bench.redis.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hmget(bench.client.store.keys.job(job_id).tasks, ["s:0", "tq:0", "ts:0"])
+    problems: list[str] = []
+    waits: list[float] = []
+    for state, queued, started in pipe.execute():
+        if state != b"succeeded" or not queued or not started:
+            problems.append(f"a task ended {state!r}")
+        else:
+            waits.append(int(started) - int(queued))
+    bench.purge(job_ids)
+    return {
+        "jobs": count,
+        "wall_s": wall_s,
+        "dispatch_p50_ms": pct(waits, 0.5),
+        "dispatch_p99_ms": pct(waits, 0.99),
+        "dispatch_max_ms": max(waits) if waits else None,
+        "problems": problems[:10],
+    }
+
+
 def run_big(bench: Bench, shape: str, n: int) -> dict[str, Any]:
     """A DAG of n tasks whose root fails: time submit + split, then the cascade to the
     n - 1 descendants; the longest script calls of each phase from SLOWLOG."""
@@ -992,6 +1032,10 @@ def workloads(sizes: Sizes) -> dict[str, tuple[str, Workload]]:
             f"{sizes.one_task_jobs:,} one-task jobs",
             lambda b: run_many_jobs(b, flat_spec(1), sizes.one_task_jobs, full_check=False),
         ),
+        "wake": (
+            f"{sizes.wake} one-task jobs, one at a time",
+            lambda b: run_wakeups(b, sizes.wake),
+        ),
         "map": (
             f"map over {sizes.map_elements:,} elements",
             lambda b: run_map(b, sizes.map_elements),
@@ -1172,6 +1216,20 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, s
         headline("W4", "wall (Redis TIME)", r["redis_s"], fmt(r["redis_s"], " s", 3))
         common("W4")
         rows.append(("", "submit (client)", f"{fmt(r['submit_jobs_per_s'])} jobs/s", "", "", ""))
+    if "wake" in w:
+        r = w["wake"]["median"]
+        runs = len(w["wake"]["runs"])
+        rows.append(
+            (
+                f"wake {w['wake']['label']}" + (f" [median of {runs}]" if runs > 1 else ""),
+                "ready -> started p50/p99/max",
+                f"{fmt(r['dispatch_p50_ms'], '', 1)}/{fmt(r['dispatch_p99_ms'], '', 1)}/"
+                f"{fmt(r['dispatch_max_ms'], ' ms', 1)}",
+                "",
+                "",
+                verdict(not r["problems"]),
+            )
+        )
     if "W5" in w:
         r = w["W5"]["median"]
         headline("W5", "jobs/s, submit to last finished", r["jobs_per_s"], fmt(r["jobs_per_s"]))
@@ -1365,7 +1423,7 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated: W1,W2,W3,W4,W5,big-fan,big-chain,big-follow; or `order` alone: "
+        help="comma-separated: W1,W2,W3,W4,W5,wake,big-fan,big-chain,big-follow; or `order` alone: "
         "the task-order rules on DAGs where order matters (one worker, --concurrency slots); "
         "or `cluster` alone: W1 and W4 on one Redis and on a local 3-master Redis Cluster",
     )

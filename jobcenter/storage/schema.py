@@ -207,20 +207,25 @@ RETURN_CODES = (
         "OK",
         0,
         f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove notify_attempt "
-        "notify_done",
+        "notify_done shard_lease",
         "done",
     ),
     _code(
         "ALREADY",
         1,
-        "cancel compact fail finalize resubmit singleton submit notify_attempt",
+        "cancel compact fail finalize resubmit singleton submit notify_attempt shard_lease",
         "nothing to do: done already (by this or an earlier call)",
     ),
     _code("BUSY", 1, "revive", "a failure cascade is under way: finish it, then call again"),
     _code("UNFINISHED", 2, "finalize", "the job has tasks not finished yet"),
     _code("HELD", -1, "singleton", "another holder has the lease"),
     _code("NAME_TAKEN", -1, "schedule_add", "the name belongs to another schedule"),
-    _code("STALE_TOKEN", -2, "fail notify_done", "the attempt is not the one the caller holds"),
+    _code(
+        "STALE_TOKEN",
+        -2,
+        "fail notify_done shard_lease",
+        "the attempt (or shard lease) is not the one the caller holds",
+    ),
     _code("CHANGED", -2, "schedule_save", "the schedule changed since the revision read"),
     _code(
         "WRONG_STATE",
@@ -239,6 +244,7 @@ RETURN_CODES = (
     _code("KEYS_MISSING", -5, _JOB_CHECKED, "a queue or the idempotency key was not in KEYS"),
     _code("CURSOR_MOVED", -6, "publish_tasks queue_roots", "another leader moved on meanwhile"),
     _code("IDEMPOTENCY_CONFLICT", -7, "submit", "the key names a job of a different spec"),
+    _code("LAST_OWNER", -8, "shard_lease", "no other live owner would keep the segment: kept"),
 )
 
 # Codes per item of a batch (complete: per pair, heartbeat and give_back: per triple).
