@@ -42,6 +42,33 @@ def _env_positive(name: str, default: N, parse: Callable[[str], N], what: str) -
     return value
 
 
+def _env_count(name: str, default: int) -> int:
+    """A whole number >= 0 (0 turns something off)."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {raw!r}")
+    return value
+
+
+SWITCH_VALUES = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}
+
+
+def _env_switch(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return SWITCH_VALUES[raw.strip().lower()]
+    except KeyError:
+        raise ValueError(f"{name} must be one of 1, 0, true, false, on, off; got {raw!r}") from None
+
+
 def redacted_url(url: str) -> str:
     """The URL with its password replaced by ***: fit for a log line."""
     parts = urlsplit(url)
@@ -74,12 +101,18 @@ class Settings:
     shards: int = 1
     # acked | fsynced: see DURABILITY_MODES.
     durability: str = FSYNCED
+    # Events kept per shard's stream (about: trimmed by whole stream nodes); 0 turns them off.
+    events_maxlen: int = 100_000
+    # Whether the transitions keep the metric counters /metrics reads.
+    metrics: bool = True
 
     def __post_init__(self) -> None:
         # both end up inside every key name and hash tag
         check_name(self.namespace, "the namespace")
         if not isinstance(self.shards, int) or self.shards < 1:
             raise ValueError(f"the shard count must be a whole number >= 1, got {self.shards!r}")
+        if not isinstance(self.events_maxlen, int) or self.events_maxlen < 0:
+            raise ValueError(f"events_maxlen must be a whole number >= 0, got {self.events_maxlen!r}")
         if self.durability not in DURABILITY_MODES:
             raise ValueError(
                 f"durability (JOBCENTER_DURABILITY) must be one of "
@@ -101,6 +134,8 @@ class Settings:
             ),
             "shards": _env_int("JOBCENTER_SHARDS", 1),
             "durability": os.environ.get("JOBCENTER_DURABILITY") or FSYNCED,
+            "events_maxlen": _env_count("JOBCENTER_EVENTS_MAXLEN", 100_000),
+            "metrics": _env_switch("JOBCENTER_METRICS", True),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -25,18 +25,6 @@ local ESTIMATE_WEIGHT = 0.3 -- of the newest run in the moving average: a few ru
 local ESTIMATES_MAX = 100000 -- fields per shard: past this only known ones are updated
 local job_name = nil
 
--- The payload is msgpack of a map whose first key is PK.TASK (layout.py writes it first): the
--- task name is the string right after it, read here without unpacking the arguments.
-local TASK_KEY = string.char(160 + #PK.TASK) .. PK.TASK -- the key as a msgpack fixstr
-local function payload_task_name(p)
-  if not p or string.sub(p, 2, 1 + #TASK_KEY) ~= TASK_KEY then return nil end
-  local at = 2 + #TASK_KEY -- the name's msgpack header
-  local b = string.byte(p, at)
-  if b >= 160 and b <= 191 then return string.sub(p, at + 1, at + b - 160) end -- fixstr
-  if b == 217 then return string.sub(p, at + 2, at + 1 + string.byte(p, at + 1)) end -- str 8
-  return nil
-end
-
 -- Fold one succeeded run (ms, Redis time) into a moving average (jobcenter/model/ordering.py).
 local function learn(field, ms)
   local old = tonumber(redis.call('HGET', ESTIMATES, field))
@@ -46,12 +34,11 @@ local function learn(field, ms)
   redis.call('HSET', ESTIMATES, field, string.format('%.1f', value))
 end
 
-local function learn_run(i, started, payload)
+local function learn_run(i, started, task_name)
   if not started then return end
   local ms = math.max(0, now - tonumber(started))
   job_name = job_name or redis.call('HGET', J, JF.NAME) or ''
   learn('j\t' .. job_name .. '\t' .. (redis.call('HGET', T, TF_ID .. i) or i), ms)
-  local task_name = payload_task_name(payload)
   if task_name then learn('t\t' .. task_name, ms) end
 end
 
@@ -75,6 +62,8 @@ local function take(c)
     TF_STARTED_AT .. c, now, TF_UPDATED_AT .. c, now)
   redis.call('HDEL', T, TF_ERROR .. c, TF_FINISHED_AT .. c, TF_PROGRESS .. c) -- a fresh attempt
   redis.call('ZADD', LEASES, now + lease_ms, lease_member(c))
+  emit(EV.STARTED, c, {EF.ATTEMPT, attempt, EF.HANDLER, handler})
+  observe_wait(qname, now, nil, now) -- started the moment it was released
   taken[#taken + 1] = {tonumber(c), attempt, redis.call('HGET', T, TF_PAYLOAD .. c)}
   return true
 end
@@ -104,7 +93,14 @@ for k = first_pair, #ARGV, 2 do
     leases[#leases + 1] = lease_member(i)
     history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', now, ''}, '\t')
     if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
-    learn_run(i, f[4], f[6])
+    local name = payload_task_name(f[6])
+    learn_run(i, f[4], name)
+    emit(EV.SUCCEEDED, i, {EF.ATTEMPT, f[2], EF.HANDLER, f[3]})
+    if METRICS_ON then
+      local labels = task_labels(i, name)
+      count_finished(i, T_SUCCEEDED, labels)
+      observe_run(i, f[4], now, labels)
+    end
   end
   codes[#codes + 1] = code
 end

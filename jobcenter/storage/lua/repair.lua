@@ -18,6 +18,12 @@ if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local repaired = 0
+-- Say so (an event, a count by rule) before the transition the repair makes.
+local function repairing(i)
+  emit(EV.REPAIRED, i, {EF.DETAIL, action})
+  count(MF.REPAIRS .. '\t' .. action)
+  repaired = repaired + 1
+end
 local k = A + 2
 while k <= #ARGV do
   local i = ARGV[k]
@@ -30,8 +36,8 @@ while k <= #ARGV do
       or redis.call('ZSCORE', queue.ready, queue_member(i))
       or redis.call('ZSCORE', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
     if (state == T_QUEUED or state == T_RETRY_WAIT) and not held then
+      repairing(i)
       enqueue(i, now)
-      repaired = repaired + 1
     end
   elseif action == 'release' then
     local nparents = tonumber(ARGV[k])
@@ -41,22 +47,22 @@ while k <= #ARGV do
     end
     k = k + 1 + nparents
     if state == T_WAITING and all_succeeded then
+      repairing(i)
       redis.call('HSET', T, TF_DEPS_LEFT .. i, 0)
       enqueue(i, now)
-      repaired = repaired + 1
     end
   elseif action == 'lease' then
     if (state == T_RUNNING or state == T_TIMED_OUT) and not redis.call('ZSCORE', LEASES, lease) then
+      repairing(i)
       redis.call('ZADD', LEASES, now, lease)
-      repaired = repaired + 1
     end
   elseif action == 'abandon' then
     if state == T_QUEUED or state == T_RETRY_WAIT or state == T_TIMED_OUT then
       redis.call('ZREM', queue.ready, queue_member(i))
       redis.call('ZREM', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
       redis.call('HDEL', CLAIMS, lease)
+      repairing(i)
       fail_task(i, now, err)
-      repaired = repaired + 1
     end
   end
 end

@@ -49,6 +49,7 @@ if #roots + #resets == 0 then return {OK, 0} end
 
 local now = now_ms()
 for _, i in ipairs(resets) do
+  emit(EV.REVIVED, i)
   redis.call('HDEL', T, TF_FINISHED_AT .. i, TF_ERROR .. i)
   if tonumber(redis.call('HGET', T, TF_DEPS_LEFT .. i) or 0) == 0 then
     enqueue(i, now) -- its parents all succeeded since it was blocked: nothing would release it
@@ -57,6 +58,7 @@ for _, i in ipairs(resets) do
   end
 end
 for _, i in ipairs(roots) do
+  emit(EV.REVIVED, i)
   local used = tonumber(redis.call('HGET', T, TF_ATTEMPTS .. i) or 0)
   redis.call('HSET', T, TF_MAX_ATTEMPTS .. i, used + max_attempts(i))
   redis.call('HDEL', T, TF_FINISHED_AT .. i)
