@@ -112,7 +112,9 @@ class Settings:
         if not isinstance(self.shards, int) or self.shards < 1:
             raise ValueError(f"the shard count must be a whole number >= 1, got {self.shards!r}")
         if not isinstance(self.events_maxlen, int) or self.events_maxlen < 0:
-            raise ValueError(f"events_maxlen must be a whole number >= 0, got {self.events_maxlen!r}")
+            raise ValueError(
+                f"events_maxlen must be a whole number >= 0, got {self.events_maxlen!r}"
+            )
         if self.durability not in DURABILITY_MODES:
             raise ValueError(
                 f"durability (JOBCENTER_DURABILITY) must be one of "

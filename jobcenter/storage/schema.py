@@ -177,8 +177,22 @@ class MetricField(StrEnum):
 # The histograms' upper bounds (ms; a last bucket holds the rest): fixed, so each
 # observation is one HINCRBY of its bucket and one of the sum.
 HISTOGRAM_BUCKETS_MS = (
-    5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000,
-    1_800_000, 3_600_000,
+    5,
+    10,
+    25,
+    50,
+    100,
+    250,
+    500,
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    30_000,
+    60_000,
+    300_000,
+    1_800_000,
+    3_600_000,
 )
 
 
