@@ -10,11 +10,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from jobcenter.model.states import TaskState
+
 from .replies import text
-from .schema import EventField, TaskField
+from .schema import EventField, EventKind, TaskField
 from .store import Store
 
 EVENTS_PAGE = 1_000  # stream entries per read: each read stays short
+# Entries a live view reads after its cursor: past this much news it reads the states again.
+LIVE_PAGE = 2_000
 FOLLOW_BLOCK_MS = 1_000  # how long a follow waits on one stream before looking again
 START = "0-0"  # a cursor before every entry
 
@@ -47,6 +51,22 @@ class Event:
 
 Cursor = dict[int, str]  # shard -> id of the last entry read there
 
+# The task state each task event leaves behind (the others change no task's state).
+STATE_AFTER = {
+    EventKind.QUEUED: TaskState.QUEUED,
+    EventKind.STARTED: TaskState.RUNNING,
+    EventKind.RESUMED: TaskState.RUNNING,
+    EventKind.SUCCEEDED: TaskState.SUCCEEDED,
+    EventKind.RETRIED: TaskState.RETRY_WAIT,  # a 'queued' follows when it is queued at once
+    EventKind.FAILED: TaskState.FAILED,
+    EventKind.UPSTREAM_FAILED: TaskState.UPSTREAM_FAILED,
+    EventKind.TIMED_OUT: TaskState.TIMED_OUT,
+    EventKind.GIVEN_BACK: TaskState.QUEUED,
+    EventKind.RELEASED: TaskState.QUEUED,
+    EventKind.CANCELLED: TaskState.CANCELLED,
+    EventKind.REVIVED: TaskState.WAITING,  # a 'queued' follows when its parents are done
+}
+
 
 def stream_id_ms(stream_id: bytes | str) -> int:
     return int(str(text(stream_id)).partition("-")[0])
@@ -77,6 +97,11 @@ def _after(stream_id: str) -> str:
     this works on every version)."""
     ms, _, seq = stream_id.partition("-")
     return f"{ms}-{int(seq or 0) + 1}"
+
+
+def _id_order(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 class Events:
@@ -196,6 +221,32 @@ class Events:
         """Every event after `cursor`, as it comes, forever (the caller stops it)."""
         while True:
             yield from self.after(cursor, job_id=job_id, block_ms=block_ms)
+
+    def state_changes(self, job_id: str, after: str) -> tuple[dict[int, str], str] | None:
+        """What a live view of one job needs since its cursor `after` (an id of the job's
+        shard stream): each task's new state by index, and the cursor past them. None when
+        the stream cannot say (trimmed past the cursor, or more news than LIVE_PAGE): then
+        read the states themselves."""
+        key = self.keys.events(self.keys.job_shard(job_id))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xrange(key, "-", "+", count=1)
+        pipe.xrange(key, _after(after), "+", count=LIVE_PAGE)
+        first, page = pipe.execute()
+        if not first or _id_order(first[0][0].decode()) > _id_order(after):
+            return None  # trimmed past the cursor (or emptied): news may be lost
+        if len(page) >= LIVE_PAGE:
+            return None
+        changes: dict[int, str] = {}
+        job_field, index_field, kind_field = (
+            f.value.encode() for f in (EventField.JOB, EventField.INDEX, EventField.KIND)
+        )
+        for _, fields in page:
+            if fields.get(job_field) != job_id.encode() or index_field not in fields:
+                continue
+            state = STATE_AFTER.get(fields[kind_field].decode())
+            if state is not None:
+                changes[int(fields[index_field])] = state.value
+        return changes, page[-1][0].decode() if page else after
 
     def named(self, events: Sequence[Event]) -> list[Event]:
         """The events with each task named by its id: one read per job, in one round trip."""

@@ -176,3 +176,36 @@ def test_metrics_count_known_runs(
     assert printed.code == 0, printed.stderr
     again = _samples(printed.stdout)
     assert again[("jobcenter_queue_wait_seconds_count", wait)] == started
+
+
+def test_the_live_view_reads_only_the_changes_after_its_cursor(
+    workers: Workers, client: Client, scratch: Scratch, dashboard: Dashboard
+) -> None:
+    job_id = client.submit(
+        {
+            "name": "watched",
+            "tasks": [
+                {"id": "slow", "task": "tasks_for_tests.block", "args": ["live"]},
+                {"id": "after", "task": "tasks_for_tests.record", "depends_on": ["slow"]},
+            ],
+        }
+    )
+    first: Any = dashboard.json(f"/api/jobs/{job_id}/live")
+    assert first["states"] == ["queued", "waiting"] and first["after"]
+    cursor = first["after"]
+    seen: dict[str, str] = {}
+
+    def news(until: dict[str, str]) -> bool:
+        nonlocal cursor
+        reply: Any = dashboard.json(f"/api/jobs/{job_id}/live?after={cursor}")
+        assert "states" not in reply  # only what changed
+        seen.update(reply["changes"])
+        cursor = reply["after"]
+        return all(seen.get(k) == v for k, v in until.items())
+
+    workers.start()
+    wait_until(lambda: news({"0": "running"}), JOB_SECONDS, message=f"saw {seen}")
+    assert "1" not in seen
+    scratch.open_gate("live")
+    wait_until(lambda: news({"0": "succeeded", "1": "succeeded"}), JOB_SECONDS, message=f"{seen}")
+    assert client.state(job_id) == "succeeded"
