@@ -21,6 +21,9 @@ EVENTS_PAGE = 1_000  # stream entries per read: each read stays short
 LIVE_PAGE = 2_000
 FOLLOW_BLOCK_MS = 1_000  # how long a follow waits on one stream before looking again
 START = "0-0"  # a cursor before every entry
+# A job's events are read from this long before its creation time: an entry's id comes from
+# the server's clock as the script saw it, which may lag the TIME call that stamped the job.
+JOB_START_MARGIN_MS = 1_000
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,7 @@ class Events:
         start_ms = since_ms
         if job_id is not None and start_ms is None:
             created = self.redis.hget(self.keys.job(job_id).job, "created_at")
-            start_ms = int(created) if created is not None else None
+            start_ms = int(created) - JOB_START_MARGIN_MS if created is not None else None
         if start_ms is None and job_id is None:
             return self._newest(limit or EVENTS_PAGE)
         cursor: Cursor = {}
