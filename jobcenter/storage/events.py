@@ -75,24 +75,31 @@ def stream_id_ms(stream_id: bytes | str) -> int:
     return int(str(text(stream_id)).partition("-")[0])
 
 
-def _event(shard: int, raw_id: bytes, fields: dict[bytes, bytes]) -> Event:
+def _events(shard: int, raw_id: bytes, fields: dict[bytes, bytes]) -> list[Event]:
+    """The events of one stream entry: one, or one per task of an entry the hot path wrote
+    for a batch (indexes and attempts comma-separated, emit_many in lua/_job.lua)."""
     f = {k.decode(): v.decode(errors="replace") for k, v in fields.items()}
-    index = f.get(EventField.INDEX)
-    attempt = f.get(EventField.ATTEMPT)
+    indexes = f[EventField.INDEX].split(",") if EventField.INDEX in f else [None]
+    attempts = f[EventField.ATTEMPT].split(",") if EventField.ATTEMPT in f else []
+    if len(attempts) != len(indexes):
+        attempts = attempts[:1] * len(indexes)
     event_id = raw_id.decode()
-    return Event(
-        id=event_id,
-        shard=shard,
-        time=stream_id_ms(event_id) / 1000,
-        kind=f.get(EventField.KIND, "?"),
-        job=f.get(EventField.JOB, ""),
-        index=None if index is None else int(index),
-        task=index,
-        attempt=None if attempt is None else int(attempt),
-        handler=f.get(EventField.HANDLER) or None,
-        error=f.get(EventField.ERROR) or None,
-        detail=f.get(EventField.DETAIL) or None,
-    )
+    return [
+        Event(
+            id=event_id,
+            shard=shard,
+            time=stream_id_ms(event_id) / 1000,
+            kind=f.get(EventField.KIND, "?"),
+            job=f.get(EventField.JOB, ""),
+            index=None if index is None else int(index),
+            task=index,
+            attempt=int(attempts[k]) if attempts else None,
+            handler=f.get(EventField.HANDLER) or None,
+            error=f.get(EventField.ERROR) or None,
+            detail=f.get(EventField.DETAIL) or None,
+        )
+        for k, index in enumerate(indexes)
+    ]
 
 
 def _after(stream_id: str) -> str:
@@ -168,9 +175,7 @@ class Events:
         while True:
             page = self.redis.xrange(key, low, "+", count=EVENTS_PAGE)
             for raw_id, fields in page:
-                event = _event(shard, raw_id, fields)
-                if job_id is None or event.job == job_id:
-                    out.append(event)
+                out += [e for e in _events(shard, raw_id, fields) if job_id in (None, e.job)]
             if page:
                 last = page[-1][0].decode()
                 low = _after(last)
@@ -183,7 +188,9 @@ class Events:
         for shard in self._shards(None):
             page = self.redis.xrevrange(self.keys.events(shard), "+", "-", count=limit)
             cursor[shard] = page[0][0].decode() if page else START
-            found.append([_event(shard, raw_id, fields) for raw_id, fields in reversed(page)])
+            found.append(
+                [e for raw_id, fields in reversed(page) for e in _events(shard, raw_id, fields)]
+            )
         merged = list(heapq.merge(*found, key=lambda e: e.order))[-limit:]
         return self.named(merged), cursor
 
@@ -212,10 +219,8 @@ class Events:
         events: list[Event] = []
         for _, entries in reply or []:
             for raw_id, fields in entries:
-                event = _event(shard, raw_id, fields)
-                cursor[shard] = event.id
-                if job_id is None or event.job == job_id:
-                    events.append(event)
+                cursor[shard] = raw_id.decode()
+                events += [e for e in _events(shard, raw_id, fields) if job_id in (None, e.job)]
         return events
 
     def follow(
@@ -248,7 +253,8 @@ class Events:
                 continue
             state = STATE_AFTER.get(fields[kind_field].decode())
             if state is not None:
-                changes[int(fields[index_field])] = state.value
+                for index in fields[index_field].split(b","):
+                    changes[int(index)] = state.value
         return changes, page[-1][0].decode() if page else after
 
     def named(self, events: Sequence[Event]) -> list[Event]:

@@ -59,7 +59,9 @@ def test_submit_then_start_then_complete_append_their_events_in_order(store: Sto
     job_id = submit(store, DIAMOND)
     assert stream.kinds() == [("submitted", None), ("queued", "a"), ("queued", "b")]
 
+    entries = store.redis.xlen(store.keys.events(0))
     started = claim_by_index(store, H1)
+    assert store.redis.xlen(store.keys.events(0)) == entries + 1  # a batch: one entry
     events = stream.new()
     assert [(e.kind, e.task, e.attempt, e.handler) for e in events] == [
         ("started", "a", 1, H1),
@@ -225,9 +227,11 @@ def test_the_stream_stays_near_its_cap(make_store: Callable[..., Store]) -> None
     store = make_store()
     capped = Store(store.redis, replace(store.settings, events_maxlen=100))
     node_entries = int(store.redis.config_get("stream-node-max-entries")["stream-node-max-entries"])
-    flat = {"name": "many", "tasks": [{"id": f"t{i}", "task": "t.x"} for i in range(400)]}
-    for _ in range(3):
-        submit(capped, flat)
+    tasks = [{"id": "r", "task": "t.x"}]
+    tasks += [{"id": f"t{i}", "task": "t.x", "depends_on": ["r"]} for i in range(400)]
+    for _ in range(3):  # a cancel writes an event per task: 1,200 entries and more
+        job_id = submit(capped, {"name": "many", "tasks": tasks})
+        assert capped.cancel_step(job_id, from_client=True) == (0, 0)
     length = store.redis.xlen(store.keys.events(0))
     assert 100 <= length <= 100 + node_entries, length  # ~: trimmed by whole stream nodes
 

@@ -94,6 +94,20 @@ local function emit(kind, i, extra)
   redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', unpack(entry))
 end
 
+-- Many tasks' events of one kind in one entry, as the hot path makes them (a batch of
+-- starts, completions, tasks queued): EF.INDEX lists the indexes, EF.ATTEMPT (when given)
+-- their attempts, comma-separated; readers expand it into one event per task.
+local function emit_many(kind, indexes, attempts, extra)
+  if EVENTS_MAXLEN <= 0 or #indexes == 0 then return end
+  local entry = {EF.KIND, kind, EF.JOB, JOB_ID, EF.INDEX, table.concat(indexes, ',')}
+  if attempts then
+    entry[7] = EF.ATTEMPT
+    entry[8] = table.concat(attempts, ',')
+  end
+  for _, v in ipairs(extra or {}) do entry[#entry + 1] = v end
+  redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', unpack(entry))
+end
+
 -- An attempt's fields for an event (attempt, handler) and, when given, its error, short.
 local function attempt_of(i, err)
   local a = redis.call('HMGET', T, TF_ATTEMPTS .. i, TF_HANDLER .. i)
@@ -106,8 +120,15 @@ local function attempt_of(i, err)
 end
 
 -- Metrics: counters in the shard's hash, kept by the transitions (a scrape only reads them).
-local function count(field)
-  if METRICS_ON then redis.call('HINCRBY', METRICS, field, 1) end
+-- Increments are summed here and written once per field by flush_counts(), which every
+-- script that counts calls before it returns (flush_wakes() does it too).
+local COUNTS = {}
+local function count(field, n)
+  if METRICS_ON then COUNTS[field] = (COUNTS[field] or 0) + (n or 1) end
+end
+local function flush_counts()
+  for field, n in pairs(COUNTS) do redis.call('HINCRBY', METRICS, field, n) end
+  COUNTS = {}
 end
 
 -- One observation (ms) of a histogram: its bucket's counter and the sum (schema.py).
@@ -120,8 +141,8 @@ local function observe(bucket_prefix, sum_field, ms)
       break
     end
   end
-  redis.call('HINCRBY', METRICS, bucket_prefix .. '\t' .. bucket, 1)
-  redis.call('HINCRBY', METRICS, sum_field, ms)
+  count(bucket_prefix .. '\t' .. bucket)
+  count(sum_field, ms)
 end
 
 -- The payload is msgpack of a map whose first key is PK.TASK (layout.py writes it first): the
@@ -198,16 +219,21 @@ local function observe_wait(qname, queued, last_ended, now)
 end
 
 local pending_wakes = {}
+local pending_queued = {} -- indexes queued by this call: one event, written by flush_wakes
 local function enqueue(i, now)
   local qname = task_queue(i)
   redis.call('HSET', T, TF_STATE .. i, T_QUEUED, TF_QUEUED_AT .. i, now, TF_UPDATED_AT .. i, now)
   redis.call('ZADD', QUEUES[qname].ready, -task_priority(i), queue_member(i))
   pending_wakes[qname] = (pending_wakes[qname] or 0) + 1
-  emit(EV.QUEUED, i)
+  pending_queued[#pending_queued + 1] = i
 end
+-- After enqueue(): wake idle workers, say which tasks were queued, write the counts.
 local function flush_wakes()
   for qname, n in pairs(pending_wakes) do wake(QUEUES[qname].wake, n) end
   pending_wakes = {}
+  emit_many(EV.QUEUED, pending_queued)
+  pending_queued = {}
+  flush_counts()
 end
 
 -- A message for whichever worker plays leader next: split, continue, finalize, cancel.

@@ -65,4 +65,5 @@ for i = cursor, upto - 1 do
 end
 redis.call('HSET', J, JF.CANCEL_CURSOR, upto)
 if upto < limit then leader_message('cancel', now) end
+flush_counts()
 return {OK, limit - upto}

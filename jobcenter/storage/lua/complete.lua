@@ -71,6 +71,7 @@ end
 -- One read per task; the writes of the whole batch go out in a few variadic calls.
 local codes, done = {}, {}
 local writes, clears, leases, history, frontier = {}, {}, {}, {}, {}
+local succeeded, attempts = {}, {}
 for k = first_pair, #ARGV, 2 do
   local i, attempt = ARGV[k], ARGV[k + 1]
   local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
@@ -95,7 +96,8 @@ for k = first_pair, #ARGV, 2 do
     if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
     local name = payload_task_name(f[6])
     learn_run(i, f[4], name)
-    emit(EV.SUCCEEDED, i, {EF.ATTEMPT, f[2], EF.HANDLER, f[3]})
+    succeeded[#succeeded + 1] = i
+    attempts[#attempts + 1] = f[2]
     if METRICS_ON then
       local labels = task_labels(i, name)
       count_finished(i, T_SUCCEEDED, labels)
@@ -108,6 +110,7 @@ if #leases > 0 then
   call_chunked('HSET', T, writes)
   call_chunked('HDEL', T, clears)
   call_chunked('ZREM', LEASES, leases)
+  emit_many(EV.SUCCEEDED, succeeded, attempts, {EF.HANDLER, handler})
   append_history(history)
   call_chunked('RPUSH', F, frontier)
   task_finished(now, #leases)

@@ -40,6 +40,7 @@ if delay >= 0 and tonumber(attempt) < max_attempts(i) then
   local queue = QUEUES[task_queue(i)]
   redis.call('ZADD', queue.delayed, now + delay, task_priority(i) .. '|' .. queue_member(i))
   wake(queue.wake, 1) -- an idle worker re-claims and learns when to wake for this retry
+  flush_counts()
 
   return {OK, T_RETRY_WAIT}
 end

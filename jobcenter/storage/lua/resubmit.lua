@@ -14,4 +14,5 @@ if redis.call('ZSCORE', LEADER, kind .. '|' .. JOB_ID) then return {ALREADY} end
 leader_message(kind, now_ms())
 emit(EV.REPAIRED, false, {EF.DETAIL, 'resubmit_' .. kind})
 count(MF.REPAIRS .. '\t' .. 'resubmit_' .. kind)
+flush_counts()
 return {OK}

@@ -17,6 +17,7 @@ local leases = {}
 for k = A + 1, #ARGV do leases[#leases + 1] = lease_member(ARGV[k]) end
 local holders = redis.call('HMGET', CLAIMS, unpack(leases))
 local started, mine, dropped, writes, clears, seen = {}, {}, {}, {}, {}, {}
+local started_indexes, started_attempts = {}, {}
 for k = A + 1, #ARGV do
   local i, lease = ARGV[k], leases[k - A]
   if holders[k - A] == handler and not seen[i] then
@@ -31,7 +32,8 @@ for k = A + 1, #ARGV do
       -- a fresh attempt: the last one's error, finish time and progress are history now
       for _, f in ipairs({TF_ERROR .. i, TF_FINISHED_AT .. i, TF_PROGRESS .. i}) do clears[#clears + 1] = f end
       started[#started + 1] = {tonumber(i), attempt, f[3]}
-      emit(EV.STARTED, i, {EF.ATTEMPT, attempt, EF.HANDLER, handler})
+      started_indexes[#started_indexes + 1] = i
+      started_attempts[#started_attempts + 1] = attempt
       observe_wait(f[4] or META.queue, f[5], f[6], now)
     elseif f[1] ~= T_RUNNING and f[1] ~= T_TIMED_OUT then
       dropped[#dropped + 1] = lease -- cancelled or finished meanwhile
@@ -43,4 +45,6 @@ call_chunked('ZREM', LEASES, dropped)
 call_chunked('HSET', T, writes)
 call_chunked('HDEL', T, clears)
 if #started > 0 then redis.call('HSET', J, JF.UPDATED_AT, now) end
+emit_many(EV.STARTED, started_indexes, started_attempts, {EF.HANDLER, handler})
+flush_counts()
 return {OK, started, META.queues, redis.call('HGET', J, JF.IDEMPOTENCY_KEY) or ''}
