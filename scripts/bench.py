@@ -668,6 +668,7 @@ OBSERVE_VARIANTS = {
     "both": {},
 }
 OBSERVE_TARGET_PCT = 10.0  # the issue's bound on what events may cost W1
+OBSERVE_COMMANDS = ("xadd", "hincrby")  # what emit() and count() run
 
 
 def run_observe(bench: Bench, n: int) -> dict[str, Any]:
@@ -680,8 +681,15 @@ def run_observe(bench: Bench, n: int) -> dict[str, Any]:
         redis_cpu = bench.cpu_seconds()["redis"]
         run = run_one_job(bench, flat_spec(n))
         # Redis's own work per task: what the scripts cost, whatever else loads the machine
-        evalsha = redis_load(stats, bench.commandstats(), run["wall_s"])["evalsha_s"]
+        after = bench.commandstats()
+        evalsha = redis_load(stats, after, run["wall_s"])["evalsha_s"]
         out[f"evalsha_us_per_task_{name}"] = evalsha * 1e6 / n
+        # the commands events and metrics add, inside the scripts (commandstats counts them)
+        for command in OBSERVE_COMMANDS:
+            calls = after.get(command, {"calls": 0, "usec": 0})
+            was = stats.get(command, {"calls": 0, "usec": 0})
+            out[f"{command}_calls_per_task_{name}"] = (calls["calls"] - was["calls"]) / n
+            out[f"{command}_us_per_task_{name}"] = (calls["usec"] - was["usec"]) / n
         out[f"redis_cpu_us_per_task_{name}"] = (bench.cpu_seconds()["redis"] - redis_cpu) * 1e6 / n
         out[f"tasks_per_s_{name}"] = run["tasks_per_s"]
         out["wall_s"] += run["wall_s"]
@@ -1142,12 +1150,24 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, s
         ):
             shown = " / ".join(fmt(r[f"{key}_{v}"], "", 1) for v in OBSERVE_VARIANTS)
             rows.append(("", figure, shown, "", "", ""))
+        for command in OBSERVE_COMMANDS:
+            shown = " / ".join(
+                f"{r[f'{command}_calls_per_task_{v}']:.3f} calls, "
+                f"{r[f'{command}_us_per_task_{v}']:.2f} us"
+                for v in OBSERVE_VARIANTS
+            )
+            rows.append(("", f"  {command.upper()} per task", shown, "", "", ""))
         cost = observe_cost(r, "events")
         ok = cost <= OBSERVE_TARGET_PCT and not r["problems"]
         target = f"<= {OBSERVE_TARGET_PCT:.0f} %"
         rows.append(("", "cost of events", f"{cost:.1f} %", target, "", verdict(ok)))
         cost = observe_cost(r, "both")
         rows.append(("", "cost of events + metrics", f"{cost:.1f} %", "printed", "", ""))
+        # what load cannot blur: the time of the commands they add, against the scripts' time
+        share = 100 * r["xadd_us_per_task_events"] / r["evalsha_us_per_task_off"]
+        rows.append(
+            ("", "  XADD time / script time (events on)", f"{share:.1f} %", "printed", "", "")
+        )
     if "W2" in w:
         r = w["W2"]["median"]
         headline("W2", "wall (Redis TIME)", r["redis_s"], fmt(r["redis_s"], " s", 3))
