@@ -3,6 +3,7 @@
 from jobcenter.model.builder import Job
 from jobcenter.model.spec import JobSpec, TaskSpec
 from jobcenter.runtime.context import TaskContext, current_task
+from jobcenter.runtime.hooks import on_job_finished
 from jobcenter.runtime.registry import task
 
 from .client import Client
@@ -22,6 +23,7 @@ __all__ = [
     "TaskContext",
     "TaskSpec",
     "current_task",
+    "on_job_finished",
     "task",
     "__version__",
 ]

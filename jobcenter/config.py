@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -105,6 +105,12 @@ class Settings:
     events_maxlen: int = 100_000
     # Whether the transitions keep the metric counters /metrics reads.
     metrics: bool = True
+    # Notifications (spec `notify:`): the key webhooks are signed with (HMAC-SHA256; unsigned
+    # without one), how long one attempt may take, how many attempts, the first retry's delay.
+    webhook_secret: str | None = field(default=None, repr=False)
+    notify_timeout_seconds: float = 5.0
+    notify_attempts: int = 8
+    notify_backoff_seconds: float = 2.0
 
     def __post_init__(self) -> None:
         # both end up inside every key name and hash tag
@@ -138,6 +144,10 @@ class Settings:
             "durability": os.environ.get("JOBCENTER_DURABILITY") or FSYNCED,
             "events_maxlen": _env_count("JOBCENTER_EVENTS_MAXLEN", 100_000),
             "metrics": _env_switch("JOBCENTER_METRICS", True),
+            "webhook_secret": os.environ.get("JOBCENTER_WEBHOOK_SECRET") or None,
+            "notify_timeout_seconds": _env_float("JOBCENTER_NOTIFY_TIMEOUT_SECONDS", 5.0),
+            "notify_attempts": _env_int("JOBCENTER_NOTIFY_ATTEMPTS", 8),
+            "notify_backoff_seconds": _env_float("JOBCENTER_NOTIFY_BACKOFF_SECONDS", 2.0),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

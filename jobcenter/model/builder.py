@@ -41,6 +41,7 @@ class Job:
         idempotency_key: str | None = None,
         retention: float | None = None,
         order: str | None = None,
+        notify: dict[str, Any] | None = None,
     ) -> None:
         self._job: dict[str, Any] = {
             "name": name,
@@ -52,6 +53,8 @@ class Job:
         }
         if order is not None:
             self._job["order"] = order
+        if notify is not None:  # {on: [...], webhook: URL, hook: bool} (jobcenter.model.notify)
+            self._job["notify"] = notify
         self._tasks: list[dict[str, Any]] = []
         self._ids: set[object] = set()
 

@@ -21,6 +21,7 @@ from jobcenter.model.ordering import DEFAULT_ORDER, ORDER_RULES
 
 from . import codec, documents
 from .dag import check_dag
+from .notify import Notify, parse_notify
 
 # A job is one set of Redis hashes, split and published in bounded chunks; past this the
 # per-job hashes get large enough to slow every script that touches them.
@@ -108,6 +109,7 @@ class JobSpec:
     idempotency_key: str | None = None
     retention: float | None = None  # seconds a finished job is kept; None: namespace default
     order: str = DEFAULT_ORDER  # which ready task of the job runs first (jobcenter.model.ordering)
+    notify: Notify | None = None  # whom to tell when it ends (jobcenter.model.notify)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON/msgpack-ready) that round-trips through parse_spec."""
@@ -116,6 +118,8 @@ class JobSpec:
             value = getattr(self, name)
             if value != default:
                 out[name] = value
+        if self.notify is not None:
+            out["notify"] = self.notify.to_dict()
         out["tasks"] = [t.to_dict() for t in self.tasks]
         return out
 
@@ -140,7 +144,7 @@ _JOB_DEFAULTS: dict[str, Any] = {
     "order": DEFAULT_ORDER,
 }
 _TASK_KEYS = frozenset({"id", "task", "args", "kwargs", "depends_on", *_TASK_DEFAULTS})
-_JOB_KEYS = frozenset({"name", "tasks", *_JOB_DEFAULTS})
+_JOB_KEYS = frozenset({"name", "tasks", "notify", *_JOB_DEFAULTS})
 
 
 # --- field checks; `task_id` None means a job-level field ----------------------------
@@ -418,6 +422,7 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
     order = data.get("order", DEFAULT_ORDER)
     if order not in ORDER_RULES:
         raise SpecError(f"job: 'order' must be one of {', '.join(ORDER_RULES)}, got {_show(order)}")
+    notify = parse_notify(data["notify"]) if data.get("notify") is not None else None
 
     raw_tasks = data.get("tasks")
     if raw_tasks is None or (isinstance(raw_tasks, list | tuple) and not raw_tasks):
@@ -440,6 +445,7 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
         idempotency_key=idempotency_key,
         retention=retention,
         order=order,
+        notify=notify,
     )
     _VALIDATED[id(spec)] = spec
     return spec

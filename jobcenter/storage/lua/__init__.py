@@ -37,7 +37,16 @@ JOB_SCRIPTS = frozenset(
     }
 )
 SHARD_SCRIPTS = frozenset(
-    {"claim", "singleton", "schedule_add", "schedule_save", "schedule_remove"}
+    {
+        "claim",
+        "singleton",
+        "schedule_add",
+        "schedule_save",
+        "schedule_remove",
+        "notify_claim",
+        "notify_attempt",
+        "notify_done",
+    }
 )
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS
 
