@@ -70,6 +70,11 @@ class Client:
         """The event streams: every transition of every job, merged across shards."""
         return Events(self.store)
 
+    def result(self, job_id: str, task_id: str) -> Any:
+        """What task `task_id` returned (a mapped task: its instances' results, in element
+        order). NotFound for an unknown job or task; NoResult while it has not succeeded."""
+        return self.store.result(job_id, task_id)
+
     def progress(self, job_id: str) -> JobProgress:
         """The job's state and how many of its tasks have ended: a read of three fields,
         cheap whatever the job's size."""

@@ -18,12 +18,12 @@ local LEASES, CLAIMS, LEADER, LWAKE, DLQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8], K
 local ACTIVE, EXPIRING, IDEM, NOTIFY = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local JOB_ID = ARGV[1]
 local DEFAULT_RETENTION_MS = tonumber(ARGV[2])
-local EVENTS_MAXLEN = tonumber(ARGV[3])
-local METRICS_ON = ARGV[4] == '1'
 local NQ = tonumber(ARGV[5])
 local STATE_INDEX = {} -- job state -> the zset of jobs in that state (what `list --state` reads)
 for k, state in ipairs(JOB_STATES) do STATE_INDEX[state] = KEYS[13 + k] end
-local EVENTS, METRICS = KEYS[14 + #JOB_STATES], KEYS[15 + #JOB_STATES]
+-- Events and metrics (one table: a script's main function may have at most 200 locals).
+local OBS = {events = KEYS[14 + #JOB_STATES], metrics = KEYS[15 + #JOB_STATES],
+             maxlen = tonumber(ARGV[3]), metrics_on = ARGV[4] == '1', counts = {}}
 local QK = 15 + #JOB_STATES -- the queue keys follow
 local QUEUES = {}
 for qi = 1, NQ do
@@ -82,31 +82,31 @@ local function expiring_member()
 end
 
 -- The one way a transition says what it did: an entry in the shard's event stream, capped
--- near EVENTS_MAXLEN (trimmed by whole stream nodes: cheap). Its id is the Redis time. i is
+-- near OBS.maxlen (trimmed by whole stream nodes: cheap). Its id is the Redis time. i is
 -- a task index (false for the job's own events); extra holds more field, value pairs (EF.).
 local function emit(kind, i, extra)
-  if EVENTS_MAXLEN <= 0 then return end
+  if OBS.maxlen <= 0 then return end
   local entry = {EF.KIND, kind, EF.JOB, JOB_ID}
   if i then
     entry[5] = EF.INDEX
     entry[6] = i
   end
   for _, v in ipairs(extra or {}) do entry[#entry + 1] = v end
-  redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', unpack(entry))
+  redis.call('XADD', OBS.events, 'MAXLEN', '~', OBS.maxlen, '*', unpack(entry))
 end
 
 -- Many tasks' events of one kind in one entry, as the hot path makes them (a batch of
 -- starts, completions, tasks queued): EF.INDEX lists the indexes, EF.ATTEMPT (when given)
 -- their attempts, comma-separated; readers expand it into one event per task.
 local function emit_many(kind, indexes, attempts, extra)
-  if EVENTS_MAXLEN <= 0 or #indexes == 0 then return end
+  if OBS.maxlen <= 0 or #indexes == 0 then return end
   local entry = {EF.KIND, kind, EF.JOB, JOB_ID, EF.INDEX, table.concat(indexes, ',')}
   if attempts then
     entry[7] = EF.ATTEMPT
     entry[8] = table.concat(attempts, ',')
   end
   for _, v in ipairs(extra or {}) do entry[#entry + 1] = v end
-  redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', unpack(entry))
+  redis.call('XADD', OBS.events, 'MAXLEN', '~', OBS.maxlen, '*', unpack(entry))
 end
 
 -- An attempt's fields for an event (attempt, handler) and, when given, its error, short.
@@ -123,18 +123,17 @@ end
 -- Metrics: counters in the shard's hash, kept by the transitions (a scrape only reads them).
 -- Increments are summed here and written once per field by flush_counts(), which every
 -- script that counts calls before it returns (flush_wakes() does it too).
-local COUNTS = {}
 local function count(field, n)
-  if METRICS_ON then COUNTS[field] = (COUNTS[field] or 0) + (n or 1) end
+  if OBS.metrics_on then OBS.counts[field] = (OBS.counts[field] or 0) + (n or 1) end
 end
 local function flush_counts()
-  for field, n in pairs(COUNTS) do redis.call('HINCRBY', METRICS, field, n) end
-  COUNTS = {}
+  for field, n in pairs(OBS.counts) do redis.call('HINCRBY', OBS.metrics, field, n) end
+  OBS.counts = {}
 end
 
 -- One observation (ms) of a histogram: its bucket's counter and the sum (schema.py).
 local function observe(bucket_prefix, sum_field, ms)
-  if not METRICS_ON then return end
+  if not OBS.metrics_on then return end
   local bucket = #HISTOGRAM_BUCKETS_MS + 1
   for b, bound in ipairs(HISTOGRAM_BUCKETS_MS) do
     if ms <= bound then
@@ -148,8 +147,8 @@ end
 
 -- The payload is msgpack of a map whose first key is PK.TASK (layout.py writes it first): the
 -- task name is the string right after it, read here without unpacking the arguments.
-local TASK_KEY = string.char(160 + #PK.TASK) .. PK.TASK -- the key as a msgpack fixstr
 local function payload_task_name(p)
+  local TASK_KEY = string.char(160 + #PK.TASK) .. PK.TASK -- the key as a msgpack fixstr
   if not p or string.sub(p, 2, 1 + #TASK_KEY) ~= TASK_KEY then return nil end
   local at = 2 + #TASK_KEY -- the name's msgpack header
   local b = string.byte(p, at)
@@ -201,12 +200,12 @@ end
 -- Task i ended in `state` (a terminal one): counted by queue, task name and state (labels:
 -- task_labels(i), when the caller has them).
 local function count_finished(i, state, labels)
-  if METRICS_ON then count(MF.FINISHED .. '\t' .. (labels or task_labels(i)) .. '\t' .. state) end
+  if OBS.metrics_on then count(MF.FINISHED .. '\t' .. (labels or task_labels(i)) .. '\t' .. state) end
 end
 
 -- An attempt of task i ran from `started` until now: its run time, by queue and task name.
 local function observe_run(i, started, now, labels)
-  if not (METRICS_ON and started) then return end
+  if not (OBS.metrics_on and started) then return end
   labels = labels or task_labels(i)
   observe(MF.RUN .. '\t' .. labels, MF.RUN_SUM .. '\t' .. labels, math.max(0, now - tonumber(started)))
 end
@@ -214,14 +213,18 @@ end
 -- A task of queue qname starts: its queue wait, from when it was queued, or for a retry from
 -- its last attempt's end (so a retry's backoff counts as waiting).
 local function observe_wait(qname, queued, last_ended, now)
-  if not (METRICS_ON and queued) then return end
+  if not (OBS.metrics_on and queued) then return end
   local since = math.max(tonumber(queued), tonumber(last_ended or 0))
   observe(MF.WAIT .. '\t' .. qname, MF.WAIT_SUM .. '\t' .. qname, math.max(0, now - since))
 end
+-- Run-time fan-out (_data.lua defines them): enqueue's hook for mapped tasks, and the
+-- frontier's expansion step.
+local map_ready, map_expand
 
 local pending_wakes = {}
 local pending_queued = {} -- indexes queued by this call: one event, written by flush_wakes
 local function enqueue(i, now)
+  if map_ready(i, now) then return end -- a mapped task is expanded or joined, never queued
   local qname = task_queue(i)
   redis.call('HSET', T, TF_STATE .. i, T_QUEUED, TF_QUEUED_AT .. i, now, TF_UPDATED_AT .. i, now)
   redis.call('ZADD', QUEUES[qname].ready, -task_priority(i), queue_member(i))
@@ -317,6 +320,7 @@ local function task_finished(now, count)
 end
 
 -- Schedule a visit of i's children: 'r' releases them, 'f' marks them upstream_failed.
+-- ('x' entries expand a mapped task: _data.lua.)
 local function push_frontier(kind, i, origin)
   if redis.call('HEXISTS', T, TF_CHILDREN .. i) == 1 then
     redis.call('RPUSH', F, kind .. '|' .. i .. '|' .. origin .. '|1')
@@ -350,7 +354,8 @@ local function drain_frontier(now, take)
     local entry = redis.call('LPOP', F)
     if not entry then break end
     local kind, i, origin, pos = string.match(entry, '^(%a)|(%d+)|(%d+)|(%d+)$')
-    local csv = redis.call('HGET', T, TF_CHILDREN .. i) or ''
+    if kind == 'x' then budget = map_expand(i, budget, now) end -- writes instances instead
+    local csv = kind ~= 'x' and redis.call('HGET', T, TF_CHILDREN .. i) or ''
     pos = tonumber(pos)
     while budget > 0 do
       local s, e = string.find(csv, '[^,]+', pos)

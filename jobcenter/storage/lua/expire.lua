@@ -42,7 +42,7 @@ for k = A + 1, #ARGV do
     local attempt = tonumber(redis.call('HGET', T, TF_ATTEMPTS .. i) or 0)
     if attempt < max_attempts(i) then
       emit(EV.RETRIED, i, attempt_of(i, msg))
-      if METRICS_ON then count(MF.RETRIES .. '\t' .. task_labels(i)) end
+      if OBS.metrics_on then count(MF.RETRIES .. '\t' .. task_labels(i)) end
       redis.call('HSET', T, TF_ERROR .. i, msg, TF_FINISHED_AT .. i, now)
       record_history(i, T_TIMED_OUT, now, msg)
       redis.call('ZREM', LEASES, lease)

@@ -26,7 +26,7 @@ observe_run(i, redis.call('HGET', T, TF_STARTED_AT .. i), now)
 if delay >= 0 and tonumber(attempt) < max_attempts(i) then
   emit(EV.RETRIED, i, {EF.ATTEMPT, attempt, EF.HANDLER, handler, EF.ERROR,
     string.sub(err, 1, EVENT_ERROR_MAX), EF.DETAIL, delay})
-  if METRICS_ON then count(MF.RETRIES .. '\t' .. task_labels(i)) end
+  if OBS.metrics_on then count(MF.RETRIES .. '\t' .. task_labels(i)) end
   redis.call('HSET', T, TF_ERROR .. i, err, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now)
   redis.call('HDEL', T, TF_WAITING_FOR .. i) -- it ran: no longer waiting for a worker with its code
   record_history(i, T_RETRY_WAIT, now, err)
