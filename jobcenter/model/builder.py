@@ -74,6 +74,7 @@ class Job:
         node: str | None = None,
         priority: int | None = None,
         estimate: float | None = None,
+        trigger_rule: str | None = None,
         inputs: Mapping[str, Dependency] | None = None,
         map: Mapping[str, Dependency] | None = None,
     ) -> TaskRef:
@@ -104,6 +105,7 @@ class Job:
                 "node": node,
                 "priority": priority,
                 "estimate": estimate,
+                "trigger_rule": trigger_rule,
                 "inputs": _ids(inputs),
                 "map": _ids(map),
             }

@@ -63,6 +63,7 @@ STATE_AFTER = {
     EventKind.RETRIED: TaskState.RETRY_WAIT,  # a 'queued' follows when it is queued at once
     EventKind.FAILED: TaskState.FAILED,
     EventKind.UPSTREAM_FAILED: TaskState.UPSTREAM_FAILED,
+    EventKind.SKIPPED: TaskState.SKIPPED,
     EventKind.TIMED_OUT: TaskState.TIMED_OUT,
     EventKind.GIVEN_BACK: TaskState.QUEUED,
     EventKind.RELEASED: TaskState.QUEUED,

@@ -22,8 +22,8 @@ local NQ = tonumber(ARGV[5])
 local STATE_INDEX = {} -- job state -> the zset of jobs in that state (what `list --state` reads)
 for k, state in ipairs(JOB_STATES) do STATE_INDEX[state] = KEYS[13 + k] end
 -- Events and metrics (one table: a script's main function may have at most 200 locals).
-local OBS = {events = KEYS[14 + #JOB_STATES], metrics = KEYS[15 + #JOB_STATES],
-             maxlen = tonumber(ARGV[3]), metrics_on = ARGV[4] == '1', counts = {}}
+OBS.events, OBS.metrics = KEYS[14 + #JOB_STATES], KEYS[15 + #JOB_STATES]
+OBS.maxlen, OBS.metrics_on, OBS.counts = tonumber(ARGV[3]), ARGV[4] == '1', {}
 local QK = 15 + #JOB_STATES -- the queue keys follow
 local QUEUES = {}
 for qi = 1, NQ do
@@ -40,10 +40,11 @@ local META = {}
 
 -- Read the job's fields; false when the job hash does not exist.
 local function load_job()
-  local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES)
+  local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES,
+    JF.TRIGGER_RULES)
   if not m[1] then return false end
   META = {state = m[1], queue = m[2], priority = tonumber(m[3]), seq = tonumber(m[4]),
-          queues = m[5] or ''}
+          queues = m[5] or '', rules = m[6] ~= false}
   return true
 end
 
@@ -84,7 +85,7 @@ end
 -- The one way a transition says what it did: an entry in the shard's event stream, capped
 -- near OBS.maxlen (trimmed by whole stream nodes: cheap). Its id is the Redis time. i is
 -- a task index (false for the job's own events); extra holds more field, value pairs (EF.).
-local function emit(kind, i, extra)
+function OBS.emit(kind, i, extra)
   if OBS.maxlen <= 0 then return end
   local entry = {EF.KIND, kind, EF.JOB, JOB_ID}
   if i then
@@ -98,7 +99,7 @@ end
 -- Many tasks' events of one kind in one entry, as the hot path makes them (a batch of
 -- starts, completions, tasks queued): EF.INDEX lists the indexes, EF.ATTEMPT (when given)
 -- their attempts, comma-separated; readers expand it into one event per task.
-local function emit_many(kind, indexes, attempts, extra)
+function OBS.emit_many(kind, indexes, attempts, extra)
   if OBS.maxlen <= 0 or #indexes == 0 then return end
   local entry = {EF.KIND, kind, EF.JOB, JOB_ID, EF.INDEX, table.concat(indexes, ',')}
   if attempts then
@@ -110,44 +111,44 @@ local function emit_many(kind, indexes, attempts, extra)
 end
 
 -- An attempt's fields for an event (attempt, handler) and, when given, its error, short.
-local function attempt_of(i, err)
+function OBS.attempt_of(i, err)
   local a = redis.call('HMGET', T, TF_ATTEMPTS .. i, TF_HANDLER .. i)
   local extra = {EF.ATTEMPT, a[1] or '0', EF.HANDLER, a[2] or ''}
   if err then
     extra[5] = EF.ERROR
-    extra[6] = string.sub(err, 1, EVENT_ERROR_MAX)
+    extra[6] = string.sub(err, 1, OBS.error_max)
   end
   return extra
 end
 
 -- Metrics: counters in the shard's hash, kept by the transitions (a scrape only reads them).
--- Increments are summed here and written once per field by flush_counts(), which every
+-- Increments are summed here and written once per field by OBS.flush_counts(), which every
 -- script that counts calls before it returns (flush_wakes() does it too).
-local function count(field, n)
+function OBS.count(field, n)
   if OBS.metrics_on then OBS.counts[field] = (OBS.counts[field] or 0) + (n or 1) end
 end
-local function flush_counts()
+function OBS.flush_counts()
   for field, n in pairs(OBS.counts) do redis.call('HINCRBY', OBS.metrics, field, n) end
   OBS.counts = {}
 end
 
 -- One observation (ms) of a histogram: its bucket's counter and the sum (schema.py).
-local function observe(bucket_prefix, sum_field, ms)
+function OBS.observe(bucket_prefix, sum_field, ms)
   if not OBS.metrics_on then return end
-  local bucket = #HISTOGRAM_BUCKETS_MS + 1
-  for b, bound in ipairs(HISTOGRAM_BUCKETS_MS) do
+  local bucket = #OBS.buckets_ms + 1
+  for b, bound in ipairs(OBS.buckets_ms) do
     if ms <= bound then
       bucket = b
       break
     end
   end
-  count(bucket_prefix .. '\t' .. bucket)
-  count(sum_field, ms)
+  OBS.count(bucket_prefix .. '\t' .. bucket)
+  OBS.count(sum_field, ms)
 end
 
 -- The payload is msgpack of a map whose first key is PK.TASK (layout.py writes it first): the
 -- task name is the string right after it, read here without unpacking the arguments.
-local function payload_task_name(p)
+function OBS.payload_task_name(p)
   local TASK_KEY = string.char(160 + #PK.TASK) .. PK.TASK -- the key as a msgpack fixstr
   if not p or string.sub(p, 2, 1 + #TASK_KEY) ~= TASK_KEY then return nil end
   local at = 2 + #TASK_KEY -- the name's msgpack header
@@ -192,52 +193,52 @@ local function stamp_created(first, last, now)
 end
 
 -- Labels of task i's metrics: its queue and task name ('?' when its payload is gone).
-local function task_labels(i, name)
-  name = name or payload_task_name(redis.call('HGET', T, TF_PAYLOAD .. i)) or '?'
+function OBS.task_labels(i, name)
+  name = name or OBS.payload_task_name(redis.call('HGET', T, TF_PAYLOAD .. i)) or '?'
   return task_queue(i) .. '\t' .. name
 end
 
 -- Task i ended in `state` (a terminal one): counted by queue, task name and state (labels:
--- task_labels(i), when the caller has them).
-local function count_finished(i, state, labels)
-  if OBS.metrics_on then count(MF.FINISHED .. '\t' .. (labels or task_labels(i)) .. '\t' .. state) end
+-- OBS.task_labels(i), when the caller has them).
+function OBS.count_finished(i, state, labels)
+  if OBS.metrics_on then OBS.count(MF.FINISHED .. '\t' .. (labels or OBS.task_labels(i)) .. '\t' .. state) end
 end
 
 -- An attempt of task i ran from `started` until now: its run time, by queue and task name.
-local function observe_run(i, started, now, labels)
+function OBS.observe_run(i, started, now, labels)
   if not (OBS.metrics_on and started) then return end
-  labels = labels or task_labels(i)
-  observe(MF.RUN .. '\t' .. labels, MF.RUN_SUM .. '\t' .. labels, math.max(0, now - tonumber(started)))
+  labels = labels or OBS.task_labels(i)
+  OBS.observe(MF.RUN .. '\t' .. labels, MF.RUN_SUM .. '\t' .. labels, math.max(0, now - tonumber(started)))
 end
 
 -- A task of queue qname starts: its queue wait, from when it was queued, or for a retry from
 -- its last attempt's end (so a retry's backoff counts as waiting).
-local function observe_wait(qname, queued, last_ended, now)
+function OBS.observe_wait(qname, queued, last_ended, now)
   if not (OBS.metrics_on and queued) then return end
   local since = math.max(tonumber(queued), tonumber(last_ended or 0))
-  observe(MF.WAIT .. '\t' .. qname, MF.WAIT_SUM .. '\t' .. qname, math.max(0, now - since))
+  OBS.observe(MF.WAIT .. '\t' .. qname, MF.WAIT_SUM .. '\t' .. qname, math.max(0, now - since))
 end
 -- Run-time fan-out (_data.lua defines them): enqueue's hook for mapped tasks, and the
 -- frontier's expansion step.
 local map_ready, map_expand
 
 local pending_wakes = {}
-local pending_queued = {} -- indexes queued by this call: one event, written by flush_wakes
+OBS.queued = {} -- indexes queued by this call: one event, written by flush_wakes
 local function enqueue(i, now)
   if map_ready(i, now) then return end -- a mapped task is expanded or joined, never queued
   local qname = task_queue(i)
   redis.call('HSET', T, TF_STATE .. i, T_QUEUED, TF_QUEUED_AT .. i, now, TF_UPDATED_AT .. i, now)
   redis.call('ZADD', QUEUES[qname].ready, -task_priority(i), queue_member(i))
   pending_wakes[qname] = (pending_wakes[qname] or 0) + 1
-  pending_queued[#pending_queued + 1] = i
+  OBS.queued[#OBS.queued + 1] = i
 end
 -- After enqueue(): wake idle workers, say which tasks were queued, write the counts.
 local function flush_wakes()
   for qname, n in pairs(pending_wakes) do wake(QUEUES[qname].wake, n) end
   pending_wakes = {}
-  emit_many(EV.QUEUED, pending_queued)
-  pending_queued = {}
-  flush_counts()
+  OBS.emit_many(EV.QUEUED, OBS.queued)
+  OBS.queued = {}
+  OBS.flush_counts()
 end
 
 -- A message for whichever worker plays leader next: split, continue, finalize, cancel.
@@ -299,8 +300,8 @@ local function finalize_job(now)
   local state = J_SUCCEEDED
   if j[2] == 'cancel' then state = J_CANCELLED elseif tonumber(j[1] or 0) > 0 then state = J_FAILED end
   set_job_state(state)
-  emit(EV.FINALIZED, false, {EF.DETAIL, state})
-  count(MF.JOBS .. '\t' .. state)
+  OBS.emit(EV.FINALIZED, false, {EF.DETAIL, state})
+  OBS.count(MF.JOBS .. '\t' .. state)
   redis.call('HSET', J, JF.FINISHED_AT, now, JF.UPDATED_AT, now)
   redis.call('ZREM', ACTIVE, JOB_ID)
   redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
@@ -319,7 +320,8 @@ local function task_finished(now, count)
   if redis.call('HINCRBY', J, JF.LEFT, -(count or 1)) == 0 then finalize_job(now) end
 end
 
--- Schedule a visit of i's children: 'r' releases them, 'f' marks them upstream_failed.
+-- Schedule a visit of i's children, telling each how i ended: 'r' succeeded, 'f' failed or
+-- upstream_failed, 'k' skipped (parent_ended).
 -- ('x' entries expand a mapped task: _data.lua.)
 local function push_frontier(kind, i, origin)
   if redis.call('HEXISTS', T, TF_CHILDREN .. i) == 1 then
@@ -327,23 +329,149 @@ local function push_frontier(kind, i, origin)
   end
 end
 
-local function release_one(c, now, take)
-  if redis.call('HINCRBY', T, TF_DEPS_LEFT .. c, -1) == 0 and task_state(c) == T_WAITING then
-    if not (take and take(c, now)) then enqueue(c, now) end
+-- Trigger rules (jobcenter/model/trigger_rules.py; ARCHITECTURE.md, "Trigger rules").
+-- A parent's end reaches each child as 'r' (succeeded), 'f' (failed or upstream_failed) or
+-- 'k' (skipped). The child counts it and, once its rule is decided, runs (queued), or ends
+-- skipped or upstream_failed and passes that on to its own children the same way.
+
+-- What the rule makes of the parents so far: 'run', 'skip', 'fail' (upstream_failed) or nil
+-- (not decided yet). np parents, d not succeeded, u not ended, nf failed, nk skipped. A rule
+-- that can no longer be met fails at once when a parent failed; without one it waits for
+-- every parent to end, so the state a task ends in never depends on the order they end in.
+local function rule_verdict(rule, np, d, u, nf, nk)
+  local s = np - d -- parents succeeded
+  local met, hopeless
+  if rule == R_ALL_DONE then
+    met = u == 0
+  elseif rule == R_ALL_FAILED then
+    met, hopeless = u == 0 and nf == np, s > 0 or nk > 0
+  elseif rule == R_ONE_SUCCESS then
+    met, hopeless = s > 0, u == 0
+  elseif rule == R_ONE_FAILED then
+    met, hopeless = nf > 0, u == 0
+  elseif rule == R_NONE_FAILED then
+    met, hopeless = u == 0 and nf == 0, nf > 0
+  else -- all_success
+    met, hopeless = d == 0, nf + nk > 0
+  end
+  if met then return 'run' end
+  if hopeless and nf > 0 then return 'fail' end
+  if hopeless and u == 0 then return 'skip' end
+  return nil
+end
+
+-- Waiting task c will not run: it ends `state` (upstream_failed or skipped) and its
+-- children hear of it through the frontier.
+local function end_unrun(c, state, origin, now, err)
+  redis.call('HSET', T, TF_STATE .. c, state, TF_FINISHED_AT .. c, now, TF_UPDATED_AT .. c, now,
+    TF_ERROR .. c, err)
+  OBS.emit(state == T_SKIPPED and EV.SKIPPED or EV.UPSTREAM_FAILED, c, {EF.ERROR, err})
+  OBS.count_finished(c, state)
+  if state == T_SKIPPED then
+    redis.call('HINCRBY', J, JF.SKIPPED, 1)
+    push_frontier('k', c, origin)
+  else
+    redis.call('HINCRBY', J, JF.FAILED, 1)
+    push_frontier('f', c, origin)
+  end
+  task_finished(now)
+end
+
+local function release(c, now, take)
+  if not (take and take(c, now)) then enqueue(c, now) end
+end
+
+local function task_name(i) return redis.call('HGET', T, TF_ID .. i) or i end
+
+-- Act on a waiting task's verdict: queue it (or let `take` run it), or end it unrun. kind:
+-- how the parent whose end decided it ended (nil: a repair).
+local function act_on_verdict(c, rule, verdict, kind, origin, now, take)
+  if verdict == 'run' then
+    release(c, now, take)
+  elseif verdict == 'fail' and kind == 'f' then -- passed on: named after the task that failed
+    end_unrun(c, T_UPSTREAM_FAILED, origin, now, 'upstream task ' .. task_name(origin) .. ' failed')
+  elseif verdict == 'fail' then
+    end_unrun(c, T_UPSTREAM_FAILED, c, now, 'trigger rule ' .. rule .. ' cannot be met: a parent failed')
+  elseif verdict == 'skip' and kind == 'k' and rule == R_ALL_SUCCESS then
+    end_unrun(c, T_SKIPPED, origin, now, 'upstream task ' .. task_name(origin) .. ' skipped')
+  elseif verdict == 'skip' then
+    end_unrun(c, T_SKIPPED, c, now, 'trigger rule ' .. rule .. ' not met')
   end
 end
 
-local function fail_one(c, origin, now)
-  if task_state(c) ~= T_WAITING then return end -- visited already, or cancelled
-  local origin_id = redis.call('HGET', T, TF_ID .. origin) or origin
-  local err = 'upstream task ' .. origin_id .. ' failed'
-  redis.call('HSET', T, TF_STATE .. c, T_UPSTREAM_FAILED, TF_FINISHED_AT .. c, now, TF_UPDATED_AT .. c, now,
-    TF_ERROR .. c, err)
-  emit(EV.UPSTREAM_FAILED, c, {EF.ERROR, err})
-  count_finished(c, T_UPSTREAM_FAILED)
-  redis.call('HINCRBY', J, JF.FAILED, 1)
-  push_frontier('f', c, origin)
-  task_finished(now)
+-- A parent of task c ended (kind 'r', 'f' or 'k'; origin: the task whose failure or skip
+-- this passes on). Every task counts its parents not succeeded (d). In a job without a
+-- trigger rule nothing else is counted or read: its releases cost what they did before
+-- rules existed. Otherwise the other counters are kept once a parent ended other than by
+-- succeeding, or from the start for a task with a rule.
+local function parent_ended(kind, c, origin, now, take)
+  local d = nil
+  if kind == 'r' then d = redis.call('HINCRBY', T, TF_DEPS_LEFT .. c, -1) end
+  if not META.rules then -- every task all_success, so no task is ever skipped
+    if (kind == 'f' or d == 0) and task_state(c) == T_WAITING then
+      if kind == 'r' then return release(c, now, take) end
+      end_unrun(c, T_UPSTREAM_FAILED, origin, now, 'upstream task ' .. task_name(origin) .. ' failed')
+    end
+    return
+  end
+  local f = redis.call('HMGET', T, TF_STATE .. c, TF_TRIGGER_RULE .. c, TF_PARENTS_LEFT .. c)
+  local state, rule, u = f[1], f[2], f[3]
+  if not rule and not u then -- all_success, every parent so far succeeded
+    if state ~= T_WAITING then return end
+    if kind == 'r' then
+      if d == 0 then release(c, now, take) end
+      return
+    elseif kind == 'f' then
+      return end_unrun(c, T_UPSTREAM_FAILED, origin, now, 'upstream task ' .. task_name(origin) .. ' failed')
+    end
+  end
+  d = d or tonumber(redis.call('HGET', T, TF_DEPS_LEFT .. c) or 0)
+  if u then
+    u = redis.call('HINCRBY', T, TF_PARENTS_LEFT .. c, -1)
+  elseif kind == 'r' then
+    u = d -- absent: no parent ended other than by succeeding
+  else
+    u = d - 1
+    redis.call('HSET', T, TF_PARENTS_LEFT .. c, u)
+  end
+  if kind == 'f' then redis.call('HINCRBY', T, TF_PARENTS_FAILED .. c, 1) end
+  if kind == 'k' then redis.call('HINCRBY', T, TF_PARENTS_SKIPPED .. c, 1) end
+  if state ~= T_WAITING then return end
+  local n = redis.call('HMGET', T, TF_PARENTS .. c, TF_PARENTS_FAILED .. c, TF_PARENTS_SKIPPED .. c)
+  rule = rule or R_ALL_SUCCESS
+  local verdict = rule_verdict(rule, tonumber(n[1] or 0), d, u, tonumber(n[2] or 0), tonumber(n[3] or 0))
+  act_on_verdict(c, rule, verdict, kind, origin, now, take)
+end
+
+-- Parents of task c (indexes ARGV[first..last]) counted from their states, for a repair or
+-- a revive: {np, d, u, nf, nk}; a parent in `reviving` counts as not ended. Reads only.
+local FAILED_ENDS = {[T_FAILED] = true, [T_UPSTREAM_FAILED] = true, [T_CANCELLED] = true}
+local function count_parents(first, last, reviving)
+  local d, u, nf, nk = 0, 0, 0, 0 -- as in rule_verdict
+  for k = first, last do
+    local p = ARGV[k]
+    local state = task_state(p)
+    if state ~= T_SUCCEEDED then d = d + 1 end
+    if reviving[p] or not (state == T_SUCCEEDED or state == T_SKIPPED or FAILED_ENDS[state]) then
+      u = u + 1
+    elseif state == T_SKIPPED then
+      nk = nk + 1
+    elseif state ~= T_SUCCEEDED then
+      nf = nf + 1
+    end
+  end
+  return {np = last - first + 1, d = d, u = u, nf = nf, nk = nk}
+end
+
+-- The verdict of task c's rule on counts from count_parents, and the rule.
+local function parents_verdict(c, counts)
+  local rule = redis.call('HGET', T, TF_TRIGGER_RULE .. c) or R_ALL_SUCCESS
+  return rule_verdict(rule, counts.np, counts.d, counts.u, counts.nf, counts.nk), rule
+end
+
+local function store_parent_counts(c, counts)
+  redis.call('HSET', T, TF_DEPS_LEFT .. c, counts.d, TF_PARENTS_LEFT .. c, counts.u,
+    TF_PARENTS_FAILED .. c, counts.nf, TF_PARENTS_SKIPPED .. c, counts.nk)
 end
 
 -- Visit children from the frontier, at most FRONTIER_BUDGET of them; what is left waits
@@ -363,7 +491,7 @@ local function drain_frontier(now, take)
       local c = string.sub(csv, s, e)
       pos = e + 2
       budget = budget - 1
-      if kind == 'r' then release_one(c, now, take) else fail_one(c, origin, now) end
+      parent_ended(kind, c, origin, now, take)
     end
     if string.find(csv, '[^,]+', pos) then
       redis.call('LPUSH', F, kind .. '|' .. i .. '|' .. origin .. '|' .. pos)
@@ -383,8 +511,8 @@ end
 -- Terminal failure of task i: record it (and dead-letter it), then cascade to every
 -- descendant.
 local function fail_task(i, now, err)
-  emit(EV.FAILED, i, attempt_of(i, err))
-  count_finished(i, T_FAILED)
+  OBS.emit(EV.FAILED, i, OBS.attempt_of(i, err))
+  OBS.count_finished(i, T_FAILED)
   redis.call('HSET', T, TF_STATE .. i, T_FAILED, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now, TF_ERROR .. i, err)
   redis.call('HDEL', T, TF_WAITING_FOR .. i) -- no longer waiting for a worker (give_back.lua)
   redis.call('ZREM', LEASES, lease_member(i))

@@ -23,16 +23,17 @@ if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local ESTIMATES = KEYS[XK]
-local ESTIMATE_WEIGHT = 0.3 -- of the newest run in the moving average: a few runs adapt it
-local ESTIMATES_MAX = 100000 -- fields per shard: past this only known ones are updated
+-- weight: of the newest run in the moving average (a few runs adapt it); max: fields per
+-- shard, past which only known ones are updated (one table: at most 200 locals a script)
+local ESTIMATE = {weight = 0.3, max = 100000}
 local job_name = nil
 
 -- Fold one succeeded run (ms, Redis time) into a moving average (jobcenter/model/ordering.py).
 local function learn(field, ms)
   local old = tonumber(redis.call('HGET', ESTIMATES, field))
-  if not old and redis.call('HLEN', ESTIMATES) >= ESTIMATES_MAX then return end
+  if not old and redis.call('HLEN', ESTIMATES) >= ESTIMATE.max then return end
   local value = ms
-  if old then value = old + ESTIMATE_WEIGHT * (ms - old) end
+  if old then value = old + ESTIMATE.weight * (ms - old) end
   redis.call('HSET', ESTIMATES, field, string.format('%.1f', value))
 end
 
@@ -67,8 +68,8 @@ local function take(c)
     TF_STARTED_AT .. c, now, TF_UPDATED_AT .. c, now)
   redis.call('HDEL', T, TF_ERROR .. c, TF_FINISHED_AT .. c, TF_PROGRESS .. c) -- a fresh attempt
   redis.call('ZADD', LEASES, now + lease_ms, lease_member(c))
-  emit(EV.STARTED, c, {EF.ATTEMPT, attempt, EF.HANDLER, handler})
-  observe_wait(qname, now, nil, now) -- started the moment it was released
+  OBS.emit(EV.STARTED, c, {EF.ATTEMPT, attempt, EF.HANDLER, handler})
+  OBS.observe_wait(qname, now, nil, now) -- started the moment it was released
   taken[#taken + 1] = {tonumber(c), attempt, redis.call('HGET', T, TF_PAYLOAD .. c), task_inputs(c)}
   return true
 end
@@ -76,7 +77,7 @@ end
 -- One read per task; the writes of the whole batch go out in a few variadic calls.
 local codes, done = {}, {}
 local writes, clears, leases, history, frontier = {}, {}, {}, {}, {}
-local succeeded, attempts = {}, {}
+OBS.succeeded = {indexes = {}, attempts = {}} -- one event entry for the batch
 for k = first_triple, #ARGV, 3 do
   local i, attempt, result = ARGV[k], ARGV[k + 1], ARGV[k + 2]
   local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
@@ -103,14 +104,13 @@ for k = first_triple, #ARGV, 3 do
     leases[#leases + 1] = lease_member(i)
     history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', now, ''}, '\t')
     if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
-    local name = payload_task_name(f[6])
+    local name = OBS.payload_task_name(f[6])
     learn_run(i, f[4], name)
-    succeeded[#succeeded + 1] = i
-    attempts[#attempts + 1] = f[2]
+    OBS.succeeded.indexes[#OBS.succeeded.indexes + 1] = i
+    OBS.succeeded.attempts[#OBS.succeeded.attempts + 1] = f[2]
     if OBS.metrics_on then
-      local labels = task_labels(i, name)
-      count_finished(i, T_SUCCEEDED, labels)
-      observe_run(i, f[4], now, labels)
+      OBS.count_finished(i, T_SUCCEEDED, OBS.task_labels(i, name))
+      OBS.observe_run(i, f[4], now, OBS.task_labels(i, name))
     end
   end
   codes[#codes + 1] = code
@@ -119,7 +119,7 @@ if #leases > 0 then
   call_chunked('HSET', T, writes)
   call_chunked('HDEL', T, clears)
   call_chunked('ZREM', LEASES, leases)
-  emit_many(EV.SUCCEEDED, succeeded, attempts, {EF.HANDLER, handler})
+  OBS.emit_many(EV.SUCCEEDED, OBS.succeeded.indexes, OBS.succeeded.attempts, {EF.HANDLER, handler})
   append_history(history)
   call_chunked('RPUSH', F, frontier)
   task_finished(now, #leases)

@@ -20,5 +20,5 @@ if tonumber(redis.call('HGET', J, JF.LEFT) or 1) > 0 then
   return {UNFINISHED}
 end
 local state = finalize_job(now_ms())
-flush_counts()
+OBS.flush_counts()
 return {OK, state}

@@ -35,7 +35,7 @@ for k = A + 1, #ARGV do
       started[#started + 1] = {tonumber(i), attempt, f[3], task_inputs(i)}
       started_indexes[#started_indexes + 1] = i
       started_attempts[#started_attempts + 1] = attempt
-      observe_wait(f[4] or META.queue, f[5], f[6], now)
+      OBS.observe_wait(f[4] or META.queue, f[5], f[6], now)
     elseif f[1] ~= T_RUNNING and f[1] ~= T_TIMED_OUT then
       dropped[#dropped + 1] = lease -- cancelled or finished meanwhile
     end -- running: a duplicate entry was claimed; the lease stays the running attempt's
@@ -46,6 +46,6 @@ call_chunked('ZREM', LEASES, dropped)
 call_chunked('HSET', T, writes)
 call_chunked('HDEL', T, clears)
 if #started > 0 then redis.call('HSET', J, JF.UPDATED_AT, now) end
-emit_many(EV.STARTED, started_indexes, started_attempts, {EF.HANDLER, handler})
-flush_counts()
+OBS.emit_many(EV.STARTED, started_indexes, started_attempts, {EF.HANDLER, handler})
+OBS.flush_counts()
 return {OK, started, META.queues, redis.call('HGET', J, JF.IDEMPOTENCY_KEY) or ''}
