@@ -4,6 +4,8 @@ Starts a redis-server of its own (jobcenter.storage.embedded.RedisServer) and tw
 bench_tasks` processes (each with its rq recovery child), then measures:
 
   W1  one job of 20,000 independent tasks               tasks/s
+  W1-observe  W1 with events and metrics off, events on, both on (workers restarted for
+      each, interleaved): what the event stream and the metric counters cost
   W2  root -> 5,000 -> join                             wall time
   W3  a chain of 1,000                                  ms per hop
   W4  200 jobs of the seed-000 9-task DAG               wall time
@@ -225,6 +227,7 @@ class Bench:
     spies: list[subprocess.Popen[bytes]] = field(default_factory=list)
     counter: CommandCounter | None = None
     profile_gil: bool = False  # py-spy samples only the thread holding the GIL (CPU)
+    settings_env: dict[str, str] = field(default_factory=dict)  # JOBCENTER_* for the workers
 
     def now_ms(self) -> int:
         seconds, micros = self.redis.time()
@@ -263,7 +266,22 @@ class Bench:
             "JOBCENTER_REDIS_URL": self.server.url,
             "JOBCENTER_NAMESPACE": NAMESPACE,
             REDIS_URL_ENV: self.server.url,
+            **self.settings_env,
         }
+
+    def restart_workers(self, settings_env: dict[str, str]) -> None:
+        """Every worker stopped, then as many started with these JOBCENTER_* settings; the
+        bench's client gets them too (submit runs scripts as well)."""
+        count = len(self.workers)
+        self.stop_workers()
+        self.workers = []
+        self.settings_env = dict(settings_env)
+        overrides = {
+            "events_maxlen": int(settings_env.get("JOBCENTER_EVENTS_MAXLEN", 100_000)),
+            "metrics": settings_env.get("JOBCENTER_METRICS", "1") == "1",
+        }
+        self.client = Client.from_url(self.server.url, NAMESPACE, **overrides)
+        self.start_workers(count)
 
     def start_workers(self, count: int) -> None:
         log = open(self.data_dir / "workers.log", "ab")  # noqa: SIM115 (kept for the run)
@@ -668,6 +686,47 @@ def run_one_job(bench: Bench, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# W1-observe: the variants, in the order each repeat runs them (the last is the default).
+OBSERVE_VARIANTS = {
+    "off": {"JOBCENTER_EVENTS_MAXLEN": "0", "JOBCENTER_METRICS": "0"},
+    "events": {"JOBCENTER_METRICS": "0"},
+    "both": {},
+}
+OBSERVE_TARGET_PCT = 10.0  # the issue's bound on what events may cost W1
+OBSERVE_COMMANDS = ("xadd", "hincrby")  # what emit() and count() run
+
+
+def run_observe(bench: Bench, n: int) -> dict[str, Any]:
+    """W1 once per variant of OBSERVE_VARIANTS, the workers restarted for each."""
+    out: dict[str, Any] = {"wall_s": 0.0, "problems": []}
+    for name, settings_env in OBSERVE_VARIANTS.items():
+        bench.restart_workers(settings_env)
+        run_one_job(bench, flat_spec(200))  # warm-up: scripts loaded, pools filled
+        stats = bench.commandstats()
+        redis_cpu = bench.cpu_seconds()["redis"]
+        run = run_one_job(bench, flat_spec(n))
+        # Redis's own work per task: what the scripts cost, whatever else loads the machine
+        after = bench.commandstats()
+        evalsha = redis_load(stats, after, run["wall_s"])["evalsha_s"]
+        out[f"evalsha_us_per_task_{name}"] = evalsha * 1e6 / n
+        # the commands events and metrics add, inside the scripts (commandstats counts them)
+        for command in OBSERVE_COMMANDS:
+            calls = after.get(command, {"calls": 0, "usec": 0})
+            was = stats.get(command, {"calls": 0, "usec": 0})
+            out[f"{command}_calls_per_task_{name}"] = (calls["calls"] - was["calls"]) / n
+            out[f"{command}_us_per_task_{name}"] = (calls["usec"] - was["usec"]) / n
+        out[f"redis_cpu_us_per_task_{name}"] = (bench.cpu_seconds()["redis"] - redis_cpu) * 1e6 / n
+        out[f"tasks_per_s_{name}"] = run["tasks_per_s"]
+        out["wall_s"] += run["wall_s"]
+        out["problems"] += [f"{name}: {p}" for p in run["problems"]]
+    return out
+
+
+def observe_cost(r: dict[str, Any], variant: str) -> float:
+    """How much slower W1 ran with `variant` than with events and metrics off, in %."""
+    return 100 * (1 - r[f"tasks_per_s_{variant}"] / r["tasks_per_s_off"])
+
+
 def run_map(bench: Bench, n: int) -> dict[str, Any]:
     """A map of n elements: the expansion time is from the source's success (the first
     chunk is written by that same script) to the creation of the last instance, whose
@@ -1017,7 +1076,14 @@ Workload = Callable[[Bench], dict[str, Any]]
 def workloads(sizes: Sizes) -> dict[str, tuple[str, Workload]]:
     seed = seed000_spec()
     return {
-        "W1": (f"flat {sizes.flat:,} tasks", lambda b: run_one_job(b, flat_spec(sizes.flat))),
+        "W1": (
+            f"flat {sizes.flat:,} tasks (events + metrics on)",
+            lambda b: run_one_job(b, flat_spec(sizes.flat)),
+        ),
+        "W1-observe": (
+            f"flat {sizes.flat:,} tasks: events, metrics off / on",
+            lambda b: run_observe(b, sizes.flat),
+        ),
         "W1r": (
             f"flat {sizes.flat:,} tasks, {RESULT_BYTES}-byte results",
             lambda b: run_one_job(b, flat_spec(sizes.flat, task="bench.result")),
@@ -1179,6 +1245,38 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, s
         r = w["W1"]["median"]
         headline("W1", "tasks/s", r["tasks_per_s"], fmt(r["tasks_per_s"]))
         common("W1", rate=False)
+    if "W1-observe" in w:
+        r = w["W1-observe"]["median"]
+        runs = len(w["W1-observe"]["runs"])
+        label = f"W1-observe {w['W1-observe']['label']}" + (
+            f" [median of {runs}]" if runs > 1 else ""
+        )
+        shown = " / ".join(fmt(r[f"tasks_per_s_{v}"]) for v in OBSERVE_VARIANTS)
+        rows.append((label, "tasks/s: off / events / events + metrics", shown, "", "", ""))
+        for key, figure in (
+            ("evalsha_us_per_task", "  script time per task (us)"),
+            ("redis_cpu_us_per_task", "  Redis CPU per task (us)"),
+        ):
+            shown = " / ".join(fmt(r[f"{key}_{v}"], "", 1) for v in OBSERVE_VARIANTS)
+            rows.append(("", figure, shown, "", "", ""))
+        for command in OBSERVE_COMMANDS:
+            shown = " / ".join(
+                f"{r[f'{command}_calls_per_task_{v}']:.3f} calls, "
+                f"{r[f'{command}_us_per_task_{v}']:.2f} us"
+                for v in OBSERVE_VARIANTS
+            )
+            rows.append(("", f"  {command.upper()} per task", shown, "", "", ""))
+        cost = observe_cost(r, "events")
+        ok = cost <= OBSERVE_TARGET_PCT and not r["problems"]
+        target = f"<= {OBSERVE_TARGET_PCT:.0f} %"
+        rows.append(("", "cost of events", f"{cost:.1f} %", target, "", verdict(ok)))
+        cost = observe_cost(r, "both")
+        rows.append(("", "cost of events + metrics", f"{cost:.1f} %", "printed", "", ""))
+        # what load cannot blur: the time of the commands they add, against the scripts' time
+        share = 100 * r["xadd_us_per_task_events"] / r["evalsha_us_per_task_off"]
+        rows.append(
+            ("", "  XADD time / script time (events on)", f"{share:.1f} %", "printed", "", "")
+        )
     if "W1r" in w:
         r = w["W1r"]["median"]
         base = w["W1"]["median"]["tasks_per_s"] if "W1" in w else None
@@ -1423,8 +1521,9 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated: W1,W2,W3,W4,W5,wake,big-fan,big-chain,big-follow; or `order` alone: "
-        "the task-order rules on DAGs where order matters (one worker, --concurrency slots); "
+        help="comma-separated: W1,W1-observe,W2,W3,W4,W5,wake,big-fan,big-chain,big-follow; or "
+        "`order` alone: the task-order rules on DAGs where order matters (one worker, "
+        "--concurrency slots); "
         "or `cluster` alone: W1 and W4 on one Redis and on a local 3-master Redis Cluster",
     )
     parser.add_argument("--workers", type=int, default=2)

@@ -130,6 +130,16 @@ class Keys:
         and task id and per task name (jobcenter.model.ordering): what critical_path ranks by."""
         return f"{self._tagged(shard)}:estimates"
 
+    def events(self, shard: int) -> str:
+        """Stream of the shard's events, one per transition (EventField, EventKind), capped
+        near JOBCENTER_EVENTS_MAXLEN entries: what `jobcenter events` and the dashboard read."""
+        return f"{self._tagged(shard)}:events"
+
+    def metrics(self, shard: int) -> str:
+        """Hash of the shard's metric counters (MetricField), kept by the transitions: what
+        /metrics sums over the shards."""
+        return f"{self._tagged(shard)}:metrics"
+
     def seq(self, shard: int) -> str:
         """Counter giving each job its submission sequence number."""
         return f"{self._tagged(shard)}:seq"

@@ -243,12 +243,16 @@ class Store:
             self.keys.idempotency(shard, idem) if idem else jk.job,
             self.keys.notify_due(shard),
             *(self.keys.state_jobs(shard, state) for state in JobState),
+            self.keys.events(shard),
+            self.keys.metrics(shard),
         ]
         queues = meta.queues if meta else ()
         for queue in queues:
             keys += self.keys.queue_keys(shard, queue)
-        retention_ms = int(self.settings.retention_seconds * 1000)
-        return keys, [job_id, retention_ms, len(queues), *queues]
+        settings = self.settings
+        retention_ms = int(settings.retention_seconds * 1000)
+        observe = [settings.events_maxlen, 1 if settings.metrics else 0]
+        return keys, [job_id, retention_ms, *observe, len(queues), *queues]
 
     def _job_call(
         self,

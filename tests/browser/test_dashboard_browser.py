@@ -86,8 +86,8 @@ def test_seed000_failure_shows_live_in_the_picture_and_a_requeue_reruns_it(
     job_id = client.submit(spec)
     open_job(browser, dashboard_url, job_id)  # before any worker runs: nothing has happened
     at_load = browser.execute_script(NODE_STATES)
-    for _ in range(2):
-        workers.start(env={"JOBCENTER_DEMO_STEP_SECONDS": STEP_SECONDS})
+    for _ in range(2):  # not waiting for them: the watch below must begin before the run
+        workers.start(env={"JOBCENTER_DEMO_STEP_SECONDS": STEP_SECONDS}, wait_ready=False)
 
     seen: dict[str, set[str]] = {}
 
