@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 import redis
 from redis import Redis
 
-from jobcenter.config import ACKED, Settings
+from jobcenter.config import ACKED, REPLICATED, Settings
 from jobcenter.errors import (
     IdempotencyConflict,
     NoResult,
@@ -30,7 +30,7 @@ from jobcenter.model.spec import JobSpec, spec_digest, spec_from_any
 from jobcenter.model.states import TERMINAL_TASK_STATES, JobState, TaskState
 
 from . import schema
-from .connection import connect, time_ms
+from .connection import connect, is_cluster, time_ms
 from .durability import GroupCommit
 from .keys import Keys
 from .layout import Layout, job_queues
@@ -182,6 +182,7 @@ class Store:
         self.settings = settings
         self.keys = Keys(settings.namespace, settings.shards)
         self.scripts = Scripts(client)
+        self.cluster = is_cluster(client)  # a Redis Cluster: one call, one hash slot
         self._meta: OrderedDict[str, JobMeta] = OrderedDict()
         self._waitaof: bool | None = None  # learnt from the server on first submit
         self._probe_lock = threading.Lock()
@@ -201,10 +202,6 @@ class Store:
     def connection(self) -> Redis:
         """The Redis client itself, for rq (the recovery executor needs a connection)."""
         return self.redis
-
-    def wait_for_wake(self, keys: Sequence[str], timeout: float) -> None:
-        """Block until a wake-up token arrives on one of `keys`, or `timeout` seconds pass."""
-        self.redis.blpop(list(keys), timeout=timeout)
 
     def _check_shard_count(self) -> None:
         """The first process to use a namespace stores its shard count; any other count is
@@ -252,12 +249,16 @@ class Store:
             self.keys.notify_due(shard),
             *(self.keys.state_jobs(shard, state) for state in JobState),
             jk.packed,
+            self.keys.events(shard),
+            self.keys.metrics(shard),
         ]
         queues = meta.queues if meta else ()
         for queue in queues:
             keys += self.keys.queue_keys(shard, queue)
-        retention_ms = int(self.settings.retention_seconds * 1000)
-        return keys, [job_id, retention_ms, len(queues), *queues]
+        settings = self.settings
+        retention_ms = int(settings.retention_seconds * 1000)
+        observe = [settings.events_maxlen, 1 if settings.metrics else 0]
+        return keys, [job_id, retention_ms, *observe, len(queues), *queues]
 
     def _job_call(
         self,
@@ -396,7 +397,8 @@ class Store:
     def wait_durable(self) -> bool:
         """With durability `fsynced`, where the server has WAITAOF (Redis >= 7.2) and AOF on
         with fsyncs: block until every write this process had acknowledged is fsynced to the
-        local AOF; one WAITAOF serves all the threads waiting (group commit). True if that
+        local AOF; one WAITAOF serves all the threads waiting (group commit). With
+        `replicated`, until one replica has them (WAIT 1, grouped the same way). True if that
         was confirmed. Elsewhere (`acked`) the writes are in Redis memory and its AOF
         buffer, which a Redis crash does not lose (README: Durability)."""
         if self.settings.durability == ACKED or not self._fsync_confirmable():
@@ -404,16 +406,24 @@ class Store:
         return self._group_commit.wait()
 
     def _fsync_confirmable(self) -> bool:
-        """Whether WAITAOF can confirm an fsync here; learnt once, with a note when not."""
+        """Whether WAITAOF (or WAIT) can confirm the write here; learnt once, with a note
+        when not."""
         with self._probe_lock:
             if self._waitaof is None:
-                reason = self._no_waitaof_reason()
+                reason = self._unconfirmable_reason()
                 self._waitaof = reason is None
                 if reason is not None:
-                    log.info("durability fsynced: %s; submits return once Redis acked", reason)
+                    mode = self.settings.durability
+                    log.info("durability %s: %s; submits return once Redis acked", mode, reason)
             return self._waitaof
 
-    def _no_waitaof_reason(self) -> str | None:
+    def _unconfirmable_reason(self) -> str | None:
+        if self.cluster:  # WAITAOF, WAIT: one node's writes, on the connection that made them
+            return "on a Redis Cluster each master fsyncs and replicates on its own"
+        if self.settings.durability == REPLICATED:  # WAIT: every Redis has it
+            if int(self.redis.info("replication").get("connected_slaves", 0)) < 1:
+                return "no replica is connected to the primary, so WAIT would only time out"
+            return None
         info = self.redis.info("server")
         version = str(info["redis_version"])
         major, minor = (int(x) for x in version.split(".")[:2])
@@ -440,6 +450,12 @@ class Store:
             timeout_ms = max(1, min(timeout_ms, int(socket_timeout * 1000 / 2)))
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.keys.fsync_mark(), 1)
+        if self.settings.durability == REPLICATED:  # WAIT: one replica has every write
+            pipe.execute_command("WAIT", 1, timeout_ms)
+            _, replicas = pipe.execute()
+            if int(replicas) < 1:
+                log.warning("WAIT: no replica acknowledged within %d ms; submits acked", timeout_ms)
+            return int(replicas) >= 1
         pipe.execute_command("WAITAOF", 1, 0, timeout_ms)
         try:
             _, (local, _) = pipe.execute()
@@ -830,16 +846,16 @@ class Store:
 
     # -- workers --------------------------------------------------------------------------
 
-    def wake_keys(self, queues: Sequence[str], *, leader: bool, shard: int = 0) -> list[str]:
-        keys = [self.keys.wake(shard, q) for q in queues]
-        return ([self.keys.leader_wake(shard)] if leader else []) + keys
-
-    def poke(self, handler: str, tokens: int) -> None:
-        """Wake a worker's own blocking waits (it is stopping)."""
-        key = self.keys.worker_wake(0, handler)
+    def poke(self, handler: str, shards: Sequence[int], tokens: int = 2) -> None:
+        """End a stopping worker's blocking waits on `shards`: `tokens` on its own wake
+        list of each (one per wait listening there: the claim loop's and the leader's)."""
+        if not shards:
+            return
         pipe = self.redis.pipeline(transaction=False)
-        pipe.rpush(key, *["stop"] * tokens)
-        pipe.expire(key, 60)
+        for shard in shards:
+            key = self.keys.worker_wake(shard, handler)
+            pipe.rpush(key, *["stop"] * tokens)
+            pipe.expire(key, 60)
         pipe.execute()
 
     def idle(self, queues: Sequence[str]) -> bool:
@@ -908,6 +924,12 @@ class Store:
                 )
             if aof != "yes":
                 warnings.append("appendonly is off: a Redis restart loses what it held")
+        if self.cluster and self.keys.shards < len(self.redis.get_primaries()):
+            warnings.append(
+                f"JOBCENTER_SHARDS={self.keys.shards} on a cluster of "
+                f"{len(self.redis.get_primaries())} masters: jobs live on {self.keys.shards} of "
+                "them at most; a new namespace with 8 or more shards per master spreads them"
+            )
         for warning in warnings:
             log.warning(warning)
         return warnings

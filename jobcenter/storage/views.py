@@ -280,6 +280,14 @@ def live_states(store: Store, job_id: str) -> LiveStates:
     return LiveStates(job_state, seconds(finished), [text(s) or default for s in written])
 
 
+def job_state_now(store: Store, job_id: str) -> tuple[str, float | None]:
+    """The job's state and finish time: what a live view reads besides the events."""
+    state, finished = store.redis.hmget(store.keys.job(job_id).job, "state", "finished_at")
+    if state is None:
+        raise NotFound.job(job_id)
+    return state.decode(), seconds(finished)
+
+
 @dataclass(frozen=True)
 class Attempt:
     attempt: int
@@ -616,8 +624,9 @@ def recovery(store: Store) -> RecoveryView:
     interval = store.settings.recovery_interval_seconds
     now_round = current_round(store)
     rounds = []
-    for round_no in range(now_round, now_round - RECOVERY_ROUNDS, -1):
-        rounds.append(_round(store, round_no, interval))
+    if not store.cluster:  # on a cluster the passes run without rq, which kept the reports
+        for round_no in range(now_round, now_round - RECOVERY_ROUNDS, -1):
+            rounds.append(_round(store, round_no, interval))
     return RecoveryView(interval, text(holder), _int(last), rounds)
 
 

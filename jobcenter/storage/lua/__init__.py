@@ -48,6 +48,7 @@ SHARD_SCRIPTS = frozenset(
         "notify_claim",
         "notify_attempt",
         "notify_done",
+        "shard_lease",
     }
 )
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS

@@ -40,6 +40,7 @@ if last then
   redis.call('HDEL', J, JF.COMPACT_CURSOR)
   redis.call('HSET', J, JF.PACKED, format)
   redis.call('ZREM', LEADER, message)
+  OBS.emit(EV.COMPACTED, false)
 else
   redis.call('HSET', J, JF.COMPACT_CURSOR, before + #part)
 end

@@ -23,39 +23,27 @@ if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local ESTIMATES = KEYS[XK]
-local ESTIMATE_WEIGHT = 0.3 -- of the newest run in the moving average: a few runs adapt it
-local ESTIMATES_MAX = 100000 -- fields per shard: past this only known ones are updated
+-- weight: of the newest run in the moving average (a few runs adapt it); max: fields per
+-- shard, past which only known ones are updated (one table: at most 200 locals a script)
+local ESTIMATE = {weight = 0.3, max = 100000}
 local job_name = nil
-
--- The payload is msgpack of a map whose first key is PK.TASK (layout.py writes it first): the
--- task name is the string right after it, read here without unpacking the arguments.
-local TASK_KEY = string.char(160 + #PK.TASK) .. PK.TASK -- the key as a msgpack fixstr
-local function payload_task_name(p)
-  if not p or string.sub(p, 2, 1 + #TASK_KEY) ~= TASK_KEY then return nil end
-  local at = 2 + #TASK_KEY -- the name's msgpack header
-  local b = string.byte(p, at)
-  if b >= 160 and b <= 191 then return string.sub(p, at + 1, at + b - 160) end -- fixstr
-  if b == 217 then return string.sub(p, at + 2, at + 1 + string.byte(p, at + 1)) end -- str 8
-  return nil
-end
 
 -- Fold one succeeded run (ms, Redis time) into a moving average (jobcenter/model/ordering.py).
 local function learn(field, ms)
   local old = tonumber(redis.call('HGET', ESTIMATES, field))
-  if not old and redis.call('HLEN', ESTIMATES) >= ESTIMATES_MAX then return end
+  if not old and redis.call('HLEN', ESTIMATES) >= ESTIMATE.max then return end
   local value = ms
-  if old then value = old + ESTIMATE_WEIGHT * (ms - old) end
+  if old then value = old + ESTIMATE.weight * (ms - old) end
   redis.call('HSET', ESTIMATES, field, string.format('%.1f', value))
 end
 
-local function learn_run(i, started, payload)
+local function learn_run(i, started, task_name)
   if not started then return end
   local ms = math.max(0, now - tonumber(started))
   job_name = job_name or redis.call('HGET', J, JF.NAME) or ''
   -- the instances of a mapped task (`<id>[<n>]`) share their task's estimate
   local id = string.gsub(redis.call('HGET', T, TF_ID .. i) or i, '%[%d+%]$', '')
   learn('j\t' .. job_name .. '\t' .. id, ms)
-  local task_name = payload_task_name(payload)
   if task_name then learn('t\t' .. task_name, ms) end
 end
 
@@ -80,6 +68,8 @@ local function take(c)
     TF_STARTED_AT .. c, now, TF_UPDATED_AT .. c, now)
   redis.call('HDEL', T, TF_ERROR .. c, TF_FINISHED_AT .. c, TF_PROGRESS .. c) -- a fresh attempt
   redis.call('ZADD', LEASES, now + lease_ms, lease_member(c))
+  OBS.emit(EV.STARTED, c, {EF.ATTEMPT, attempt, EF.HANDLER, handler})
+  OBS.observe_wait(qname, now, nil, now) -- started the moment it was released
   taken[#taken + 1] = {tonumber(c), attempt, redis.call('HGET', T, TF_PAYLOAD .. c), task_inputs(c)}
   return true
 end
@@ -87,6 +77,7 @@ end
 -- One read per task; the writes of the whole batch go out in a few variadic calls.
 local codes, done = {}, {}
 local writes, clears, leases, history, frontier = {}, {}, {}, {}, {}
+OBS.succeeded = {indexes = {}, attempts = {}} -- one event entry for the batch
 for k = first_triple, #ARGV, 3 do
   local i, attempt, result = ARGV[k], ARGV[k + 1], ARGV[k + 2]
   local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
@@ -115,7 +106,14 @@ for k = first_triple, #ARGV, 3 do
     leases[#leases + 1] = lease_member(i)
     history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', now, ''}, '\t')
     if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
-    learn_run(i, f[4], f[6])
+    local name = OBS.payload_task_name(f[6])
+    learn_run(i, f[4], name)
+    OBS.succeeded.indexes[#OBS.succeeded.indexes + 1] = i
+    OBS.succeeded.attempts[#OBS.succeeded.attempts + 1] = f[2]
+    if OBS.metrics_on then
+      OBS.count_finished(i, T_SUCCEEDED, OBS.task_labels(i, name))
+      OBS.observe_run(i, f[4], now, OBS.task_labels(i, name))
+    end
   end
   codes[#codes + 1] = code
 end
@@ -123,6 +121,7 @@ if #leases > 0 then
   call_chunked('HSET', T, writes)
   call_chunked('HDEL', T, clears)
   call_chunked('ZREM', LEASES, leases)
+  OBS.emit_many(EV.SUCCEEDED, OBS.succeeded.indexes, OBS.succeeded.attempts, {EF.HANDLER, handler})
   append_history(history)
   call_chunked('RPUSH', F, frontier)
   task_finished(now, #leases)

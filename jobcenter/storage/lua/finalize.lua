@@ -22,4 +22,5 @@ end
 local now = now_ms()
 local state = finalize_job(now)
 compact_when_settled(now)
+OBS.flush_counts()
 return {OK, state}

@@ -26,6 +26,7 @@ end
 if last then
   redis.call('DEL', P)
   redis.call('HDEL', J, JF.PACKED, JF.RESTORE_CURSOR)
+  OBS.emit(EV.RESTORED, false)
 else
   redis.call('HSET', J, JF.RESTORE_CURSOR, before + npairs + (#ARGV - first_entry + 1))
 end
