@@ -9,7 +9,9 @@ a message that says what to do. The versions:
    e.g. cf59a69): no version key, jobs missing from the per-state and per-schedule indexes,
    finished jobs kept as a tasks hash and a history list;
 2. this one: every transition keeps the per-state and per-schedule indexes; a finished job
-   is compacted into one packed record (storage/packed.py) once its cascades are done.
+   is compacted into one packed record (storage/packed.py) once its cascades are done;
+   the shards' event streams, metrics hashes and segment leases are created by their first
+   write, so they need no step (deploy/README.md, Upgrades).
 
 A release that reads the previous layout as it is (2 reads 1's jobs: a job without a
 packed record is read from its hash) only adds steps here; one that cannot says so in its
