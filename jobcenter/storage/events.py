@@ -12,6 +12,7 @@ from typing import Any
 
 from jobcenter.model.states import TaskState
 
+from .packed import JobRecords
 from .replies import text
 from .schema import EventField, EventKind, TaskField
 from .store import Store
@@ -272,6 +273,11 @@ class Events:
             pipe.hmget(self.keys.job(job).tasks, [TaskField.ID.of(i) for i in indexes])
         ids: dict[tuple[str, int], str] = {}
         for (job, indexes), values in zip(order, pipe.execute(), strict=True):
+            if all(value is None for value in values):  # compacted: its packed record has them
+                jk = self.keys.job(job)
+                values = JobRecords.read(self.redis, jk).values(
+                    [TaskField.ID.of(i) for i in indexes]
+                )
             for index, value in zip(indexes, values, strict=True):
                 if value is not None:
                     ids[(job, index)] = value.decode()
