@@ -66,7 +66,14 @@ def test_submit_wait_follows_a_large_job_without_reading_all_its_tasks_each_poll
         if c.name == "HGETALL" or (c.name == "HSCAN" and c.args[1] == "0" and "MATCH" not in c.args)
         if c.args[2:4] != compaction_page
     ]
-    assert len(whole_reads) == full_reads
+    # --json's last read finds the job compacted when the leader was quicker: it reads the
+    # packed record then (a follower without --json reads a poll's changed tasks from it too)
+    packed_reads = [
+        c
+        for c in log.commands
+        if c.key == keys.job(job_id).packed and c.name == "GET" and not c.in_script
+    ]
+    assert len(whole_reads) == full_reads or (as_json and not whole_reads and packed_reads)
     if as_json:
         assert result.json()["state"] == "succeeded"
         assert len(result.json()["tasks"]) == TASKS
