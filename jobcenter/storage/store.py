@@ -64,6 +64,7 @@ IDEMPOTENCY_CONFLICT = schema.code("IDEMPOTENCY_CONFLICT")  # submit.lua
 HEARTBEAT_CANCELLED = schema.code("ITEM_CANCELLED")  # heartbeat.lua, per attempt
 JOB_GONE = schema.code("JOB_GONE")
 CURSOR_MOVED = schema.code("CURSOR_MOVED")
+WRONG_STATE = schema.code("WRONG_STATE")
 
 
 def served_member(queue: str, task_name: str) -> str:
@@ -793,11 +794,16 @@ class Store:
         parents first) back to waiting; returns how many tasks were revived, or None while
         a failure cascade is under way (finish it, then call again). Raises WrongState
         naming what is off. A compacted job is unpacked first (restore)."""
-        self.restore(job_id)
         args: list[int] = [len(roots), *roots]
         for index, parents in resets:
             args += [index, len(parents), *parents]
-        reply = self._job_call("revive", job_id, args)
+        while True:
+            self.restore(job_id)
+            reply = self._job_call("revive", job_id, args)
+            # a leader compacted it between the two (a compact message posted earlier): once
+            # more; restore posts none, so this ends
+            if int(reply[0]) != WRONG_STATE or not self.records(job_id).packed:
+                break
         raise_for_code(
             int(reply[0]), text(reply[1]) or "" if len(reply) > 1 else f"no job {job_id}"
         )
