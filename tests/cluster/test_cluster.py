@@ -4,6 +4,7 @@ jobs run (its replica is promoted)."""
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections import Counter
@@ -36,6 +37,7 @@ from jobcenter.storage.connection import connect
 from jobcenter.storage.embedded_cluster import LocalCluster
 from jobcenter.storage.store import Store
 from jobcenter.storage.system_queue import current_round
+from jobcenter.storage.upgrade import SCHEMA_VERSION
 
 pytestmark = pytest.mark.cluster
 
@@ -104,6 +106,25 @@ def test_seed000_failure_on_a_cluster(cli: Cli, workers: Workers) -> None:
     assert tasks["t4"]["state"] == "failed"
     assert tasks["t7"]["state"] == tasks["t9"]["state"] == "upstream_failed"
     assert tasks["t8"]["state"] == "succeeded"
+
+
+def test_a_failed_job_is_compacted_then_retried_and_the_schema_version_kept_on_a_cluster(
+    cli: Cli, workers: Workers, client: Client, redis_client: Any
+) -> None:
+    assert redis_client.get(client.store.keys.schema_version()) == str(SCHEMA_VERSION).encode()
+    workers.start()
+    failed = cli("submit", str(EXAMPLES / "seed000_fail.yaml"), "--wait", "--json")
+    assert failed.code == 1, failed.stderr
+    job_id = failed.json()["id"]
+    job_key = client.store.keys.job(job_id).job
+    # compact.lua and restore.lua name the packed record and the shard's stream in one slot
+    wait_until(lambda: redis_client.hget(job_key, "packed") == b"1", JOB_SECONDS)
+    assert client.status(job_id)["tasks"]["t4"]["state"] == "failed"
+
+    assert client.retry(job_id) >= 1  # unpacked first (restore.lua), then revived
+    events = cli("events", "--job", job_id, "--json").stdout.splitlines()
+    kinds = [json.loads(line)["kind"] for line in events]
+    assert kinds.index("compacted") < kinds.index("restored") < kinds.index("revived")
 
 
 def test_random_dags_on_every_shard_run_each_task_once_after_its_parents(
