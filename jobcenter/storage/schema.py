@@ -34,6 +34,7 @@ class TaskField(StrEnum):
     ERROR = "e:"  # the last attempt's error
     PROGRESS = "pg:"  # the running attempt's last progress report
     WAITING_FOR = "wf:"  # "<since ms>|<task name>": given back for want of a worker with it
+    LIMITS = "l:"  # the slots it takes while it runs (limit_spec, layout.py); absent: none
 
     def of(self, index: int | str) -> str:
         """The field of task `index`: TaskField.STATE.of(3) == "s:3"."""
@@ -53,6 +54,7 @@ WORKING_FIELDS = (
     TaskField.PRIORITY,
     TaskField.MAX_ATTEMPTS,
     TaskField.RANK,
+    TaskField.LIMITS,
 )
 
 
@@ -92,6 +94,24 @@ class JobField(StrEnum):
     RETENTION = "retention"  # ms a finished job is kept
 
 
+class LimitField(StrEnum):
+    """Field prefixes of a shard's limits hash (Keys.limits), each followed by a limit id
+    (`p:<pool>`, `j:<job>`, `k:<concurrency key>`) or a lease member `<job>|<index>`."""
+
+    POOL_TOTAL = "t:"  # + pool name: the pool's slot count (`pool set`), the same in every shard
+    PARKED = "w:"  # + limit id: tasks parked waiting for it in this shard
+    CAP = "c:"  # + limit id (job and key limits): its cap, kept while tasks wait for it
+    PARKED_AT = "pk:"  # + lease member: the task's entry in the parked zset
+
+
+class LimitKind(StrEnum):
+    """The kinds of limit id, each followed by a name: what a slot is counted against."""
+
+    POOL = "p:"  # + pool name
+    JOB = "j:"  # + job id: the job's max_running
+    KEY = "k:"  # + concurrency key (escaped, layout.py)
+
+
 class PayloadKey(StrEnum):
     """The keys of a task's packed payload (TaskField.PAYLOAD), short: one per task."""
 
@@ -124,7 +144,13 @@ class ScheduleField(StrEnum):
 
 # The Lua table naming each hash's fields (a table, not one local per field: Lua allows
 # at most 200 locals per function, and the prelude and scripts share them).
-LUA_TABLES: dict[str, type[StrEnum]] = {"JF": JobField, "PK": PayloadKey, "SF": ScheduleField}
+LUA_TABLES: dict[str, type[StrEnum]] = {
+    "JF": JobField,
+    "PK": PayloadKey,
+    "SF": ScheduleField,
+    "LF": LimitField,
+    "LID": LimitKind,
+}
 
 
 @dataclass(frozen=True)
@@ -141,7 +167,7 @@ def _code(name: str, value: int, scripts: str, meaning: str) -> ReturnCode:
     return ReturnCode(name, value, frozenset(scripts.split()), meaning)
 
 
-# Every script but claim (whose reply is lists, no code); _job.lua's context comes with most.
+# Every job script (claim's reply is lists, no code); _job.lua's context comes with most.
 _JOB_SCRIPTS = (
     "cancel compact complete continue delete expire fail finalize give_back heartbeat "
     "publish_tasks queue_roots release repair resubmit revive start submit"
@@ -153,7 +179,13 @@ _JOB_CHECKED = (
 # Every code a script returns as the first item of its reply. Codes < 0 are refusals and
 # change nothing. A value appears twice only for different scripts (the `scripts` column).
 RETURN_CODES = (
-    _code("OK", 0, f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove", "done"),
+    _code(
+        "OK",
+        0,
+        f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove pool_set "
+        "reconcile_slots",
+        "done",
+    ),
     _code(
         "ALREADY",
         1,
@@ -169,7 +201,7 @@ RETURN_CODES = (
     _code(
         "WRONG_STATE",
         -3,
-        "delete fail publish_tasks queue_roots revive submit",
+        "delete fail publish_tasks queue_roots revive submit pool_set",
         "the job or task is not in a state this transition applies to",
     ),
     _code(

@@ -215,6 +215,7 @@ class Store:
             self.keys.expiring(shard),
             self.keys.idempotency(shard, idem) if idem else jk.job,
             *(self.keys.state_jobs(shard, state) for state in JobState),
+            *jk.limit_keys(),
         ]
         queues = meta.queues if meta else ()
         for queue in queues:
@@ -426,16 +427,13 @@ class Store:
     ) -> ClaimResult:
         """Take due leader messages and up to `max_tasks` tasks (highest priority first,
         FIFO within a priority), and start them; also report expired leases."""
-        keys = self.keys
-        script_keys = [keys.leader(shard), keys.leases(shard), keys.claims(shard)]
-        for queue in queues:
-            script_keys += keys.queue_keys(shard, queue)
-        leader_timeout_ms = int(self.settings.lease_ms * LEADER_TIMEOUT_FACTOR)
-        args = [handler, max_leader, max_tasks, self.settings.lease_ms, leader_timeout_ms]
-        leader, expired, reserved, next_due = self.scripts.run("claim", script_keys, [*args, sweep])
+        leader, expired, reserved, next_due = self.reserve(
+            handler, queues, max_tasks=max_tasks, max_leader=max_leader, shard=shard, sweep=sweep
+        )
         by_job: dict[str, list[int]] = defaultdict(list)
         for member in reserved:
-            _, job_id, index = member.decode().split("|")
+            # "<seq>|<job>|<index>", then "|<limits>" for a task that took pool/limit slots
+            _, job_id, index = member.decode().split("|", 3)[:3]
             by_job[job_id].append(int(index))
         tasks = self.start(handler, by_job) if by_job else []
         return ClaimResult(
@@ -444,6 +442,33 @@ class Store:
             tasks=tasks,
             next_retry_ms=int(next_due),
         )
+
+    def reserve(
+        self,
+        handler: str,
+        queues: Sequence[str],
+        *,
+        max_tasks: int,
+        max_leader: int = 0,
+        shard: int = 0,
+        sweep: int = SWEEP_MAX,
+    ) -> list[Any]:
+        """claim.lua's raw reply (leader messages, expired leases, reserved queue members, ms
+        to the next retry): the reservations are not started."""
+        keys = self.keys
+        script_keys = [
+            keys.leader(shard),
+            keys.leases(shard),
+            keys.claims(shard),
+            *keys.limit_keys(shard),
+        ]
+        for queue in queues:
+            script_keys += keys.queue_keys(shard, queue)
+        leader_timeout_ms = int(self.settings.lease_ms * LEADER_TIMEOUT_FACTOR)
+        args = [handler, max_leader, max_tasks, self.settings.lease_ms, leader_timeout_ms, sweep]
+        args += [shard, keys.shards, *queues]
+        reply: list[Any] = self.scripts.run("claim", script_keys, args)
+        return reply
 
     def start(self, handler: str, by_job: dict[str, list[int]]) -> list[StartedTask]:
         """Turn reservations into running attempts, one script call per job, pipelined.

@@ -37,9 +37,19 @@ JOB_SCRIPTS = frozenset(
     }
 )
 SHARD_SCRIPTS = frozenset(
-    {"claim", "singleton", "schedule_add", "schedule_save", "schedule_remove"}
+    {
+        "claim",
+        "singleton",
+        "schedule_add",
+        "schedule_save",
+        "schedule_remove",
+        "pool_set",
+        "reconcile_slots",
+    }
 )
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS
+# Scripts besides the job scripts that take or give back pool and limit slots (_slots.lua).
+SLOT_SCRIPTS = frozenset({"claim", "pool_set", "reconcile_slots"})
 
 
 def _read(name: str) -> str:
@@ -52,6 +62,8 @@ def source(name: str) -> str:
     if name not in ALL_SCRIPTS:
         raise KeyError(f"no Lua script named {name!r}")
     parts = [lua_prelude(), _read("_common")]
+    if name in JOB_SCRIPTS or name in SLOT_SCRIPTS:
+        parts.append(_read("_slots"))
     if name in JOB_SCRIPTS:
         parts.append(_read("_job"))
     parts.append(_read(name))

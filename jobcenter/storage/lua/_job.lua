@@ -4,7 +4,8 @@
   KEYS[9] dead-letter zset  KEYS[10] active jobs zset  KEYS[11] expiring zset (what recovery
   trims from the list indexes, and when)  KEYS[12] the job's idempotency key (the job hash
   again when it has none)  KEYS[13..17] the per-state job indexes (zsets), in JOB_STATES order
-  KEYS[18..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
+  KEYS[18..21] the shard's limits hash, slots hash, parked zset, freed set (_slots.lua)
+  KEYS[22..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
   ARGV[1] job id  ARGV[2] default retention ms  ARGV[3] number of queues  ARGV[4..] their
   names, in KEYS order
   A is the index of the script's own first ARGV; XK of its own first extra KEY.
@@ -18,7 +19,9 @@ local DEFAULT_RETENTION_MS = tonumber(ARGV[2])
 local NQ = tonumber(ARGV[3])
 local STATE_INDEX = {} -- job state -> the zset of jobs in that state (what `list --state` reads)
 for k, state in ipairs(JOB_STATES) do STATE_INDEX[state] = KEYS[12 + k] end
-local QK = 12 + #JOB_STATES -- the queue keys follow
+local SK = 12 + #JOB_STATES
+local LIMITS, SLOTS, PARKED, FREED = KEYS[SK + 1], KEYS[SK + 2], KEYS[SK + 3], KEYS[SK + 4]
+local QK = SK + 4 -- the queue keys follow
 local QUEUES = {}
 for qi = 1, NQ do
   local k = QK + (qi - 1) * 3
@@ -50,12 +53,17 @@ local function queues_passed()
   return IDEM ~= J or redis.call('HEXISTS', J, JF.IDEMPOTENCY_KEY) == 0
 end
 
+-- Task i's reservation or attempt ended (its lease is dropped): give its pool and limit
+-- slots back. Every transition that removes a lease calls this; it acts once.
+local function free_slots(i) free_slots_of(LIMITS, SLOTS, FREED, JOB_ID .. '|' .. i) end
+
 -- The job is gone (expired, deleted): drop the leases and claims of the task indexes
--- ARGV[first..], so nothing keeps pointing at it.
+-- ARGV[first..], and give back their slots, so nothing keeps pointing at it.
 local function drop_reservations(first)
   for k = first, #ARGV do
     redis.call('ZREM', LEASES, JOB_ID .. '|' .. ARGV[k])
     redis.call('HDEL', CLAIMS, JOB_ID .. '|' .. ARGV[k])
+    free_slots(ARGV[k])
   end
 end
 
@@ -81,11 +89,21 @@ local function lease_member(i) return JOB_ID .. '|' .. i end
 -- A task with a rank (TF_RANK, jobcenter/model/ordering.py) has it right after the job's
 -- sequence number: within a priority, jobs keep their submit order and the rank orders one
 -- job's tasks. (Every task of a job has a rank or none does, so the two forms never meet.)
+-- A task with pool or limit slots to take has them at the end (_slots.lua), for claim.lua.
 local function queue_member(i)
-  local rank = redis.call('HGET', T, TF_RANK .. i)
-  if rank then return string.format('%012d%06d|%s|%06d', META.seq, rank, JOB_ID, i) end
-  return string.format('%012d|%s|%06d', META.seq, JOB_ID, i)
+  local f = redis.call('HMGET', T, TF_RANK .. i, TF_LIMITS .. i)
+  local member
+  if f[1] then
+    member = string.format('%012d%06d|%s|%06d', META.seq, f[1], JOB_ID, i)
+  else
+    member = string.format('%012d|%s|%06d', META.seq, JOB_ID, i)
+  end
+  if f[2] then return member .. '|' .. f[2] end
+  return member
 end
+-- A queued task leaving its queue without a claim (cancel, abandon) leaves the parked zset
+-- too, if it waits there for a full limit.
+local function unpark(i) unpark_of(LIMITS, PARKED, lease_member(i)) end
 local function task_queue(i) return redis.call('HGET', T, TF_QUEUE .. i) or META.queue end
 local function task_priority(i)
   local p = redis.call('HGET', T, TF_PRIORITY .. i)
@@ -248,6 +266,7 @@ local function fail_task(i, now, err)
   redis.call('HSET', T, TF_STATE .. i, T_FAILED, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now, TF_ERROR .. i, err)
   redis.call('HDEL', T, TF_WAITING_FOR .. i) -- no longer waiting for a worker (give_back.lua)
   redis.call('ZREM', LEASES, lease_member(i))
+  free_slots(i)
   redis.call('ZADD', DLQ, now, lease_member(i))
   redis.call('HINCRBY', J, JF.FAILED, 1)
   record_history(i, T_FAILED, now, err)

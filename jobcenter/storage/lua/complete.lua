@@ -61,6 +61,8 @@ local taken = {}
 local function take(c)
   local qname = task_queue(c)
   if take_left <= 0 or not served[qname] then return false end
+  -- a child with pool or limit slots goes through the queue: claim.lua takes them
+  if redis.call('HEXISTS', T, TF_LIMITS .. c) == 1 then return false end
   local head = redis.call('ZRANGE', QUEUES[qname].ready, 0, 0, 'WITHSCORES')
   if head[1] then
     local score, head_score = -task_priority(c), tonumber(head[2])
@@ -112,6 +114,7 @@ if #leases > 0 then
   call_chunked('HSET', T, writes)
   call_chunked('HDEL', T, clears)
   call_chunked('ZREM', LEASES, leases)
+  for i in pairs(done) do free_slots(i) end
   append_history(history)
   call_chunked('RPUSH', F, frontier)
   task_finished(now, #leases)

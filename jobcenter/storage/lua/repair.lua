@@ -29,6 +29,7 @@ while k <= #ARGV do
     local held = redis.call('ZSCORE', LEASES, lease)
       or redis.call('ZSCORE', queue.ready, queue_member(i))
       or redis.call('ZSCORE', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
+      or redis.call('HEXISTS', LIMITS, LF.PARKED_AT .. lease) == 1 -- waiting for a full limit
     if (state == T_QUEUED or state == T_RETRY_WAIT) and not held then
       enqueue(i, now)
       repaired = repaired + 1
@@ -55,6 +56,7 @@ while k <= #ARGV do
       redis.call('ZREM', queue.ready, queue_member(i))
       redis.call('ZREM', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
       redis.call('HDEL', CLAIMS, lease)
+      unpark(i)
       fail_task(i, now, err)
       repaired = repaired + 1
     end

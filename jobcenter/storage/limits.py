@@ -1,0 +1,141 @@
+"""Pools and limits in Redis: set, list and delete pools, read what waits for a limit, and
+reconcile the slot counters with the leases (recovery).
+
+A pool's slot count is stored in every shard; each shard enforces its share of it (claim.lua
+splits it: the shares add up to the count), so the pool is never exceeded, whichever shards
+its tasks land in, with no script touching two shards. A job's max_running is exact as it is
+(a job is in one shard); a concurrency key's limit is split like a pool.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from jobcenter.errors import SpecError, WrongState
+from jobcenter.model.spec import MAX_RUNNING_LIMIT, check_name
+
+from . import schema
+from .replies import text
+from .schema import LimitField, LimitKind
+from .store import Store
+
+WRONG_STATE = schema.code("WRONG_STATE")
+SCAN_PAGE = 1_000  # hash fields per HSCAN page
+
+
+@dataclass(frozen=True)
+class PoolView:
+    name: str
+    total: int | None  # None: tasks name the pool but it was never set (they wait)
+    used: int  # slots held by reserved and running tasks, all shards
+    waiting: int  # tasks parked until a slot frees, all shards
+
+
+def _check_pool(name: str) -> str:
+    return check_name(name, "a pool name")
+
+
+def set_pool(store: Store, name: str, slots: int) -> None:
+    """Set pool `name` to `slots` slots (created if new). More slots take effect at the
+    next claim; fewer let the running tasks finish, and no new one starts until under."""
+    _check_pool(name)
+    if isinstance(slots, bool) or not isinstance(slots, int) or not 0 <= slots <= MAX_RUNNING_LIMIT:
+        raise SpecError(
+            f"a pool's slots must be a whole number from 0 to {MAX_RUNNING_LIMIT}, got {slots!r}"
+        )
+    _run_pool_set(store, name, str(slots))
+
+
+def delete_pool(store: Store, name: str) -> None:
+    """Delete pool `name`; refused (WrongState) while its slots are in use or tasks wait."""
+    _check_pool(name)
+    _run_pool_set(store, name, "")
+
+
+def _run_pool_set(store: Store, name: str, value: str) -> None:
+    keys = store.keys
+    if value == "":  # every shard checked before any is changed
+        pool = pools(store, name)
+        if pool and (pool[0].used or pool[0].waiting):
+            raise WrongState(
+                f"pool {name!r} has {pool[0].used} slot(s) in use and {pool[0].waiting} "
+                "task(s) waiting: it can be deleted once they have run"
+            )
+    for shard in range(keys.shards):
+        limits, slots, _, freed = keys.limit_keys(shard)
+        (code,) = store.scripts.run("pool_set", [limits, slots, freed], [name, value])
+        if code == WRONG_STATE:
+            raise WrongState(f"pool {name!r} is in use: its tasks started meanwhile")
+
+
+def pools(store: Store, only: str | None = None) -> list[PoolView]:
+    """Every pool set or named by a task, with its slots used and tasks waiting."""
+    total: dict[str, int] = {}
+    used: dict[str, int] = defaultdict(int)
+    waiting: dict[str, int] = defaultdict(int)
+    pattern = "*" if only is None else only
+    for shard in range(store.keys.shards):
+        limits, slots, _, _ = store.keys.limit_keys(shard)
+        for field, value in _scan(store, limits, f"{LimitField.POOL_TOTAL}{pattern}"):
+            total[field[len(LimitField.POOL_TOTAL) :]] = int(value)
+        for field, value in _scan(store, limits, f"{LimitField.PARKED}{LimitKind.POOL}{pattern}"):
+            waiting[field[len(LimitField.PARKED) + len(LimitKind.POOL) :]] += int(value)
+        for field, value in _scan(store, slots, f"{LimitKind.POOL}{pattern}"):
+            if "|" not in field:  # "<job>|<index>" fields are reservations, not counters
+                used[field[len(LimitKind.POOL) :]] += int(value)
+    names = sorted(total.keys() | used.keys() | waiting.keys())
+    return [PoolView(n, total.get(n), used.get(n, 0), waiting.get(n, 0)) for n in names]
+
+
+def _scan(store: Store, key: str, match: str) -> list[tuple[str, str]]:
+    return [
+        (text(f) or "", text(v) or "")
+        for f, v in store.redis.hscan_iter(key, match=match, count=SCAN_PAGE)
+    ]
+
+
+def waiting_for(store: Store, job_id: str, indexes: list[int]) -> dict[int, str]:
+    """Of a job's queued tasks, those parked waiting for a full limit: index -> the limit,
+    shown as "pool gpu", "max_running" or "concurrency key acme"."""
+    if not indexes:
+        return {}
+    limits = store.keys.job(job_id).limits
+    fields = [f"{LimitField.PARKED_AT}{job_id}|{i}" for i in indexes]
+    out = {}
+    for i, entry in zip(indexes, store.redis.hmget(limits, fields), strict=True):
+        if entry is not None:
+            out[i] = describe_limit(text(entry).split("|")[1])
+    return out
+
+
+def describe_limit(limit_id: str) -> str:
+    """A limit id ("p:gpu", "j:<job>", "k:<key>") in words."""
+    kind, name = limit_id[:2], limit_id[2:]
+    if kind == LimitKind.POOL:
+        return f"pool {name}"
+    if kind == LimitKind.JOB:
+        return "the job's max_running"
+    return f"concurrency key {name}"
+
+
+@dataclass(frozen=True)
+class SlotCheck:
+    leaked: int  # reservations holding slots without a lease (given back when correcting)
+    corrected: int  # limits whose used count disagreed with the reservations
+
+
+def reconcile(store: Store, *, correct: bool = True, shard: int | None = None) -> SlotCheck:
+    """Check the slot counters of every shard (or of `shard`) against the leases
+    (reconcile_slots.lua); with `correct`, give back what a reservation without a lease
+    holds and fix the counts."""
+    leaked = corrected = 0
+    for s in range(store.keys.shards) if shard is None else [shard]:
+        limits, slots, _, freed = store.keys.limit_keys(s)
+        keys = [limits, slots, freed, store.keys.leases(s)]
+        _, n_leaked, n_corrected = store.scripts.run(
+            "reconcile_slots", keys, ["1" if correct else "0"]
+        )
+        leaked += int(n_leaked)
+        corrected += int(n_corrected)
+    return SlotCheck(leaked, corrected)

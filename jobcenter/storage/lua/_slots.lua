@@ -1,0 +1,49 @@
+--[[ _slots: pools and limits, prepended to claim.lua and, before _job.lua, to every job
+  script. A task with limits has its queue member end in "|<limits>" (layout.py
+  limit_spec): entries "<limit>=<cap>*<slots>" joined by ';', where <limit> is p:<pool>,
+  j (the task's own job: max_running) or k:<concurrency key>, and <cap> is empty for a pool,
+  whose slot count is the limits hash's LF.POOL_TOTAL. claim.lua takes the slots with the
+  reservation and records them in the slots hash under the lease member; whatever ends the
+  reservation or its attempt gives them back through free_slots, once (the record goes with
+  them). A task whose limit is full waits in the parked zset, out of its queue.
+  Defines no key: the callers pass the limits hash, slots hash, parked zset and freed set. ]]
+
+-- The limits of a member's "<limits>" part: {id, cap (nil: the pool's), slots} each.
+local function parse_limits(spec, job)
+  local out = {}
+  for id, cap, n in string.gmatch(spec, '([^;=]+)=(%d*)%*(%d+)') do
+    if id == 'j' then id = LID.JOB .. job end
+    out[#out + 1] = {id = id, cap = tonumber(cap), n = tonumber(n)}
+  end
+  return out
+end
+
+-- One task fewer (or more) parked for limit `id`; the counter and the cap go at 0.
+local function count_parked(limits, id, delta)
+  if redis.call('HINCRBY', limits, LF.PARKED .. id, delta) <= 0 then
+    redis.call('HDEL', limits, LF.PARKED .. id, LF.CAP .. id)
+  end
+end
+
+-- Give back the slots reservation `lease` ("<job>|<index>") holds, if it holds any: once,
+-- since its record goes with them. A limit that tasks wait for is marked freed, so the next
+-- claim puts them back in their queues.
+local function free_slots_of(limits, slots, freed, lease)
+  local held = redis.call('HGET', slots, lease)
+  if not held then return end
+  redis.call('HDEL', slots, lease)
+  for id, n in string.gmatch(held, '([^;]+)%*(%d+)') do
+    if redis.call('HINCRBY', slots, id, -tonumber(n)) <= 0 then redis.call('HDEL', slots, id) end
+    if redis.call('HEXISTS', limits, LF.PARKED .. id) == 1 then redis.call('SADD', freed, id) end
+  end
+end
+
+-- Take a queued task that leaves its queue by another way than a claim (cancel, abandon)
+-- out of the parked zset too, if it waits there.
+local function unpark_of(limits, parked, lease)
+  local entry = redis.call('HGET', limits, LF.PARKED_AT .. lease)
+  if not entry then return end
+  redis.call('ZREM', parked, entry)
+  redis.call('HDEL', limits, LF.PARKED_AT .. lease)
+  count_parked(limits, string.match(entry, '^[^|]*|([^|]*)|'), -1)
+end
