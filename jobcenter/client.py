@@ -16,7 +16,7 @@ from . import schedules as _schedule
 from .config import Settings
 from .errors import NotFound
 from .schedules.manage import ScheduleOptions
-from .storage import admin
+from .storage import admin, limits
 
 SUBMIT_BATCH = 200  # jobs per round trip in submit_many: large gains, short script bursts
 WAIT_POLL_MIN = 0.01  # first status poll of wait(): short jobs return fast
@@ -144,3 +144,20 @@ class Client:
     def requeue(self, job_id: str, task_id: str) -> int:
         """Run a dead-lettered task again; its job re-opens and finalizes again."""
         return admin.requeue(self.store, job_id, task_id)
+
+    def set_pool(self, name: str, slots: int) -> None:
+        """Create pool `name` or change its size: at most `slots` slots of it are taken by
+        running tasks at once (a task's `pool_slots`, 1 by default)."""
+        limits.set_pool(self.store, name, slots)
+
+    def delete_pool(self, name: str) -> None:
+        """Delete an idle pool (refused while its slots are in use or tasks wait for it)."""
+        limits.delete_pool(self.store, name)
+
+    def pools(self) -> builtins.list[dict[str, Any]]:
+        """Every pool set or named by a task: `name`, `slots` (None: never set), `used`,
+        `waiting` (tasks parked until a slot frees)."""
+        return [
+            {"name": p.name, "slots": p.total, "used": p.used, "waiting": p.waiting}
+            for p in limits.pools(self.store)
+        ]

@@ -62,6 +62,16 @@ def record(label: str = "", pause: float = 0.0) -> str:
     return label
 
 
+@task(name="tasks_for_tests.span")
+def span(pause: float = 0.0, group: str = "") -> None:
+    """Records its start, works `pause` seconds, records its end: the side log from which
+    a test reads how many ran at once (Redis orders the entries of every worker)."""
+    _record("start", group=group)
+    if pause:
+        time.sleep(pause)  # stands for work, so that attempts overlap
+    _record("end", group=group)
+
+
 @task(name="tasks_for_tests.block")
 def block(gate: str) -> str:
     """Records that it started, then runs until the test sets the gate key."""

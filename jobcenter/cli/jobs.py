@@ -146,6 +146,8 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
             waiting = t["waiting_for"]
             since = format_time(waiting["since"])
             text = f"waiting since {since} for a worker with {waiting['task']}"
+        elif t.get("waiting_for_limit"):  # parked: its pool or limit is full
+            text = f"waiting for a slot of {t['waiting_for_limit']}"
         rows.append(
             (
                 task_id,

@@ -41,6 +41,7 @@ class Job:
         idempotency_key: str | None = None,
         retention: float | None = None,
         order: str | None = None,
+        max_running: int | None = None,
     ) -> None:
         self._job: dict[str, Any] = {
             "name": name,
@@ -52,6 +53,8 @@ class Job:
         }
         if order is not None:
             self._job["order"] = order
+        if max_running is not None:
+            self._job["max_running"] = max_running
         self._tasks: list[dict[str, Any]] = []
         self._ids: set[object] = set()
 
@@ -71,6 +74,10 @@ class Job:
         node: str | None = None,
         priority: int | None = None,
         estimate: float | None = None,
+        pool: str | None = None,
+        pool_slots: int | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
     ) -> TaskRef:
         """Add a task; depends_on takes TaskRefs or task ids. Values are checked by build()."""
         with contextlib.suppress(TypeError):  # an unhashable id: build() refuses it, naming it
@@ -82,8 +89,15 @@ class Job:
             deps = [depends_on]
         if isinstance(deps, Iterable):
             deps = [d.id if isinstance(d, TaskRef) else d for d in deps]
+        limits = {
+            "pool": pool,
+            "pool_slots": pool_slots,
+            "concurrency_key": concurrency_key,
+            "concurrency_limit": concurrency_limit,
+        }
         self._tasks.append(
             {
+                **{k: v for k, v in limits.items() if v is not None},
                 "id": id,
                 "task": task,
                 "args": args,

@@ -95,30 +95,6 @@ def _scan(store: Store, key: str, match: str) -> list[tuple[str, str]]:
     ]
 
 
-def waiting_for(store: Store, job_id: str, indexes: list[int]) -> dict[int, str]:
-    """Of a job's queued tasks, those parked waiting for a full limit: index -> the limit,
-    shown as "pool gpu", "max_running" or "concurrency key acme"."""
-    if not indexes:
-        return {}
-    limits = store.keys.job(job_id).limits
-    fields = [f"{LimitField.PARKED_AT}{job_id}|{i}" for i in indexes]
-    out = {}
-    for i, entry in zip(indexes, store.redis.hmget(limits, fields), strict=True):
-        if entry is not None:
-            out[i] = describe_limit(text(entry).split("|")[1])
-    return out
-
-
-def describe_limit(limit_id: str) -> str:
-    """A limit id ("p:gpu", "j:<job>", "k:<key>") in words."""
-    kind, name = limit_id[:2], limit_id[2:]
-    if kind == LimitKind.POOL:
-        return f"pool {name}"
-    if kind == LimitKind.JOB:
-        return "the job's max_running"
-    return f"concurrency key {name}"
-
-
 @dataclass(frozen=True)
 class SlotCheck:
     leaked: int  # reservations holding slots without a lease (given back when correcting)

@@ -883,9 +883,10 @@ class Store:
             for i, t in enumerate(spec["tasks"]):  # type: ignore[index]
                 tasks[t["id"]] = _task_view(fields.get(str(i), unwritten))
         else:
+            parked = self._parked_limits(job_id, fields)
             for index in sorted(fields, key=int):
                 f = fields[index]
-                tasks[text(f.get("id")) or index] = _task_view(f)
+                tasks[text(f.get("id")) or index] = _task_view(f, parked.get(index))
         return {
             "id": job_id,
             "name": text(job.get("name")),
@@ -894,6 +895,24 @@ class Store:
             "created_at": seconds(job.get("created_at")),
             "finished_at": seconds(job.get("finished_at")),
             "tasks": tasks,
+        }
+
+    def _parked_limits(self, job_id: str, fields: dict[str, dict[str, bytes]]) -> dict[str, str]:
+        """Of a job's queued tasks with limits, those parked waiting for a full one: index ->
+        the limit in words ("pool gpu", "max_running", "concurrency key acme")."""
+        queued = [
+            i
+            for i, f in fields.items()
+            if TaskField.LIMITS.value[:-1] in f and text(f.get("s")) == TaskState.QUEUED
+        ]
+        if not queued:
+            return {}
+        wanted = [f"{schema.LimitField.PARKED_AT}{job_id}|{i}" for i in queued]
+        entries = self.redis.hmget(self.keys.job(job_id).limits, wanted)
+        return {
+            i: _limit_in_words(entry.decode().split("|")[1])
+            for i, entry in zip(queued, entries, strict=True)
+            if entry is not None
         }
 
     def progress(self, job_id: str) -> JobProgress:
@@ -1097,9 +1116,20 @@ def _task_codes(job_id: str, indexes: Sequence[int], reply: Any) -> dict[tuple[s
     return {(job_id, index): int(code) for index, code in zip(indexes, per_task, strict=True)}
 
 
-def _task_view(f: dict[str, bytes]) -> dict[str, Any]:
+def _limit_in_words(limit_id: str) -> str:
+    """A limit id ("p:gpu", "j:<job>", "k:<key>") as `status` shows it."""
+    kind, name = limit_id[:2], limit_id[2:]
+    if kind == schema.LimitKind.POOL:
+        return f"pool {name}"
+    if kind == schema.LimitKind.JOB:
+        return "max_running"
+    return f"concurrency key {name}"
+
+
+def _task_view(f: dict[str, bytes], waiting_for_limit: str | None = None) -> dict[str, Any]:
     """One task of `status`: the current attempt's fields (a new attempt clears the last
-    one's error and finish time; `history` keeps them), and seed 000's three times."""
+    one's error and finish time; `history` keeps them), seed 000's three times, and what a
+    queued task waits for (a worker with its code, a slot of a full limit)."""
     state = text(f.get("s"))
     return {
         "state": state,
@@ -1114,6 +1144,7 @@ def _task_view(f: dict[str, bytes]) -> dict[str, Any]:
         "updated_at": seconds(f.get("tu") or f.get("tc")),  # last change of its fields
         "completed_at": seconds(f.get("tf")) if state in TERMINAL_TASK_STATES else None,
         "waiting_for": _waiting_for(f),
+        "waiting_for_limit": waiting_for_limit,
     }
 
 
