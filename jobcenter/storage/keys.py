@@ -39,6 +39,7 @@ class JobKeys:
     slots: str  # shard hash: slots used per limit id, and what each lease holds
     parked: str  # shard zset: tasks waiting for a full limit, in their queue order
     freed: str  # shard set: limit ids that gave a slot back while tasks wait for them
+    freed_wake: str  # shard list: wake-up tokens for idle workers when a limit has room again
 
     def as_list(self) -> list[str]:
         return [
@@ -55,7 +56,7 @@ class JobKeys:
 
     def limit_keys(self) -> list[str]:
         """The shard's limit keys, in the order claim.lua and _job.lua receive them."""
-        return [self.limits, self.slots, self.parked, self.freed]
+        return [self.limits, self.slots, self.parked, self.freed, self.freed_wake]
 
 
 class Keys:
@@ -140,8 +141,21 @@ class Keys:
         return f"{self._tagged(shard)}:freed"
 
     def limit_keys(self, shard: int) -> list[str]:
-        """limits, slots, parked, freed: in the order claim.lua and _job.lua receive them."""
-        return [self.limits(shard), self.slots(shard), self.parked(shard), self.freed(shard)]
+        """limits, slots, parked, freed, freed_wake: in the order claim.lua and _job.lua
+        receive them."""
+        return [
+            self.limits(shard),
+            self.slots(shard),
+            self.parked(shard),
+            self.freed(shard),
+            self.freed_wake(shard),
+        ]
+
+    def freed_wake(self, shard: int) -> str:
+        """List of wake-up tokens pushed when a limit that tasks wait for gets room again:
+        idle workers BLPOP it beside their queues' lists, since the parked tasks are in no
+        queue to wake them."""
+        return f"{self._tagged(shard)}:wake:@freed"
 
     def expiring(self, shard: int) -> str:
         """Zset of finished jobs "<job>\t<owner>\t<schedule id>" -> when their retention ends
@@ -202,6 +216,7 @@ class Keys:
             slots=self.slots(shard),
             parked=self.parked(shard),
             freed=self.freed(shard),
+            freed_wake=self.freed_wake(shard),
         )
 
     def queue_keys(self, shard: int, queue: str) -> list[str]:

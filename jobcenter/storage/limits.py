@@ -63,8 +63,9 @@ def _run_pool_set(store: Store, name: str, value: str) -> None:
                 "task(s) waiting: it can be deleted once they have run"
             )
     for shard in range(keys.shards):
-        limits, slots, _, freed = keys.limit_keys(shard)
-        (code,) = store.scripts.run("pool_set", [limits, slots, freed], [name, value])
+        limits, slots, _, freed, freed_wake = keys.limit_keys(shard)
+        script_keys = [limits, slots, freed, freed_wake]
+        (code,) = store.scripts.run("pool_set", script_keys, [name, value])
         if code == WRONG_STATE:
             raise WrongState(f"pool {name!r} is in use: its tasks started meanwhile")
 
@@ -76,7 +77,7 @@ def pools(store: Store, only: str | None = None) -> list[PoolView]:
     waiting: dict[str, int] = defaultdict(int)
     pattern = "*" if only is None else only
     for shard in range(store.keys.shards):
-        limits, slots, _, _ = store.keys.limit_keys(shard)
+        limits, slots = store.keys.limits(shard), store.keys.slots(shard)
         for field, value in _scan(store, limits, f"{LimitField.POOL_TOTAL}{pattern}"):
             total[field[len(LimitField.POOL_TOTAL) :]] = int(value)
         for field, value in _scan(store, limits, f"{LimitField.PARKED}{LimitKind.POOL}{pattern}"):
@@ -107,8 +108,8 @@ def reconcile(store: Store, *, correct: bool = True, shard: int | None = None) -
     holds and fix the counts."""
     leaked = corrected = 0
     for s in range(store.keys.shards) if shard is None else [shard]:
-        limits, slots, _, freed = store.keys.limit_keys(s)
-        keys = [limits, slots, freed, store.keys.leases(s)]
+        limits, slots, _, freed, freed_wake = store.keys.limit_keys(s)
+        keys = [limits, slots, freed, freed_wake, store.keys.leases(s)]
         _, n_leaked, n_corrected = store.scripts.run(
             "reconcile_slots", keys, ["1" if correct else "0"]
         )

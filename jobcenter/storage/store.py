@@ -739,7 +739,9 @@ class Store:
 
     def wake_keys(self, queues: Sequence[str], *, leader: bool, shard: int = 0) -> list[str]:
         keys = [self.keys.wake(shard, q) for q in queues]
-        return ([self.keys.leader_wake(shard)] if leader else []) + keys
+        if leader:
+            return [self.keys.leader_wake(shard), *keys]
+        return [*keys, self.keys.freed_wake(shard)]  # parked tasks a slot is free for
 
     def poke(self, handler: str, tokens: int) -> None:
         """Wake a worker's own blocking waits (it is stopping)."""

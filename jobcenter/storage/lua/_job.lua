@@ -4,8 +4,8 @@
   KEYS[9] dead-letter zset  KEYS[10] active jobs zset  KEYS[11] expiring zset (what recovery
   trims from the list indexes, and when)  KEYS[12] the job's idempotency key (the job hash
   again when it has none)  KEYS[13..17] the per-state job indexes (zsets), in JOB_STATES order
-  KEYS[18..21] the shard's limits hash, slots hash, parked zset, freed set (_slots.lua)
-  KEYS[22..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
+  KEYS[18..22] the shard's limits hash, slots hash, parked zset, freed set, freed wake list
+  (_slots.lua)  KEYS[23..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
   ARGV[1] job id  ARGV[2] default retention ms  ARGV[3] number of queues  ARGV[4..] their
   names, in KEYS order
   A is the index of the script's own first ARGV; XK of its own first extra KEY.
@@ -21,7 +21,8 @@ local STATE_INDEX = {} -- job state -> the zset of jobs in that state (what `lis
 for k, state in ipairs(JOB_STATES) do STATE_INDEX[state] = KEYS[12 + k] end
 local SK = 12 + #JOB_STATES
 local LIMITS, SLOTS, PARKED, FREED = KEYS[SK + 1], KEYS[SK + 2], KEYS[SK + 3], KEYS[SK + 4]
-local QK = SK + 4 -- the queue keys follow
+local FREED_WAKE = KEYS[SK + 5]
+local QK = SK + 5 -- the queue keys follow
 local QUEUES = {}
 for qi = 1, NQ do
   local k = QK + (qi - 1) * 3
@@ -55,7 +56,7 @@ end
 
 -- Task i's reservation or attempt ended (its lease is dropped): give its pool and limit
 -- slots back. Every transition that removes a lease calls this; it acts once.
-local function free_slots(i) free_slots_of(LIMITS, SLOTS, FREED, JOB_ID .. '|' .. i) end
+local function free_slots(i) free_slots_of(LIMITS, SLOTS, FREED, FREED_WAKE, JOB_ID .. '|' .. i) end
 
 -- The job is gone (expired, deleted): drop the leases and claims of the task indexes
 -- ARGV[first..], and give back their slots, so nothing keeps pointing at it.

@@ -6,7 +6,8 @@
   reservation and records them in the slots hash under the lease member; whatever ends the
   reservation or its attempt gives them back through free_slots, once (the record goes with
   them). A task whose limit is full waits in the parked zset, out of its queue.
-  Defines no key: the callers pass the limits hash, slots hash, parked zset and freed set. ]]
+  Defines no key: the callers pass the limits hash, slots hash, parked zset, freed set and
+  freed wake list. ]]
 
 -- The limits of a member's "<limits>" part: {id, cap (nil: the pool's), slots} each.
 local function parse_limits(spec, job)
@@ -25,16 +26,25 @@ local function count_parked(limits, id, delta)
   end
 end
 
+-- Limit `id` has `n` more slots: if tasks wait for it, the next claim puts them back in
+-- their queues, and idle workers are woken to make that claim.
+local function mark_freed(limits, freed, freed_wake, id, n)
+  if redis.call('HEXISTS', limits, LF.PARKED .. id) == 1 then
+    redis.call('SADD', freed, id)
+    wake(freed_wake, n)
+  end
+end
+
 -- Give back the slots reservation `lease` ("<job>|<index>") holds, if it holds any: once,
 -- since its record goes with them. A limit that tasks wait for is marked freed, so the next
 -- claim puts them back in their queues.
-local function free_slots_of(limits, slots, freed, lease)
+local function free_slots_of(limits, slots, freed, freed_wake, lease)
   local held = redis.call('HGET', slots, lease)
   if not held then return end
   redis.call('HDEL', slots, lease)
   for id, n in string.gmatch(held, '([^;]+)%*(%d+)') do
     if redis.call('HINCRBY', slots, id, -tonumber(n)) <= 0 then redis.call('HDEL', slots, id) end
-    if redis.call('HEXISTS', limits, LF.PARKED .. id) == 1 then redis.call('SADD', freed, id) end
+    mark_freed(limits, freed, freed_wake, id, tonumber(n))
   end
 end
 

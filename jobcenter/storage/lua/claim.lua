@@ -1,7 +1,8 @@
 --[[ claim: take due leader messages, report expired leases, move due retries, reserve tasks.
   KEYS[1] leader zset  KEYS[2] leases zset  KEYS[3] claims hash
   KEYS[4] limits hash  KEYS[5] slots hash  KEYS[6] parked zset  KEYS[7] freed set
-  KEYS[8..] three per queue, in the worker's order: ready zset, delayed zset, wake list
+  KEYS[8] freed wake list (unused here: the shard's limit keys come as one group)
+  KEYS[9..] three per queue, in the worker's order: ready zset, delayed zset, wake list
   ARGV[1] handler id  ARGV[2] max leader messages  ARGV[3] max tasks  ARGV[4] lease ms
   ARGV[5] leader step timeout ms  ARGV[6] max expired leases to report
   ARGV[7] this shard  ARGV[8] the shard count  ARGV[9..] the queue names, in KEYS order
@@ -127,9 +128,9 @@ end
 local reserved = {}
 local next_due = -1
 local parked_left = PARKED_MAX
-for k = 8, #KEYS, 3 do
+for k = 9, #KEYS, 3 do
   local ready, delayed, wake_key = KEYS[k], KEYS[k + 1], KEYS[k + 2]
-  local qname = ARGV[9 + (k - 8) / 3]
+  local qname = ARGV[9 + (k - 9) / 3]
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, RETRIES_MOVED_MAX)
   for _, d in ipairs(due) do
     local prio, member = string.match(d, '^(-?%d+)|(.*)$')

@@ -3,11 +3,12 @@
   any more (its end missed giving them back) gives them back; then every limit's count of
   used slots is set to what the remaining reservations hold. Bounded by the reservations
   alive: the slots hash holds one field per reservation with slots and per limit in use.
-  KEYS[1] limits hash  KEYS[2] slots hash  KEYS[3] freed set  KEYS[4] leases zset
+  KEYS[1] limits hash  KEYS[2] slots hash  KEYS[3] freed set  KEYS[4] freed wake list
+  KEYS[5] leases zset
   ARGV[1] '1' to correct what is found, '0' only to count it
   Returns {0, reservations whose slots were (or would be) given back, counters corrected} ]]
 
-local LIMITS, SLOTS, FREED, LEASES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local LIMITS, SLOTS, FREED, FREED_WAKE, LEASES = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local correct = ARGV[1] == '1'
 local fields = redis.call('HGETALL', SLOTS)
 local held, used = {}, {}
@@ -41,12 +42,12 @@ end
 if not correct then return {OK, freed_slots, corrected} end
 
 for lease in pairs(held) do
-  if not redis.call('ZSCORE', LEASES, lease) then free_slots_of(LIMITS, SLOTS, FREED, lease) end
+  if not redis.call('ZSCORE', LEASES, lease) then free_slots_of(LIMITS, SLOTS, FREED, FREED_WAKE, lease) end
 end
 for id in pairs(ids) do
   if tonumber(redis.call('HGET', SLOTS, id) or 0) ~= (want[id] or 0) then
     if want[id] then redis.call('HSET', SLOTS, id, want[id]) else redis.call('HDEL', SLOTS, id) end
-    if redis.call('HEXISTS', LIMITS, LF.PARKED .. id) == 1 then redis.call('SADD', FREED, id) end
+    mark_freed(LIMITS, FREED, FREED_WAKE, id, 1)
   end
 end
 return {OK, freed_slots, corrected}
