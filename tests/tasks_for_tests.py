@@ -16,7 +16,7 @@ from functools import cache
 
 import redis
 
-from jobcenter import Fatal, Retry, current_task, task
+from jobcenter import Fatal, Retry, current_task, gate, task
 
 # A gate that is never opened must not keep a worker busy forever once its test has failed.
 GATE_DEADLINE_SECONDS = 60.0
@@ -70,6 +70,18 @@ def span(pause: float = 0.0, group: str = "") -> None:
     if pause:
         time.sleep(pause)  # stands for work, so that attempts overlap
     _record("end", group=group)
+
+
+@gate("warehouse", backoff=0.2, give_up_after=60.0)
+def warehouse_ready() -> bool:
+    """A gate the test opens by setting the "warehouse-up" key."""
+    return bool(_redis().exists(_key("warehouse-up")))
+
+
+@gate("licence-server", backoff=0.1, give_up_after=0.5)
+def licence_server() -> bool:
+    """A gate that never opens (and gives up fast)."""
+    return False
 
 
 @task(name="tasks_for_tests.block")

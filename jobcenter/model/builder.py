@@ -78,6 +78,7 @@ class Job:
         pool_slots: int | None = None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        requires: Iterable[str] = (),
     ) -> TaskRef:
         """Add a task; depends_on takes TaskRefs or task ids. Values are checked by build()."""
         with contextlib.suppress(TypeError):  # an unhashable id: build() refuses it, naming it
@@ -94,6 +95,7 @@ class Job:
             "pool_slots": pool_slots,
             "concurrency_key": concurrency_key,
             "concurrency_limit": concurrency_limit,
+            "requires": list(requires) or None,
         }
         self._tasks.append(
             {

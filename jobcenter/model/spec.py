@@ -89,6 +89,7 @@ class TaskSpec:
     pool_slots: int = 1  # how many of the pool's slots it takes
     concurrency_key: str | None = None  # a template over its kwargs, e.g. "{tenant}"
     concurrency_limit: int | None = None  # at most this many tasks with its key run at once
+    requires: tuple[str, ...] = ()  # gates (checks workers register) that must say yes first
 
     def rendered_key(self) -> str | None:
         """Its concurrency key with its kwargs filled in ("{tenant}" -> "acme"), or None."""
@@ -108,7 +109,7 @@ class TaskSpec:
         for name, default in _TASK_DEFAULTS.items():
             value = getattr(self, name)
             if value != default:
-                out[name] = value
+                out[name] = list(value) if isinstance(value, tuple) else value
         return out
 
 
@@ -151,6 +152,7 @@ _TASK_DEFAULTS: dict[str, Any] = {
     "pool_slots": 1,
     "concurrency_key": None,
     "concurrency_limit": None,
+    "requires": (),
 }
 _JOB_DEFAULTS: dict[str, Any] = {
     "owner": None,
@@ -280,6 +282,14 @@ def _limits(raw: Mapping[str, Any], task_id: str) -> tuple[str | None, int, str 
         rule = f"an integer from 1 to {MAX_RUNNING_LIMIT}"
         limit = _int(limit, "concurrency_limit", task_id, 1, MAX_RUNNING_LIMIT, rule)
     return pool, slots, key, limit
+
+
+def _requires(value: object, task_id: str) -> tuple[str, ...]:
+    """A task's gates: a gate name or a list of them (names as queue names)."""
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not names:
+        raise _bad(task_id, f"'requires' must be a gate name or a list of them, got {_show(value)}")
+    return tuple(dict.fromkeys(_name(n, "requires", task_id) for n in names))
 
 
 def check_name(value: object, what: str) -> str:
@@ -423,6 +433,9 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
         pool, pool_slots, concurrency_key, concurrency_limit = _limits(raw, task_id)
         if concurrency_key is not None:
             render_key(concurrency_key, kwargs, task_id)  # every kwarg it names is there
+    requires: tuple[str, ...] = ()
+    if raw.get("requires") is not None:
+        requires = _requires(raw["requires"], task_id)
     return TaskSpec(
         task_id,
         name,
@@ -441,6 +454,7 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
         pool_slots,
         concurrency_key,
         concurrency_limit,
+        requires,
     )
 
 

@@ -78,6 +78,8 @@ class Layout:
             PayloadKey.RETRY_BACKOFF: t.get("retry_backoff", 1.0),
             PayloadKey.RETRY_BACKOFF_MAX: t.get("retry_backoff_max", 300.0),
         }
+        if t.get("requires"):
+            payload[PayloadKey.GATES] = list(t["requires"])
         n = str(i)
         fields: list[Any] = [
             TaskField.ID.of(n),

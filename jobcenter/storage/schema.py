@@ -35,6 +35,7 @@ class TaskField(StrEnum):
     PROGRESS = "pg:"  # the running attempt's last progress report
     WAITING_FOR = "wf:"  # "<since ms>|<task name>": given back for want of a worker with it
     LIMITS = "l:"  # the slots it takes while it runs (limit_spec, layout.py); absent: none
+    GATE_WAIT = "gw:"  # "<since ms>|<gate>": a gate it requires said no; queued until it says yes
 
     def of(self, index: int | str) -> str:
         """The field of task `index`: TaskField.STATE.of(3) == "s:3"."""
@@ -122,6 +123,7 @@ class PayloadKey(StrEnum):
     TIMEOUT = "to"
     RETRY_BACKOFF = "rb"
     RETRY_BACKOFF_MAX = "rm"
+    GATES = "g"  # the gates it requires (`requires:`), only when it has some
 
 
 class ScheduleField(StrEnum):
@@ -169,11 +171,11 @@ def _code(name: str, value: int, scripts: str, meaning: str) -> ReturnCode:
 
 # Every job script (claim's reply is lists, no code); _job.lua's context comes with most.
 _JOB_SCRIPTS = (
-    "cancel compact complete continue delete expire fail finalize give_back heartbeat "
+    "cancel compact complete continue delete expire fail finalize gate_wait give_back heartbeat "
     "publish_tasks queue_roots release repair resubmit revive start submit"
 )
 _JOB_CHECKED = (
-    "cancel complete continue delete expire fail finalize give_back queue_roots release "
+    "cancel complete continue delete expire fail finalize gate_wait give_back queue_roots release "
     "repair revive submit"
 )
 # Every code a script returns as the first item of its reply. Codes < 0 are refusals and
@@ -207,8 +209,8 @@ RETURN_CODES = (
     _code(
         "JOB_GONE",
         -4,
-        "cancel compact complete continue delete expire fail finalize give_back heartbeat "
-        "publish_tasks queue_roots release repair resubmit revive start",
+        "cancel compact complete continue delete expire fail finalize gate_wait give_back "
+        "heartbeat publish_tasks queue_roots release repair resubmit revive start",
         "no such job (never submitted, expired, or deleted)",
     ),
     _code("SCHEDULE_GONE", -4, "schedule_save schedule_remove", "no such schedule"),
@@ -219,10 +221,21 @@ RETURN_CODES = (
 
 # Codes per item of a batch (complete: per pair, heartbeat and give_back: per triple).
 ITEM_CODES = (
-    _code("ITEM_OK", 0, "complete heartbeat give_back", "done"),
+    _code("ITEM_OK", 0, "complete heartbeat give_back gate_wait", "done"),
     _code("ITEM_ALREADY", 1, "complete", "this attempt completed already"),
-    _code("ITEM_STALE_TOKEN", -2, "complete heartbeat give_back", "not this handler's attempt"),
-    _code("ITEM_NOT_RUNNING", -3, "complete heartbeat give_back", "the task is not running"),
+    _code("ITEM_GATE_GAVE_UP", 1, "gate_wait", "the gate said no too long: the task failed"),
+    _code(
+        "ITEM_STALE_TOKEN",
+        -2,
+        "complete heartbeat give_back gate_wait",
+        "not this handler's attempt",
+    ),
+    _code(
+        "ITEM_NOT_RUNNING",
+        -3,
+        "complete heartbeat give_back gate_wait",
+        "the task is not running",
+    ),
     _code("ITEM_CANCELLED", -7, "heartbeat", "its job was cancelled: the attempt should stop"),
 )
 

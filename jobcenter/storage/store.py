@@ -570,6 +570,22 @@ class Store:
             raise RefusedInPart(refused, codes)
         return codes
 
+    def gate_wait(
+        self, handler: str, attempts: Sequence[tuple[str, int, int, str, int, int]]
+    ) -> dict[tuple[str, int], int]:
+        """Attempts whose gate said no, as (job, index, attempt, gate, backoff ms, give-up
+        ms): each goes back unused to wait the backoff, or fails once its gate has said no
+        for the give-up time (gate_wait.lua); a code per task."""
+        by_job: dict[str, list[tuple[int, int, str, int, int]]] = defaultdict(list)
+        for job_id, index, attempt, gate, backoff_ms, give_up_ms in attempts:
+            by_job[job_id].append((index, attempt, gate, backoff_ms, give_up_ms))
+        codes: dict[tuple[str, int], int] = {}
+        for job_id, items in by_job.items():
+            args = [handler, *(x for item in items for x in item)]
+            reply = self._job_call("gate_wait", job_id, args)
+            codes.update(_task_codes(job_id, [item[0] for item in items], reply))
+        return codes
+
     def fail(
         self,
         handler: str,
@@ -1147,7 +1163,17 @@ def _task_view(f: dict[str, bytes], waiting_for_limit: str | None = None) -> dic
         "completed_at": seconds(f.get("tf")) if state in TERMINAL_TASK_STATES else None,
         "waiting_for": _waiting_for(f),
         "waiting_for_limit": waiting_for_limit,
+        "waiting_for_gate": _waiting_for_gate(f),
     }
+
+
+def _waiting_for_gate(f: dict[str, bytes]) -> dict[str, Any] | None:
+    """A queued task whose gate said no (gate_wait.lua): the gate, and since when."""
+    raw = text(f.get(TaskField.GATE_WAIT.value[:-1]))
+    if raw is None or text(f.get("s")) not in (TaskState.QUEUED, TaskState.RETRY_WAIT):
+        return None
+    since, _, gate = raw.partition("|")
+    return {"gate": gate, "since": int(since) / 1000}
 
 
 def _waiting_for(f: dict[str, bytes]) -> dict[str, Any] | None:

@@ -128,3 +128,51 @@ def test_pool_commands_refuse_bad_input_and_a_pool_in_use(cli: Cli, client: Clie
     assert in_use.code == 5 and "in use" in in_use.stderr
     client.cancel(job_id)
     assert cli("pool", "delete", "gpu").code == 0
+
+
+def test_a_task_waits_for_its_gate_visibly_and_runs_once_it_opens(
+    client: Client, workers: Workers, scratch: Scratch, cli: Cli
+) -> None:
+    workers.start(concurrency=2)
+    job_id = client.submit(
+        {
+            "name": "gated",
+            "tasks": [
+                {"id": "load", "task": SPAN, "requires": ["warehouse"], "retries": 0},
+                {"id": "free", "task": SPAN},
+            ],
+        }
+    )
+    waiting = wait_until(
+        lambda: client.status(job_id)["tasks"]["load"]["waiting_for_gate"],
+        message="the task never showed it waits for its gate",
+    )
+    assert waiting["gate"] == "warehouse"
+    assert "for gate warehouse" in cli("status", job_id).stdout
+    status = client.status(job_id)["tasks"]
+    assert status["load"]["state"] == "queued" and status["load"]["attempts"] == 0
+    assert status["free"]["state"] in ("running", "succeeded")  # not held up by the gate
+    assert scratch.events("start", "load") == []  # the task itself never ran
+
+    scratch.redis.set(f"jctest:{client.settings.namespace}:warehouse-up", 1)
+    done = client.wait(job_id, JOB_SECONDS)
+    assert done["state"] == "succeeded"
+    assert done["tasks"]["load"]["attempts"] == 1  # the gate's waits used no attempt
+    assert done["tasks"]["load"]["waiting_for_gate"] is None
+
+
+def test_a_gate_that_keeps_saying_no_fails_the_task_naming_the_gate(
+    client: Client, workers: Workers, scratch: Scratch
+) -> None:
+    workers.start(concurrency=2)
+    job_id = client.submit(
+        {
+            "name": "no-licence",
+            "tasks": [{"id": "solve", "task": SPAN, "requires": "licence-server", "retries": 5}],
+        }
+    )
+    done = client.wait(job_id, JOB_SECONDS)
+    assert done["state"] == "failed"
+    error = done["tasks"]["solve"]["error"]
+    assert error.startswith("gate licence-server said no for"), error
+    assert scratch.events("start", "solve") == []

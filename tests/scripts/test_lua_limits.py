@@ -359,3 +359,49 @@ def test_a_timed_out_attempt_keeps_its_slots_until_it_is_run_again(store: Store)
     assert task_states(store, job_id)["g0"] == "timed_out" and used(store) == 1
     assert heartbeat_one(store, H1, job_id, t.index, t.attempt) == 0  # it was alive after all
     assert used(store) == 1 and claim(store, H2) == []
+
+
+def gate_wait(store: Store, job_id: str, t: Any, gate: str = "db", give_up_ms: int = 60_000) -> int:
+    codes = store.gate_wait(H1, [(job_id, t.index, t.attempt, gate, 60_000, give_up_ms)])
+    return codes[(job_id, t.index)]
+
+
+def test_a_closed_gate_sends_the_attempt_back_unused_and_frees_its_slots(store: Store) -> None:
+    limits.set_pool(store, GPU, 1)
+    job_id, _ = submit_and_split(store, pool_job(2))
+    (t,) = claim(store, H1)
+    assert gate_wait(store, job_id, t) == 0
+
+    status = store.status(job_id)["tasks"]["g0"]
+    assert (status["state"], status["attempts"], status["handler"]) == ("queued", 0, None)
+    assert status["waiting_for_gate"]["gate"] == "db"
+    assert used(store) == 0
+    assert [x.index for x in claim(store, H2)] == [1]  # its slot went to the next task
+    assert gate_wait(store, job_id, t) == -2  # the token is stale now
+
+
+def retries_due_now(store: Store) -> None:
+    """Every retry waiting out a backoff is due now (the test does not wait it out)."""
+    key = store.keys.delayed(0, "default")
+    due = {m: 0 for m in store.redis.zrange(key, 0, -1)}
+    if due:
+        store.redis.zadd(key, due)
+
+
+def test_a_gate_keeps_its_since_and_fails_the_task_past_its_give_up_time(store: Store) -> None:
+    job_id, _ = submit_and_split(store, {"name": "g", "tasks": [{"id": "a", "task": "t"}]})
+    tasks = store.keys.job(job_id).tasks
+    (t,) = claim(store, H1)
+    assert gate_wait(store, job_id, t) == 0
+    since = store.redis.hget(tasks, "gw:0")
+    retries_due_now(store)
+    (t,) = claim(store, H1)
+    assert gate_wait(store, job_id, t) == 0
+    assert store.redis.hget(tasks, "gw:0") == since  # the same gate: the wait goes on
+    store.redis.hset(tasks, "gw:0", b"1|db")  # as if it had said no since 1970
+    retries_due_now(store)
+    (t,) = claim(store, H1)
+    assert gate_wait(store, job_id, t, give_up_ms=1_000) == 1
+    status = store.status(job_id)
+    assert status["state"] == "failed"
+    assert status["tasks"]["a"]["error"].startswith("gate db said no for")

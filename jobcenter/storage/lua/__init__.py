@@ -21,6 +21,7 @@ JOB_SCRIPTS = frozenset(
         "complete",
         "fail",
         "give_back",
+        "gate_wait",
         "heartbeat",
         "expire",
         "publish_tasks",

@@ -103,6 +103,7 @@ for k = first_pair, #ARGV, 2 do
     clears[#clears + 1] = TF_ERROR .. i
     clears[#clears + 1] = TF_PROGRESS .. i
     clears[#clears + 1] = TF_WAITING_FOR .. i -- it ran: no longer waiting for a worker with its code
+    clears[#clears + 1] = TF_GATE_WAIT .. i -- nor for a gate
     leases[#leases + 1] = lease_member(i)
     history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', now, ''}, '\t')
     if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
