@@ -1301,8 +1301,8 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated: W1,W1-pool,W2,W3,W4,W5,big-fan,big-chain,big-follow; or `order` alone: "
-        "the task-order rules on DAGs where order matters (one worker, --concurrency slots)",
+        help="comma-separated: W1,W1-pool,W2,W3,W4,W5,big-fan,big-chain,big-follow; or `order` "
+        "alone: the task-order rules on DAGs where order matters (one worker, --concurrency slots)",
     )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=64, help="task threads per worker")
