@@ -161,3 +161,18 @@ class Client:
             {"name": p.name, "slots": p.total, "used": p.used, "waiting": p.waiting}
             for p in limits.pools(self.store)
         ]
+
+    def set_rate(self, target: str, rate: str) -> None:
+        """Limit `queue:NAME` to `rate` starts, e.g. "100/1s": at most that many of its
+        tasks start per window of the period; the others wait in the queue."""
+        limits.set_rate(self.store, target, rate)
+
+    def delete_rate(self, target: str) -> None:
+        limits.delete_rate(self.store, target)
+
+    def rates(self) -> builtins.list[dict[str, Any]]:
+        """Every rate limit: `target` (queue:NAME), `starts`, `period` (seconds)."""
+        return [
+            {"target": f"queue:{r.queue}", "starts": r.starts, "period": r.period}
+            for r in limits.rates(self.store)
+        ]

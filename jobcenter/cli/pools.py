@@ -1,5 +1,5 @@
-"""`jobcenter pool ...`: set, list and delete pools. Every command parses, calls the client,
-prints."""
+"""`jobcenter pool ...` and `jobcenter rate ...`: set, list and delete pools and rate
+limits. Every command parses, calls the client, prints."""
 
 from __future__ import annotations
 
@@ -47,3 +47,39 @@ def delete(settings: Settings, name: str) -> None:
     """Delete pool NAME (refused while its slots are in use or tasks wait for it)."""
     client_for(settings).delete_pool(name)
     click.echo(f"pool {name} deleted")
+
+
+rate_group = click.Group(
+    "rate", help="Rate limits: at most N tasks of a queue start per period (queue:NAME 100/1s)."
+)
+
+
+@rate_group.command("set")
+@click.argument("target")
+@click.argument("rate")
+@redis_options
+def rate_set(settings: Settings, target: str, rate: str) -> None:
+    """Limit TARGET (queue:NAME) to RATE starts: 100/1s, 5/500ms, 60/1m, 1000/1h."""
+    client_for(settings).set_rate(target, rate)
+    click.echo(f"{target}: at most {rate} starts")
+
+
+@rate_group.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@redis_options
+def rate_list(settings: Settings, as_json: bool) -> None:
+    """Every rate limit."""
+    echo_rows(
+        client_for(settings).rates(),
+        as_json,
+        lambda r: f"{r['target']}  {r['starts']} starts per {r['period']:g} s",
+    )
+
+
+@rate_group.command("delete")
+@click.argument("target")
+@redis_options
+def rate_delete(settings: Settings, target: str) -> None:
+    """Remove TARGET's rate limit."""
+    client_for(settings).delete_rate(target)
+    click.echo(f"{target}: no rate limit")

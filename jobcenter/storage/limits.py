@@ -9,6 +9,7 @@ its tasks land in, with no script touching two shards. A job's max_running is ex
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -22,6 +23,9 @@ from .store import Store
 
 WRONG_STATE = schema.code("WRONG_STATE")
 SCAN_PAGE = 1_000  # hash fields per HSCAN page
+RATE_RE = re.compile(r"(\d+)\s*/\s*(\d+)?\s*(ms|s|m|h)")
+RATE_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
+RATE_PERIOD_MAX_MS = 86_400_000  # a day: longer windows are a typo for a quota
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,61 @@ def _scan(store: Store, key: str, match: str) -> list[tuple[str, str]]:
         (text(f) or "", text(v) or "")
         for f, v in store.redis.hscan_iter(key, match=match, count=SCAN_PAGE)
     ]
+
+
+@dataclass(frozen=True)
+class RateView:
+    queue: str
+    starts: int  # at most this many tasks of the queue start...
+    period: float  # ...per this many seconds (a window opens at the first start after one ends)
+
+
+def parse_rate(text_value: str) -> tuple[int, int]:
+    """ "100/1s" (or 5/500ms, 60/1m, 1000/1h) -> (starts, period ms)."""
+    match = RATE_RE.fullmatch(text_value.strip())
+    if match is None:
+        raise SpecError(
+            f"a rate must be <starts>/<period> like 100/1s, 5/500ms, 60/1m, got {text_value!r}"
+        )
+    starts, amount, unit = int(match[1]), int(match[2] or 1), match[3]
+    period_ms = amount * RATE_UNITS_MS[unit]
+    if not 1 <= starts <= MAX_RUNNING_LIMIT or not 1 <= period_ms <= RATE_PERIOD_MAX_MS:
+        raise SpecError(
+            f"a rate needs 1-{MAX_RUNNING_LIMIT} starts per 1 ms - 1 day, got {text_value!r}"
+        )
+    return starts, period_ms
+
+
+def _rate_queue(target: str) -> str:
+    kind, _, name = target.partition(":")
+    if kind != "queue" or not name:
+        raise SpecError(f"a rate limit applies to queue:NAME (e.g. queue:default), got {target!r}")
+    return check_name(name, "a queue name")
+
+
+def set_rate(store: Store, target: str, rate: str) -> RateView:
+    """Limit queue:NAME to `rate` starts ("100/1s"), in every shard (each its share)."""
+    queue = _rate_queue(target)
+    starts, period_ms = parse_rate(rate)
+    for shard in range(store.keys.shards):
+        store.scripts.run("rate_set", [store.keys.limits(shard)], [queue, f"{starts}/{period_ms}"])
+    return RateView(queue, starts, period_ms / 1000)
+
+
+def delete_rate(store: Store, target: str) -> None:
+    queue = _rate_queue(target)
+    for shard in range(store.keys.shards):
+        store.scripts.run("rate_set", [store.keys.limits(shard)], [queue, ""])
+
+
+def rates(store: Store) -> list[RateView]:
+    """Every queue's rate limit (as set: each shard enforces its share)."""
+    found: dict[str, RateView] = {}
+    for field, value in _scan(store, store.keys.limits(0), f"{LimitField.RATE}*"):
+        starts, period_ms = value.split("/")
+        queue = field[len(LimitField.RATE) :]
+        found[queue] = RateView(queue, int(starts), int(period_ms) / 1000)
+    return [found[q] for q in sorted(found)]
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,8 @@ class LimitField(StrEnum):
     PARKED = "w:"  # + limit id: tasks parked waiting for it in this shard
     CAP = "c:"  # + limit id (job and key limits): its cap, kept while tasks wait for it
     PARKED_AT = "pk:"  # + lease member: the task's entry in the parked zset
+    RATE = "r:"  # + queue name: "<starts>/<period ms>", the queue's rate limit (`rate set`)
+    RATE_WINDOW = "rw:"  # + queue name: "<window start ms>|<starts in it>" in this shard
 
 
 class LimitKind(StrEnum):
@@ -185,7 +187,7 @@ RETURN_CODES = (
         "OK",
         0,
         f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove pool_set "
-        "reconcile_slots",
+        "rate_set reconcile_slots",
         "done",
     ),
     _code(

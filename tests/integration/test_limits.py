@@ -176,3 +176,30 @@ def test_a_gate_that_keeps_saying_no_fails_the_task_naming_the_gate(
     error = done["tasks"]["solve"]["error"]
     assert error.startswith("gate licence-server said no for"), error
     assert scratch.events("start", "solve") == []
+
+
+def test_a_queue_rate_limit_holds_back_the_rest_until_lifted(
+    client: Client, workers: Workers, scratch: Scratch, cli: Cli
+) -> None:
+    assert cli("rate", "set", "queue:metered", "4/1h").code == 0
+    assert cli("rate", "list", "--json").json() == [
+        {"target": "queue:metered", "starts": 4, "period": 3600.0}
+    ]
+    for args in (["pool:gpu", "1/1s"], ["queue:metered", "fast"], ["queue:metered", "0/1s"]):
+        refused = cli("rate", "set", *args)
+        assert refused.code == 2, (args, refused.stderr)
+    workers.start("--queues", "metered", concurrency=8)
+    tasks = [{"id": f"m{i}", "task": SPAN} for i in range(10)]
+    job_id = client.submit({"name": "metered", "queue": "metered", "tasks": tasks})
+
+    def succeeded() -> int:
+        states = client.task_states(job_id).values()
+        return sum(s == "succeeded" for s in states)
+
+    wait_until(lambda: succeeded() == 4, message="the first window's 4 never ran")
+    states = client.task_states(job_id)
+    assert sorted(states.values()) == ["queued"] * 6 + ["succeeded"] * 4
+    assert len(scratch.events("start")) == 4
+
+    assert cli("rate", "delete", "queue:metered").code == 0
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"

@@ -405,3 +405,33 @@ def test_a_gate_keeps_its_since_and_fails_the_task_past_its_give_up_time(store: 
     status = store.status(job_id)
     assert status["state"] == "failed"
     assert status["tasks"]["a"]["error"].startswith("gate db said no for")
+
+
+def test_a_queue_rate_limit_starts_at_most_n_per_window_and_says_when_to_come_back(
+    store: Store,
+) -> None:
+    limits.set_rate(store, "queue:default", "3/1h")  # one window for the whole test
+    job_id, _ = submit_and_split(store, pool_job(0, plain=5))
+    first = store.reserve(H1, ["default"], max_tasks=10)
+    assert len(first[2]) == 3
+    again = store.reserve(H2, ["default"], max_tasks=10)
+    assert again[2] == []
+    assert 3_500_000 < int(again[3]) <= 3_600_000  # the wait: until the window ends
+    assert len(store.redis.zrange(store.keys.queue(0, "default"), 0, -1)) == 2  # in place
+
+    limits.set_rate(store, "queue:default", "4/1h")  # raised: one more in this window
+    assert len(store.reserve(H2, ["default"], max_tasks=10)[2]) == 1
+    limits.delete_rate(store, "queue:default")
+    assert len(store.reserve(H2, ["default"], max_tasks=10)[2]) == 1
+    assert limits.rates(store) == []
+
+
+def test_a_rate_window_ends_and_the_next_one_starts_counting_afresh(store: Store) -> None:
+    limits.set_rate(store, "queue:default", "2/200ms")
+    submit_and_split(store, pool_job(0, plain=6))
+    assert len(store.reserve(H1, ["default"], max_tasks=10)[2]) == 2
+    got = wait_until(
+        lambda: store.reserve(H1, ["default"], max_tasks=10)[2], message="no second window"
+    )
+    assert len(got) == 2
+    assert limits.rates(store) == [limits.RateView("default", 2, 0.2)]

@@ -45,6 +45,7 @@ SHARD_SCRIPTS = frozenset(
         "schedule_save",
         "schedule_remove",
         "pool_set",
+        "rate_set",
         "reconcile_slots",
     }
 )

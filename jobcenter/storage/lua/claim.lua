@@ -8,9 +8,12 @@
   ARGV[7] this shard  ARGV[8] the shard count  ARGV[9..] the queue names, in KEYS order
   Returns {leader messages "<kind>|<job>", expired lease members "<job>|<index>",
            reserved queue members "<seq>|<job>|<index>[|<limits>]", ms until the next retry
-           is due in these queues (-1: none)}
+           is due or a rate window ends with tasks waiting in these queues (-1: none)}
   A reserved task holds a lease and a claims entry; start.lua makes it running. A worker
   that dies in between leaves an expiring lease, so expire.lua puts the task back.
+  A queue with a rate limit (LF.RATE: N starts per period, N split over the shards) gives
+  at most what is left of N in its current window, a window starting at the first claim
+  after the last one ended; the reply's wait then covers the window's end.
   A task with limits (_slots.lua) is reserved only if each has room for its slots and no
   task ahead of it in its queue waits for one of them; it takes the slots with the
   reservation. Otherwise it is parked: out of the queue, so later claims do not meet it
@@ -39,15 +42,18 @@ local expired = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, ton
 
 -- A limit's cap in this shard: a pool's slot count or a key's limit is split over the
 -- shards (their shares add up to it); a job's max_running is its own, its job in one shard.
+local function shard_share(total)
+  local share = math.floor(total / shards)
+  if shard < total % shards then share = share + 1 end
+  return share
+end
 local function cap_of(id, cap)
   local kind = string.sub(id, 1, 2)
   if kind == LID.JOB then return cap end
   if kind == LID.POOL then
     cap = tonumber(redis.call('HGET', LIMITS, LF.POOL_TOTAL .. string.sub(id, 3)) or 0)
   end
-  local share = math.floor(cap / shards)
-  if shard < cap % shards then share = share + 1 end
-  return share
+  return shard_share(cap)
 end
 local function used_of(id) return tonumber(redis.call('HGET', SLOTS, id) or 0) end
 
@@ -125,6 +131,22 @@ local function unpark_queue(qname, ready)
   end
 end
 
+-- What a rate-limited queue may still start now, and the window to charge them to: nil
+-- when the queue has no rate limit.
+local function rate_window(qname)
+  local rate = redis.call('HGET', LIMITS, LF.RATE .. qname)
+  if not rate then return nil end
+  local n, period = string.match(rate, '^(%d+)/(%d+)$')
+  n, period = shard_share(tonumber(n)), tonumber(period)
+  local w = redis.call('HGET', LIMITS, LF.RATE_WINDOW .. qname)
+  local start, count = now, 0
+  if w then
+    local s, c = string.match(w, '^(%d+)|(%d+)$')
+    if now < tonumber(s) + period then start, count = tonumber(s), tonumber(c) end
+  end
+  return {left = math.max(0, n - count), start = start, count = count, ends = start + period}
+end
+
 local reserved = {}
 local next_due = -1
 local parked_left = PARKED_MAX
@@ -139,8 +161,11 @@ for k = 9, #KEYS, 3 do
   end
   if #freed > 0 then unpark_queue(qname, ready) end
   local wanted = want > 0
-  while want > 0 and parked_left > 0 do
-    local asked = want
+  local rate = wanted and rate_window(qname)
+  local rate_left = rate and rate.left or want
+  local before = want
+  while want > 0 and rate_left > 0 and parked_left > 0 do
+    local asked = math.min(want, rate_left)
     local popped = redis.call('ZPOPMIN', ready, asked)
     local leases, claims = {}, {}
     for p = 1, #popped, 2 do
@@ -154,6 +179,7 @@ for k = 9, #KEYS, 3 do
         claims[#claims + 1] = handler
         reserved[#reserved + 1] = member
         want = want - 1
+        rate_left = rate_left - 1
       else
         parked_left = parked_left - 1
       end
@@ -162,8 +188,16 @@ for k = 9, #KEYS, 3 do
     call_chunked('HSET', CLAIMS, claims)
     if #popped < 2 * asked then break end -- the queue is empty
   end
-  -- more is ready: wake another idle worker rather than leave it asleep
-  if wanted and redis.call('EXISTS', ready) == 1 then wake(wake_key, 1) end
+  if rate and before > want then
+    redis.call('HSET', LIMITS, LF.RATE_WINDOW .. qname, rate.start .. '|' .. rate.count + before - want)
+  end
+  local rate_blocked = rate and rate_left <= 0 and redis.call('EXISTS', ready) == 1
+  if rate_blocked then -- the queue waits for the window's end: say when, so workers wake then
+    local wait = rate.ends - now
+    if next_due < 0 or wait < next_due then next_due = wait end
+  elseif wanted and redis.call('EXISTS', ready) == 1 then
+    wake(wake_key, 1) -- more is ready: wake another idle worker rather than leave it asleep
+  end
   local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
   if first[2] then
     local wait = math.max(0, tonumber(first[2]) - now)
