@@ -435,3 +435,15 @@ def test_a_rate_window_ends_and_the_next_one_starts_counting_afresh(store: Store
     )
     assert len(got) == 2
     assert limits.rates(store) == [limits.RateView("default", 2, 0.2)]
+
+
+def test_the_recovery_pass_reconciles_a_leaked_slot(store: Store) -> None:
+    limits.set_pool(store, GPU, 1)
+    job_id, _ = submit_and_split(store, pool_job(2))
+    (t,) = claim(store, H1)
+    # an ending that forgot its slots: the lease gone, the task back in its queue
+    store.redis.zrem(store.keys.leases(0), f"{job_id}|{t.index}")
+    report = Recovery(store, "rq:test").run()
+    assert (report.slots_leaked, report.slots_corrected) == (1, 0)
+    assert used(store) == 0 and held(store) == {}
+    assert limits.reconcile(store, correct=False) == limits.SlotCheck(0, 0)
