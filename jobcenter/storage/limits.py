@@ -1,5 +1,5 @@
-"""Pools and limits in Redis: set, list and delete pools, read what waits for a limit, and
-reconcile the slot counters with the leases (recovery).
+"""Pools and limits in Redis: set, list and delete pools and queue rate limits, and reconcile
+the slot counters with the leases (recovery rule 9).
 
 A pool's slot count is stored in every shard; each shard enforces its share of it (claim.lua
 splits it: the shares add up to the count), so the pool is never exceeded, whichever shards
