@@ -163,16 +163,16 @@ class Client:
         ]
 
     def set_rate(self, target: str, rate: str) -> None:
-        """Limit `queue:NAME` to `rate` starts, e.g. "100/1s": at most that many of its
-        tasks start per window of the period; the others wait in the queue."""
+        """Limit `queue:NAME` or `pool:NAME` to `rate` starts, e.g. "100/1s": at most that
+        many of its tasks start per window of the period; the others wait in their place."""
         limits.set_rate(self.store, target, rate)
 
     def delete_rate(self, target: str) -> None:
         limits.delete_rate(self.store, target)
 
     def rates(self) -> builtins.list[dict[str, Any]]:
-        """Every rate limit: `target` (queue:NAME), `starts`, `period` (seconds)."""
+        """Every rate limit: `target` (queue:NAME or pool:NAME), `starts`, `period` (s)."""
         return [
-            {"target": f"queue:{r.queue}", "starts": r.starts, "period": r.period}
+            {"target": r.target, "starts": r.starts, "period": r.period}
             for r in limits.rates(self.store)
         ]

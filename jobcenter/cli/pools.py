@@ -50,7 +50,8 @@ def delete(settings: Settings, name: str) -> None:
 
 
 rate_group = click.Group(
-    "rate", help="Rate limits: at most N tasks of a queue start per period (queue:NAME 100/1s)."
+    "rate",
+    help="Rate limits: at most N tasks of a queue or pool start per period (queue:q 100/1s).",
 )
 
 
@@ -59,7 +60,7 @@ rate_group = click.Group(
 @click.argument("rate")
 @redis_options
 def rate_set(settings: Settings, target: str, rate: str) -> None:
-    """Limit TARGET (queue:NAME) to RATE starts: 100/1s, 5/500ms, 60/1m, 1000/1h."""
+    """Limit TARGET (queue:NAME or pool:NAME) to RATE starts: 100/1s, 5/500ms, 60/1m, 1000/1h."""
     client_for(settings).set_rate(target, rate)
     click.echo(f"{target}: at most {rate} starts")
 

@@ -102,8 +102,8 @@ def _scan(store: Store, key: str, match: str) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True)
 class RateView:
-    queue: str
-    starts: int  # at most this many tasks of the queue start...
+    target: str  # queue:NAME or pool:NAME
+    starts: int  # at most this many of its tasks start...
     period: float  # ...per this many seconds (a window opens at the first start after one ends)
 
 
@@ -123,36 +123,45 @@ def parse_rate(text_value: str) -> tuple[int, int]:
     return starts, period_ms
 
 
-def _rate_queue(target: str) -> str:
+def _rate_field(target: str) -> str:
+    """queue:NAME -> NAME; pool:NAME -> p:NAME (its limit id): what follows LimitField.RATE.
+    A queue name holds no ':', so the two never meet."""
     kind, _, name = target.partition(":")
-    if kind != "queue" or not name:
-        raise SpecError(f"a rate limit applies to queue:NAME (e.g. queue:default), got {target!r}")
-    return check_name(name, "a queue name")
+    if kind == "queue":
+        return check_name(name, "a queue name")
+    if kind == "pool":
+        return f"{LimitKind.POOL}{check_name(name, 'a pool name')}"
+    raise SpecError(f"a rate limit applies to queue:NAME or pool:NAME, got {target!r}")
 
 
 def set_rate(store: Store, target: str, rate: str) -> RateView:
-    """Limit queue:NAME to `rate` starts ("100/1s"), in every shard (each its share)."""
-    queue = _rate_queue(target)
+    """Limit queue:NAME or pool:NAME to `rate` starts ("100/1s"), in every shard (each its
+    share)."""
+    field = _rate_field(target)
     starts, period_ms = parse_rate(rate)
-    for shard in range(store.keys.shards):
-        store.scripts.run("rate_set", [store.keys.limits(shard)], [queue, f"{starts}/{period_ms}"])
-    return RateView(queue, starts, period_ms / 1000)
+    _run_rate_set(store, field, f"{starts}/{period_ms}")
+    return RateView(target, starts, period_ms / 1000)
 
 
 def delete_rate(store: Store, target: str) -> None:
-    queue = _rate_queue(target)
+    _run_rate_set(store, _rate_field(target), "")
+
+
+def _run_rate_set(store: Store, field: str, value: str) -> None:
     for shard in range(store.keys.shards):
-        store.scripts.run("rate_set", [store.keys.limits(shard)], [queue, ""])
+        limits, _, _, freed, freed_wake = store.keys.limit_keys(shard)
+        store.scripts.run("rate_set", [limits, freed, freed_wake], [field, value])
 
 
 def rates(store: Store) -> list[RateView]:
-    """Every queue's rate limit (as set: each shard enforces its share)."""
+    """Every rate limit (as set: each shard enforces its share)."""
     found: dict[str, RateView] = {}
     for field, value in _scan(store, store.keys.limits(0), f"{LimitField.RATE}*"):
         starts, period_ms = value.split("/")
-        queue = field[len(LimitField.RATE) :]
-        found[queue] = RateView(queue, int(starts), int(period_ms) / 1000)
-    return [found[q] for q in sorted(found)]
+        name = field[len(LimitField.RATE) :]
+        target = f"pool:{name[2:]}" if name.startswith(LimitKind.POOL) else f"queue:{name}"
+        found[target] = RateView(target, int(starts), int(period_ms) / 1000)
+    return [found[t] for t in sorted(found)]
 
 
 @dataclass(frozen=True)

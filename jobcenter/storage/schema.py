@@ -103,8 +103,8 @@ class LimitField(StrEnum):
     PARKED = "w:"  # + limit id: tasks parked waiting for it in this shard
     CAP = "c:"  # + limit id (job and key limits): its cap, kept while tasks wait for it
     PARKED_AT = "pk:"  # + lease member: the task's entry in the parked zset
-    RATE = "r:"  # + queue name: "<starts>/<period ms>", the queue's rate limit (`rate set`)
-    RATE_WINDOW = "rw:"  # + queue name: "<window start ms>|<starts in it>" in this shard
+    RATE = "r:"  # + queue name or "p:<pool>": "<starts>/<period ms>" (`rate set`)
+    RATE_WINDOW = "rw:"  # + the same: "<window start ms>|<starts in it>" in this shard
 
 
 class LimitKind(StrEnum):

@@ -185,7 +185,7 @@ def test_a_queue_rate_limit_holds_back_the_rest_until_lifted(
     assert cli("rate", "list", "--json").json() == [
         {"target": "queue:metered", "starts": 4, "period": 3600.0}
     ]
-    for args in (["pool:gpu", "1/1s"], ["queue:metered", "fast"], ["queue:metered", "0/1s"]):
+    for args in (["node:x", "1/1s"], ["queue:metered", "fast"], ["queue:metered", "0/1s"]):
         refused = cli("rate", "set", *args)
         assert refused.code == 2, (args, refused.stderr)
     workers.start("--queues", "metered", concurrency=8)
@@ -202,4 +202,25 @@ def test_a_queue_rate_limit_holds_back_the_rest_until_lifted(
     assert len(scratch.events("start")) == 4
 
     assert cli("rate", "delete", "queue:metered").code == 0
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
+
+
+def test_a_pool_rate_limit_holds_back_its_tasks_until_lifted(
+    client: Client, workers: Workers, cli: Cli
+) -> None:
+    client.set_pool("gpu", 8)
+    assert cli("rate", "set", "pool:gpu", "3/1h").code == 0
+    workers.start(concurrency=8)
+    tasks = [{"id": f"g{i}", "task": SPAN, "pool": "gpu"} for i in range(6)]
+    job_id = client.submit({"name": "rated", "tasks": tasks})
+
+    def succeeded() -> int:
+        return sum(s == "succeeded" for s in client.task_states(job_id).values())
+
+    wait_until(lambda: succeeded() == 3, message="the first window's 3 never ran")
+    waiting = [t for t in client.status(job_id)["tasks"].values() if t["state"] == "queued"]
+    assert len(waiting) == 3
+    assert {t["waiting_for_limit"] for t in waiting} == {"pool gpu"}
+
+    assert cli("rate", "delete", "pool:gpu").code == 0
     assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"

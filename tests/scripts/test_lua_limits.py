@@ -434,7 +434,7 @@ def test_a_rate_window_ends_and_the_next_one_starts_counting_afresh(store: Store
         lambda: store.reserve(H1, ["default"], max_tasks=10)[2], message="no second window"
     )
     assert len(got) == 2
-    assert limits.rates(store) == [limits.RateView("default", 2, 0.2)]
+    assert limits.rates(store) == [limits.RateView("queue:default", 2, 0.2)]
 
 
 def test_the_recovery_pass_reconciles_a_leaked_slot(store: Store) -> None:
@@ -447,3 +447,20 @@ def test_the_recovery_pass_reconciles_a_leaked_slot(store: Store) -> None:
     assert (report.slots_leaked, report.slots_corrected) == (1, 0)
     assert used(store) == 0 and held(store) == {}
     assert limits.reconcile(store, correct=False) == limits.SlotCheck(0, 0)
+
+
+def test_a_pool_rate_limit_parks_its_tasks_until_the_window_ends(store: Store) -> None:
+    limits.set_pool(store, GPU, 10)
+    limits.set_rate(store, "pool:gpu", "2/300ms")
+    job_id, index = submit_and_split(store, pool_job(5, plain=2))
+    first = claim(store, H1)
+    assert ids(first, index) == ["g0", "g1", "p0", "p1"]  # the plain tasks are not rated
+    reply = store.reserve(H2, ["default"], max_tasks=10)
+    assert reply[2] == [] and 0 <= int(reply[3]) <= 300  # told when the window ends
+    assert pool(store).waiting == 3
+    later = wait_until(lambda: claim(store, H2), message="the next window never came")
+    assert ids(later, index) == ["g2", "g3"]  # in order, two per window
+    assert limits.rates(store) == [limits.RateView("pool:gpu", 2, 0.3)]
+    limits.delete_rate(store, "pool:gpu")
+    wait_until(lambda: claim(store, H2), message="the last task never ran")
+    assert pool(store).waiting == 0

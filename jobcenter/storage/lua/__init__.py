@@ -51,7 +51,7 @@ SHARD_SCRIPTS = frozenset(
 )
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS
 # Scripts besides the job scripts that take or give back pool and limit slots (_slots.lua).
-SLOT_SCRIPTS = frozenset({"claim", "pool_set", "reconcile_slots"})
+SLOT_SCRIPTS = frozenset({"claim", "pool_set", "rate_set", "reconcile_slots"})
 
 
 def _read(name: str) -> str:

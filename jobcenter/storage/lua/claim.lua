@@ -13,7 +13,9 @@
   that dies in between leaves an expiring lease, so expire.lua puts the task back.
   A queue with a rate limit (LF.RATE: N starts per period, N split over the shards) gives
   at most what is left of N in its current window, a window starting at the first claim
-  after the last one ended; the reply's wait then covers the window's end.
+  after the last one ended; the reply's wait then covers the window's end. A pool with a
+  rate limit (LF.RATE of "p:<pool>") holds its tasks the same way, parked as for a full
+  pool; the pool stays in the freed set until its window ends.
   A task with limits (_slots.lua) is reserved only if each has room for its slots and no
   task ahead of it in its queue waits for one of them; it takes the slots with the
   reservation. Otherwise it is parked: out of the queue, so later claims do not meet it
@@ -74,14 +76,45 @@ local function park(qname, l, cap, score, member, lease)
   count_parked(LIMITS, l.id, 1)
 end
 
+-- What a rate-limited queue (target: its name) or pool (target: its limit id "p:<pool>")
+-- may still start now, and the window to charge them to: nil when it has no rate limit.
+local function rate_window(target)
+  local rate = redis.call('HGET', LIMITS, LF.RATE .. target)
+  if not rate then return nil end
+  local n, period = string.match(rate, '^(%d+)/(%d+)$')
+  n, period = shard_share(tonumber(n)), tonumber(period)
+  local w = redis.call('HGET', LIMITS, LF.RATE_WINDOW .. target)
+  local start, count = now, 0
+  if w then
+    local s, c = string.match(w, '^(%d+)|(%d+)$')
+    if now < tonumber(s) + period then start, count = tonumber(s), tonumber(c) end
+  end
+  return {left = math.max(0, n - count), start = start, count = count, ends = start + period}
+end
+
+local next_due = -1 -- ms until a retry is due or a rate window ends (-1: none)
+local function due_in(ms)
+  if next_due < 0 or ms < next_due then next_due = ms end
+end
+
 -- Take the slots of a popped task with limits; false (and the task parked) if one is full
 -- or a task ahead of it in this queue waits for one.
 local function take_slots(qname, member, score, job, lease, spec)
   if redis.call('HEXISTS', SLOTS, lease) == 1 then return true end -- a duplicate entry: held
   local limits = parse_limits(spec, job)
+  local rated = {}
   for _, l in ipairs(limits) do
     local cap = cap_of(l.id, l.cap)
     local full = used_of(l.id) + l.n > cap
+    local rate = string.sub(l.id, 1, 2) == LID.POOL and rate_window(l.id)
+    if rate and not full then
+      rated[#rated + 1] = {id = l.id, rate = rate}
+      if rate.left <= 0 then -- its pool started all its window allows: wait for the next
+        full = true
+        redis.call('SADD', FREED, l.id)
+        due_in(rate.ends - now)
+      end
+    end
     if not full and redis.call('HEXISTS', LIMITS, LF.PARKED .. l.id) == 1 then
       local ahead = first_parked(qname, l.id)
       full = ahead ~= nil and ahead < parked_entry(qname, l.id, score, member)
@@ -97,6 +130,9 @@ local function take_slots(qname, member, score, job, lease, spec)
     held[#held + 1] = l.id .. '*' .. l.n
   end
   redis.call('HSET', SLOTS, lease, table.concat(held, ';'))
+  for _, r in ipairs(rated) do
+    redis.call('HSET', LIMITS, LF.RATE_WINDOW .. r.id, r.rate.start .. '|' .. r.rate.count + 1)
+  end
   return true
 end
 
@@ -106,7 +142,10 @@ local freed = redis.call('SMEMBERS', FREED)
 local function room_of(id)
   local cap = tonumber(redis.call('HGET', LIMITS, LF.CAP .. id) or 0)
   if string.sub(id, 1, 2) == LID.POOL then cap = cap_of(id, 0) end
-  return cap - used_of(id)
+  local room = cap - used_of(id)
+  local rate = string.sub(id, 1, 2) == LID.POOL and rate_window(id)
+  if rate and rate.left < room then room = rate.left end
+  return room
 end
 local function unpark_queue(qname, ready)
   for _, id in ipairs(freed) do
@@ -131,24 +170,7 @@ local function unpark_queue(qname, ready)
   end
 end
 
--- What a rate-limited queue may still start now, and the window to charge them to: nil
--- when the queue has no rate limit.
-local function rate_window(qname)
-  local rate = redis.call('HGET', LIMITS, LF.RATE .. qname)
-  if not rate then return nil end
-  local n, period = string.match(rate, '^(%d+)/(%d+)$')
-  n, period = shard_share(tonumber(n)), tonumber(period)
-  local w = redis.call('HGET', LIMITS, LF.RATE_WINDOW .. qname)
-  local start, count = now, 0
-  if w then
-    local s, c = string.match(w, '^(%d+)|(%d+)$')
-    if now < tonumber(s) + period then start, count = tonumber(s), tonumber(c) end
-  end
-  return {left = math.max(0, n - count), start = start, count = count, ends = start + period}
-end
-
 local reserved = {}
-local next_due = -1
 local parked_left = PARKED_MAX
 for k = 9, #KEYS, 3 do
   local ready, delayed, wake_key = KEYS[k], KEYS[k + 1], KEYS[k + 2]
@@ -193,21 +215,23 @@ for k = 9, #KEYS, 3 do
   end
   local rate_blocked = rate and rate_left <= 0 and redis.call('EXISTS', ready) == 1
   if rate_blocked then -- the queue waits for the window's end: say when, so workers wake then
-    local wait = rate.ends - now
-    if next_due < 0 or wait < next_due then next_due = wait end
+    due_in(rate.ends - now)
   elseif wanted and redis.call('EXISTS', ready) == 1 then
     wake(wake_key, 1) -- more is ready: wake another idle worker rather than leave it asleep
   end
   local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
-  if first[2] then
-    local wait = math.max(0, tonumber(first[2]) - now)
-    if next_due < 0 or wait < next_due then next_due = wait end
-  end
+  if first[2] then due_in(math.max(0, tonumber(first[2]) - now)) end
 end
 -- a limit stays marked freed while it has room and tasks wait for it (maybe in a queue
--- this worker does not serve)
+-- this worker does not serve), and while a pool's rate window holds them back: the claims
+-- after it ends put them back
 for _, id in ipairs(freed) do
-  if redis.call('HEXISTS', LIMITS, LF.PARKED .. id) == 0 or room_of(id) <= 0 then
+  local rate = string.sub(id, 1, 2) == LID.POOL and rate_window(id)
+  if redis.call('HEXISTS', LIMITS, LF.PARKED .. id) == 0 then
+    redis.call('SREM', FREED, id)
+  elseif rate and rate.left <= 0 then
+    due_in(rate.ends - now)
+  elseif room_of(id) <= 0 then
     redis.call('SREM', FREED, id)
   end
 end
