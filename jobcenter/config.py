@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -74,6 +74,12 @@ class Settings:
     shards: int = 1
     # acked | fsynced: see DURABILITY_MODES.
     durability: str = FSYNCED
+    # Notifications (spec `notify:`): the key webhooks are signed with (HMAC-SHA256; unsigned
+    # without one), how long one attempt may take, how many attempts, the first retry's delay.
+    webhook_secret: str | None = field(default=None, repr=False)
+    notify_timeout_seconds: float = 5.0
+    notify_attempts: int = 8
+    notify_backoff_seconds: float = 2.0
 
     def __post_init__(self) -> None:
         # both end up inside every key name and hash tag
@@ -101,6 +107,10 @@ class Settings:
             ),
             "shards": _env_int("JOBCENTER_SHARDS", 1),
             "durability": os.environ.get("JOBCENTER_DURABILITY") or FSYNCED,
+            "webhook_secret": os.environ.get("JOBCENTER_WEBHOOK_SECRET") or None,
+            "notify_timeout_seconds": _env_float("JOBCENTER_NOTIFY_TIMEOUT_SECONDS", 5.0),
+            "notify_attempts": _env_int("JOBCENTER_NOTIFY_ATTEMPTS", 8),
+            "notify_backoff_seconds": _env_float("JOBCENTER_NOTIFY_BACKOFF_SECONDS", 2.0),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

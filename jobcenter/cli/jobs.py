@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 
@@ -165,6 +166,33 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
         click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
+    if st.get("notifications"):
+        _show_notifications(st["notifications"], JobState(st["state"]).terminal)
+
+
+def _show_notifications(notify: dict[str, Any], job_ended: bool) -> None:
+    """Each channel's delivery (state, attempts, when, last error), then its attempts."""
+    idle = "none: the job ended in a state not asked for" if job_ended else "waits for the end"
+
+    click.echo(
+        f"notify on {','.join(notify['on'])}"
+        + (f"  webhook {notify['webhook']}" if notify["webhook"] else "")
+    )
+    for channel, d in notify["deliveries"].items():
+        state = d["state"] or idle
+        when = {"retrying": d["next_at"], "pending": d["next_at"]}.get(state, d["done_at"])
+        line = f"  {channel:<8} {state:<10} attempts={d['attempts']}"
+        if when:
+            line += f"  {'next' if state in ('retrying', 'pending') else 'at'} {format_time(when)}"
+        if d["error"]:
+            line += f"  last error: {first_line(d['error'], 80)}"
+        click.echo(line)
+    for a in notify["attempts"]:
+        click.echo(
+            f"    {a['channel']} attempt {a['attempt']}: {a['outcome']}"
+            f"  {format_time(a['finished_at'])}  {(a['handler'] or '-')[:8]}"
+            f"  {first_line(a['detail'], 80)}"
+        )
 
 
 def _since(value: str | None) -> float | None:

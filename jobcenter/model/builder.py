@@ -42,6 +42,7 @@ class Job:
         retention: float | None = None,
         order: str | None = None,
         max_running: int | None = None,
+        notify: dict[str, Any] | None = None,
     ) -> None:
         self._job: dict[str, Any] = {
             "name": name,
@@ -55,6 +56,8 @@ class Job:
             self._job["order"] = order
         if max_running is not None:
             self._job["max_running"] = max_running
+        if notify is not None:  # {on: [...], webhook: URL, hook: bool} (jobcenter.model.notify)
+            self._job["notify"] = notify
         self._tasks: list[dict[str, Any]] = []
         self._ids: set[object] = set()
 

@@ -21,6 +21,7 @@ from jobcenter.model.ordering import DEFAULT_ORDER, ORDER_RULES
 
 from . import codec, documents
 from .dag import check_dag
+from .notify import Notify, parse_notify
 
 # A job is one set of Redis hashes, split and published in bounded chunks; past this the
 # per-job hashes get large enough to slow every script that touches them.
@@ -126,6 +127,7 @@ class JobSpec:
     retention: float | None = None  # seconds a finished job is kept; None: namespace default
     order: str = DEFAULT_ORDER  # which ready task of the job runs first (jobcenter.model.ordering)
     max_running: int | None = None  # at most this many of its tasks run at once
+    notify: Notify | None = None  # whom to tell when it ends (jobcenter.model.notify)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON/msgpack-ready) that round-trips through parse_spec."""
@@ -134,6 +136,8 @@ class JobSpec:
             value = getattr(self, name)
             if value != default:
                 out[name] = value
+        if self.notify is not None:
+            out["notify"] = self.notify.to_dict()
         out["tasks"] = [t.to_dict() for t in self.tasks]
         return out
 
@@ -164,7 +168,7 @@ _JOB_DEFAULTS: dict[str, Any] = {
     "max_running": None,
 }
 _TASK_KEYS = frozenset({"id", "task", "args", "kwargs", "depends_on", *_TASK_DEFAULTS})
-_JOB_KEYS = frozenset({"name", "tasks", *_JOB_DEFAULTS})
+_JOB_KEYS = frozenset({"name", "tasks", "notify", *_JOB_DEFAULTS})
 
 
 # --- field checks; `task_id` None means a job-level field ----------------------------
@@ -517,6 +521,7 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
     if max_running is not None:
         rule = f"an integer from 1 to {MAX_RUNNING_LIMIT}"
         max_running = _int(max_running, "max_running", None, 1, MAX_RUNNING_LIMIT, rule)
+    notify = parse_notify(data["notify"]) if data.get("notify") is not None else None
 
     raw_tasks = data.get("tasks")
     if raw_tasks is None or (isinstance(raw_tasks, list | tuple) and not raw_tasks):
@@ -540,6 +545,7 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
         retention=retention,
         order=order,
         max_running=max_running,
+        notify=notify,
     )
     _VALIDATED[id(spec)] = spec
     return spec

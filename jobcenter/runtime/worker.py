@@ -3,8 +3,9 @@ heartbeats their leases, reports completions and failures, and shuts down gracef
 
 Threads: the main thread claims tasks (blocking on wake-up lists when idle), a leader thread
 runs leader messages and sweeps expired leases (so leader steps never wait for a free task
-slot), a reporter thread reports finished attempts in batches, a heartbeat thread renews
-leases; the runner's threads or child processes run the tasks.
+slot), notifier threads deliver job notifications (runtime/notifier.py), a reporter
+thread reports finished attempts in batches, a heartbeat thread renews leases; the runner's
+threads or child processes run the tasks.
 
 Every loop rides out any Redis error (unreachable, out of memory, read-only, busy): it logs
 it, backs off and goes on, and what it had to write waits and is tried again. A loop that
@@ -43,6 +44,7 @@ from jobcenter.storage.store import (
 from . import registry, rq_runner
 from .execution import Outcome, ProcessRunner, ThreadRunner
 from .leader import Leader
+from .notifier import DELIVERY_THREADS, Notifier
 from .pulse import Pulse
 
 log = logging.getLogger(__name__)
@@ -244,6 +246,11 @@ class Worker:
                     "scheduler",
                 )
             )
+            notifier = Notifier(self.store, self.handler, self.stopped)
+            threads.append(self._thread(notifier.poll_loop, "notifier"))
+            threads += [
+                self._thread(notifier.deliver_loop, f"notify-{n}") for n in range(DELIVERY_THREADS)
+            ]
 
         for thread in threads:
             thread.start()

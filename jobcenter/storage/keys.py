@@ -194,6 +194,11 @@ class Keys:
     def idempotency(self, shard: int, key: str) -> str:
         return f"{self._tagged(shard)}:idem:{key}"
 
+    def notify_due(self, shard: int) -> str:
+        """Zset of notifications to deliver "<channel>|<job>" -> when the next attempt is due
+        (ms); an attempt under way holds it one lease ahead, so a dead deliverer's comes back."""
+        return f"{self._tagged(shard)}:notify"
+
     # -- per job --------------------------------------------------------------------------
 
     def job_shard(self, job_id: str) -> int:
@@ -218,6 +223,25 @@ class Keys:
             freed=self.freed(shard),
             freed_wake=self.freed_wake(shard),
         )
+
+    def notifications(self, job_id: str) -> str:
+        """Hash: the state of each of the job's deliveries (schema.DeliveryField + channel)."""
+        return f"{self.job(job_id).job}:notify"
+
+    def deliveries(self, job_id: str) -> str:
+        """Capped list: one entry per delivery attempt of the job, oldest first."""
+        return f"{self.job(job_id).job}:deliveries"
+
+    def notify_keys(self, job_id: str) -> list[str]:
+        """The KEYS of notify_attempt and notify_done: the shard's due zset, the job hash,
+        its notifications hash and deliveries list."""
+        shard = self.job_shard(job_id)
+        return [
+            self.notify_due(shard),
+            self.job(job_id).job,
+            self.notifications(job_id),
+            self.deliveries(job_id),
+        ]
 
     def queue_keys(self, shard: int, queue: str) -> list[str]:
         """The three keys a script needs to enqueue into `queue`: ready, delayed, wake."""

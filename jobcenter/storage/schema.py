@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from jobcenter.model.notify import DeliveryState
 from jobcenter.model.states import lua_constants
 
 
@@ -93,6 +94,25 @@ class JobField(StrEnum):
     CANCEL_CURSOR = "cancel_cursor"  # tasks a cancel has visited
     COMPACT_CURSOR = "compact_cursor"  # tasks a compaction has visited
     RETENTION = "retention"  # ms a finished job is kept
+    NOTIFY_ON = "notify_on"  # the final states to tell of, comma-separated (spec `notify:`)
+    NOTIFY_TO = "notify_to"  # the channels told (jobcenter.model.notify.Channel), comma-separated
+    WEBHOOK = "webhook"  # the URL the webhook channel posts to
+
+
+class DeliveryField(StrEnum):
+    """A field of a job's notifications hash is one of these prefixes followed by the
+    channel: `s:webhook` is the state of the webhook delivery."""
+
+    STATE = "s:"  # its DeliveryState
+    ATTEMPTS = "a:"  # attempts started for the job's current outcome
+    HANDLER = "h:"  # the worker that made the last attempt
+    ERROR = "e:"  # why the last attempt failed
+    TRIED_AT = "tt:"  # ms, Redis TIME (as every time below): the last attempt's start
+    NEXT_AT = "tn:"  # when the next attempt is due (retrying)
+    DONE_AT = "td:"  # delivered, or given up
+
+    def of(self, channel: str) -> str:
+        return f"{self.value}{channel}"
 
 
 class LimitField(StrEnum):
@@ -154,6 +174,8 @@ LUA_TABLES: dict[str, type[StrEnum]] = {
     "SF": ScheduleField,
     "LF": LimitField,
     "LID": LimitKind,
+    "DF": DeliveryField,
+    "DS": DeliveryState,
 }
 
 
@@ -186,21 +208,21 @@ RETURN_CODES = (
     _code(
         "OK",
         0,
-        f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove pool_set "
-        "rate_set reconcile_slots",
+        f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove notify_attempt "
+        "notify_done pool_set rate_set reconcile_slots",
         "done",
     ),
     _code(
         "ALREADY",
         1,
-        "cancel compact fail finalize resubmit singleton submit",
+        "cancel compact fail finalize resubmit singleton submit notify_attempt",
         "nothing to do: done already (by this or an earlier call)",
     ),
     _code("BUSY", 1, "revive", "a failure cascade is under way: finish it, then call again"),
     _code("UNFINISHED", 2, "finalize", "the job has tasks not finished yet"),
     _code("HELD", -1, "singleton", "another holder has the lease"),
     _code("NAME_TAKEN", -1, "schedule_add", "the name belongs to another schedule"),
-    _code("STALE_TOKEN", -2, "fail", "the attempt is not the one the caller holds"),
+    _code("STALE_TOKEN", -2, "fail notify_done", "the attempt is not the one the caller holds"),
     _code("CHANGED", -2, "schedule_save", "the schedule changed since the revision read"),
     _code(
         "WRONG_STATE",
@@ -212,7 +234,7 @@ RETURN_CODES = (
         "JOB_GONE",
         -4,
         "cancel compact complete continue delete expire fail finalize gate_wait give_back "
-        "heartbeat publish_tasks queue_roots release repair resubmit revive start",
+        "heartbeat publish_tasks queue_roots release repair resubmit revive start notify_attempt",
         "no such job (never submitted, expired, or deleted)",
     ),
     _code("SCHEDULE_GONE", -4, "schedule_save schedule_remove", "no such schedule"),

@@ -34,6 +34,7 @@ from .durability import GroupCommit
 from .keys import JobKeys, Keys
 from .layout import Layout, job_queues
 from .lua import Batch, Scripts
+from .notifications import view as notifications_view
 from .replies import seconds, text
 from .schema import TaskField
 
@@ -214,6 +215,7 @@ class Store:
             self.keys.active(shard),
             self.keys.expiring(shard),
             self.keys.idempotency(shard, idem) if idem else jk.job,
+            self.keys.notify_due(shard),
             *(self.keys.state_jobs(shard, state) for state in JobState),
             *jk.limit_keys(),
         ]
@@ -338,6 +340,7 @@ class Store:
             "retention": int(spec.retention * 1000) if spec.retention else None,
             "schedule_id": schedule_id,
             "fire_time": fire_time,
+            **_notify_fields(spec),
         }
         fields.update({k: v for k, v in optional.items() if v is not None})
         job_args = [x for item in fields.items() for x in item]
@@ -744,6 +747,8 @@ class Store:
             self.keys.jobs(shard),
             self.keys.owner_jobs(shard, owner) if owner else jk.job,
             self.keys.schedule_jobs(shard, schedule_id) if schedule_id else jk.job,
+            self.keys.notifications(job_id),
+            self.keys.deliveries(job_id),
         ]
         code = int(self._job_call("delete", job_id, list(failed), extra_keys=extra)[0])
         raise_for_code(code, f"job {job_id} is not finished: cancel it first")
@@ -913,6 +918,7 @@ class Store:
             "created_at": seconds(job.get("created_at")),
             "finished_at": seconds(job.get("finished_at")),
             "tasks": tasks,
+            "notifications": notifications_view(self.redis, self.keys, job_id, job),
         }
 
     def _parked_limits(self, job_id: str, fields: dict[str, dict[str, bytes]]) -> dict[str, str]:
@@ -1108,6 +1114,17 @@ class Store:
                 }
             )
         return out
+
+
+def _notify_fields(spec: JobSpec) -> dict[str, str]:
+    """The job-hash fields of the spec's `notify:` (what finalize_job in _job.lua reads)."""
+    notify = spec.notify
+    if notify is None:
+        return {}
+    fields = {"notify_on": ",".join(notify.on), "notify_to": ",".join(notify.channels)}
+    if notify.webhook:
+        fields["webhook"] = notify.webhook
+    return fields
 
 
 def _run_per_job(

@@ -3,9 +3,11 @@
   KEYS[5] leases zset  KEYS[6] claims hash  KEYS[7] leader zset  KEYS[8] leader wake list
   KEYS[9] dead-letter zset  KEYS[10] active jobs zset  KEYS[11] expiring zset (what recovery
   trims from the list indexes, and when)  KEYS[12] the job's idempotency key (the job hash
-  again when it has none)  KEYS[13..17] the per-state job indexes (zsets), in JOB_STATES order
-  KEYS[18..22] the shard's limits hash, slots hash, parked zset, freed set, freed wake list
-  (_slots.lua)  KEYS[23..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
+  again when it has none)  KEYS[13] the shard's due notifications zset
+  KEYS[14..18] the per-state job indexes (zsets), in JOB_STATES order
+  KEYS[19..23] the shard's limits hash, slots hash, parked zset, freed set, freed wake list
+  (_slots.lua)  KEYS[24..] three per queue the job's tasks may enter: ready zset, delayed
+  zset, wake list
   ARGV[1] job id  ARGV[2] default retention ms  ARGV[3] number of queues  ARGV[4..] their
   names, in KEYS order
   A is the index of the script's own first ARGV; XK of its own first extra KEY.
@@ -13,13 +15,13 @@
 
 local J, T, H, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local LEASES, CLAIMS, LEADER, LWAKE, DLQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local ACTIVE, EXPIRING, IDEM = KEYS[10], KEYS[11], KEYS[12]
+local ACTIVE, EXPIRING, IDEM, NOTIFY = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local JOB_ID = ARGV[1]
 local DEFAULT_RETENTION_MS = tonumber(ARGV[2])
 local NQ = tonumber(ARGV[3])
 local STATE_INDEX = {} -- job state -> the zset of jobs in that state (what `list --state` reads)
-for k, state in ipairs(JOB_STATES) do STATE_INDEX[state] = KEYS[12 + k] end
-local SK = 12 + #JOB_STATES
+for k, state in ipairs(JOB_STATES) do STATE_INDEX[state] = KEYS[13 + k] end
+local SK = 13 + #JOB_STATES
 local LIMITS, SLOTS, PARKED, FREED = KEYS[SK + 1], KEYS[SK + 2], KEYS[SK + 3], KEYS[SK + 4]
 local FREED_WAKE = KEYS[SK + 5]
 local QK = SK + 5 -- the queue keys follow
@@ -181,6 +183,17 @@ local function compact(now)
   call_chunked('HDEL', T, fields)
 end
 
+-- The job asked to be told of this final state (spec `notify:`): record a due delivery per
+-- channel, in the finalizing script itself, so no finished job misses its notification.
+-- A delivery still under way for an earlier outcome (a retried job) carries on as it is.
+local function queue_notifications(state, now)
+  local j = redis.call('HMGET', J, JF.NOTIFY_ON, JF.NOTIFY_TO)
+  if not j[1] or not string.find(',' .. j[1] .. ',', ',' .. state .. ',', 1, true) then return end
+  for channel in string.gmatch(j[2] or '', '[^,]+') do
+    redis.call('ZADD', NOTIFY, 'NX', now, channel .. '|' .. JOB_ID)
+  end
+end
+
 -- Close a job whose tasks all ended: succeeded only if every task succeeded; cancelled if a
 -- user cancelled it; else failed. Its keys then live for the retention period.
 local function finalize_job(now)
@@ -196,6 +209,7 @@ local function finalize_job(now)
   if state == J_SUCCEEDED then compact(now) end
   if IDEM ~= J then redis.call('PEXPIRE', IDEM, retention) end
   redis.call('ZADD', EXPIRING, now + retention, expiring_member())
+  queue_notifications(state, now)
   return state
 end
 

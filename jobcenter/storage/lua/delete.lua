@@ -1,8 +1,9 @@
 --[[ delete: remove a finished job and every trace of it: its keys, its entries in the list
-  indexes, its idempotency key and its dead letters.
+  indexes, its idempotency key, its dead letters and its notifications.
   KEYS: the job context (_job.lua), then KEYS[XK] jobs zset
   KEYS[XK+1] owner's jobs zset (the job hash again when no owner)
   KEYS[XK+2] the firing schedule's jobs zset (the job hash again when no schedule fired it)
+  KEYS[XK+3] its notifications hash  KEYS[XK+4] its deliveries list
   ARGV[A..] indexes of its failed tasks (its dead letters)
   Returns {0} | {-3} the job is not finished (cancel it first) | {-4} job gone | {-5} ]]
 
@@ -12,6 +13,10 @@ if META.state ~= J_SUCCEEDED and META.state ~= J_FAILED and META.state ~= J_CANC
 end
 if not queues_passed() then return {KEYS_MISSING} end
 local expiring = expiring_member()
+for channel in string.gmatch(redis.call('HGET', J, JF.NOTIFY_TO) or '', '[^,]+') do
+  redis.call('ZREM', NOTIFY, channel .. '|' .. JOB_ID)
+end
+redis.call('DEL', KEYS[XK + 3], KEYS[XK + 4])
 for k = A, #ARGV do redis.call('ZREM', DLQ, lease_member(ARGV[k])) end
 redis.call('DEL', J, T, H, F)
 redis.call('ZREM', KEYS[XK], JOB_ID)
