@@ -65,6 +65,11 @@ class Client:
     def status(self, job_id: str) -> dict[str, Any]:
         return self.store.status(job_id)
 
+    def result(self, job_id: str, task_id: str) -> Any:
+        """What task `task_id` returned (a mapped task: its instances' results, in element
+        order). NotFound for an unknown job or task; NoResult while it has not succeeded."""
+        return self.store.result(job_id, task_id)
+
     def progress(self, job_id: str) -> JobProgress:
         """The job's state and how many of its tasks have ended: a read of three fields,
         cheap whatever the job's size."""

@@ -18,6 +18,9 @@ DEFAULT_NAMESPACE = "default"
 ACKED, FSYNCED = "acked", "fsynced"
 DURABILITY_MODES = (ACKED, FSYNCED)
 
+# Results are for handing data to the next task, not for bulk data (keep that elsewhere).
+DEFAULT_RESULT_MAX_BYTES = 1024 * 1024
+
 N = TypeVar("N", int, float)
 
 
@@ -74,6 +77,9 @@ class Settings:
     shards: int = 1
     # acked | fsynced: see DURABILITY_MODES.
     durability: str = FSYNCED
+    # A task's return value is stored in Redis with its job: a bound keeps one task from
+    # filling memory; a larger value fails the task (it is never truncated).
+    result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES
     # Notifications (spec `notify:`): the key webhooks are signed with (HMAC-SHA256; unsigned
     # without one), how long one attempt may take, how many attempts, the first retry's delay.
     webhook_secret: str | None = field(default=None, repr=False)
@@ -107,6 +113,7 @@ class Settings:
             ),
             "shards": _env_int("JOBCENTER_SHARDS", 1),
             "durability": os.environ.get("JOBCENTER_DURABILITY") or FSYNCED,
+            "result_max_bytes": _env_int("JOBCENTER_RESULT_MAX_BYTES", DEFAULT_RESULT_MAX_BYTES),
             "webhook_secret": os.environ.get("JOBCENTER_WEBHOOK_SECRET") or None,
             "notify_timeout_seconds": _env_float("JOBCENTER_NOTIFY_TIMEOUT_SECONDS", 5.0),
             "notify_attempts": _env_int("JOBCENTER_NOTIFY_ATTEMPTS", 8),

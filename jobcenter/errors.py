@@ -44,6 +44,10 @@ class NotFound(JobcenterError, KeyError):
         return cls(f"no job {job_id}{where}")
 
 
+class NoResult(JobcenterError):
+    """The task exists but has no result yet: it has not succeeded (CLI exit code 7)."""
+
+
 class TransitionRejected(Refused):
     """A Lua transition refused to change anything (stale token, wrong state, ...)."""
 

@@ -10,6 +10,8 @@ bench_tasks` processes (each with its rq recovery child), then measures:
   W3  a chain of 1,000                                  ms per hop
   W4  200 jobs of the seed-000 9-task DAG               wall time
   W5  20,000 one-task jobs submitted through the client jobs/s
+  W1r W1 with each task returning 100 bytes (stored results): tasks/s, against W1's
+  map a 10,000-way map: the time from its source's success to its last instance written
   big a 100,000-task DAG: submit + split time, and the failure of its root cascading to
       every descendant (fan and chain shapes); the longest Lua call from SLOWLOG for both
   big-follow  `submit --wait` following a 100,000-task job: the longest Redis command it sent
@@ -94,10 +96,13 @@ class Sizes:
     big: int = 100_000  # big DAG (tasks, the root included)
     memory: int = 20_000  # tasks of the memory probe job
     ceiling: int = 20_000  # EVALSHA calls per ceiling measurement
+    map_elements: int = 10_000  # map: the largest list a map takes
 
 
 FULL = Sizes()
-QUICK = Sizes(2_000, 500, 100, 20, 2_000, 10_000, 2_000, 2_000)
+QUICK = Sizes(2_000, 500, 100, 20, 2_000, 10_000, 2_000, 2_000, 2_000)
+RESULT_BYTES = 100  # W1r: what each task returns
+RESULT_COST_MAX = 0.15  # W1r may run at most this much slower than W1 (issue 11)
 
 
 @dataclass(frozen=True)
@@ -143,8 +148,8 @@ def meets(target: Target, value: float | None) -> bool | None:
 # -- specs -----------------------------------------------------------------------------
 
 
-def flat_spec(n: int, queue: str = "default") -> dict[str, Any]:
-    tasks = [{"id": f"t{i}", "task": "bench.noop"} for i in range(n)]
+def flat_spec(n: int, queue: str = "default", task: str = "bench.noop") -> dict[str, Any]:
+    tasks = [{"id": f"t{i}", "task": task} for i in range(n)]
     return {"name": f"bench-flat-{n}", "queue": queue, "tasks": tasks}
 
 
@@ -159,6 +164,23 @@ def pooled_flat(bench: Bench, n: int) -> dict[str, Any]:
     for task in spec["tasks"]:
         task["pool"] = POOL
     return {**spec, "name": f"bench-pooled-{n}"}
+
+
+def map_spec(n: int) -> dict[str, Any]:
+    """A source returning n elements, a task mapped over them, a join reading their results."""
+    return {
+        "name": f"bench-map-{n}",
+        "tasks": [
+            {"id": "src", "task": "bench.elements", "args": [n]},
+            {"id": "each", "task": "bench.noop_item", "map": {"item": "src"}},
+            {
+                "id": "join",
+                "task": "bench.gather",
+                "depends_on": ["each"],
+                "inputs": {"parts": "each"},
+            },
+        ],
+    }
 
 
 def fan_spec(n: int, root_task: str = "bench.noop", join: bool = True) -> dict[str, Any]:
@@ -660,6 +682,41 @@ def run_one_job(bench: Bench, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def run_map(bench: Bench, n: int) -> dict[str, Any]:
+    """A map of n elements: the expansion time is from the source's success (the first
+    chunk is written by that same script) to the creation of the last instance, whose
+    chunks leader 'continue' steps write while the first instances already run."""
+    t0_ms = bench.now_ms()
+    w0 = time.perf_counter()
+    job_id = bench.client.submit(map_spec(n))
+    state = wait_job(bench, job_id, job_timeout(n))
+    wall_s = time.perf_counter() - w0
+    tasks = bench.client.store.keys.job(job_id).tasks
+    source_done, instances = bench.redis.hmget(tasks, ["tf:0", "mx:1"])
+    problems = [] if state == "succeeded" else [f"job {job_id} ended {state}"]
+    expand_s = float("nan")
+    if instances:
+        first, count = map(int, instances.split(b"|")[:2])
+        created = bench.redis.hmget(tasks, [f"tc:{k}" for k in range(first, first + count)])
+        expand_s = (max(int(c) for c in created) - int(source_done)) / 1000
+        if count != n:
+            problems.append(f"{count} instances for {n} elements")
+    ran = bench.redis.llen(ran_key(job_id))
+    if ran != n + 2:
+        problems.append(f"{ran} attempts ran, not {n + 2}")
+    if bench.client.result(job_id, "join") != n:
+        problems.append("the join did not get every instance's result")
+    finished = int(bench.job_fields(job_id, "finished_at")[0] or t0_ms)
+    bench.purge([job_id])
+    return {
+        "tasks": n + 2,
+        "expand_s": expand_s,
+        "redis_s": (finished - t0_ms) / 1000,
+        "wall_s": wall_s,
+        "problems": problems,
+    }
+
+
 def run_many_jobs(
     bench: Bench, spec: dict[str, Any], count: int, full_check: bool
 ) -> dict[str, Any]:
@@ -942,6 +999,10 @@ def workloads(sizes: Sizes) -> dict[str, tuple[str, Workload]]:
             f"flat {sizes.flat:,} tasks in a pool of {POOL_SLOTS}",
             lambda b: run_one_job(b, pooled_flat(b, sizes.flat)),
         ),
+        "W1r": (
+            f"flat {sizes.flat:,} tasks, {RESULT_BYTES}-byte results",
+            lambda b: run_one_job(b, flat_spec(sizes.flat, task="bench.result")),
+        ),
         "W2": (f"1 -> {sizes.fan:,} -> 1", lambda b: run_one_job(b, fan_spec(sizes.fan))),
         "W3": (f"chain of {sizes.chain:,}", lambda b: run_one_job(b, chain_spec(sizes.chain))),
         "W4": (
@@ -951,6 +1012,10 @@ def workloads(sizes: Sizes) -> dict[str, tuple[str, Workload]]:
         "W5": (
             f"{sizes.one_task_jobs:,} one-task jobs",
             lambda b: run_many_jobs(b, flat_spec(1), sizes.one_task_jobs, full_check=False),
+        ),
+        "map": (
+            f"map over {sizes.map_elements:,} elements",
+            lambda b: run_map(b, sizes.map_elements),
         ),
         "big-fan": (
             f"{sizes.big:,}-task fan, root fails",
@@ -1095,6 +1160,30 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, s
         r = w["W1-pool"]["median"]
         headline("W1-pool", "tasks/s", r["tasks_per_s"], fmt(r["tasks_per_s"]))
         common("W1-pool", rate=False)
+    if "W1r" in w:
+        r = w["W1r"]["median"]
+        base = w["W1"]["median"]["tasks_per_s"] if "W1" in w else None
+        cost = 1 - r["tasks_per_s"] / base if base else None
+        shown = fmt(r["tasks_per_s"]) + (f" ({cost:+.0%} vs W1)" if cost is not None else "")
+        ok = None if cost is None else cost <= RESULT_COST_MAX and not r["problems"]
+        label = f"W1r {w['W1r']['label']}"
+        rows.append(
+            (label, "tasks/s", shown, f"<= {RESULT_COST_MAX:.0%} below W1", "", verdict(ok))
+        )
+        common("W1r", rate=False)
+    if "map" in w:
+        r = w["map"]["median"]
+        rows.append(
+            (
+                f"map {w['map']['label']}",
+                "expansion: source done to last instance written",
+                fmt(r["expand_s"], " s", 3),
+                "",
+                "",
+                verdict(None if r["problems"] else True),
+            )
+        )
+        rows.append(("", "whole job (Redis TIME)", fmt(r["redis_s"], " s", 3), "", "", ""))
     if "W2" in w:
         r = w["W2"]["median"]
         headline("W2", "wall (Redis TIME)", r["redis_s"], fmt(r["redis_s"], " s", 3))

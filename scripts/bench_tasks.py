@@ -19,6 +19,7 @@ from jobcenter import Fatal, current_task, task
 REDIS_URL_ENV = "JOBCENTER_BENCH_REDIS_URL"  # where the bench lists live (the bench's Redis)
 RAN_KEY_PREFIX = "bench:ran:"  # + job id: the list of tasks of that job that ran
 MAX_CONNECTIONS = 4096  # above any --concurrency the bench uses
+RESULT = b"r" * 97  # packs to 100 bytes (msgpack bin 8: 3 bytes of header)
 
 _client: redis.Redis | None = None
 _client_lock = threading.Lock()
@@ -64,3 +65,31 @@ def fail() -> None:
 def sleep(seconds: float) -> None:
     """A task of a known duration (`--only=order`: the claim order decides the makespan)."""
     time.sleep(seconds)
+
+
+@task(name="bench.result")
+def result() -> bytes:
+    """bench.noop that returns 100 bytes (W1r: the cost of stored results)."""
+    _record()
+    return RESULT
+
+
+@task(name="bench.elements")
+def elements(count: int) -> list[int]:
+    """A map's source: `count` elements."""
+    _record()
+    return list(range(count))
+
+
+@task(name="bench.noop_item")
+def noop_item(item: int) -> int:
+    """A map instance: records, returns its element."""
+    _record()
+    return item
+
+
+@task(name="bench.gather")
+def gather(parts: list[int]) -> int:
+    """A map's join: how many results it received."""
+    _record()
+    return len(parts)

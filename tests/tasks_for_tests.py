@@ -135,3 +135,9 @@ def log_line(message: str) -> str:
     """Logs `message` from inside the task (what --log-format json tags with its job)."""
     logging.getLogger("tasks_for_tests").warning(message)
     return message
+
+
+@task(name="tasks_for_tests.returns")
+def returns(kind: str, size: int = 0) -> object:
+    """Returns a value that cannot be stored (`set`) or `size` bytes (`bytes`)."""
+    return {1, 2} if kind == "set" else b"x" * size

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 import time
@@ -344,4 +345,26 @@ def cancel(settings: Settings, job_id: str) -> None:
     click.echo(f"job {job_id} {client_for(settings).cancel(job_id)}")
 
 
-COMMANDS = (submit, status, list_jobs, history, retry, delete, dlq, cancel)
+@click.command()
+@click.argument("job_id")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the value as one JSON document.")
+@redis_options
+def result(settings: Settings, job_id: str, task_id: str, as_json: bool) -> None:
+    """Print what TASK_ID of JOB_ID returned (a mapped task: its instances' results). Exit
+    2 for an unknown job or task, 7 when the task has not succeeded (yet)."""
+    value = client_for(settings).result(job_id, task_id)
+    if isinstance(value, str) and not as_json:
+        click.echo(value)
+    else:
+        click.echo(json.dumps(value, indent=None if as_json else 2, default=_bytes_as_base64))
+
+
+def _bytes_as_base64(value: object) -> str:
+    """bytes, the one result type JSON lacks, shown as base64 text."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+COMMANDS = (submit, status, list_jobs, history, retry, delete, dlq, cancel, result)

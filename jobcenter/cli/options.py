@@ -15,7 +15,14 @@ import click
 
 from jobcenter.client import Client
 from jobcenter.config import DEFAULT_REDIS_URL, Settings, redacted_url
-from jobcenter.errors import JobcenterError, NotFound, RedisUnavailable, Refused, SpecError
+from jobcenter.errors import (
+    JobcenterError,
+    NoResult,
+    NotFound,
+    RedisUnavailable,
+    Refused,
+    SpecError,
+)
 from jobcenter.storage import embedded as server
 from jobcenter.storage.errors import UNREACHABLE, ResponseError, write_refused
 
@@ -25,6 +32,7 @@ EXIT_NO_REDIS = 3
 EXIT_TIMEOUT = 4  # --wait gave up; the job goes on
 EXIT_REFUSED = 5  # not allowed in the current state (delete of an unfinished job, ...)
 EXIT_ERROR = 6  # anything else the message names (a task module that fails to import, ...)
+EXIT_NO_RESULT = 7  # `result`: the task exists but has not succeeded (yet)
 URL_SOURCE = "jobcenter.url_source"  # click context meta: where the Redis URL came from
 EXIT_UNHEALTHY = 1  # `jobcenter health` only: not ready/alive (the code Docker healthchecks expect)
 HEALTH_TIMEOUT_SECONDS = 5.0  # `jobcenter health`: a worker's endpoint answers in under a second
@@ -95,6 +103,8 @@ def redis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(f"Redis refused the write ({reason}); nothing of it was applied", EXIT_NO_REDIS)
         except Refused as exc:
             fail(str(exc), EXIT_REFUSED)
+        except NoResult as exc:
+            fail(str(exc), EXIT_NO_RESULT)
         except JobcenterError as exc:
             fail(str(exc), EXIT_ERROR)
 

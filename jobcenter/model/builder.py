@@ -82,8 +82,12 @@ class Job:
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
         requires: Iterable[str] = (),
+        inputs: Mapping[str, Dependency] | None = None,
+        map: Mapping[str, Dependency] | None = None,
     ) -> TaskRef:
-        """Add a task; depends_on takes TaskRefs or task ids. Values are checked by build()."""
+        """Add a task; depends_on takes TaskRefs or task ids, and so do the values of
+        `inputs` (kwarg -> parent whose result it receives) and `map` ({kwarg: source}: one
+        instance per element of the source's result). Values are checked by build()."""
         with contextlib.suppress(TypeError):  # an unhashable id: build() refuses it, naming it
             if id in self._ids:
                 raise SpecError(f"duplicate task id {id!r}")
@@ -116,6 +120,8 @@ class Job:
                 "node": node,
                 "priority": priority,
                 "estimate": estimate,
+                "inputs": _ids(inputs),
+                "map": _ids(map),
             }
         )
         return TaskRef(id)
@@ -123,3 +129,10 @@ class Job:
     def build(self) -> JobSpec:
         """The validated JobSpec; raises SpecError with the same messages as a spec file."""
         return parse_spec({**self._job, "tasks": self._tasks})
+
+
+def _ids(refs: Mapping[str, Dependency] | None) -> Any:
+    """inputs / map with TaskRefs turned into task ids (anything else: build() names it)."""
+    if not isinstance(refs, Mapping):
+        return refs
+    return {name: ref.id if isinstance(ref, TaskRef) else ref for name, ref in refs.items()}

@@ -98,6 +98,11 @@ class TaskSpec:
             return None
         return render_key(self.concurrency_key, self.kwargs, self.id)
 
+    # kwarg -> the id of a parent whose result it receives (a mapped parent: their list)
+    inputs: Mapping[str, str] = field(default_factory=dict)
+    # {kwarg: source id}: one instance per element of the source's result (run-time fan-out)
+    map: Mapping[str, str] = field(default_factory=dict)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data parse_spec accepts back; fields left at their default are omitted."""
         out: dict[str, Any] = {"id": self.id, "task": self.task}
@@ -107,6 +112,10 @@ class TaskSpec:
             out["kwargs"] = dict(self.kwargs)
         if self.depends_on:
             out["depends_on"] = list(self.depends_on)
+        if self.inputs:
+            out["inputs"] = dict(self.inputs)
+        if self.map:
+            out["map"] = dict(self.map)
         for name, default in _TASK_DEFAULTS.items():
             value = getattr(self, name)
             if value != default:
@@ -167,7 +176,9 @@ _JOB_DEFAULTS: dict[str, Any] = {
     "order": DEFAULT_ORDER,
     "max_running": None,
 }
-_TASK_KEYS = frozenset({"id", "task", "args", "kwargs", "depends_on", *_TASK_DEFAULTS})
+_TASK_KEYS = frozenset(
+    {"id", "task", "args", "kwargs", "depends_on", "inputs", "map", *_TASK_DEFAULTS}
+)
 _JOB_KEYS = frozenset({"name", "tasks", "notify", *_JOB_DEFAULTS})
 
 
@@ -403,6 +414,25 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
                 task_id, f"'depends_on' must be a task id or a list of task ids, got {_show(deps)}"
             )
         depends_on = tuple(dict.fromkeys(deps)) if len(deps) > 1 else tuple(deps)
+    inputs = _task_refs(raw.get("inputs"), "inputs", task_id)
+    mapped = _task_refs(raw.get("map"), "map", task_id)
+    if len(mapped) > 1:
+        raise _bad(task_id, "'map' takes one argument: {argument: source task}")
+    for source in mapped.values():  # a mapped task depends on its source
+        if source not in depends_on:
+            depends_on = (*depends_on, source)
+    for arg, parent in inputs.items():
+        if parent not in depends_on:
+            raise _bad(
+                task_id,
+                f"input {arg!r} names task {parent!r}, which it does not depend on: "
+                "add it to depends_on",
+            )
+    for arg in (*inputs, *mapped):
+        if arg in kwargs:
+            raise _bad(task_id, f"{arg!r} is both in 'kwargs' and an input: keep one")
+        if arg in inputs and arg in mapped:
+            raise _bad(task_id, f"{arg!r} is both an input and the map argument")
 
     retries, backoff, backoff_max = 0, 1.0, 300.0
     timeout = queue = node = priority = estimate = None
@@ -459,7 +489,39 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
         concurrency_key,
         concurrency_limit,
         requires,
+        inputs,
+        mapped,
     )
+
+
+def _task_refs(value: object, key: str, task_id: str) -> dict[str, str]:
+    """`inputs` or `map`: keyword argument names (identifiers) -> task ids."""
+    if value is None:
+        return {}
+    if not isinstance(value, (dict, Mapping)):
+        raise _bad(task_id, f"{key!r} must map argument names to task ids, got {_show(value)}")
+    refs: dict[str, str] = {}
+    for name, ref in value.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise _bad(task_id, f"{key!r}: {_show(name)} is not a keyword argument name")
+        if not isinstance(ref, str) or not ID_RE.fullmatch(ref):
+            raise _bad(task_id, f"{key!r}: {name!r} must name a task id, got {_show(ref)}")
+        refs[name] = ref
+    return refs
+
+
+def _check_maps(tasks: tuple[TaskSpec, ...]) -> None:
+    """A mapped task's source returns the list: it must not be a mapped task itself (whose
+    result is the list of its instances' results: map over a task that gathers them)."""
+    mapped = {t.id for t in tasks if t.map}
+    for t in tasks:
+        for source in t.map.values():
+            if source in mapped:
+                raise _bad(
+                    t.id,
+                    f"maps over {source!r}, itself a mapped task: map over a task that takes "
+                    f"{source!r}'s results as an input and returns the list",
+                )
 
 
 def _check_payload(task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
@@ -535,6 +597,7 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
     totals = _JobTotals()
     tasks = tuple(_parse_task(raw, i, seen_names, totals) for i, raw in enumerate(raw_tasks))
     check_dag([t.id for t in tasks], {t.id: t.depends_on for t in tasks if t.depends_on})
+    _check_maps(tasks)
     spec = JobSpec(
         name=name,
         tasks=tasks,

@@ -36,9 +36,10 @@ from multiprocessing import forkserver
 from multiprocessing.connection import Connection
 from typing import Any
 
-from jobcenter.errors import Fatal, Retry
+from jobcenter.config import DEFAULT_RESULT_MAX_BYTES
+from jobcenter.errors import Fatal, Retry, SpecError
 from jobcenter.model import codec
-from jobcenter.storage.store import StartedTask
+from jobcenter.storage.store import NO_RESULT, StartedTask
 
 from . import registry
 from .context import TaskContext, set_current, valid_utf8
@@ -72,6 +73,32 @@ class Outcome:
     gate: str = ""
     gate_backoff_ms: int = 0
     gate_give_up_ms: int = 0
+    result: bytes = NO_RESULT  # what the task returned, packed (stored with its success)
+
+
+class ResultRefused(Exception):
+    """A task returned a value that cannot be stored: not msgpack-able, or over the limit.
+    Running it again would return the same, so it fails the task without a retry."""
+
+
+def pack_result(task_name: str, value: object, max_bytes: int) -> bytes:
+    """The task's return value as stored in Redis; ResultRefused names what is wrong."""
+    if value is None:
+        return NO_RESULT
+    try:
+        return codec.pack(value, what="the result", max_bytes=max_bytes)
+    except codec.TooLarge:
+        raise ResultRefused(
+            f"ResultTooLarge: task {task_name!r} returned a result of more than {max_bytes} "
+            "bytes packed (JOBCENTER_RESULT_MAX_BYTES); it is not stored cut short: keep "
+            "bulk data elsewhere and return a reference to it"
+        ) from None
+    except SpecError as exc:
+        raise ResultRefused(
+            f"TypeError: task {task_name!r} returned a {type(value).__name__} that cannot be "
+            f"stored as its result ({exc}); a result must be msgpack-able: None, bool, int, "
+            "float, str, bytes, and lists and dicts of them"
+        ) from None
 
 
 def attempt_key(task: StartedTask) -> AttemptKey:
@@ -116,9 +143,12 @@ def _clip(text: str, limit: int) -> str:
 
 
 def decode(task: StartedTask) -> dict[str, Any]:
+    """The task's payload, its kwargs joined by its inputs (the parents' results)."""
     payload = codec.unpack(task.payload)
     if not isinstance(payload, dict) or "t" not in payload:
         raise ValueError("task payload is not a task")
+    if task.inputs:
+        payload["k"] = {**payload.get("k", {}), **task.input_kwargs()}
     return payload
 
 
@@ -135,7 +165,12 @@ def context_for(
     )
 
 
-def execute(task: StartedTask, payload: dict[str, Any], ctx: TaskContext) -> Outcome:
+def execute(
+    task: StartedTask,
+    payload: dict[str, Any],
+    ctx: TaskContext,
+    result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
+) -> Outcome:
     """Run one attempt and turn what happened into an Outcome; never raises."""
     closed = closed_gate(payload.get("g", ()))
     if closed is not None:
@@ -149,8 +184,10 @@ def execute(task: StartedTask, payload: dict[str, Any], ctx: TaskContext) -> Out
         )
     set_current(ctx)
     try:
-        _call(registry.lookup(payload["t"]), payload, ctx)
-        return Outcome(task, True)
+        value = _call(registry.lookup(payload["t"]), payload, ctx)
+        return Outcome(task, True, result=pack_result(payload["t"], value, result_max_bytes))
+    except ResultRefused as exc:
+        return Outcome(task, False, str(exc))
     except registry.UnknownTask as exc:  # not a failure of the task: a worker with it may come
         return Outcome(task, False, str(exc), missing_task=payload["t"])
     except Fatal as exc:
@@ -187,17 +224,19 @@ def closed_gate(names: Iterable[str]) -> registry.Gate | None:
     return None
 
 
-def _call(fn: Callable[..., Any], payload: dict[str, Any], ctx: TaskContext) -> None:
-    """Call the task; run what it returns if that is a coroutine (or other awaitable)."""
+def _call(fn: Callable[..., Any], payload: dict[str, Any], ctx: TaskContext) -> Any:
+    """Call the task and return its return value; run what it returns if that is a
+    coroutine (or other awaitable), and return what that returns."""
     result = fn(*payload.get("a", ()), **payload.get("k", {}))
     if inspect.isawaitable(result):
-        asyncio.run(_until_stopped(result, ctx))
-    elif isinstance(result, types.GeneratorType | types.AsyncGeneratorType):
+        return asyncio.run(_until_stopped(result, ctx))
+    if isinstance(result, types.GeneratorType | types.AsyncGeneratorType):
         # @task refuses generator functions; this catches wrappers that return one
         raise Fatal(
             f"task {payload['t']!r} returned a {type(result).__name__} instead of doing its "
             "work: a generator runs nothing until iterated; make the task a plain function"
         )
+    return result
 
 
 async def _until_stopped(awaitable: Awaitable[Any], ctx: TaskContext) -> Any:
@@ -238,9 +277,16 @@ class ThreadRunner:
     """Tasks on `concurrency` long-lived threads fed by one queue (no Future per task: this
     is the hot path); a watcher thread enforces timeouts."""
 
-    def __init__(self, concurrency: int, handler: str, on_slot_free: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        concurrency: int,
+        handler: str,
+        on_slot_free: Callable[[], None],
+        result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
+    ) -> None:
         self.handler = handler
         self.on_slot_free = on_slot_free
+        self.result_max_bytes = result_max_bytes
         self.inbox: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self.threads = [
             threading.Thread(target=self._serve, name=f"jobcenter-task-{i}", daemon=True)
@@ -289,7 +335,7 @@ class ThreadRunner:
         outcome = None
         try:
             if not attempt.context.cancelled:  # not cancelled while it waited for a thread
-                outcome = execute(task, attempt.payload, attempt.context)
+                outcome = execute(task, attempt.payload, attempt.context, self.result_max_bytes)
         finally:
             with self.lock:
                 self.busy -= 1
@@ -364,6 +410,7 @@ def _child_main(
     handler: str,
     modules: list[str],
     worker_pid: int,
+    result_max_bytes: int,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when children stop
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -377,7 +424,7 @@ def _child_main(
             os._exit(PIPE_LOST_EXIT_CODE)
 
     ctx = context_for(task, payload, handler, lambda m: send(("progress", str(m))))
-    send(("done", execute(task, payload, ctx)))
+    send(("done", execute(task, payload, ctx, result_max_bytes)))
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a task may have closed them
             stream.flush()
@@ -410,9 +457,11 @@ class ProcessRunner:
         handler: str,
         modules: list[str],
         on_slot_free: Callable[[], None],
+        result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
     ) -> None:
         self.handler = handler
         self.modules = modules
+        self.result_max_bytes = result_max_bytes
         self.on_slot_free = on_slot_free
         self.ctx = multiprocessing.get_context("forkserver")
         self.ctx.set_forkserver_preload(["jobcenter.runtime.execution", *modules])
@@ -459,7 +508,15 @@ class ProcessRunner:
         receiver, sender = self.ctx.Pipe(duplex=False)
         child = self.ctx.Process(
             target=_child_main,
-            args=(sender, task, payload, self.handler, self.modules, os.getpid()),
+            args=(
+                sender,
+                task,
+                payload,
+                self.handler,
+                self.modules,
+                os.getpid(),
+                self.result_max_bytes,
+            ),
             daemon=True,
         )
         child.start()

@@ -148,11 +148,16 @@ class Worker:
         self.starting = threading.RLock()
 
     def _make_runner(self) -> ThreadRunner | ProcessRunner:
+        limit = self.store.settings.result_max_bytes
         if self.options.pool == "process":
             return ProcessRunner(
-                self.options.concurrency, self.handler, self.options.modules, self._slot_freed
+                self.options.concurrency,
+                self.handler,
+                self.options.modules,
+                self._slot_freed,
+                limit,
             )
-        return ThreadRunner(self.options.concurrency, self.handler, self._slot_freed)
+        return ThreadRunner(self.options.concurrency, self.handler, self._slot_freed, limit)
 
     def _slot_freed(self) -> None:
         with self.lock:
@@ -467,7 +472,7 @@ class Worker:
 
     def _complete(self, done: list[Outcome], left: list[Outcome]) -> None:
         take_max = 0 if self.stopping.is_set() else len(done)
-        attempts = [(o.task.job_id, o.task.index, o.task.attempt) for o in done]
+        attempts = [(o.task.job_id, o.task.index, o.task.attempt, o.result) for o in done]
         refused: RefusedInPart | None = None
         try:
             codes, taken = self.store.complete(

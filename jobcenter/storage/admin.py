@@ -66,11 +66,7 @@ def _dead_letter(store: Store, job_id: str, index: int) -> dict[str, Any] | None
 
 
 def _index_of(store: Store, job_id: str, task_id: str) -> int:
-    ids = store.task_field(job_id, TaskField.ID)
-    for index, tid in ids.items():
-        if tid == task_id:
-            return int(index)
-    raise NotFound(f"job {job_id} has no task {task_id!r}")
+    return store.task_index(job_id, task_id)
 
 
 def dead_letter(store: Store, job_id: str, task_id: str) -> dict[str, Any]:

@@ -49,7 +49,7 @@ class Layout:
         self.queue = spec.get("queue", "default")
         self.priority = spec.get("priority", 0)
         ids = [t["id"] for t in self.tasks]
-        index = {task_id: i for i, task_id in enumerate(ids)}
+        self.index = index = {task_id: i for i, task_id in enumerate(ids)}
         self.deps = [t.get("depends_on", ()) for t in self.tasks]
         children = children_of(ids, dict(zip(ids, self.deps, strict=True)))
         self.children = [[index[c] for c in children[task_id]] for task_id in ids]
@@ -106,4 +106,12 @@ class Layout:
         limits = limit_spec(t, self.max_running)
         if limits is not None:
             fields += [TaskField.LIMITS.of(n), limits]
+        if t.get("inputs"):
+            fields += [TaskField.INPUTS.of(n), self._refs(t["inputs"])]
+        if t.get("map"):  # the source's list is split into instances when it succeeds
+            fields += [TaskField.MAP_ARG.of(n), self._refs(t["map"])]
         return fields
+
+    def _refs(self, refs: dict[str, str]) -> str:
+        """kwarg -> task id, as the Lua reads it: "<kwarg>=<index>,..." """
+        return ",".join(f"{name}={self.index[ref]}" for name, ref in refs.items())

@@ -37,6 +37,12 @@ class TaskField(StrEnum):
     WAITING_FOR = "wf:"  # "<since ms>|<task name>": given back for want of a worker with it
     LIMITS = "l:"  # the slots it takes while it runs (limit_spec, layout.py); absent: none
     GATE_WAIT = "gw:"  # "<since ms>|<gate>": a gate it requires said no; queued until it says yes
+    RESULT = "r:"  # the succeeded attempt's return value, msgpack (kept with the job)
+    INPUTS = "in:"  # "<kwarg>=<parent index>,...": parents' results it receives as kwargs
+    MAP_ARG = "ma:"  # a mapped task: "<kwarg>=<source index>", each element goes to kwarg
+    MAP_INSTANCES = "mx:"  # a mapped task, once expanded: "<first index>|<count>" (kept)
+    MAP_OF = "mo:"  # an instance: the index of its mapped task
+    MAP_ELEMENT = "me:"  # an instance: its element of the source's list, msgpack
 
     def of(self, index: int | str) -> str:
         """The field of task `index`: TaskField.STATE.of(3) == "s:3"."""
@@ -57,6 +63,10 @@ WORKING_FIELDS = (
     TaskField.MAX_ATTEMPTS,
     TaskField.RANK,
     TaskField.LIMITS,
+    TaskField.INPUTS,
+    TaskField.MAP_ARG,
+    TaskField.MAP_OF,
+    TaskField.MAP_ELEMENT,
 )
 
 

@@ -19,6 +19,7 @@ from redis import Redis
 from jobcenter.config import ACKED, Settings
 from jobcenter.errors import (
     IdempotencyConflict,
+    NoResult,
     NotFound,
     SettingsMismatch,
     raise_for_code,
@@ -67,14 +68,42 @@ def served_member(queue: str, task_name: str) -> str:
     return f"{queue}|{task_name}"
 
 
+# What complete.lua gets for a task that returned None: nothing is stored (a succeeded task
+# without a result field returned None), so tasks without results cost no memory.
+NO_RESULT = b""
+# One input as the start script returns it: a parent's result (msgpack), None when the parent
+# has none, or a mapped parent's list of its instances' results.
+InputValue = bytes | list[bytes | None] | None
+
+
 @dataclass(frozen=True)
 class StartedTask:
-    """An attempt this worker now runs: its fencing token is `attempt:handler`."""
+    """An attempt this worker now runs: its fencing token is `attempt:handler`. `inputs` are
+    (kwarg, value) pairs: the parents' results it receives (read by start.lua)."""
 
     job_id: str
     index: int
     attempt: int
     payload: bytes
+    inputs: tuple[tuple[str, InputValue], ...] = ()
+
+    def input_kwargs(self) -> dict[str, Any]:
+        """The inputs decoded: kwarg -> the parent's return value (a mapped parent's: the
+        list of its instances' return values, in element order)."""
+        return {name: _unpack_input(value) for name, value in self.inputs}
+
+
+def _unpack_input(value: InputValue) -> Any:
+    if isinstance(value, list):
+        return [None if item is None else codec.unpack(item) for item in value]
+    return None if value is None else codec.unpack(value)
+
+
+def started_task(job_id: str, reply: Sequence[Any]) -> StartedTask:
+    """A StartedTask from a script's {index, attempt, payload, inputs} reply item."""
+    index, attempt, payload, raw = reply
+    pairs = tuple((text(raw[k]) or "", raw[k + 1]) for k in range(0, len(raw), 2))
+    return StartedTask(job_id, int(index), int(attempt), payload, pairs)
 
 
 class RefusedInPart(redis.ResponseError):
@@ -485,41 +514,40 @@ class Store:
                 continue  # the job is gone; the script dropped its reservations
             if job_id not in self._meta:
                 self._remember(job_id, JobMeta.stored(reply[2], reply[3]))
-            for index, attempt, payload in reply[1]:
-                started.append(StartedTask(job_id, int(index), int(attempt), payload))
+            started += [started_task(job_id, item) for item in reply[1]]
         return started
 
     def complete(
         self,
         handler: str,
-        done: Sequence[tuple[str, int, int]],
+        done: Sequence[tuple[str, int, int] | tuple[str, int, int, bytes]],
         *,
         take_queues: Sequence[str] = (),
         take_max: int = 0,
     ) -> tuple[dict[tuple[str, int], int], list[StartedTask]]:
-        """Complete (job, index, attempt) attempts; returns a code per task and the children
-        this worker took to run at once (at most `take_max`, from `take_queues`).
+        """Complete (job, index, attempt[, result]) attempts, each result (msgpack; default
+        NO_RESULT) stored with its success; returns a code per task and the children this
+        worker took to run at once (at most `take_max`, from `take_queues`).
         RefusedInPart when Redis refused some jobs' calls (their tasks have no code)."""
-        by_job: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        for job_id, index, attempt in done:
-            by_job[job_id].append((index, attempt))
+        by_job: dict[str, list[tuple[int, int, bytes]]] = defaultdict(list)
+        for job_id, index, attempt, *result in done:
+            by_job[job_id].append((index, attempt, result[0] if result else NO_RESULT))
         batch = self.scripts.batch()
         for job_id, items in by_job.items():
-            pairs = [x for index, attempt in items for x in (index, attempt)]
+            triples = [x for item in items for x in item]
             args = [handler, self.settings.lease_ms, take_max, len(take_queues), *take_queues]
             estimates_key = self.keys.estimates(self.keys.job_shard(job_id))
             self._job_call(
-                "complete", job_id, [*args, *pairs], extra_keys=[estimates_key], batch=batch
+                "complete", job_id, [*args, *triples], extra_keys=[estimates_key], batch=batch
             )
         codes: dict[tuple[str, int], int] = {}
         taken: list[StartedTask] = []
         answered, refused = _run_per_job(batch, by_job)
         for job_id, items, reply in answered:
-            codes.update(_task_codes(job_id, [index for index, _ in items], reply))
+            codes.update(_task_codes(job_id, [item[0] for item in items], reply))
             if reply[0] < 0:
                 continue
-            for index, attempt, payload in reply[2]:
-                taken.append(StartedTask(job_id, int(index), int(attempt), payload))
+            taken += [started_task(job_id, item) for item in reply[2]]
             if take_max:
                 take_max = max(0, take_max - len(reply[2]))
         if refused is not None:
@@ -544,8 +572,27 @@ class Store:
         for k, child in enumerate(children):
             state, owner, attempt, payload = values[k * len(attrs) : (k + 1) * len(attrs)]
             if text(state) in running and text(owner) == handler and attempt and payload:
-                started.append(StartedTask(job_id, child, int(attempt), payload))
+                inputs = self._inputs(job_id, child)
+                started.append(StartedTask(job_id, child, int(attempt), payload, inputs))
         return started
+
+    def _inputs(self, job_id: str, index: int) -> tuple[tuple[str, InputValue], ...]:
+        """What _data.lua's task_inputs gives a task that complete.lua took (never a map
+        instance), read here for a completion whose reply was lost: results never change
+        once written, so separate reads see what the script saw."""
+        tasks = self.keys.job(job_id).tasks
+        spec = text(self.redis.hget(tasks, TaskField.INPUTS.of(index))) or ""
+        pairs: list[tuple[str, InputValue]] = []
+        for item in filter(None, spec.split(",")):
+            name, _, parent = item.partition("=")
+            instances = text(self.redis.hget(tasks, TaskField.MAP_INSTANCES.of(parent)))
+            if instances is None:
+                pairs.append((name, self.redis.hget(tasks, TaskField.RESULT.of(parent))))
+                continue
+            first, count = map(int, instances.split("|"))
+            fields = [TaskField.RESULT.of(k) for k in range(first, first + count)]
+            pairs.append((name, self.redis.hmget(tasks, fields) if fields else []))
+        return tuple(pairs)
 
     def give_back(
         self,
@@ -938,6 +985,53 @@ class Store:
             for i, entry in zip(queued, entries, strict=True)
             if entry is not None
         }
+
+    def task_index(self, job_id: str, task_id: str) -> int:
+        """The index of the task called `task_id` (a map instance: `<task>[<i>]`), read
+        by scanning the job's task ids; NotFound if the job or the task is not there."""
+        ids = self.task_field(job_id, TaskField.ID)
+        for index, tid in ids.items():
+            if tid == task_id:
+                return int(index)
+        if not self.redis.exists(self.keys.job(job_id).job):
+            raise NotFound.job(job_id, self.settings.namespace)
+        raise NotFound(f"job {job_id} has no task {task_id!r}")
+
+    def result(self, job_id: str, task_id: str) -> Any:
+        """What the task returned (a mapped task: the list of its instances' results, in
+        element order). NotFound for an unknown job or task, NoResult for a task that has
+        not succeeded (yet)."""
+        index = self.task_index(job_id, task_id)
+        tasks = self.keys.job(job_id).tasks
+        state, raw, instances = self.redis.hmget(
+            tasks,
+            TaskField.STATE.of(index),
+            TaskField.RESULT.of(index),
+            TaskField.MAP_INSTANCES.of(index),
+        )
+        if text(state) != TaskState.SUCCEEDED:
+            raise NoResult(
+                f"task {task_id!r} of job {job_id} has no result yet: it is {text(state)}"
+            )
+        if instances is not None:
+            first, count = map(int, instances.split(b"|")[:2])
+            fields = [TaskField.RESULT.of(k) for k in range(first, first + count)]
+            return _unpack_input(self.redis.hmget(tasks, fields) if fields else [])
+        return _unpack_input(raw)
+
+    def results(self, job_id: str) -> dict[str, Any]:
+        """Every stored result by task id (a mapped task: its instances' results, in element
+        order), read with HSCAN: what a whole job returned, in a few reads."""
+        key = self.keys.job(job_id).tasks
+        scanned = self.redis.hscan_iter(key, match=f"{TaskField.RESULT.value}*", count=SCAN_PAGE)
+        raw = {k.decode().split(":", 1)[1]: v for k, v in scanned}
+        fields = self.task_fields(job_id, TaskField.ID, TaskField.MAP_INSTANCES)
+        ids = fields[TaskField.ID]
+        out = {ids[index]: _unpack_input(value) for index, value in raw.items() if index in ids}
+        for index, instances in fields[TaskField.MAP_INSTANCES].items():
+            first, count = map(int, instances.split("|")[:2])
+            out[ids[index]] = [_unpack_input(raw.get(str(k))) for k in range(first, first + count)]
+        return out
 
     def progress(self, job_id: str) -> JobProgress:
         """The job's state and task counters: three fields of the job hash, whatever the

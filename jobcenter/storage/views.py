@@ -35,7 +35,8 @@ JOBS_CHUNK = 200  # jobs read per round while filling a filtered page
 JOBS_EXAMINED_MAX = 2_000  # a filtered page stops after this many jobs and offers "older"
 PAGE_SIZE = 50  # jobs per page unless asked otherwise
 PAGE_SIZE_MAX = 200
-ARGS_PREVIEW_MAX = 2_000  # characters of a task's arguments shown
+ARGS_PREVIEW_MAX = 2_000  # characters of a task's arguments (and of its result) shown
+RESULT_PREVIEW_ITEMS = 100  # instance results read for a mapped task's preview
 RECOVERY_ROUNDS = 4  # rq keeps a round's report for three intervals: the last few passes
 RECOVERY = "recovery"  # the singleton's name (recovery.SINGLETON)
 
@@ -311,11 +312,12 @@ class TaskDetail:
     finished_at: float | None
     error: str | None  # with the traceback
     progress: str | None
+    result: str | None = None  # what it returned (JSON, shortened); a mapped task's: a list
     history: list[Attempt] = field(default_factory=list)  # finished attempts, oldest first
     history_complete: bool = True  # False: only the newest TASK_HISTORY_MAX entries searched
 
 
-TASK_ATTRS = ("id", "s", "a", "m", "h", "q", "tq", "ts", "tf", "e", "pg", "p")
+TASK_ATTRS = ("id", "s", "a", "m", "h", "q", "tq", "ts", "tf", "e", "pg", "p", "r", "mx")
 
 
 def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
@@ -346,6 +348,7 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
         shown = {"args": payload.get("a", []), "kwargs": payload.get("k", {})}
         args = json.dumps(shown, default=repr)[:ARGS_PREVIEW_MAX]
     history = []
+    result = _result_preview(store, jk.tasks, f["r"], f["mx"])
     for raw in entries:
         i, attempt, state, handler, started, finished, error = raw.decode().split("\t", 6)
         if i == str(index):
@@ -375,9 +378,26 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
         finished_at=seconds(f["tf"]),
         error=text(f["e"]),
         progress=text(f["pg"]),
+        result=result,
         history=history,
         history_complete=history_len <= TASK_HISTORY_MAX,
     )
+
+
+def _result_preview(
+    store: Store, tasks_key: str, raw: bytes | None, instances: bytes | None
+) -> str | None:
+    """A task's result as shortened JSON; a mapped task's: its first instances' results."""
+    if instances is not None:
+        first, count = map(int, instances.split(b"|")[:2])
+        shown = range(first, first + min(count, RESULT_PREVIEW_ITEMS))
+        values = store.redis.hmget(tasks_key, [TaskField.RESULT.of(k) for k in shown])
+        value: Any = [codec.unpack(v) if v is not None else None for v in values]
+    elif raw is not None:
+        value = codec.unpack(raw)
+    else:
+        return None
+    return json.dumps(value, default=repr)[:ARGS_PREVIEW_MAX]
 
 
 # -- workers ----------------------------------------------------------------------------------

@@ -129,6 +129,24 @@ def fail() -> None:
     raise Fatal("chaos.fail fails by design")
 
 
+@task(name="chaos.elements")
+def elements(count: int) -> list[int]:
+    """The source of a map: the list 0 .. count-1."""
+    return list(range(count))
+
+
+@task(name="chaos.double")
+def double(x: int) -> int:
+    """One map instance: its element, doubled."""
+    return 2 * x
+
+
+@task(name="chaos.total")
+def total(parts: list[int]) -> int:
+    """Gathers a map's results (in element order)."""
+    return sum(parts)
+
+
 # -- hooks ----------------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ from lua_helpers import (
     task_states,
 )
 
-from jobcenter.storage.store import Store
+from jobcenter.storage.store import NO_RESULT, Store
 
 
 def _t(n: int, *deps: int) -> dict[str, object]:
@@ -84,7 +84,18 @@ def test_seed_000_failure_of_t4_fails_t7_and_t9_but_t8_still_runs(store: Store, 
         batch = store.scripts.batch()
         fail_args = [H2, t4.index, t4.attempt, "ValueError: t4", NO_RETRY]
         run_job_script(store, "fail", job_id, fail_args, batch=batch)
-        complete_args = [H2, 30_000, 0, 0, t5.index, t5.attempt, t6.index, t6.attempt]
+        complete_args = [
+            H2,
+            30_000,
+            0,
+            0,
+            t5.index,
+            t5.attempt,
+            NO_RESULT,
+            t6.index,
+            t6.attempt,
+            NO_RESULT,
+        ]
         run_job_script(store, "complete", job_id, complete_args, batch=batch)
         fail_reply, complete_reply = batch.execute()
         assert fail_reply[0] == 0 and list(complete_reply[1]) == [0, 0]

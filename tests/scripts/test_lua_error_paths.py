@@ -28,7 +28,7 @@ from lua_helpers import (
 
 import jobcenter.storage.store
 from jobcenter.errors import UnknownJob
-from jobcenter.storage.store import StartedTask, Store
+from jobcenter.storage.store import NO_RESULT, StartedTask, Store
 
 BUSY = {
     "name": "busy",
@@ -126,7 +126,7 @@ def test_a_never_started_task_cannot_be_completed_or_heartbeated(
 # ARGV after the job context, for a call on task 0 attempt 1 (or the job as a whole).
 UNKNOWN_JOB_CALLS: dict[str, list[Any]] = {
     "start": [H1, 0],
-    "complete": [H1, 30_000, 0, 0, 0, 1],
+    "complete": [H1, 30_000, 0, 0, 0, 1, NO_RESULT],
     "fail": [H1, 0, 1, "boom", NO_RETRY],
     "heartbeat": [H1, 30_000, 0, 1, ""],
     "expire": [1_000, 0],
@@ -177,7 +177,7 @@ def test_store_calls_on_an_unknown_job_report_it_and_change_nothing(
 
 # ARGV after the job context for the scripts that may write to a queue (task a, attempt 1).
 QUEUE_SCRIPT_CALLS: dict[str, list[Any]] = {
-    "complete": [H1, 30_000, 0, 0, A, 1],
+    "complete": [H1, 30_000, 0, 0, A, 1, NO_RESULT],
     "fail": [H1, A, 1, "boom", NO_RETRY],
     "expire": [1_000, A],
     "queue_roots": [LEADER, 30_000, 0, 1, 1, A],

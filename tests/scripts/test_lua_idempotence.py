@@ -26,7 +26,7 @@ from lua_helpers import (
     untouched,
 )
 
-from jobcenter.storage.store import StartedTask, Store
+from jobcenter.storage.store import NO_RESULT, StartedTask, Store
 
 DIAMOND = {
     "name": "diamond",
@@ -56,7 +56,9 @@ def test_a_second_completion_of_the_same_attempt_is_a_noop(store: Store) -> None
 def test_one_batch_naming_the_same_attempt_twice_completes_it_once(store: Store) -> None:
     job_id, _ = submit_and_split(store, DIAMOND)
     (a,) = claim(store, H1)
-    reply = run_job_script(store, "complete", job_id, [H1, 30_000, 0, 0, A, 1, A, 1])
+    reply = run_job_script(
+        store, "complete", job_id, [H1, 30_000, 0, 0, A, 1, NO_RESULT, A, 1, NO_RESULT]
+    )
     assert reply == [0, [0, 1], []]
     assert sorted(queued_indexes(store, job_id)) == [B, C]
     assert task_field(store, job_id, "d", B) == "0"
@@ -121,7 +123,11 @@ def _complete_in_one_pipeline(
     batch = store.scripts.batch()
     for handler, index, attempt in (b, c):
         run_job_script(
-            store, "complete", job_id, [handler, 30_000, 0, 0, index, attempt], batch=batch
+            store,
+            "complete",
+            job_id,
+            [handler, 30_000, 0, 0, index, attempt, NO_RESULT],
+            batch=batch,
         )
     replies = batch.execute()
     return [int(reply[1][0]) for reply in replies]

@@ -13,7 +13,8 @@ from redis.exceptions import NoScriptError, RedisError
 
 from ..schema import lua_prelude
 
-# Scripts that run in the context of one job (_job.lua); the others see only _common.lua.
+# Scripts that run in the context of one job (_job.lua, then _data.lua: results, inputs,
+# run-time fan-out); the others see only _common.lua.
 JOB_SCRIPTS = frozenset(
     {
         "submit",
@@ -70,7 +71,7 @@ def source(name: str) -> str:
     if name in JOB_SCRIPTS or name in SLOT_SCRIPTS:
         parts.append(_read("_slots"))
     if name in JOB_SCRIPTS:
-        parts.append(_read("_job"))
+        parts += [_read("_job"), _read("_data")]
     parts.append(_read(name))
     return "\n".join(parts)
 

@@ -130,8 +130,13 @@ local function stamp_created(first, last, now)
   call_chunked('HSET', T, fields)
 end
 
+-- Run-time fan-out (_data.lua defines them): enqueue's hook for mapped tasks, and the
+-- frontier's expansion step.
+local map_ready, map_expand
+
 local pending_wakes = {}
 local function enqueue(i, now)
+  if map_ready(i, now) then return end -- a mapped task is expanded or joined, never queued
   local qname = task_queue(i)
   redis.call('HSET', T, TF_STATE .. i, T_QUEUED, TF_QUEUED_AT .. i, now, TF_UPDATED_AT .. i, now)
   redis.call('ZADD', QUEUES[qname].ready, -task_priority(i), queue_member(i))
@@ -220,6 +225,7 @@ local function task_finished(now, count)
 end
 
 -- Schedule a visit of i's children: 'r' releases them, 'f' marks them upstream_failed.
+-- ('x' entries expand a mapped task: _data.lua.)
 local function push_frontier(kind, i, origin)
   if redis.call('HEXISTS', T, TF_CHILDREN .. i) == 1 then
     redis.call('RPUSH', F, kind .. '|' .. i .. '|' .. origin .. '|1')
@@ -250,7 +256,8 @@ local function drain_frontier(now, take)
     local entry = redis.call('LPOP', F)
     if not entry then break end
     local kind, i, origin, pos = string.match(entry, '^(%a)|(%d+)|(%d+)|(%d+)$')
-    local csv = redis.call('HGET', T, TF_CHILDREN .. i) or ''
+    if kind == 'x' then budget = map_expand(i, budget, now) end -- writes instances instead
+    local csv = kind ~= 'x' and redis.call('HGET', T, TF_CHILDREN .. i) or ''
     pos = tonumber(pos)
     while budget > 0 do
       local s, e = string.find(csv, '[^,]+', pos)

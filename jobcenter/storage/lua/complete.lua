@@ -5,8 +5,10 @@
   KEYS: the job context (_job.lua), then KEYS[XK] the shard's learned-estimates hash
   ARGV[A] handler id  ARGV[A+1] lease ms  ARGV[A+2] max children to take
   ARGV[A+3] number of queues the worker serves  ARGV[A+4..] their names
-  then pairs: task index, attempt
-  Returns {0, {code per pair}, {{index, attempt, payload} per taken child}} | {-4} | {-5}
+  then triples: task index, attempt, its result (msgpack bytes, stored with the success;
+  '' for None: nothing stored)
+  Returns {0, {code per triple}, {{index, attempt, payload, inputs} per taken child}} | {-4}
+          | {-5}
   Codes: 0 completed | 1 this attempt completed already | -2 stale token | -3 not running ]]
 
 local handler = ARGV[A]
@@ -14,7 +16,7 @@ local lease_ms, take_left = tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2])
 local nserved = tonumber(ARGV[A + 3])
 local served = {}
 for k = A + 4, A + 3 + nserved do served[ARGV[k]] = true end
-local first_pair = A + 4 + nserved
+local first_triple = A + 4 + nserved
 
 if not load_job() then return {JOB_GONE} end
 if not queues_passed() then return {KEYS_MISSING} end
@@ -50,7 +52,9 @@ local function learn_run(i, started, payload)
   if not started then return end
   local ms = math.max(0, now - tonumber(started))
   job_name = job_name or redis.call('HGET', J, JF.NAME) or ''
-  learn('j\t' .. job_name .. '\t' .. (redis.call('HGET', T, TF_ID .. i) or i), ms)
+  -- the instances of a mapped task (`<id>[<n>]`) share their task's estimate
+  local id = string.gsub(redis.call('HGET', T, TF_ID .. i) or i, '%[%d+%]$', '')
+  learn('j\t' .. job_name .. '\t' .. id, ms)
   local task_name = payload_task_name(payload)
   if task_name then learn('t\t' .. task_name, ms) end
 end
@@ -63,6 +67,7 @@ local function take(c)
   if take_left <= 0 or not served[qname] then return false end
   -- a child with pool or limit slots goes through the queue: claim.lua takes them
   if redis.call('HEXISTS', T, TF_LIMITS .. c) == 1 then return false end
+  if redis.call('HEXISTS', T, TF_MAP_ARG .. c) == 1 then return false end -- expands, never runs
   local head = redis.call('ZRANGE', QUEUES[qname].ready, 0, 0, 'WITHSCORES')
   if head[1] then
     local score, head_score = -task_priority(c), tonumber(head[2])
@@ -77,15 +82,15 @@ local function take(c)
     TF_STARTED_AT .. c, now, TF_UPDATED_AT .. c, now)
   redis.call('HDEL', T, TF_ERROR .. c, TF_FINISHED_AT .. c, TF_PROGRESS .. c) -- a fresh attempt
   redis.call('ZADD', LEASES, now + lease_ms, lease_member(c))
-  taken[#taken + 1] = {tonumber(c), attempt, redis.call('HGET', T, TF_PAYLOAD .. c)}
+  taken[#taken + 1] = {tonumber(c), attempt, redis.call('HGET', T, TF_PAYLOAD .. c), task_inputs(c)}
   return true
 end
 
 -- One read per task; the writes of the whole batch go out in a few variadic calls.
 local codes, done = {}, {}
 local writes, clears, leases, history, frontier = {}, {}, {}, {}, {}
-for k = first_pair, #ARGV, 2 do
-  local i, attempt = ARGV[k], ARGV[k + 1]
+for k = first_triple, #ARGV, 3 do
+  local i, attempt, result = ARGV[k], ARGV[k + 1], ARGV[k + 2]
   local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
     TF_STARTED_AT .. i, TF_CHILDREN .. i, TF_PAYLOAD .. i)
   local code = ITEM_OK
@@ -99,6 +104,10 @@ for k = first_pair, #ARGV, 2 do
     done[i] = true
     for _, v in ipairs({TF_STATE .. i, T_SUCCEEDED, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now}) do
       writes[#writes + 1] = v
+    end
+    if result ~= '' then -- '': it returned None, which is stored as no result at all
+      writes[#writes + 1] = TF_RESULT .. i
+      writes[#writes + 1] = result
     end
     clears[#clears + 1] = TF_ERROR .. i
     clears[#clears + 1] = TF_PROGRESS .. i

@@ -2,7 +2,8 @@
   batch. A task no longer in the broken state is left alone, so a repair never duplicates.
   'requeue'  queued or retry_wait, in no queue, delayed set or lease: queued again
              (a lost queue entry, ARCHITECTURE.md, Recovery rule 2)
-  'release'  waiting with every parent succeeded (parents given): queued (rule 3)
+  'release'  waiting with every parent succeeded (parents given): queued (rule 3); a
+             mapped task has its expansion scheduled (again, if its entry was lost)
   'abandon'  queued, retry_wait or timed_out on a node with no live worker: failed, and its
              descendants upstream_failed (rule 4)
   'lease'    running or timed_out with no lease: given a lease due now, so the expiry
@@ -41,7 +42,12 @@ while k <= #ARGV do
       if task_state(ARGV[p]) ~= T_SUCCEEDED then all_succeeded = false end
     end
     k = k + 1 + nparents
-    if state == T_WAITING and all_succeeded then
+    -- an expanded mapped task is released by its instances (recovery may not see them
+    -- all); one whose expansion lost its frontier entry has it scheduled again
+    local expanded = redis.call('HEXISTS', T, TF_MAP_INSTANCES .. i) == 1
+    if state == T_WAITING and all_succeeded and expanded then
+      if map_resume(i, now) then repaired = repaired + 1 end
+    elseif state == T_WAITING and all_succeeded then
       redis.call('HSET', T, TF_DEPS_LEFT .. i, 0)
       enqueue(i, now)
       repaired = repaired + 1

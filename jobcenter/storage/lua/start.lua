@@ -1,7 +1,8 @@
 --[[ start: reserved -> running: a new attempt of each task this handler reserved.
   KEYS: the job context (_job.lua)
   ARGV[A] handler id  ARGV[A+1..] task indexes
-  Returns {0, {{index, attempt, payload}...}, the job's queues, its idempotency key}
+  Returns {0, {{index, attempt, payload, inputs}...}, the job's queues, its idempotency key}
+  (inputs: _data.lua task_inputs, the parents' results the task receives)
           | {-4} job gone (its reservations are dropped)
   A task reserved by another handler is skipped untouched; one no longer queued (cancelled)
   has its reservation dropped. ]]
@@ -29,7 +30,7 @@ for k = A + 1, #ARGV do
                           TF_STARTED_AT .. i, now, TF_UPDATED_AT .. i, now}) do writes[#writes + 1] = v end
       -- a fresh attempt: the last one's error, finish time and progress are history now
       for _, f in ipairs({TF_ERROR .. i, TF_FINISHED_AT .. i, TF_PROGRESS .. i}) do clears[#clears + 1] = f end
-      started[#started + 1] = {tonumber(i), attempt, f[3]}
+      started[#started + 1] = {tonumber(i), attempt, f[3], task_inputs(i)}
     elseif f[1] ~= T_RUNNING and f[1] ~= T_TIMED_OUT then
       dropped[#dropped + 1] = lease -- cancelled or finished meanwhile
     end -- running: a duplicate entry was claimed; the lease stays the running attempt's

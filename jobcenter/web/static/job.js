@@ -331,6 +331,7 @@
     if (t.started_at) fact(dl, "ran", span((t.finished_at || Date.now() / 1000) - t.started_at));
     fact(dl, "progress", t.progress).id = "task-progress";
     if (t.args) fact(dl, "arguments", t.args).className = "mono small";
+    if (t.result) fact(dl, "result", t.result).className = "mono small";
     if (t.error) {
       html("h3", "error", panelBody);
       html("pre", t.error, panelBody).id = "task-error";
