@@ -464,3 +464,22 @@ def test_a_pool_rate_limit_parks_its_tasks_until_the_window_ends(store: Store) -
     limits.delete_rate(store, "pool:gpu")
     wait_until(lambda: claim(store, H2), message="the last task never ran")
     assert pool(store).waiting == 0
+
+
+def test_the_instances_of_a_mapped_task_take_its_pool_slots(store: Store) -> None:
+    from jobcenter.model import codec
+
+    limits.set_pool(store, GPU, 2)
+    spec = {
+        "name": "mapped",
+        "tasks": [
+            {"id": "src", "task": "t.src"},
+            {"id": "each", "task": "t.each", "map": {"x": "src"}, "pool": GPU},
+        ],
+    }
+    job_id, _ = submit_and_split(store, spec)
+    (src,) = claim(store, H1)
+    store.complete(H1, [(job_id, src.index, src.attempt, codec.pack([1, 2, 3, 4, 5]))])
+    instances = claim(store, H1)
+    assert len(instances) == 2 and used(store) == 2
+    assert pool(store).waiting == 3
