@@ -119,7 +119,7 @@ class _TaskLines:
 
     def show_unattempted(self) -> None:
         """Once the job has ended: the tasks that ended without an attempt of their own
-        (upstream_failed, or cancelled before they ran)."""
+        (upstream_failed, skipped, or cancelled before they ran)."""
         if len(self.ended) >= self.total:
             return
         for task_id, state in self.client.task_states(self.job_id).items():

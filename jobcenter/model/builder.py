@@ -82,6 +82,7 @@ class Job:
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
         requires: Iterable[str] = (),
+        trigger_rule: str | None = None,
         inputs: Mapping[str, Dependency] | None = None,
         map: Mapping[str, Dependency] | None = None,
     ) -> TaskRef:
@@ -120,6 +121,7 @@ class Job:
                 "node": node,
                 "priority": priority,
                 "estimate": estimate,
+                "trigger_rule": trigger_rule,
                 "inputs": _ids(inputs),
                 "map": _ids(map),
             }

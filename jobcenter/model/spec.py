@@ -22,6 +22,7 @@ from jobcenter.model.ordering import DEFAULT_ORDER, ORDER_RULES
 from . import codec, documents
 from .dag import check_dag
 from .notify import Notify, parse_notify
+from .trigger_rules import DEFAULT_TRIGGER_RULE, TriggerRule
 
 # A job is one set of Redis hashes, split and published in bounded chunks; past this the
 # per-job hashes get large enough to slow every script that touches them.
@@ -98,6 +99,8 @@ class TaskSpec:
             return None
         return render_key(self.concurrency_key, self.kwargs, self.id)
 
+    # When it runs, given how its parents ended (model.trigger_rules); no effect on a root.
+    trigger_rule: str = DEFAULT_TRIGGER_RULE
     # kwarg -> the id of a parent whose result it receives (a mapped parent: their list)
     inputs: Mapping[str, str] = field(default_factory=dict)
     # {kwarg: source id}: one instance per element of the source's result (run-time fan-out)
@@ -166,6 +169,7 @@ _TASK_DEFAULTS: dict[str, Any] = {
     "concurrency_key": None,
     "concurrency_limit": None,
     "requires": (),
+    "trigger_rule": DEFAULT_TRIGGER_RULE,
 }
 _JOB_DEFAULTS: dict[str, Any] = {
     "owner": None,
@@ -470,6 +474,9 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
     requires: tuple[str, ...] = ()
     if raw.get("requires") is not None:
         requires = _requires(raw["requires"], task_id)
+    trigger_rule: str = DEFAULT_TRIGGER_RULE
+    if raw.get("trigger_rule") is not None:
+        trigger_rule = _trigger_rule(raw["trigger_rule"], task_id)
     return TaskSpec(
         task_id,
         name,
@@ -489,9 +496,22 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
         concurrency_key,
         concurrency_limit,
         requires,
+        trigger_rule,
         inputs,
         mapped,
     )
+
+
+def _trigger_rule(value: object, task_id: str) -> str:
+    if value not in _TRIGGER_RULES:
+        raise _bad(
+            task_id,
+            f"unknown trigger_rule {_show(value)}: use one of {', '.join(_TRIGGER_RULES)}",
+        )
+    return str(value)
+
+
+_TRIGGER_RULES = tuple(r.value for r in TriggerRule)
 
 
 def _task_refs(value: object, key: str, task_id: str) -> dict[str, str]:
@@ -515,6 +535,8 @@ def _check_maps(tasks: tuple[TaskSpec, ...]) -> None:
     result is the list of its instances' results: map over a task that gathers them)."""
     mapped = {t.id for t in tasks if t.map}
     for t in tasks:
+        if t.map and t.trigger_rule != DEFAULT_TRIGGER_RULE:  # its instances are its parents
+            raise _bad(t.id, f"a mapped task runs by all_success, not {t.trigger_rule!r}")
         for source in t.map.values():
             if source in mapped:
                 raise _bad(

@@ -15,6 +15,7 @@ class TaskState(StrEnum):
     FAILED = "failed"
     UPSTREAM_FAILED = "upstream_failed"
     CANCELLED = "cancelled"
+    SKIPPED = "skipped"  # never ran: its trigger rule could not be met, and no parent failed
 
     @property
     def terminal(self) -> bool:
@@ -22,7 +23,13 @@ class TaskState(StrEnum):
 
 
 TERMINAL_TASK_STATES = frozenset(
-    {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.UPSTREAM_FAILED, TaskState.CANCELLED}
+    {
+        TaskState.SUCCEEDED,
+        TaskState.FAILED,
+        TaskState.UPSTREAM_FAILED,
+        TaskState.CANCELLED,
+        TaskState.SKIPPED,
+    }
 )
 
 

@@ -168,9 +168,8 @@ class Recovery:
             for index, csv in self.store.task_field(job_id, TaskField.CHILDREN).items():
                 for child in csv.split(","):
                     parents[child].append(index)
-            ready = [
-                i for i in waiting if all(states.get(p) == TaskState.SUCCEEDED for p in parents[i])
-            ]
+            # every parent ended: its trigger rule decides (repair.lua), nothing else would
+            ready = [i for i in waiting if all(_ended(states.get(p)) for p in parents[i])]
             for batch in _batches(ready):
                 items = [x for i in batch for x in (i, len(parents[i]), *parents[i])]
                 self.report.released += self.store.repair(job_id, "release", items)
@@ -226,3 +225,7 @@ class Recovery:
 
 def _batches(items: list[Any], size: int = REPAIR_BATCH) -> list[list[Any]]:
     return [items[k : k + size] for k in range(0, len(items), size)]
+
+
+def _ended(state: str | None) -> bool:
+    return state is not None and TaskState(state).terminal

@@ -65,7 +65,7 @@ PROGRESS_MIN_INTERVAL_SECONDS = 1.0  # a task's progress goes out at once at mos
 # A task this worker has no code for waits this long at least before it is claimed again (no
 # hot loop on the worker that lacks it), and at most this long (a worker that has the code,
 # once started, gets it soon); in between, a quarter of the time it has waited so far.
-GATE_GAVE_UP = schema.code("ITEM_GATE_GAVE_UP")  # gate_wait.lua: the task failed
+GATE_GAVE_UP = schema.code("ITEM_ALREADY")  # gate_wait.lua: the task failed
 GIVE_BACK_DELAY_MIN_MS = 500
 GIVE_BACK_DELAY_MAX_MS = 10_000
 GIVE_BACK_WAIT_SECONDS = 5.0  # a forced stop waits this long at most for a claim under way

@@ -15,17 +15,6 @@ from .schema import TaskField
 from .store import Store
 
 REVIVE_ARGS_MAX = 2_000  # task and parent indexes per revive call: each call is short
-# A blocked task may run again once each parent is in one of these (or revived with it).
-UNBLOCKING_STATES = frozenset(
-    {
-        TaskState.SUCCEEDED,
-        TaskState.WAITING,
-        TaskState.QUEUED,
-        TaskState.RUNNING,
-        TaskState.TIMED_OUT,
-        TaskState.RETRY_WAIT,
-    }
-)
 TRIM_BATCH = 1_000  # expired jobs trimmed from the indexes per read
 FINISHED_JOB_STATES = [state for state in JobState if state.terminal]
 
@@ -91,10 +80,11 @@ def retry_job(store: Store, job_id: str) -> int:
 
 
 def _revive(store: Store, job_id: str, roots: list[int] | None) -> int:
-    """Plan which upstream_failed tasks the re-run of `roots` (None: every failed task)
-    unblocks, then revive them in bounded calls: the roots first, then the blocked tasks,
-    parents before children. Each call leaves the job consistent, so a retry that dies half
-    way leaves a job that ends, and that the next retry takes up where it stopped."""
+    """Run `roots` (None: every failed task) again and put back to waiting the
+    upstream_failed tasks that may run again, in bounded calls: the roots first, then the
+    blocked tasks, parents before children. Each call leaves the job consistent, so a
+    retry that dies half way leaves a job that ends, and that the next retry takes up
+    where it stopped."""
     _finish_cascade(store, job_id)  # the states read next must not be changing under us
     fields = store.task_fields(job_id, TaskField.STATE, TaskField.CHILDREN)
     states = {int(i): s for i, s in fields[TaskField.STATE].items()}
@@ -107,15 +97,14 @@ def _revive(store: Store, job_id: str, roots: list[int] | None) -> int:
     for parent, kids in children.items():
         for kid in kids:
             parents[kid].append(parent)
-    reviving = set(roots)
-    resets: list[tuple[int, list[int]]] = []
-    for index in topological_order(states, children):
-        if states[index] != TaskState.UPSTREAM_FAILED:
-            continue
-        if all(p in reviving or states[p] in UNBLOCKING_STATES for p in parents[index]):
-            reviving.add(index)
-            resets.append((index, parents[index]))
-    if not reviving:
+    # every upstream_failed task, parents first: revive.lua decides from its parents'
+    # states (the revived ones count as not ended) whether its trigger rule may yet run it
+    resets = [
+        (index, parents[index])
+        for index in topological_order(states, children)
+        if states[index] == TaskState.UPSTREAM_FAILED
+    ]
+    if not roots and not resets:
         raise SpecError(f"job {job_id} has no failed task to retry")
     revived = 0
     for start in range(0, len(roots), REVIVE_ARGS_MAX):

@@ -10,6 +10,7 @@ from typing import Any
 from jobcenter.model import codec
 from jobcenter.model.dag import children_of
 from jobcenter.model.spec import JobSpec, render_key
+from jobcenter.model.trigger_rules import DEFAULT_TRIGGER_RULE
 
 from .keys import node_queue
 from .schema import LimitKind, PayloadKey, TaskField
@@ -57,6 +58,14 @@ class Layout:
         self.ranks = ranks
         self.max_running: int | None = spec.get("max_running")
 
+    def has_trigger_rules(self) -> bool:
+        """Whether a task with parents has a rule other than the default (a job without
+        one never skips a task, nor keeps a task waiting once a parent failed)."""
+        return any(
+            deps and t.get("trigger_rule", DEFAULT_TRIGGER_RULE) != DEFAULT_TRIGGER_RULE
+            for t, deps in zip(self.tasks, self.deps, strict=True)
+        )
+
     def __len__(self) -> int:
         return len(self.tasks)
 
@@ -99,6 +108,14 @@ class Layout:
             fields += [TaskField.MAX_ATTEMPTS.of(n), 1 + int(t["retries"])]
         if self.deps[i]:
             fields += [TaskField.DEPS_LEFT.of(n), len(self.deps[i])]
+        rule = t.get("trigger_rule")
+        if self.deps[i] and rule and rule != DEFAULT_TRIGGER_RULE:
+            fields += [
+                TaskField.TRIGGER_RULE.of(n),
+                rule,
+                TaskField.PARENTS.of(n),
+                len(self.deps[i]),
+            ]
         if self.children[i]:
             fields += [TaskField.CHILDREN.of(n), ",".join(map(str, self.children[i]))]
         if self.ranks is not None:

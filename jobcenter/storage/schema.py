@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from jobcenter.model import trigger_rules
 from jobcenter.model.notify import DeliveryState
 from jobcenter.model.states import lua_constants
 
@@ -43,6 +44,12 @@ class TaskField(StrEnum):
     MAP_INSTANCES = "mx:"  # a mapped task, once expanded: "<first index>|<count>" (kept)
     MAP_OF = "mo:"  # an instance: the index of its mapped task
     MAP_ELEMENT = "me:"  # an instance: its element of the source's list, msgpack
+    # Trigger rules (model.trigger_rules, the counters rule_verdict reads in _job.lua):
+    TRIGGER_RULE = "tr:"  # its rule, when not all_success and it has parents
+    PARENTS = "np:"  # how many parents it has, with a trigger rule
+    PARENTS_LEFT = "u:"  # parents not ended yet; absent until one ends other than succeeded
+    PARENTS_FAILED = "nf:"  # parents ended failed or upstream_failed
+    PARENTS_SKIPPED = "nk:"  # parents ended skipped
 
     def of(self, index: int | str) -> str:
         """The field of task `index`: TaskField.STATE.of(3) == "s:3"."""
@@ -67,6 +74,11 @@ WORKING_FIELDS = (
     TaskField.MAP_ARG,
     TaskField.MAP_OF,
     TaskField.MAP_ELEMENT,
+    TaskField.TRIGGER_RULE,
+    TaskField.PARENTS,
+    TaskField.PARENTS_LEFT,
+    TaskField.PARENTS_FAILED,
+    TaskField.PARENTS_SKIPPED,
 )
 
 
@@ -83,6 +95,7 @@ class JobField(StrEnum):
     LEFT = "left"  # tasks not finished yet
     FAILED = "nfailed"  # tasks failed for good
     CANCELLED = "ncancelled"
+    SKIPPED = "nskipped"  # tasks skipped by a trigger rule (they do not fail the job)
     PRIORITY = "priority"
     QUEUE = "queue"  # the default queue of its tasks
     QUEUES = "queues"  # every queue its tasks may enter, comma-separated
@@ -104,6 +117,7 @@ class JobField(StrEnum):
     CANCEL_CURSOR = "cancel_cursor"  # tasks a cancel has visited
     COMPACT_CURSOR = "compact_cursor"  # tasks a compaction has visited
     RETENTION = "retention"  # ms a finished job is kept
+    TRIGGER_RULES = "rules"  # 1 when a task with parents has a trigger rule other than the default
     NOTIFY_ON = "notify_on"  # the final states to tell of, comma-separated (spec `notify:`)
     NOTIFY_TO = "notify_to"  # the channels told (jobcenter.model.notify.Channel), comma-separated
     WEBHOOK = "webhook"  # the URL the webhook channel posts to
@@ -256,8 +270,12 @@ RETURN_CODES = (
 # Codes per item of a batch (complete: per pair, heartbeat and give_back: per triple).
 ITEM_CODES = (
     _code("ITEM_OK", 0, "complete heartbeat give_back gate_wait", "done"),
-    _code("ITEM_ALREADY", 1, "complete", "this attempt completed already"),
-    _code("ITEM_GATE_GAVE_UP", 1, "gate_wait", "the gate said no too long: the task failed"),
+    _code(
+        "ITEM_ALREADY",
+        1,
+        "complete gate_wait",
+        "this attempt completed already; gate_wait: ended already, the gate said no too long",
+    ),
     _code(
         "ITEM_STALE_TOKEN",
         -2,
@@ -296,4 +314,4 @@ def lua_prelude() -> str:
         entries = ", ".join(f"{f.name} = '{f.value}'" for f in fields)
         lines.append(f"local {table} = {{{entries}}}")
     lines += [f"local {c.name} = {c.value}" for c in {c.name: c for c in ALL_CODES}.values()]
-    return lua_constants() + "\n".join(lines) + "\n"
+    return lua_constants() + trigger_rules.lua_constants() + "\n".join(lines) + "\n"

@@ -37,7 +37,7 @@ from .layout import Layout, job_queues
 from .lua import Batch, Scripts
 from .notifications import view as notifications_view
 from .replies import seconds, text
-from .schema import TaskField
+from .schema import JobField, TaskField
 
 log = logging.getLogger(__name__)
 
@@ -369,6 +369,7 @@ class Store:
             "retention": int(spec.retention * 1000) if spec.retention else None,
             "schedule_id": schedule_id,
             "fire_time": fire_time,
+            JobField.TRIGGER_RULES: 1 if layout.has_trigger_rules() else None,
             **_notify_fields(spec),
         }
         fields.update({k: v for k, v in optional.items() if v is not None})

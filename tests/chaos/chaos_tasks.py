@@ -11,6 +11,9 @@ Hooks, switched on by env vars of one worker process only:
   splits in several chunks;
 - ``CHAOS_STALL_SPLIT_AFTER=k`` makes the leader stop for good after writing k chunks (it
   records a ``split-stalled`` event first), so a test can kill -9 it mid-split;
+- ``CHAOS_STALL_CONTINUE_AFTER=k`` makes the leader stop for good after k steps of a job's
+  releases and cascades (it records a ``cascade-stalled`` event first), so a test can kill -9
+  it mid-cascade;
 - ``CHAOS_BREAK_LOOP=claim|leader|reporter|heartbeat`` makes that loop of the worker raise a
   RuntimeError (a bug, not a Redis error): the claim and leader loops at their first step,
   the reporter and heartbeat loops once a task runs.
@@ -176,6 +179,26 @@ def _install_split_hooks() -> None:
 
 
 _install_split_hooks()
+
+
+def _install_cascade_hook() -> None:
+    stall_after = os.environ.get("CHAOS_STALL_CONTINUE_AFTER")
+    if not stall_after:
+        return
+    original = Store.continue_frontier
+    steps = {"n": 0}
+
+    def continue_then_stall(self: Store, job_id: str) -> int:
+        left = original(self, job_id)
+        steps["n"] += 1
+        if steps["n"] >= int(stall_after):
+            _stall_forever("cascade-stalled", job=job_id, left=left)
+        return left
+
+    Store.continue_frontier = continue_then_stall  # type: ignore[method-assign]
+
+
+_install_cascade_hook()
 
 BREAK_LOOP_ENV = "CHAOS_BREAK_LOOP"
 # the Worker method each loop calls for its work, and whether it breaks only once a task runs

@@ -21,10 +21,10 @@ local DEFAULT_RETENTION_MS = tonumber(ARGV[2])
 local NQ = tonumber(ARGV[3])
 local STATE_INDEX = {} -- job state -> the zset of jobs in that state (what `list --state` reads)
 for k, state in ipairs(JOB_STATES) do STATE_INDEX[state] = KEYS[13 + k] end
-local SK = 13 + #JOB_STATES
-local LIMITS, SLOTS, PARKED, FREED = KEYS[SK + 1], KEYS[SK + 2], KEYS[SK + 3], KEYS[SK + 4]
-local FREED_WAKE = KEYS[SK + 5]
-local QK = SK + 5 -- the queue keys follow
+-- the shard's limit keys (_slots.lua's table: the main chunk may hold at most 200 locals)
+SL.keys = {limits = KEYS[14 + #JOB_STATES], slots = KEYS[15 + #JOB_STATES],
+  parked = KEYS[16 + #JOB_STATES], freed = KEYS[17 + #JOB_STATES], wake = KEYS[18 + #JOB_STATES]}
+local QK = 18 + #JOB_STATES -- the queue keys follow
 local QUEUES = {}
 for qi = 1, NQ do
   local k = QK + (qi - 1) * 3
@@ -40,10 +40,11 @@ local META = {}
 
 -- Read the job's fields; false when the job hash does not exist.
 local function load_job()
-  local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES)
+  local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES,
+    JF.TRIGGER_RULES)
   if not m[1] then return false end
   META = {state = m[1], queue = m[2], priority = tonumber(m[3]), seq = tonumber(m[4]),
-          queues = m[5] or ''}
+          queues = m[5] or '', rules = m[6] ~= false}
   return true
 end
 
@@ -58,7 +59,10 @@ end
 
 -- Task i's reservation or attempt ended (its lease is dropped): give its pool and limit
 -- slots back. Every transition that removes a lease calls this; it acts once.
-local function free_slots(i) free_slots_of(LIMITS, SLOTS, FREED, FREED_WAKE, JOB_ID .. '|' .. i) end
+function SL.free_slots(i)
+  local k = SL.keys
+  SL.free_slots_of(k.limits, k.slots, k.freed, k.wake, JOB_ID .. '|' .. i)
+end
 
 -- The job is gone (expired, deleted): drop the leases and claims of the task indexes
 -- ARGV[first..], and give back their slots, so nothing keeps pointing at it.
@@ -66,7 +70,7 @@ local function drop_reservations(first)
   for k = first, #ARGV do
     redis.call('ZREM', LEASES, JOB_ID .. '|' .. ARGV[k])
     redis.call('HDEL', CLAIMS, JOB_ID .. '|' .. ARGV[k])
-    free_slots(ARGV[k])
+    SL.free_slots(ARGV[k])
   end
 end
 
@@ -106,7 +110,7 @@ local function queue_member(i)
 end
 -- A queued task leaving its queue without a claim (cancel, abandon) leaves the parked zset
 -- too, if it waits there for a full limit.
-local function unpark(i) unpark_of(LIMITS, PARKED, lease_member(i)) end
+function SL.unpark(i) SL.unpark_of(SL.keys.limits, SL.keys.parked, lease_member(i)) end
 local function task_queue(i) return redis.call('HGET', T, TF_QUEUE .. i) or META.queue end
 local function task_priority(i)
   local p = redis.call('HGET', T, TF_PRIORITY .. i)
@@ -224,7 +228,8 @@ local function task_finished(now, count)
   if redis.call('HINCRBY', J, JF.LEFT, -(count or 1)) == 0 then finalize_job(now) end
 end
 
--- Schedule a visit of i's children: 'r' releases them, 'f' marks them upstream_failed.
+-- Schedule a visit of i's children, telling each how i ended: 'r' succeeded, 'f' failed or
+-- upstream_failed, 'k' skipped (parent_ended).
 -- ('x' entries expand a mapped task: _data.lua.)
 local function push_frontier(kind, i, origin)
   if redis.call('HEXISTS', T, TF_CHILDREN .. i) == 1 then
@@ -232,20 +237,147 @@ local function push_frontier(kind, i, origin)
   end
 end
 
-local function release_one(c, now, take)
-  if redis.call('HINCRBY', T, TF_DEPS_LEFT .. c, -1) == 0 and task_state(c) == T_WAITING then
-    if not (take and take(c, now)) then enqueue(c, now) end
+-- Trigger rules (jobcenter/model/trigger_rules.py; ARCHITECTURE.md, "Trigger rules").
+-- A parent's end reaches each child as 'r' (succeeded), 'f' (failed or upstream_failed) or
+-- 'k' (skipped). The child counts it and, once its rule is decided, runs (queued), or ends
+-- skipped or upstream_failed and passes that on to its own children the same way.
+
+-- What the rule makes of the parents so far: 'run', 'skip', 'fail' (upstream_failed) or nil
+-- (not decided yet). np parents, d not succeeded, u not ended, nf failed, nk skipped. A rule
+-- that can no longer be met fails at once when a parent failed; without one it waits for
+-- every parent to end, so the state a task ends in never depends on the order they end in.
+local function rule_verdict(rule, np, d, u, nf, nk)
+  local s = np - d -- parents succeeded
+  local met, hopeless
+  if rule == R_ALL_DONE then
+    met = u == 0
+  elseif rule == R_ALL_FAILED then
+    met, hopeless = u == 0 and nf == np, s > 0 or nk > 0
+  elseif rule == R_ONE_SUCCESS then
+    met, hopeless = s > 0, u == 0
+  elseif rule == R_ONE_FAILED then
+    met, hopeless = nf > 0, u == 0
+  elseif rule == R_NONE_FAILED then
+    met, hopeless = u == 0 and nf == 0, nf > 0
+  else -- all_success
+    met, hopeless = d == 0, nf + nk > 0
+  end
+  if met then return 'run' end
+  if hopeless and nf > 0 then return 'fail' end
+  if hopeless and u == 0 then return 'skip' end
+  return nil
+end
+
+-- Waiting task c will not run: it ends `state` (upstream_failed or skipped) and its
+-- children hear of it through the frontier.
+local function end_unrun(c, state, origin, now, err)
+  redis.call('HSET', T, TF_STATE .. c, state, TF_FINISHED_AT .. c, now, TF_UPDATED_AT .. c, now,
+    TF_ERROR .. c, err)
+  if state == T_SKIPPED then
+    redis.call('HINCRBY', J, JF.SKIPPED, 1)
+    push_frontier('k', c, origin)
+  else
+    redis.call('HINCRBY', J, JF.FAILED, 1)
+    push_frontier('f', c, origin)
+  end
+  task_finished(now)
+end
+
+local function release(c, now, take)
+  if not (take and take(c, now)) then enqueue(c, now) end
+end
+
+local function task_name(i) return redis.call('HGET', T, TF_ID .. i) or i end
+
+-- Act on a waiting task's verdict: queue it (or let `take` run it), or end it unrun. kind:
+-- how the parent whose end decided it ended (nil: a repair).
+local function act_on_verdict(c, rule, verdict, kind, origin, now, take)
+  if verdict == 'run' then
+    release(c, now, take)
+  elseif verdict == 'fail' and kind == 'f' then -- passed on: named after the task that failed
+    end_unrun(c, T_UPSTREAM_FAILED, origin, now, 'upstream task ' .. task_name(origin) .. ' failed')
+  elseif verdict == 'fail' then
+    end_unrun(c, T_UPSTREAM_FAILED, c, now, 'trigger rule ' .. rule .. ' cannot be met: a parent failed')
+  elseif verdict == 'skip' and kind == 'k' and rule == R_ALL_SUCCESS then
+    end_unrun(c, T_SKIPPED, origin, now, 'upstream task ' .. task_name(origin) .. ' skipped')
+  elseif verdict == 'skip' then
+    end_unrun(c, T_SKIPPED, c, now, 'trigger rule ' .. rule .. ' not met')
   end
 end
 
-local function fail_one(c, origin, now)
-  if task_state(c) ~= T_WAITING then return end -- visited already, or cancelled
-  local origin_id = redis.call('HGET', T, TF_ID .. origin) or origin
-  redis.call('HSET', T, TF_STATE .. c, T_UPSTREAM_FAILED, TF_FINISHED_AT .. c, now, TF_UPDATED_AT .. c, now,
-    TF_ERROR .. c, 'upstream task ' .. origin_id .. ' failed')
-  redis.call('HINCRBY', J, JF.FAILED, 1)
-  push_frontier('f', c, origin)
-  task_finished(now)
+-- A parent of task c ended (kind 'r', 'f' or 'k'; origin: the task whose failure or skip
+-- this passes on). Every task counts its parents not succeeded (d). In a job without a
+-- trigger rule nothing else is counted or read: its releases cost what they did before
+-- rules existed. Otherwise the other counters are kept once a parent ended other than by
+-- succeeding, or from the start for a task with a rule.
+local function parent_ended(kind, c, origin, now, take)
+  local d = nil
+  if kind == 'r' then d = redis.call('HINCRBY', T, TF_DEPS_LEFT .. c, -1) end
+  if not META.rules then -- every task all_success, so no task is ever skipped
+    if (kind == 'f' or d == 0) and task_state(c) == T_WAITING then
+      if kind == 'r' then return release(c, now, take) end
+      end_unrun(c, T_UPSTREAM_FAILED, origin, now, 'upstream task ' .. task_name(origin) .. ' failed')
+    end
+    return
+  end
+  local f = redis.call('HMGET', T, TF_STATE .. c, TF_TRIGGER_RULE .. c, TF_PARENTS_LEFT .. c)
+  local state, rule, u = f[1], f[2], f[3]
+  if not rule and not u then -- all_success, every parent so far succeeded
+    if state ~= T_WAITING then return end
+    if kind == 'r' then
+      if d == 0 then release(c, now, take) end
+      return
+    elseif kind == 'f' then
+      return end_unrun(c, T_UPSTREAM_FAILED, origin, now, 'upstream task ' .. task_name(origin) .. ' failed')
+    end
+  end
+  d = d or tonumber(redis.call('HGET', T, TF_DEPS_LEFT .. c) or 0)
+  if u then
+    u = redis.call('HINCRBY', T, TF_PARENTS_LEFT .. c, -1)
+  elseif kind == 'r' then
+    u = d -- absent: no parent ended other than by succeeding
+  else
+    u = d - 1
+    redis.call('HSET', T, TF_PARENTS_LEFT .. c, u)
+  end
+  if kind == 'f' then redis.call('HINCRBY', T, TF_PARENTS_FAILED .. c, 1) end
+  if kind == 'k' then redis.call('HINCRBY', T, TF_PARENTS_SKIPPED .. c, 1) end
+  if state ~= T_WAITING then return end
+  local n = redis.call('HMGET', T, TF_PARENTS .. c, TF_PARENTS_FAILED .. c, TF_PARENTS_SKIPPED .. c)
+  rule = rule or R_ALL_SUCCESS
+  local verdict = rule_verdict(rule, tonumber(n[1] or 0), d, u, tonumber(n[2] or 0), tonumber(n[3] or 0))
+  act_on_verdict(c, rule, verdict, kind, origin, now, take)
+end
+
+-- Parents of task c (indexes ARGV[first..last]) counted from their states, for a repair or
+-- a revive: {np, d, u, nf, nk}; a parent in `reviving` counts as not ended. Reads only.
+local FAILED_ENDS = {[T_FAILED] = true, [T_UPSTREAM_FAILED] = true, [T_CANCELLED] = true}
+local function count_parents(first, last, reviving)
+  local d, u, nf, nk = 0, 0, 0, 0 -- as in rule_verdict
+  for k = first, last do
+    local p = ARGV[k]
+    local state = task_state(p)
+    if state ~= T_SUCCEEDED then d = d + 1 end
+    if reviving[p] or not (state == T_SUCCEEDED or state == T_SKIPPED or FAILED_ENDS[state]) then
+      u = u + 1
+    elseif state == T_SKIPPED then
+      nk = nk + 1
+    elseif state ~= T_SUCCEEDED then
+      nf = nf + 1
+    end
+  end
+  return {np = last - first + 1, d = d, u = u, nf = nf, nk = nk}
+end
+
+-- The verdict of task c's rule on counts from count_parents, and the rule.
+local function parents_verdict(c, counts)
+  local rule = redis.call('HGET', T, TF_TRIGGER_RULE .. c) or R_ALL_SUCCESS
+  return rule_verdict(rule, counts.np, counts.d, counts.u, counts.nf, counts.nk), rule
+end
+
+local function store_parent_counts(c, counts)
+  redis.call('HSET', T, TF_DEPS_LEFT .. c, counts.d, TF_PARENTS_LEFT .. c, counts.u,
+    TF_PARENTS_FAILED .. c, counts.nf, TF_PARENTS_SKIPPED .. c, counts.nk)
 end
 
 -- Visit children from the frontier, at most FRONTIER_BUDGET of them; what is left waits
@@ -265,7 +397,7 @@ local function drain_frontier(now, take)
       local c = string.sub(csv, s, e)
       pos = e + 2
       budget = budget - 1
-      if kind == 'r' then release_one(c, now, take) else fail_one(c, origin, now) end
+      parent_ended(kind, c, origin, now, take)
     end
     if string.find(csv, '[^,]+', pos) then
       redis.call('LPUSH', F, kind .. '|' .. i .. '|' .. origin .. '|' .. pos)
@@ -288,7 +420,7 @@ local function fail_task(i, now, err)
   redis.call('HSET', T, TF_STATE .. i, T_FAILED, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now, TF_ERROR .. i, err)
   redis.call('HDEL', T, TF_WAITING_FOR .. i) -- no longer waiting for a worker (give_back.lua)
   redis.call('ZREM', LEASES, lease_member(i))
-  free_slots(i)
+  SL.free_slots(i)
   redis.call('ZADD', DLQ, now, lease_member(i))
   redis.call('HINCRBY', J, JF.FAILED, 1)
   record_history(i, T_FAILED, now, err)

@@ -54,8 +54,8 @@ for i = cursor, upto - 1 do
     redis.call('ZREM', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
     redis.call('ZREM', LEASES, lease_member(i))
     redis.call('HDEL', CLAIMS, lease_member(i))
-    free_slots(i)
-    unpark(i)
+    SL.free_slots(i)
+    SL.unpark(i)
     if state == T_RUNNING or state == T_TIMED_OUT then record_history(i, final, now, err) end
     redis.call('HSET', T, TF_STATE .. i, final, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now, TF_ERROR .. i, err)
     redis.call('HINCRBY', J, counter, 1)

@@ -73,7 +73,7 @@ local function park(qname, l, cap, score, member, lease)
   local entry = parked_entry(qname, l.id, score, member)
   redis.call('ZADD', PARKED, 0, entry)
   redis.call('HSET', LIMITS, LF.PARKED_AT .. lease, entry, LF.CAP .. l.id, cap)
-  count_parked(LIMITS, l.id, 1)
+  SL.count_parked(LIMITS, l.id, 1)
 end
 
 -- What a rate-limited queue (target: its name) or pool (target: its limit id "p:<pool>")
@@ -101,7 +101,7 @@ end
 -- or a task ahead of it in this queue waits for one.
 local function take_slots(qname, member, score, job, lease, spec)
   if redis.call('HEXISTS', SLOTS, lease) == 1 then return true end -- a duplicate entry: held
-  local limits = parse_limits(spec, job)
+  local limits = SL.parse_limits(spec, job)
   local rated = {}
   for _, l in ipairs(limits) do
     local cap = cap_of(l.id, l.cap)
@@ -158,13 +158,13 @@ local function unpark_queue(qname, ready)
         local order, member = string.match(string.sub(entry, #prefix + 1), '^(%d+)|(.*)$')
         local job, index, spec = string.match(member, '^%d+|([^|]+)|(%d+)|(.*)$')
         local n = 0
-        for _, l in ipairs(parse_limits(spec, job)) do if l.id == id then n = l.n end end
+        for _, l in ipairs(SL.parse_limits(spec, job)) do if l.id == id then n = l.n end end
         if n > room then break end
         room = room - n
         redis.call('ZREM', PARKED, entry)
         redis.call('ZADD', ready, tonumber(order) - ORDER_OFFSET, member)
         redis.call('HDEL', LIMITS, LF.PARKED_AT .. job .. '|' .. tonumber(index))
-        count_parked(LIMITS, id, -1)
+        SL.count_parked(LIMITS, id, -1)
       end
     end
   end

@@ -22,17 +22,17 @@ if not load_job() then return {JOB_GONE} end
 if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
-local ESTIMATES = KEYS[XK]
-local ESTIMATE_WEIGHT = 0.3 -- of the newest run in the moving average: a few runs adapt it
-local ESTIMATES_MAX = 100000 -- fields per shard: past this only known ones are updated
-local job_name = nil
+-- the learned estimates, in one table (the main chunk may hold at most 200 locals):
+-- weight: of the newest run in the moving average, a few runs adapt it; max: fields per
+-- shard, past this only known ones are updated
+local EST = {key = KEYS[XK], weight = 0.3, max = 100000, job_name = nil,
+             task_key = string.char(160 + #PK.TASK) .. PK.TASK} -- the key as a msgpack fixstr
 
 -- The payload is msgpack of a map whose first key is PK.TASK (layout.py writes it first): the
 -- task name is the string right after it, read here without unpacking the arguments.
-local TASK_KEY = string.char(160 + #PK.TASK) .. PK.TASK -- the key as a msgpack fixstr
 local function payload_task_name(p)
-  if not p or string.sub(p, 2, 1 + #TASK_KEY) ~= TASK_KEY then return nil end
-  local at = 2 + #TASK_KEY -- the name's msgpack header
+  if not p or string.sub(p, 2, 1 + #EST.task_key) ~= EST.task_key then return nil end
+  local at = 2 + #EST.task_key -- the name's msgpack header
   local b = string.byte(p, at)
   if b >= 160 and b <= 191 then return string.sub(p, at + 1, at + b - 160) end -- fixstr
   if b == 217 then return string.sub(p, at + 2, at + 1 + string.byte(p, at + 1)) end -- str 8
@@ -41,20 +41,20 @@ end
 
 -- Fold one succeeded run (ms, Redis time) into a moving average (jobcenter/model/ordering.py).
 local function learn(field, ms)
-  local old = tonumber(redis.call('HGET', ESTIMATES, field))
-  if not old and redis.call('HLEN', ESTIMATES) >= ESTIMATES_MAX then return end
+  local old = tonumber(redis.call('HGET', EST.key, field))
+  if not old and redis.call('HLEN', EST.key) >= EST.max then return end
   local value = ms
-  if old then value = old + ESTIMATE_WEIGHT * (ms - old) end
-  redis.call('HSET', ESTIMATES, field, string.format('%.1f', value))
+  if old then value = old + EST.weight * (ms - old) end
+  redis.call('HSET', EST.key, field, string.format('%.1f', value))
 end
 
 local function learn_run(i, started, payload)
   if not started then return end
   local ms = math.max(0, now - tonumber(started))
-  job_name = job_name or redis.call('HGET', J, JF.NAME) or ''
+  EST.job_name = EST.job_name or redis.call('HGET', J, JF.NAME) or ''
   -- the instances of a mapped task (`<id>[<n>]`) share their task's estimate
   local id = string.gsub(redis.call('HGET', T, TF_ID .. i) or i, '%[%d+%]$', '')
-  learn('j\t' .. job_name .. '\t' .. id, ms)
+  learn('j\t' .. EST.job_name .. '\t' .. id, ms)
   local task_name = payload_task_name(payload)
   if task_name then learn('t\t' .. task_name, ms) end
 end
@@ -124,7 +124,7 @@ if #leases > 0 then
   call_chunked('HSET', T, writes)
   call_chunked('HDEL', T, clears)
   call_chunked('ZREM', LEASES, leases)
-  for i in pairs(done) do free_slots(i) end
+  for i in pairs(done) do SL.free_slots(i) end
   append_history(history)
   call_chunked('RPUSH', F, frontier)
   task_finished(now, #leases)

@@ -27,7 +27,7 @@ if delay >= 0 and tonumber(attempt) < max_attempts(i) then
   redis.call('HDEL', T, TF_WAITING_FOR .. i, TF_GATE_WAIT .. i) -- it ran: waits for no worker, no gate
   record_history(i, T_RETRY_WAIT, now, err)
   redis.call('ZREM', LEASES, lease_member(i))
-  free_slots(i)
+  SL.free_slots(i)
   if delay == 0 then
     enqueue(i, now)
     flush_wakes()

@@ -36,14 +36,14 @@ for k = A + 1, #ARGV, 5 do
       redis.call('HDEL', T, TF_GATE_WAIT .. i)
       fail_task(i, now, 'gate ' .. gate .. ' said no for ' .. math.floor((now - since) / 1000)
         .. ' s (its give_up_after): the task did not run')
-      code = ITEM_GATE_GAVE_UP
+      code = ITEM_ALREADY -- the attempt ended: the task failed
       failed = true
     else
       redis.call('HSET', T, TF_STATE .. i, T_QUEUED, TF_GATE_WAIT .. i, since .. '|' .. gate,
         TF_UPDATED_AT .. i, now)
       redis.call('HDEL', T, TF_HANDLER .. i, TF_STARTED_AT .. i)
       redis.call('ZREM', LEASES, lease_member(i))
-      free_slots(i)
+      SL.free_slots(i)
       local queue = QUEUES[task_queue(i)]
       redis.call('ZADD', queue.delayed, now + backoff, task_priority(i) .. '|' .. queue_member(i))
       woken[queue.wake] = true

@@ -14,5 +14,5 @@ if ARGV[2] == '' then
   return {OK}
 end
 redis.call('HSET', LIMITS, LF.POOL_TOTAL .. ARGV[1], ARGV[2])
-mark_freed(LIMITS, FREED, FREED_WAKE, id, tonumber(ARGV[2]))
+SL.mark_freed(LIMITS, FREED, FREED_WAKE, id, tonumber(ARGV[2]))
 return {OK}

@@ -12,5 +12,5 @@ if ARGV[2] == '' then
 else
   redis.call('HSET', LIMITS, LF.RATE .. ARGV[1], ARGV[2])
 end
-mark_freed(LIMITS, FREED, FREED_WAKE, ARGV[1], 1) -- a queue name has no parked tasks: a no-op
+SL.mark_freed(LIMITS, FREED, FREED_WAKE, ARGV[1], 1) -- a queue name has no parked tasks: a no-op
 return {OK}

@@ -19,7 +19,7 @@ for k = A + 1, #ARGV, 2 do
     record_history(i, T_QUEUED, now, 'given back by a stopping worker')
     redis.call('HSET', T, TF_MAX_ATTEMPTS .. i, max_attempts(i) + 1)
     redis.call('ZREM', LEASES, lease_member(i))
-    free_slots(i)
+    SL.free_slots(i)
     enqueue(i, now)
     released = released + 1
   end

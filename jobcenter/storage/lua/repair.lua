@@ -2,8 +2,9 @@
   batch. A task no longer in the broken state is left alone, so a repair never duplicates.
   'requeue'  queued or retry_wait, in no queue, delayed set or lease: queued again
              (a lost queue entry, ARCHITECTURE.md, Recovery rule 2)
-  'release'  waiting with every parent succeeded (parents given): queued (rule 3); a
-             mapped task has its expansion scheduled (again, if its entry was lost)
+  'release'  waiting with every parent ended (parents given): decided by its trigger rule,
+             counted afresh from its parents' states (queued, skipped or upstream_failed; rule 3);
+             a mapped task has its expansion scheduled (again, if its entry was lost)
   'abandon'  queued, retry_wait or timed_out on a node with no live worker: failed, and its
              descendants upstream_failed (rule 4)
   'lease'    running or timed_out with no lease: given a lease due now, so the expiry
@@ -30,26 +31,24 @@ while k <= #ARGV do
     local held = redis.call('ZSCORE', LEASES, lease)
       or redis.call('ZSCORE', queue.ready, queue_member(i))
       or redis.call('ZSCORE', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
-      or redis.call('HEXISTS', LIMITS, LF.PARKED_AT .. lease) == 1 -- waiting for a full limit
+      or redis.call('HEXISTS', SL.keys.limits, LF.PARKED_AT .. lease) == 1 -- waiting for a full limit
     if (state == T_QUEUED or state == T_RETRY_WAIT) and not held then
       enqueue(i, now)
       repaired = repaired + 1
     end
   elseif action == 'release' then
     local nparents = tonumber(ARGV[k])
-    local all_succeeded = true
-    for p = k + 1, k + nparents do
-      if task_state(ARGV[p]) ~= T_SUCCEEDED then all_succeeded = false end
-    end
+    local parents = count_parents(k + 1, k + nparents, {})
     k = k + 1 + nparents
     -- an expanded mapped task is released by its instances (recovery may not see them
     -- all); one whose expansion lost its frontier entry has it scheduled again
     local expanded = redis.call('HEXISTS', T, TF_MAP_INSTANCES .. i) == 1
-    if state == T_WAITING and all_succeeded and expanded then
+    if state == T_WAITING and parents.d == 0 and expanded then
       if map_resume(i, now) then repaired = repaired + 1 end
-    elseif state == T_WAITING and all_succeeded then
-      redis.call('HSET', T, TF_DEPS_LEFT .. i, 0)
-      enqueue(i, now)
+    elseif state == T_WAITING and parents.u == 0 then
+      local verdict, rule = parents_verdict(i, parents)
+      store_parent_counts(i, parents)
+      act_on_verdict(i, rule, verdict, nil, i, now, nil)
       repaired = repaired + 1
     end
   elseif action == 'lease' then
@@ -62,7 +61,7 @@ while k <= #ARGV do
       redis.call('ZREM', queue.ready, queue_member(i))
       redis.call('ZREM', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
       redis.call('HDEL', CLAIMS, lease)
-      unpark(i)
+      SL.unpark(i)
       fail_task(i, now, err)
       repaired = repaired + 1
     end

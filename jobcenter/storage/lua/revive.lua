@@ -1,11 +1,11 @@
 --[[ revive: run failed tasks again (a dead letter requeued, or `retry JOB`, in chunks): each
   root goes from failed back to queued with a fresh budget of attempts; each upstream_failed
-  task given goes back to waiting (queued if its parents have all succeeded meanwhile) when
-  every parent is succeeded, alive, or revived by this call. One whose parent is dead
-  (failed, upstream_failed, cancelled: a task revived by an earlier chunk failed again) stays
-  upstream_failed. Dependency counters need no change: a counter only ever counts parents
-  not yet succeeded. A finished job re-opens (running, no TTL) and is finalized again when
-  its tasks end.
+  task given goes back to waiting (queued if its rule is met meanwhile) unless its trigger
+  rule still fails on its parents, counted with the tasks this call revives as not ended (a
+  parent failed for good: not revived, or revived by an earlier chunk and failed again). Its
+  parent counters are counted again from its parents' states; a waiting child of a revived
+  task stops counting that parent as failed (parent_ended counts it when it ends again).
+  A finished job re-opens (running, no TTL) and is finalized again when its tasks end.
   All checks come first: a root not failed, a task to reset not upstream_failed, or a
   cancelled job, and nothing is written.
   KEYS: the job context (_job.lua)
@@ -22,10 +22,8 @@ if redis.call('EXISTS', F) == 1 then return {BUSY} end
 local function not_in(i, want)
   return {WRONG_STATE, 'task ' .. (redis.call('HGET', T, TF_ID .. i) or i) .. ' is not ' .. want}
 end
-local ALIVE = {[T_SUCCEEDED] = true, [T_WAITING] = true, [T_QUEUED] = true,
-               [T_RUNNING] = true, [T_TIMED_OUT] = true, [T_RETRY_WAIT] = true}
 local nroots = tonumber(ARGV[A])
-local roots, resets, revived = {}, {}, {}
+local roots, resets, revived, verdicts, counts = {}, {}, {}, {}, {}
 for k = A + 1, A + nroots do
   if task_state(ARGV[k]) ~= T_FAILED then return not_in(ARGV[k], T_FAILED) end
   roots[#roots + 1] = ARGV[k]
@@ -35,23 +33,41 @@ local k = A + 1 + nroots
 while k <= #ARGV do
   local i, nparents = ARGV[k], tonumber(ARGV[k + 1])
   if task_state(i) ~= T_UPSTREAM_FAILED then return not_in(i, T_UPSTREAM_FAILED) end
-  local unblocked = true
-  for p = k + 2, k + 1 + nparents do
-    if not (revived[ARGV[p]] or ALIVE[task_state(ARGV[p])]) then unblocked = false end
-  end
-  if unblocked then
+  local parents = count_parents(k + 2, k + 1 + nparents, revived)
+  local verdict = parents_verdict(i, parents)
+  if verdict ~= 'fail' and verdict ~= 'skip' then
     resets[#resets + 1] = i
     revived[i] = true
+    verdicts[i], counts[i] = verdict, parents
   end
   k = k + 2 + nparents
 end
 if #roots + #resets == 0 then return {OK, 0} end
 
+-- Task i is alive again: a waiting child that counted it as failed (it has a trigger rule,
+-- or a parent skipped) counts it as not ended; a child in this call's resets is counted
+-- afresh below.
+local function uncount_failed_parent(i)
+  local csv = redis.call('HGET', T, TF_CHILDREN .. i) or ''
+  for c in string.gmatch(csv, '[^,]+') do
+    if task_state(c) == T_WAITING and redis.call('HEXISTS', T, TF_PARENTS_LEFT .. c) == 1 then
+      redis.call('HINCRBY', T, TF_PARENTS_LEFT .. c, 1)
+      redis.call('HINCRBY', T, TF_PARENTS_FAILED .. c, -1)
+    end
+  end
+end
+
 local now = now_ms()
+if redis.call('HEXISTS', J, JF.TRIGGER_RULES) == 1 then -- else no such child exists
+  for _, list in ipairs({roots, resets}) do
+    for _, i in ipairs(list) do uncount_failed_parent(i) end
+  end
+end
 for _, i in ipairs(resets) do
   redis.call('HDEL', T, TF_FINISHED_AT .. i, TF_ERROR .. i)
-  if tonumber(redis.call('HGET', T, TF_DEPS_LEFT .. i) or 0) == 0 then
-    enqueue(i, now) -- its parents all succeeded since it was blocked: nothing would release it
+  store_parent_counts(i, counts[i])
+  if verdicts[i] == 'run' then
+    enqueue(i, now) -- its rule was met while it was blocked: nothing else would release it
   else
     redis.call('HSET', T, TF_STATE .. i, T_WAITING, TF_UPDATED_AT .. i, now)
   end

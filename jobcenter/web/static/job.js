@@ -8,11 +8,11 @@
   // Most urgent first: a group box takes the colour of the most urgent state inside it.
   const URGENCY = [
     "failed", "upstream_failed", "timed_out", "running", "retry_wait", "queued", "waiting",
-    "cancelled", "succeeded",
+    "cancelled", "skipped", "succeeded",
   ];
-  const DARK_TEXT_ON = new Set(["waiting", "queued", "retry_wait", "upstream_failed"]);
+  const DARK_TEXT_ON = new Set(["waiting", "queued", "retry_wait", "upstream_failed", "skipped"]);
   const JOB_DONE = new Set(["succeeded", "failed", "cancelled"]);
-  const TASK_DONE = new Set(["succeeded", "failed", "upstream_failed", "cancelled"]);
+  const TASK_DONE = new Set(["succeeded", "failed", "upstream_failed", "cancelled", "skipped"]);
   const IDLE_POLL_MS = 3000; // a finished job is still watched: a retry re-opens it
   const TASK_W = 110, TASK_H = 34, GROUP_W = 170, GROUP_H = 58, CHAR_W = 7;
   const MIN_SCALE = 0.6; // a picture larger than the view is shrunk to this at most, then panned
