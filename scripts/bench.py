@@ -1391,7 +1391,8 @@ def main() -> int:
         "--only",
         default="",
         help="comma-separated: W1,W1-pool,W2,W3,W4,W5,big-fan,big-chain,big-follow; or `order` "
-        "alone: the task-order rules on DAGs where order matters (one worker, --concurrency slots)",
+        "alone: the task-order rules on DAGs where order matters (one worker, --concurrency "
+        "slots); or `cluster` alone: W1 and W4 on one Redis and on a local 3-master Redis Cluster",
     )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=64, help="task threads per worker")
@@ -1433,6 +1434,10 @@ def main() -> int:
 
     if args.only == "order":
         return order_bench(args.concurrency, say)
+    if args.only == "cluster":
+        import bench_cluster
+
+        return bench_cluster.main(sizes, repeats, args.workers, args.concurrency, say)
     chosen = workloads(sizes)
     if args.only:
         wanted = [k.strip() for k in args.only.split(",") if k.strip()]

@@ -11,17 +11,17 @@ from __future__ import annotations
 import os
 import threading
 import time
-
-import redis
+from typing import Any
 
 from jobcenter import Fatal, current_task, task
+from jobcenter.storage.connection import client_for
 
 REDIS_URL_ENV = "JOBCENTER_BENCH_REDIS_URL"  # where the bench lists live (the bench's Redis)
 RAN_KEY_PREFIX = "bench:ran:"  # + job id: the list of tasks of that job that ran
 MAX_CONNECTIONS = 4096  # above any --concurrency the bench uses
 RESULT = b"r" * 97  # packs to 100 bytes (msgpack bin 8: 3 bytes of header)
 
-_client: redis.Redis | None = None
+_client: Any = None
 _client_lock = threading.Lock()
 
 
@@ -30,14 +30,14 @@ def ran_key(job_id: str) -> str:
     return RAN_KEY_PREFIX + job_id
 
 
-def _redis() -> redis.Redis:
+def _redis() -> Any:
     """One client per process (its pool gives each task thread a connection)."""
     global _client
     if _client is None:
         with _client_lock:
             if _client is None:
                 # one connection per task thread: redis-py's default pool stops at 100
-                _client = redis.Redis.from_url(
+                _client = client_for(  # one Redis or a cluster (--only=cluster)
                     os.environ[REDIS_URL_ENV], max_connections=MAX_CONNECTIONS
                 )
     return _client

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import redis
 from helpers import wait_until
 
+from jobcenter.storage.connection import client_for
 from jobcenter.storage.keys import Keys
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -169,7 +169,7 @@ class WorkerPool:
         self.redis_url = redis_url
         self.namespace = namespace
         self.log_dir = log_dir
-        self.redis = redis.Redis.from_url(redis_url)
+        self.redis: Any = client_for(redis_url)  # a single Redis, a cluster, a Sentinel's
         self.keys = Keys(namespace)
         self.started: list[WorkerProcess] = []
 

@@ -2,7 +2,7 @@
 (`jobcenter worker tasks_for_tests retry_tasks`).
 
 Like tasks_for_tests, each task writes what it did into keys of the tests' own
-(``jctest:<namespace>:…``, formed by `tasks_for_tests.scratch_key`), never into jobcenter's.
+(``jctest:{<namespace>}:…``, formed by `tasks_for_tests.scratch_key`), never into jobcenter's.
 Every record carries the attempt's fencing token and the Redis TIME it was taken at, so a test
 compares times on one clock with the ones jobcenter stores.
 """

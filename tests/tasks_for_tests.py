@@ -1,7 +1,8 @@
 """Tasks that worker processes started by the tests import (`jobcenter worker tasks_for_tests`).
 
 Each task reports what it did into Redis keys of its own (never jobcenter's), under
-``jctest:<namespace>:…``, so a test can see which worker ran what, how often, and wait on it.
+``jctest:{<namespace>}:…`` (one hash tag: a gate check reads two keys in one call, also on
+a Redis Cluster), so a test can see which worker ran what, how often, and wait on it.
 A task that must keep running until the test says so polls a *gate* key the test sets: no
 task sleeps for longer than a demo step.
 """
@@ -13,10 +14,10 @@ import logging
 import os
 import time
 from functools import cache
-
-import redis
+from typing import Any
 
 from jobcenter import Fatal, Retry, current_task, gate, task
+from jobcenter.storage.connection import client_for
 
 # A gate that is never opened must not keep a worker busy forever once its test has failed.
 GATE_DEADLINE_SECONDS = 60.0
@@ -25,13 +26,13 @@ WORKER_NAME_ENV = "JOBCENTER_TEST_WORKER_NAME"  # set per worker process by the 
 
 
 @cache
-def _redis() -> redis.Redis:
-    return redis.Redis.from_url(os.environ["JOBCENTER_REDIS_URL"])
+def _redis() -> Any:
+    return client_for(os.environ["JOBCENTER_REDIS_URL"])  # a single Redis or a cluster
 
 
 def scratch_key(namespace: str, what: str) -> str:
     """A key of the tests' own; the fixtures use the same function."""
-    return f"jctest:{namespace}:{what}"
+    return f"jctest:{{{namespace}}}:{what}"
 
 
 def _key(what: str) -> str:

@@ -3,15 +3,24 @@
 Every `jobcenter worker` enqueues the round's recovery job (one rq job id per interval,
 `unique=True`, so any number of workers enqueue it once) and supervises a child process
 running an rq worker for the system queue. The rq worker runs only the recovery function;
-jobs use rq's JSON serializer, never pickle."""
+jobs use rq's JSON serializer, never pickle.
+
+On a Redis Cluster rq cannot run: its keys carry no hash tag and its transactions span
+slots. There the same child runs each round's pass itself (`run_rounds`), and singleton.lua's
+round number, in shard 0's slot, lets one pass per interval through, whichever worker's child
+asks first (ARCHITECTURE.md, Recovery)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 from typing import Any
 
 from rq import SimpleWorker, get_current_job
@@ -19,7 +28,9 @@ from rq.exceptions import DuplicateJobError
 from rq.serializers import JSONSerializer
 
 from jobcenter.config import Settings
-from jobcenter.storage.connection import connect
+from jobcenter.errors import RedisUnavailable
+from jobcenter.storage.connection import CLUSTER_SCHEME, connect
+from jobcenter.storage.errors import REDIS_TROUBLE
 from jobcenter.storage.store import Store
 from jobcenter.storage.system_queue import current_round, recovery_job_id, system_queue
 
@@ -31,10 +42,15 @@ log = logging.getLogger(__name__)
 
 RECOVERY_FUNC = "jobcenter.runtime.rq_runner.run_recovery_job"
 RQ_STOP_SECONDS = 10  # an rq child finishing a recovery run gets this long at shutdown
+ROUND_RETRY_MS = 1_000  # on a cluster: a round Redis refused is tried again this soon
+ROUND_WAIT_MIN_MS = 50  # ... and the next round is waited for at least this long
 
 
 def enqueue_recovery(store: Store) -> bool:
-    """Enqueue this round's recovery job unless a worker did already; True if this call did."""
+    """Enqueue this round's recovery job unless a worker did already; True if this call did.
+    On a cluster nothing is enqueued: the child runs the rounds itself (run_rounds)."""
+    if store.cluster:
+        return False
     settings = store.settings
     interval = settings.recovery_interval_seconds
     round_no = current_round(store)
@@ -64,6 +80,25 @@ def run_recovery_job(namespace: str, round_no: int) -> dict[str, Any]:
     store = Store(job.connection, settings)
     report = Recovery(store, handler=f"rq:{job.worker_name or os.getpid()}").run(round_no)
     return report.to_dict()
+
+
+def run_rounds(settings: Settings, stop: threading.Event) -> None:
+    """The child's loop on a Redis Cluster: try each round's pass once (the singleton lease
+    and round in our Lua let one child's through per round), then wait for the next round.
+    A cluster that does not answer (a failover under way) is waited out."""
+    handler = f"recovery:{socket.gethostname()}:{os.getpid()}"
+    interval_ms = int(settings.recovery_interval_seconds * 1000)
+    store: Store | None = None
+    while not stop.is_set():
+        wait_ms = ROUND_RETRY_MS
+        try:
+            store = store or Store(connect(settings.redis_url), settings)
+            round_no = current_round(store)
+            Recovery(store, handler).run(round_no)
+            wait_ms = (round_no + 1) * interval_ms - store.now_ms()
+        except (*REDIS_TROUBLE, RedisUnavailable) as exc:
+            log.warning("recovery round: %s; trying again", exc)
+        stop.wait(min(max(wait_ms, ROUND_WAIT_MIN_MS), interval_ms) / 1000)
 
 
 class RecoveryWorker(SimpleWorker):
@@ -106,6 +141,17 @@ def stop_rq_worker(
         process.wait()
 
 
+def _connect_when_up(url: str) -> Any:
+    """A connection, once Redis answers: a child started while no primary answers (a
+    failover under way) waits for one instead of failing."""
+    while True:
+        try:
+            return connect(url)
+        except RedisUnavailable as exc:
+            log.warning("rq worker: %s; trying again", exc)
+            time.sleep(ROUND_RETRY_MS / 1000)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="jobcenter's rq worker for recovery jobs")
     parser.add_argument("--parent", type=int, default=0)
@@ -114,7 +160,12 @@ def main() -> None:
     settings = Settings.from_env()
     if args.parent:
         exit_with(args.parent)
-    queue = system_queue(connect(settings.redis_url), settings.namespace)
+    if settings.redis_url.startswith(CLUSTER_SCHEME + "://"):
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+        run_rounds(settings, stop)
+        return
+    queue = system_queue(_connect_when_up(settings.redis_url), settings.namespace)
     worker = RecoveryWorker([queue], connection=queue.connection, serializer=JSONSerializer)
     worker.work(logging_level="WARNING")
 

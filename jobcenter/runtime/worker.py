@@ -384,8 +384,9 @@ class Worker:
         timeout = IDLE_WAIT_SECONDS
         if self.next_retry_ms >= 0:  # wake when the next retry is due, not a second later
             timeout = min(timeout, max(RETRY_WAKE_MIN_SECONDS, self.next_retry_ms / 1000))
-        keys = self.store.wake_keys(self.queues, leader=False) + [self.own_wake]
-        self.store.wait_for_wake(keys, timeout)
+        shards = range(self.store.keys.shards) if self.store.cluster else [0]
+        keys = [k for n in shards for k in self.store.wake_keys(self.queues, leader=False, shard=n)]
+        self.store.wait_for_wake([*keys, self.own_wake], timeout)  # on a cluster: per slot
 
     def _run(self, tasks: list[StartedTask]) -> None:
         if not tasks:

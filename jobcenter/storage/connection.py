@@ -1,27 +1,123 @@
-"""Connections to Redis and the one clock every decision uses: Redis TIME, never a worker's."""
+"""Connections to Redis and the one clock every decision uses: Redis TIME, never a worker's.
+
+`connect` is the one factory: every client of a deployment comes from it, so one setting
+(JOBCENTER_REDIS_URL / --redis-url) picks a single Redis, a Redis Cluster or a Sentinel-run
+primary:
+
+- ``redis://[user:password@]host:port[/db]`` (``rediss://`` for TLS): one Redis;
+- ``redis+cluster://[user:password@]host:port[,host:port...]``: a Redis Cluster, reached
+  through any of the nodes listed (redis-py's RedisCluster learns the rest);
+- ``redis+sentinel://[password@]host:port[,host:port...]/master-name[/db]``: the primary the
+  Sentinels at those addresses name (redis-py's Sentinel.master_for follows failovers).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from redis import Redis
 from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
+from redis.sentinel import Sentinel
 
 from jobcenter.errors import RedisUnavailable
 
-from .errors import UNREACHABLE
+from .errors import UNREACHABLE, ClusterClientError
+
+CLUSTER_SCHEME = "redis+cluster"
+SENTINEL_SCHEME = "redis+sentinel"
 
 
-def connect(url: str, **kwargs: Any) -> Redis:
-    """A Redis client for `url` (redis://, rediss:// for TLS, ACL user:password in the URL)."""
+@dataclass(frozen=True)
+class Address:
+    """A cluster or sentinel URL taken apart: the seed addresses, the credentials, and for
+    Sentinel the master's name and database."""
+
+    nodes: list[tuple[str, int]]
+    username: str | None = None
+    password: str | None = None
+    master: str = ""
+    db: int = 0
+
+
+def parse_multi_host(url: str) -> Address:
+    """Take apart a ``redis+cluster://`` or ``redis+sentinel://`` URL (urllib cannot: its
+    netloc holds several host:port pairs); a ValueError names what is wrong."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in (CLUSTER_SCHEME, SENTINEL_SCHEME):
+        raise ValueError(f"not a {CLUSTER_SCHEME}:// or {SENTINEL_SCHEME}:// URL: {url!r}")
+    netloc, _, path = rest.partition("/")
+    userinfo, at, hosts = netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username, password = (unquote(user) or None, unquote(secret)) if colon else (None, user)
+    nodes = []
+    for item in hosts.split(","):
+        host, colon, port = item.rpartition(":")
+        if not colon or not host or not port.isdigit():
+            raise ValueError(f"{url!r}: {item!r} is not host:port")
+        nodes.append((host, int(port)))
+    parts = [p for p in path.split("/") if p]
+    if scheme == CLUSTER_SCHEME:
+        if parts:
+            raise ValueError(f"{url!r}: a cluster URL has no path (a cluster has only db 0)")
+        return Address(nodes, username, password)
+    if not parts or len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()):
+        raise ValueError(f"{url!r}: a sentinel URL ends in /<master name>[/<db>]")
+    return Address(nodes, username, password, parts[0], int(parts[1]) if len(parts) == 2 else 0)
+
+
+# redis-py leaves these two untyped
+_cluster_node: Any = ClusterNode
+_sentinel: Any = Sentinel
+
+
+def client_for(url: str, **kwargs: Any) -> Any:
+    """A client for `url` (any of the forms above), not yet checked to answer."""
+    scheme = url.partition("://")[0]
+    if scheme == CLUSTER_SCHEME:
+        address = parse_multi_host(url)
+        return RedisCluster(
+            startup_nodes=[_cluster_node(host, port) for host, port in address.nodes],
+            username=address.username,
+            password=address.password,
+            **kwargs,
+        )
+    if scheme == SENTINEL_SCHEME:
+        address = parse_multi_host(url)
+        options = {k: v for k, v in kwargs.items() if k != "health_check_interval"}
+        sentinel: Any = _sentinel(address.nodes, **options)
+        return sentinel.master_for(
+            address.master,
+            db=address.db,
+            username=address.username,
+            password=address.password,
+            **kwargs,
+        )
+    return Redis.from_url(url, **kwargs)
+
+
+def connect(url: str, **kwargs: Any) -> Any:
+    """A client for `url` that answered PING (redis://, rediss:// for TLS, ACL user:password
+    in the URL; redis+cluster://, redis+sentinel://: see the module's doc)."""
     kwargs.setdefault("health_check_interval", 30)
-    client = Redis.from_url(url, **kwargs)
     try:
+        client = client_for(url, **kwargs)
         client.ping()
     except (*UNREACHABLE, OSError) as exc:
         raise RedisUnavailable(f"cannot reach Redis at {url}: {exc}") from exc
+    except ClusterClientError as exc:  # RedisCluster finds no node of the cluster it can use
+        raise RedisUnavailable(f"cannot reach Redis at {url}: {exc}") from exc
     return client
+
+
+def is_cluster(client: Any) -> bool:
+    """Whether `client` talks to a Redis Cluster (keys of one call must share one slot)."""
+    return isinstance(client, RedisCluster)
 
 
 def probe_client(timeout: float, url: str | None = None, **kwargs: Any) -> Any:
@@ -33,10 +129,10 @@ def probe_client(timeout: float, url: str | None = None, **kwargs: Any) -> Any:
         "retry": Retry(NoBackoff(), 0),
         **kwargs,
     }
-    return Redis.from_url(url, **options) if url is not None else Redis(**options)
+    return client_for(url, **options) if url is not None else Redis(**options)
 
 
 def time_ms(client: Any) -> int:
-    """Redis TIME in milliseconds."""
+    """Redis TIME in milliseconds (on a cluster, its default node's: nodes keep NTP time)."""
     seconds, micros = client.time()
     return int(seconds) * 1000 + int(micros) // 1000

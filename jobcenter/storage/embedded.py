@@ -16,7 +16,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -122,13 +122,19 @@ class RedisServer:
         appendonly: bool = True,
         appendfsync: str = "everysec",
         binary: str | None = None,
+        extra_conf: Sequence[str] = (),
+        sentinel: bool = False,
+        pick_port: Callable[[], int] = free_port,
     ) -> None:
         self._data_dir = Path(data_dir).resolve()
         self._port_given = port is not None
-        self._port = port if port is not None else free_port()
+        self._pick_port = pick_port  # a port (again, if another process took it first)
+        self._port = port if port is not None else pick_port()
         self.appendonly = appendonly
         self.appendfsync = appendfsync
         self.binary = binary or find_redis_server()
+        self.extra_conf = list(extra_conf)  # more redis.conf lines (cluster, replicaof, ...)
+        self.sentinel = sentinel  # run as a Sentinel (redis-server --sentinel): no data
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -172,7 +178,7 @@ class RedisServer:
                 self.kill()
                 if attempt == attempts or "in use" not in self._log_tail():
                     raise
-                self._port = free_port()
+                self._port = self._pick_port()
         raise AssertionError("unreachable")
 
     def stop(self) -> None:
@@ -234,11 +240,15 @@ class RedisServer:
             f"dir {_quote(str(self._data_dir))}",
             f"logfile {_quote(str(self.log_path))}",
             f"pidfile {_quote(str(self._data_dir / PID_FILE_NAME))}",
-            f"appendonly {'yes' if self.appendonly else 'no'}",
-            f"appendfsync {self.appendfsync}",
-            'save ""',
-            "maxmemory-policy noeviction",
         ]
+        if not self.sentinel:
+            lines += [
+                f"appendonly {'yes' if self.appendonly else 'no'}",
+                f"appendfsync {self.appendfsync}",
+                'save ""',
+                "maxmemory-policy noeviction",
+            ]
+        lines += self.extra_conf
         conf = self._data_dir / CONF_FILE_NAME
         conf.write_text("\n".join(lines) + "\n")
         return conf
@@ -249,7 +259,7 @@ class RedisServer:
         # append them to the same log so one file explains any failed start.
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
-                [self.binary, str(conf)],
+                [self.binary, str(conf), *(["--sentinel"] if self.sentinel else [])],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

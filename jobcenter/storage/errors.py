@@ -4,7 +4,7 @@ redis: a worker backs off on any of them, the CLI tells "unreachable" from "refu
 from __future__ import annotations
 
 import redis
-from redis.exceptions import NoScriptError, OutOfMemoryError, ReadOnlyError
+from redis.exceptions import NoScriptError, OutOfMemoryError, ReadOnlyError, RedisClusterException
 
 RedisError = redis.RedisError  # anything Redis or the link to it did
 ConnectionError = redis.ConnectionError  # noqa: A001 (redis-py's name)
@@ -12,9 +12,15 @@ TimeoutError = redis.TimeoutError  # noqa: A001 (redis-py's name)
 ResponseError = redis.ResponseError  # Redis answered with an error (a refusal, a bad call)
 
 UNREACHABLE = (ConnectionError, TimeoutError)
+# redis-py's cluster client raises a few errors outside RedisError: no seed node answers, or
+# no node serves a slot while a failover settles
+ClusterClientError = RedisClusterException
+REDIS_TROUBLE = (RedisError, ClusterClientError)
 
 __all__ = [
+    "REDIS_TROUBLE",
     "UNREACHABLE",
+    "ClusterClientError",
     "ConnectionError",
     "NoScriptError",
     "OutOfMemoryError",

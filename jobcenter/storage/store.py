@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 import redis
 from redis import Redis
 
-from jobcenter.config import ACKED, Settings
+from jobcenter.config import ACKED, REPLICATED, Settings
 from jobcenter.errors import (
     IdempotencyConflict,
     NoResult,
@@ -30,7 +30,7 @@ from jobcenter.model.spec import JobSpec, spec_digest, spec_from_any
 from jobcenter.model.states import TERMINAL_TASK_STATES, JobState, TaskState
 
 from . import schema
-from .connection import connect, time_ms
+from .connection import connect, is_cluster, time_ms
 from .durability import GroupCommit
 from .keys import JobKeys, Keys
 from .layout import Layout, job_queues
@@ -52,6 +52,7 @@ INLINE_SPLIT_MAX = 500  # a job this small is split by its submit script (one sh
 # A submit waits at most this for its fsync: two of `everysec`'s fsyncs. Kept under half the
 # client's socket timeout (redis-py 8 defaults to 5 s), so the wait never reads as a dead link.
 WAITAOF_TIMEOUT_MS = 2_000
+WAKE_SHARE_MIN_SECONDS = 0.01  # a cluster's idle wait blocks on each slot at least this long
 # A timed_out attempt's worker may still report within a third of a lease (a late heartbeat
 # or result after a pause) before the attempt is run again or failed.
 LEASE_GRACE_DIVISOR = 3
@@ -178,6 +179,7 @@ class Store:
         self.settings = settings
         self.keys = Keys(settings.namespace, settings.shards)
         self.scripts = Scripts(client)
+        self.cluster = is_cluster(client)  # a Redis Cluster: one call, one hash slot
         self._meta: OrderedDict[str, JobMeta] = OrderedDict()
         self._waitaof: bool | None = None  # learnt from the server on first submit
         self._probe_lock = threading.Lock()
@@ -198,8 +200,19 @@ class Store:
         return self.redis
 
     def wait_for_wake(self, keys: Sequence[str], timeout: float) -> None:
-        """Block until a wake-up token arrives on one of `keys`, or `timeout` seconds pass."""
-        self.redis.blpop(list(keys), timeout=timeout)
+        """Block until a wake-up token arrives on one of `keys`, or `timeout` seconds pass.
+        On a cluster one BLPOP may name keys of one slot only: it blocks on each slot's keys
+        in turn, for its share of `timeout`."""
+        if not self.cluster:
+            self.redis.blpop(list(keys), timeout=timeout)
+            return
+        by_slot: dict[int, list[str]] = defaultdict(list)
+        for key in keys:
+            by_slot[self.redis.keyslot(key)].append(key)
+        share = max(timeout / len(by_slot), WAKE_SHARE_MIN_SECONDS)
+        for slot_keys in by_slot.values():
+            if self.redis.blpop(slot_keys, timeout=share) is not None:
+                return
 
     def _check_shard_count(self) -> None:
         """The first process to use a namespace stores its shard count; any other count is
@@ -391,7 +404,8 @@ class Store:
     def wait_durable(self) -> bool:
         """With durability `fsynced`, where the server has WAITAOF (Redis >= 7.2) and AOF on
         with fsyncs: block until every write this process had acknowledged is fsynced to the
-        local AOF; one WAITAOF serves all the threads waiting (group commit). True if that
+        local AOF; one WAITAOF serves all the threads waiting (group commit). With
+        `replicated`, until one replica has them (WAIT 1, grouped the same way). True if that
         was confirmed. Elsewhere (`acked`) the writes are in Redis memory and its AOF
         buffer, which a Redis crash does not lose (README: Durability)."""
         if self.settings.durability == ACKED or not self._fsync_confirmable():
@@ -399,16 +413,24 @@ class Store:
         return self._group_commit.wait()
 
     def _fsync_confirmable(self) -> bool:
-        """Whether WAITAOF can confirm an fsync here; learnt once, with a note when not."""
+        """Whether WAITAOF (or WAIT) can confirm the write here; learnt once, with a note
+        when not."""
         with self._probe_lock:
             if self._waitaof is None:
-                reason = self._no_waitaof_reason()
+                reason = self._unconfirmable_reason()
                 self._waitaof = reason is None
                 if reason is not None:
-                    log.info("durability fsynced: %s; submits return once Redis acked", reason)
+                    mode = self.settings.durability
+                    log.info("durability %s: %s; submits return once Redis acked", mode, reason)
             return self._waitaof
 
-    def _no_waitaof_reason(self) -> str | None:
+    def _unconfirmable_reason(self) -> str | None:
+        if self.cluster:  # WAITAOF, WAIT: one node's writes, on the connection that made them
+            return "on a Redis Cluster each master fsyncs and replicates on its own"
+        if self.settings.durability == REPLICATED:  # WAIT: every Redis has it
+            if int(self.redis.info("replication").get("connected_slaves", 0)) < 1:
+                return "no replica is connected to the primary, so WAIT would only time out"
+            return None
         info = self.redis.info("server")
         version = str(info["redis_version"])
         major, minor = (int(x) for x in version.split(".")[:2])
@@ -435,6 +457,12 @@ class Store:
             timeout_ms = max(1, min(timeout_ms, int(socket_timeout * 1000 / 2)))
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.keys.fsync_mark(), 1)
+        if self.settings.durability == REPLICATED:  # WAIT: one replica has every write
+            pipe.execute_command("WAIT", 1, timeout_ms)
+            _, replicas = pipe.execute()
+            if int(replicas) < 1:
+                log.warning("WAIT: no replica acknowledged within %d ms; submits acked", timeout_ms)
+            return int(replicas) >= 1
         pipe.execute_command("WAITAOF", 1, 0, timeout_ms)
         try:
             _, (local, _) = pipe.execute()
@@ -886,6 +914,12 @@ class Store:
                 )
             if aof != "yes":
                 warnings.append("appendonly is off: a Redis restart loses what it held")
+        if self.cluster and self.keys.shards < len(self.redis.get_primaries()):
+            warnings.append(
+                f"JOBCENTER_SHARDS={self.keys.shards} on a cluster of "
+                f"{len(self.redis.get_primaries())} masters: jobs live on {self.keys.shards} of "
+                "them at most; a new namespace with 8 or more shards per master spreads them"
+            )
         for warning in warnings:
             log.warning(warning)
         return warnings

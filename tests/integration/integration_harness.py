@@ -97,10 +97,12 @@ def parents_finished_first(status: dict[str, Any], deps: dict[str, list[str]]) -
 
 
 @contextmanager
-def worker_pool(redis_url: str, namespace: str, log_dir: Path) -> Iterator[Workers]:
+def worker_pool(
+    redis_url: str, namespace: str, log_dir: Path, pool_class: type[Workers] = Workers
+) -> Iterator[Workers]:
     """Workers for one test; at its end each must stop on SIGTERM with exit 0 and without a
     traceback in its log, or the test fails."""
-    pool = Workers(redis_url, namespace, log_dir)
+    pool = pool_class(redis_url, namespace, log_dir)
     yield pool
     problems = pool.close()
     if problems:

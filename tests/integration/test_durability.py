@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from jobcenter import schedules as sched
-from jobcenter.config import ACKED, FSYNCED, Settings
+from jobcenter.config import ACKED, FSYNCED, REPLICATED, Settings
 from jobcenter.model.spec import parse_spec
 from jobcenter.storage.embedded import RedisServer, _bundled_binary, redis_version
 from jobcenter.storage.store import Store, connect
@@ -162,3 +162,14 @@ def test_fsynced_on_a_server_without_waitaof_is_acked_with_a_note_logged_once(
         assert store.wait_durable() is False
     notes = [r.getMessage() for r in caplog.records if "has no WAITAOF" in r.getMessage()]
     assert len(notes) == 1, notes
+
+
+def test_replicated_on_a_primary_without_replicas_is_acked_with_a_note(
+    redis_url: str, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(redis_url=redis_url, namespace=namespace, durability=REPLICATED)
+    store = Store(connect(redis_url), settings)
+    with caplog.at_level(logging.INFO, logger="jobcenter.storage.store"):
+        store.submit(parse_spec(ONE))
+        assert store.wait_durable() is False  # no WAIT timing out on every submit
+    assert any("no replica is connected" in r.getMessage() for r in caplog.records)
