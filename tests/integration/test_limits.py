@@ -10,6 +10,7 @@ from typing import Any
 from harness import Cli
 from helpers import wait_until
 from integration_harness import JOB_SECONDS, Scratch, Workers
+from tasks_for_tests import scratch_key
 
 from jobcenter import Client
 from jobcenter.storage import limits
@@ -154,7 +155,7 @@ def test_a_task_waits_for_its_gate_visibly_and_runs_once_it_opens(
     assert status["free"]["state"] in ("running", "succeeded")  # not held up by the gate
     assert scratch.events("start", "load") == []  # the task itself never ran
 
-    scratch.redis.set(f"jctest:{client.settings.namespace}:warehouse-up", 1)
+    scratch.redis.set(scratch_key(client.settings.namespace, "warehouse-up"), 1)
     done = client.wait(job_id, JOB_SECONDS)
     assert done["state"] == "succeeded"
     assert done["tasks"]["load"]["attempts"] == 1  # the gate's waits used no attempt
