@@ -9,6 +9,7 @@ from typing import Any, Unpack
 
 from jobcenter.model.spec import JobSpec, spec_from_any
 from jobcenter.model.states import JobState
+from jobcenter.storage.events import Events
 from jobcenter.storage.schema import TaskField
 from jobcenter.storage.store import JobProgress, JobQuery, Store
 
@@ -64,6 +65,10 @@ class Client:
 
     def status(self, job_id: str) -> dict[str, Any]:
         return self.store.status(job_id)
+
+    def events(self) -> Events:
+        """The event streams: every transition of every job, merged across shards."""
+        return Events(self.store)
 
     def result(self, job_id: str, task_id: str) -> Any:
         """What task `task_id` returned (a mapped task: its instances' results, in element

@@ -46,6 +46,33 @@ def _env_positive(name: str, default: N, parse: Callable[[str], N], what: str) -
     return value
 
 
+def _env_count(name: str, default: int) -> int:
+    """A whole number >= 0 (0 turns something off)."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {raw!r}")
+    return value
+
+
+SWITCH_VALUES = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}
+
+
+def _env_switch(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return SWITCH_VALUES[raw.strip().lower()]
+    except KeyError:
+        raise ValueError(f"{name} must be one of 1, 0, true, false, on, off; got {raw!r}") from None
+
+
 def redacted_url(url: str) -> str:
     """The URL with its password replaced by ***: fit for a log line."""
     parts = urlsplit(url)
@@ -76,8 +103,15 @@ class Settings:
     unknown_task_timeout_seconds: float = 600.0
     # Number of hash-tag shards; 1 on a single Redis, more on Redis Cluster. Fixed per namespace.
     shards: int = 1
+    # A worker's lease on the shards it polls (owned segments): a dead worker's shards are
+    # taken over within this; each worker renews its leases every third of it.
+    segment_lease_seconds: float = 10.0
     # acked | fsynced | replicated: see DURABILITY_MODES.
     durability: str = FSYNCED
+    # Events kept per shard's stream (about: trimmed by whole stream nodes); 0 turns them off.
+    events_maxlen: int = 100_000
+    # Whether the transitions keep the metric counters /metrics reads.
+    metrics: bool = True
     # A task's return value is stored in Redis with its job: a bound keeps one task from
     # filling memory; a larger value fails the task (it is never truncated).
     result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES
@@ -93,6 +127,10 @@ class Settings:
         check_name(self.namespace, "the namespace")
         if not isinstance(self.shards, int) or self.shards < 1:
             raise ValueError(f"the shard count must be a whole number >= 1, got {self.shards!r}")
+        if not isinstance(self.events_maxlen, int) or self.events_maxlen < 0:
+            raise ValueError(
+                f"events_maxlen must be a whole number >= 0, got {self.events_maxlen!r}"
+            )
         if self.durability not in DURABILITY_MODES:
             raise ValueError(
                 f"durability (JOBCENTER_DURABILITY) must be one of "
@@ -113,7 +151,10 @@ class Settings:
                 "JOBCENTER_UNKNOWN_TASK_TIMEOUT_SECONDS", 600.0
             ),
             "shards": _env_int("JOBCENTER_SHARDS", 1),
+            "segment_lease_seconds": _env_float("JOBCENTER_SEGMENT_LEASE_SECONDS", 10.0),
             "durability": os.environ.get("JOBCENTER_DURABILITY") or FSYNCED,
+            "events_maxlen": _env_count("JOBCENTER_EVENTS_MAXLEN", 100_000),
+            "metrics": _env_switch("JOBCENTER_METRICS", True),
             "result_max_bytes": _env_int("JOBCENTER_RESULT_MAX_BYTES", DEFAULT_RESULT_MAX_BYTES),
             "webhook_secret": os.environ.get("JOBCENTER_WEBHOOK_SECRET") or None,
             "notify_timeout_seconds": _env_float("JOBCENTER_NOTIFY_TIMEOUT_SECONDS", 5.0),
@@ -126,3 +167,7 @@ class Settings:
     @property
     def lease_ms(self) -> int:
         return int(self.lease_seconds * 1000)
+
+    @property
+    def segment_lease_ms(self) -> int:
+        return int(self.segment_lease_seconds * 1000)

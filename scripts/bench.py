@@ -6,10 +6,14 @@ bench_tasks` processes (each with its rq recovery child), then measures:
   W1  one job of 20,000 independent tasks               tasks/s
   W1-pool  the same with every task in a pool of 64 slots  tasks/s (what the claim-time
       pool check and the slot give-back cost; 64 of the workers' slots run at once)
+  W1-observe  W1 with events and metrics off, events on, both on (workers restarted for
+      each, interleaved): what the event stream and the metric counters cost
   W2  root -> 5,000 -> join                             wall time
   W3  a chain of 1,000                                  ms per hop
   W4  200 jobs of the seed-000 9-task DAG               wall time
   W5  20,000 one-task jobs submitted through the client jobs/s
+  wake 200 one-task jobs submitted one at a time to idle workers: ready -> started
+      (the idle wake-up path: each owned shard's listener, then a claim)
   W1r W1 with each task returning 100 bytes (stored results): tasks/s, against W1's
   map a 10,000-way map: the time from its source's success to its last instance written
   big a 100,000-task DAG: submit + split time, and the failure of its root cascading to
@@ -96,6 +100,7 @@ class Sizes:
     big: int = 100_000  # big DAG (tasks, the root included)
     memory: int = 20_000  # tasks of the memory probe job
     ceiling: int = 20_000  # EVALSHA calls per ceiling measurement
+    wake: int = 200  # one-task jobs the wake-up workload submits one at a time
     map_elements: int = 10_000  # map: the largest list a map takes
 
 
@@ -239,6 +244,7 @@ class Bench:
     spies: list[subprocess.Popen[bytes]] = field(default_factory=list)
     counter: CommandCounter | None = None
     profile_gil: bool = False  # py-spy samples only the thread holding the GIL (CPU)
+    settings_env: dict[str, str] = field(default_factory=dict)  # JOBCENTER_* for the workers
 
     def now_ms(self) -> int:
         seconds, micros = self.redis.time()
@@ -277,7 +283,22 @@ class Bench:
             "JOBCENTER_REDIS_URL": self.server.url,
             "JOBCENTER_NAMESPACE": NAMESPACE,
             REDIS_URL_ENV: self.server.url,
+            **self.settings_env,
         }
+
+    def restart_workers(self, settings_env: dict[str, str]) -> None:
+        """Every worker stopped, then as many started with these JOBCENTER_* settings; the
+        bench's client gets them too (submit runs scripts as well)."""
+        count = len(self.workers)
+        self.stop_workers()
+        self.workers = []
+        self.settings_env = dict(settings_env)
+        overrides = {
+            "events_maxlen": int(settings_env.get("JOBCENTER_EVENTS_MAXLEN", 100_000)),
+            "metrics": settings_env.get("JOBCENTER_METRICS", "1") == "1",
+        }
+        self.client = Client.from_url(self.server.url, NAMESPACE, **overrides)
+        self.start_workers(count)
 
     def start_workers(self, count: int) -> None:
         log = open(self.data_dir / "workers.log", "ab")  # noqa: SIM115 (kept for the run)
@@ -682,6 +703,47 @@ def run_one_job(bench: Bench, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# W1-observe: the variants, in the order each repeat runs them (the last is the default).
+OBSERVE_VARIANTS = {
+    "off": {"JOBCENTER_EVENTS_MAXLEN": "0", "JOBCENTER_METRICS": "0"},
+    "events": {"JOBCENTER_METRICS": "0"},
+    "both": {},
+}
+OBSERVE_TARGET_PCT = 10.0  # the issue's bound on what events may cost W1
+OBSERVE_COMMANDS = ("xadd", "hincrby")  # what emit() and count() run
+
+
+def run_observe(bench: Bench, n: int) -> dict[str, Any]:
+    """W1 once per variant of OBSERVE_VARIANTS, the workers restarted for each."""
+    out: dict[str, Any] = {"wall_s": 0.0, "problems": []}
+    for name, settings_env in OBSERVE_VARIANTS.items():
+        bench.restart_workers(settings_env)
+        run_one_job(bench, flat_spec(200))  # warm-up: scripts loaded, pools filled
+        stats = bench.commandstats()
+        redis_cpu = bench.cpu_seconds()["redis"]
+        run = run_one_job(bench, flat_spec(n))
+        # Redis's own work per task: what the scripts cost, whatever else loads the machine
+        after = bench.commandstats()
+        evalsha = redis_load(stats, after, run["wall_s"])["evalsha_s"]
+        out[f"evalsha_us_per_task_{name}"] = evalsha * 1e6 / n
+        # the commands events and metrics add, inside the scripts (commandstats counts them)
+        for command in OBSERVE_COMMANDS:
+            calls = after.get(command, {"calls": 0, "usec": 0})
+            was = stats.get(command, {"calls": 0, "usec": 0})
+            out[f"{command}_calls_per_task_{name}"] = (calls["calls"] - was["calls"]) / n
+            out[f"{command}_us_per_task_{name}"] = (calls["usec"] - was["usec"]) / n
+        out[f"redis_cpu_us_per_task_{name}"] = (bench.cpu_seconds()["redis"] - redis_cpu) * 1e6 / n
+        out[f"tasks_per_s_{name}"] = run["tasks_per_s"]
+        out["wall_s"] += run["wall_s"]
+        out["problems"] += [f"{name}: {p}" for p in run["problems"]]
+    return out
+
+
+def observe_cost(r: dict[str, Any], variant: str) -> float:
+    """How much slower W1 ran with `variant` than with events and metrics off, in %."""
+    return 100 * (1 - r[f"tasks_per_s_{variant}"] / r["tasks_per_s_off"])
+
+
 def run_map(bench: Bench, n: int) -> dict[str, Any]:
     """A map of n elements: the expansion time is from the source's success (the first
     chunk is written by that same script) to the creation of the last instance, whose
@@ -786,6 +848,43 @@ def run_many_jobs(
         "dispatch_p50_ms": pct(latencies, 0.5),
         "dispatch_p99_ms": pct(latencies, 0.99),
         "problems": problems,
+    }
+
+
+WAKE_GAP_SECONDS = 0.02  # between the wake workload's submits: the workers are idle again
+
+
+def run_wakeups(bench: Bench, count: int) -> dict[str, Any]:
+    """Idle workers woken up: `count` one-task jobs submitted one at a time, WAKE_GAP_SECONDS
+    apart, each finding the workers idle; the ready -> started time of each task (queued at
+    to started at, both Redis TIME) is what the idle wake-up path costs."""
+    spec = flat_spec(1)
+    baseline = bench.active_jobs()
+    job_ids = []
+    w0 = time.perf_counter()
+    for _ in range(count):
+        job_ids.append(bench.client.submit(spec))
+        time.sleep(WAKE_GAP_SECONDS)
+    wait_active_below(bench, baseline, job_timeout(count))
+    wall_s = time.perf_counter() - w0
+    pipe = bench.redis.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hmget(bench.client.store.keys.job(job_id).tasks, ["s:0", "tq:0", "ts:0"])
+    problems: list[str] = []
+    waits: list[float] = []
+    for state, queued, started in pipe.execute():
+        if state != b"succeeded" or not queued or not started:
+            problems.append(f"a task ended {state!r}")
+        else:
+            waits.append(int(started) - int(queued))
+    bench.purge(job_ids)
+    return {
+        "jobs": count,
+        "wall_s": wall_s,
+        "dispatch_p50_ms": pct(waits, 0.5),
+        "dispatch_p99_ms": pct(waits, 0.99),
+        "dispatch_max_ms": max(waits) if waits else None,
+        "problems": problems[:10],
     }
 
 
@@ -994,10 +1093,17 @@ Workload = Callable[[Bench], dict[str, Any]]
 def workloads(sizes: Sizes) -> dict[str, tuple[str, Workload]]:
     seed = seed000_spec()
     return {
-        "W1": (f"flat {sizes.flat:,} tasks", lambda b: run_one_job(b, flat_spec(sizes.flat))),
+        "W1": (
+            f"flat {sizes.flat:,} tasks (events + metrics on)",
+            lambda b: run_one_job(b, flat_spec(sizes.flat)),
+        ),
         "W1-pool": (
             f"flat {sizes.flat:,} tasks in a pool of {POOL_SLOTS}",
             lambda b: run_one_job(b, pooled_flat(b, sizes.flat)),
+        ),
+        "W1-observe": (
+            f"flat {sizes.flat:,} tasks: events, metrics off / on",
+            lambda b: run_observe(b, sizes.flat),
         ),
         "W1r": (
             f"flat {sizes.flat:,} tasks, {RESULT_BYTES}-byte results",
@@ -1012,6 +1118,10 @@ def workloads(sizes: Sizes) -> dict[str, tuple[str, Workload]]:
         "W5": (
             f"{sizes.one_task_jobs:,} one-task jobs",
             lambda b: run_many_jobs(b, flat_spec(1), sizes.one_task_jobs, full_check=False),
+        ),
+        "wake": (
+            f"{sizes.wake} one-task jobs, one at a time",
+            lambda b: run_wakeups(b, sizes.wake),
         ),
         "map": (
             f"map over {sizes.map_elements:,} elements",
@@ -1160,6 +1270,38 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, s
         r = w["W1-pool"]["median"]
         headline("W1-pool", "tasks/s", r["tasks_per_s"], fmt(r["tasks_per_s"]))
         common("W1-pool", rate=False)
+    if "W1-observe" in w:
+        r = w["W1-observe"]["median"]
+        runs = len(w["W1-observe"]["runs"])
+        label = f"W1-observe {w['W1-observe']['label']}" + (
+            f" [median of {runs}]" if runs > 1 else ""
+        )
+        shown = " / ".join(fmt(r[f"tasks_per_s_{v}"]) for v in OBSERVE_VARIANTS)
+        rows.append((label, "tasks/s: off / events / events + metrics", shown, "", "", ""))
+        for key, figure in (
+            ("evalsha_us_per_task", "  script time per task (us)"),
+            ("redis_cpu_us_per_task", "  Redis CPU per task (us)"),
+        ):
+            shown = " / ".join(fmt(r[f"{key}_{v}"], "", 1) for v in OBSERVE_VARIANTS)
+            rows.append(("", figure, shown, "", "", ""))
+        for command in OBSERVE_COMMANDS:
+            shown = " / ".join(
+                f"{r[f'{command}_calls_per_task_{v}']:.3f} calls, "
+                f"{r[f'{command}_us_per_task_{v}']:.2f} us"
+                for v in OBSERVE_VARIANTS
+            )
+            rows.append(("", f"  {command.upper()} per task", shown, "", "", ""))
+        cost = observe_cost(r, "events")
+        ok = cost <= OBSERVE_TARGET_PCT and not r["problems"]
+        target = f"<= {OBSERVE_TARGET_PCT:.0f} %"
+        rows.append(("", "cost of events", f"{cost:.1f} %", target, "", verdict(ok)))
+        cost = observe_cost(r, "both")
+        rows.append(("", "cost of events + metrics", f"{cost:.1f} %", "printed", "", ""))
+        # what load cannot blur: the time of the commands they add, against the scripts' time
+        share = 100 * r["xadd_us_per_task_events"] / r["evalsha_us_per_task_off"]
+        rows.append(
+            ("", "  XADD time / script time (events on)", f"{share:.1f} %", "printed", "", "")
+        )
     if "W1r" in w:
         r = w["W1r"]["median"]
         base = w["W1"]["median"]["tasks_per_s"] if "W1" in w else None
@@ -1197,6 +1339,20 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, s
         headline("W4", "wall (Redis TIME)", r["redis_s"], fmt(r["redis_s"], " s", 3))
         common("W4")
         rows.append(("", "submit (client)", f"{fmt(r['submit_jobs_per_s'])} jobs/s", "", "", ""))
+    if "wake" in w:
+        r = w["wake"]["median"]
+        runs = len(w["wake"]["runs"])
+        rows.append(
+            (
+                f"wake {w['wake']['label']}" + (f" [median of {runs}]" if runs > 1 else ""),
+                "ready -> started p50/p99/max",
+                f"{fmt(r['dispatch_p50_ms'], '', 1)}/{fmt(r['dispatch_p99_ms'], '', 1)}/"
+                f"{fmt(r['dispatch_max_ms'], ' ms', 1)}",
+                "",
+                "",
+                verdict(not r["problems"]),
+            )
+        )
     if "W5" in w:
         r = w["W5"]["median"]
         headline("W5", "jobs/s, submit to last finished", r["jobs_per_s"], fmt(r["jobs_per_s"]))
@@ -1390,9 +1546,10 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated: W1,W1-pool,W2,W3,W4,W5,big-fan,big-chain,big-follow; or `order` "
-        "alone: the task-order rules on DAGs where order matters (one worker, --concurrency "
-        "slots); or `cluster` alone: W1 and W4 on one Redis and on a local 3-master Redis Cluster",
+        help="comma-separated: W1,W1-pool,W1-observe,W2,W3,W4,W5,wake,big-fan,big-chain,"
+        "big-follow; or `order` alone: the task-order rules on DAGs where order matters (one "
+        "worker, --concurrency slots); "
+        "or `cluster` alone: W1 and W4 on one Redis and on a local 3-master Redis Cluster",
     )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=64, help="task threads per worker")

@@ -27,8 +27,10 @@ from jobcenter.storage.keys import Keys
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
-# Starting a Python process that imports jobcenter, on a loaded 2-core CI machine.
-PROCESS_START_SECONDS = 15.0
+# Starting a Python process that imports jobcenter, on a loaded 2-core CI machine (at load
+# ~15 a worker took over 15 s to register). A deadline that catches a hang, never a bound a
+# test asserts: a longer one only makes a broken start fail later.
+PROCESS_START_SECONDS = 60.0
 CLI_TIMEOUT_SECONDS = 60.0  # a CLI call that hangs fails the test instead of the run
 # A worker told to stop finishes its running tasks first; the tests' tasks are short.
 WORKER_STOP_SECONDS = 15.0

@@ -100,6 +100,14 @@ def block(gate: str) -> str:
     return gate
 
 
+@task(name="tasks_for_tests.block_then_fail")
+def block_then_fail(gate: str, message: str) -> None:
+    """Runs like block() until the test opens the gate of this attempt (`<gate>:<attempt>`),
+    then fails with `message`."""
+    block(f"{gate}:{current_task().attempt}")
+    raise RuntimeError(message)
+
+
 @task(name="tasks_for_tests.report_then_block")
 def report_then_block(message: str, gate: str) -> str:
     """Reports progress, records its fencing token, then waits for the gate like block()."""

@@ -16,6 +16,7 @@ from jobcenter.config import Settings
 from jobcenter.errors import SpecError
 from jobcenter.model.spec import load_spec_file
 from jobcenter.model.states import JobState, TaskState
+from jobcenter.storage.events import Event
 
 from .options import (
     EXIT_FAILED,
@@ -266,6 +267,65 @@ def history(settings: Settings, job_id: str, as_json: bool) -> None:
 
 
 @click.command()
+@click.option("--job", "job_id", default=None, help="Only this job's events (from its start).")
+@click.option("--follow", is_flag=True, help="Go on printing events as they come (Ctrl-C ends).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
+@click.option("--since", default=None, help="From this time: epoch, ISO time, or 15m/2h/7d.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="At most this many (the newest) before following; 100 without --job or --since.",
+)
+@redis_options
+def events(
+    settings: Settings,
+    job_id: str | None,
+    follow: bool,
+    as_json: bool,
+    since: str | None,
+    limit: int | None,
+) -> None:
+    """The event stream: every transition (submitted, queued, started, succeeded, failed,
+    retried, upstream_failed, cancelled, timed_out, finalized, repaired, ...), oldest first."""
+    if settings.events_maxlen == 0:
+        click.echo("note: JOBCENTER_EVENTS_MAXLEN=0 here: new transitions add no events", err=True)
+    stream = client_for(settings).events()
+    since_s = _since(since)
+    since_ms = None if since_s is None else int(since_s * 1000)
+    if limit is None and job_id is None and since_ms is None:
+        limit = DEFAULT_EVENTS
+    shown, cursor = stream.read(job_id=job_id, since_ms=since_ms, limit=limit)
+    for event in shown:
+        _echo_event(event, as_json)
+    if not follow:
+        return
+    try:
+        for event in stream.follow(cursor, job_id=job_id):
+            _echo_event(event, as_json)
+    except KeyboardInterrupt:
+        return
+
+
+DEFAULT_EVENTS = 100  # what `events` alone shows: the newest hundred
+
+
+def _echo_event(event: Event, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(event.to_dict()))
+        return
+    task = "-" if event.task is None else event.task
+    attempt = f"#{event.attempt}" if event.attempt is not None else ""
+    note = event.error or event.detail or ""
+    click.echo(
+        f"{format_time(event.time)}  {event.job}  {task:<16} {attempt:<4} {event.kind:<15} "
+        f"{(event.handler or '-')[:8]:<8}  {first_line(note, 60)}".rstrip(),
+        nl=True,
+    )
+    sys.stdout.flush()
+
+
+@click.command()
 @click.argument("job_id")
 @redis_options
 def retry(settings: Settings, job_id: str) -> None:
@@ -367,4 +427,4 @@ def _bytes_as_base64(value: object) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-COMMANDS = (submit, status, list_jobs, history, retry, delete, dlq, cancel, result)
+COMMANDS = (submit, status, list_jobs, history, events, retry, delete, dlq, cancel, result)

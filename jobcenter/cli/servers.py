@@ -180,6 +180,21 @@ def dashboard(settings: Settings, host: str, port: int, token: str | None, log_f
         fail(f"cannot listen on {host}:{port}: {exc}", EXIT_BAD_INPUT)
 
 
+@click.command(name="metrics")
+@redis_options
+def metrics_command(settings: Settings) -> None:
+    """Print the namespace's figures in the Prometheus text format (what the dashboard serves
+    at /metrics)."""
+    try:
+        from jobcenter.web.metrics import exposition
+    except ImportError as exc:
+        fail(
+            f"metrics need the dashboard extra: pip install 'jobcenter[dashboard]' ({exc})",
+            EXIT_BAD_INPUT,
+        )
+    click.echo(exposition(client_for(settings).store).decode(), nl=False)
+
+
 @click.command(name="health")
 @click.option(
     "--port",
@@ -256,4 +271,4 @@ def up(data_dir: str, port: int | None) -> None:
         fail(str(exc), EXIT_ERROR)
 
 
-COMMANDS = (worker, dashboard, health_command, recover, up)
+COMMANDS = (worker, dashboard, metrics_command, health_command, recover, up)

@@ -19,6 +19,7 @@ import threading
 import traceback
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from jobcenter.model.notify import FINAL_STATES, Channel
@@ -65,10 +66,19 @@ class Notifier:
     """One worker's notification delivery: `poll_loop` on one thread, `deliver_loop` on
     DELIVERY_THREADS others (the worker starts them, and dies if one fails on a bug)."""
 
-    def __init__(self, store: Store, handler: str, stopped: threading.Event) -> None:
+    def __init__(
+        self,
+        store: Store,
+        handler: str,
+        stopped: threading.Event,
+        shards: Callable[[], Iterable[int]] | None = None,
+    ) -> None:
         self.store = store
         self.handler = handler
         self.stopped = stopped
+        # the shards to look for due deliveries in: a worker's owned leader shards (owned
+        # segments), every shard by default
+        self.shards = shards or (lambda: range(store.keys.shards))
         settings = store.settings
         self.timeout = settings.notify_timeout_seconds
         self.lease_ms = max(settings.lease_ms, int(LEASE_TIMEOUTS * self.timeout * 1000))
@@ -102,7 +112,7 @@ class Notifier:
 
     def _claim(self, limit: int) -> list[tuple[Channel, str]]:
         due: list[tuple[Channel, str]] = []
-        for shard in range(self.store.keys.shards):
+        for shard in self.shards():
             if len(due) < limit:
                 due += notifications.claim_due(self.store, shard, self.lease_ms, limit - len(due))
         return due

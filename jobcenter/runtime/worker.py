@@ -32,7 +32,7 @@ from jobcenter.model.ids import handler_id
 from jobcenter.schedules import run_ticker
 from jobcenter.storage import schema
 from jobcenter.storage.errors import RedisError, unreachable
-from jobcenter.storage.keys import node_queue
+from jobcenter.storage.keys import LEADER_SEGMENT, node_queue
 from jobcenter.storage.store import (
     HEARTBEAT_CANCELLED,
     SWEEP_MAX,
@@ -46,10 +46,11 @@ from .execution import Outcome, ProcessRunner, ThreadRunner
 from .leader import Leader
 from .notifier import DELIVERY_THREADS, Notifier
 from .pulse import Pulse
+from .segments import Ownership, ShardWaits
 
 log = logging.getLogger(__name__)
 
-IDLE_WAIT_SECONDS = 1.0  # an idle worker wakes at least this often: lease sweeps, recovery
+IDLE_WAIT_SECONDS = 1.0  # an idle worker claims its shards at least this often: lease sweeps
 RETRY_WAKE_MIN_SECONDS = 0.005  # shortest wait for a due retry (Redis timeouts are coarse)
 
 CLAIM_BATCH_MAX = 256  # tasks reserved per claim: one round trip serves many tasks
@@ -138,7 +139,16 @@ class Worker:
         self.failed = 0
         self.rq_child: Any = None
         self.next_retry_ms = -1  # from the last claim: when a retry in our queues is due
-        self.own_wake = store.keys.worker_wake(0, self.handler)
+        # the shards this worker polls (owned segments): its queues', and with a leader
+        # thread the leader messages'; each idle loop waits on the shards it owns
+        segments = [*self.queues, *([LEADER_SEGMENT] if options.leader else [])]
+        self.ownership = Ownership(store, self.handler, segments, self._owned_changed)
+        self.task_waits = ShardWaits(
+            store, self.handler, self._task_wake_keys, self._thread, "task-wait"
+        )
+        self.leader_waits = ShardWaits(
+            store, self.handler, lambda s: [store.keys.leader_wake(s)], self._thread, "lead-wait"
+        )
         self.pulse = Pulse()  # what health.py reports: the heartbeat's rounds
         self.exiting = threading.Event()  # a forced stop is under way (give_back_and_exit)
         self.lacking: set[str] = set()  # task names given back for want of their code
@@ -177,15 +187,25 @@ class Worker:
             self.stopping.set()
             with self.lock:
                 self.lock.notify_all()
-            # end the blocking waits now, from another thread and connection
-            threading.Thread(target=self._poke, daemon=True).start()
+            # give the owned shards back and end the blocking waits now, from another
+            # thread and connection
+            threading.Thread(target=self._stop_polling, daemon=True).start()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
 
-    def _poke(self) -> None:
+    def _stop_polling(self) -> None:
+        """A stopping worker claims nothing more: its shards go to the other workers at
+        once, the claim loop's wait ends, and no listener stays blocked in Redis. (The
+        leader loop, owning nothing now, waits on until the worker has stopped.)"""
+        listened = set(self.task_waits.shards) | set(self.leader_waits.shards)
+        try:
+            self.ownership.give_back_all()
+        except RedisError as exc:  # its leases expire instead
+            log.warning("could not give the owned shards back (%s)", exc)
+        self.task_waits.close()
         with contextlib.suppress(RedisError):
-            self.store.poke(self.handler, tokens=2)  # the claim loop and the leader loop
+            self.store.poke(self.handler, sorted(listened))
 
     def give_back_and_exit(self, exit_code: int = 0) -> NoReturn:
         """Forced stop: kill what runs, give it back to the queues, exit. Whatever fails on
@@ -201,6 +221,7 @@ class Worker:
                 ]
             self.runner.kill_all()  # a given-back attempt must not run on beside the next one
             released = self.store.release(self.handler, running) if running else 0
+            self.ownership.give_back_all()
             if self.rq_child is not None:  # forced: no grace (a graceful stop may be waiting on it)
                 rq_runner.stop_rq_worker(self.rq_child, grace_seconds=0)
 
@@ -236,12 +257,14 @@ class Worker:
     def run(self) -> None:
         """Serve until stopped (or, with burst, until nothing is left to do)."""
         self.store.check_server()
+        self.ownership.renew_round()  # the shards to poll, before it says it serves
         self._register()
         self.pulse.beat(ok=True)
         self._supervise_recovery()
         threads = [
             self._thread(self._report_loop, "reporter"),
             self._thread(self._heartbeat_loop, "heartbeat"),
+            self._thread(lambda: self.ownership.run(self.stopped), "shard-leases"),
         ]
         if self.options.leader:
             threads.append(self._thread(self._leader_loop, "leader"))
@@ -251,7 +274,9 @@ class Worker:
                     "scheduler",
                 )
             )
-            notifier = Notifier(self.store, self.handler, self.stopped)
+            notifier = Notifier(
+                self.store, self.handler, self.stopped, lambda: self.ownership.owned(LEADER_SEGMENT)
+            )
             threads.append(self._thread(notifier.poll_loop, "notifier"))
             threads += [
                 self._thread(notifier.deliver_loop, f"notify-{n}") for n in range(DELIVERY_THREADS)
@@ -283,6 +308,8 @@ class Worker:
             self.outcomes.put(None)
             threads[0].join()
             self.stopped.set()
+            self._stop_polling()
+            self.leader_waits.close()
             self.runner.shutdown()
             if self.rq_child is not None:
                 rq_runner.stop_rq_worker(self.rq_child)
@@ -315,18 +342,18 @@ class Worker:
                 backoff.wait(self.stopping, f"claim: {trouble(exc)}")
 
     def _claim_once(self) -> bool:
-        """One claim round trip per shard; True if it found any task."""
+        """One claim round trip per owned shard; True if it found any task."""
         free = min(self._free_slots(), CLAIM_BATCH_MAX)
         if free <= 0:
             return False
         found = False
         sweep = 0 if self.options.leader else SWEEP_MAX  # the leader thread sweeps
         self.next_retry_ms = -1
-        for shard in range(self.store.keys.shards):
+        for shard, queues in self.ownership.queues_by_shard(self.queues).items():
             with self.starting:
                 result = self.store.claim(
                     self.handler,
-                    self.queues,
+                    queues,
                     max_tasks=free,
                     max_leader=0,
                     shard=shard,
@@ -349,11 +376,10 @@ class Worker:
     def _leader_loop(self) -> None:
         """Leader messages (split, continue, cancel, finalize) and expired-lease sweeps."""
         backoff = Backoff()
-        wake = [self.store.keys.leader_wake(shard) for shard in range(self.store.keys.shards)]
         while not self.stopped.is_set():
             try:
                 found = False
-                for shard in range(self.store.keys.shards):
+                for shard in self.ownership.owned(LEADER_SEGMENT):
                     result = self.store.claim(
                         self.handler, [], max_tasks=0, max_leader=LEADER_BATCH, shard=shard
                     )
@@ -362,7 +388,7 @@ class Worker:
                     self._expire(result.expired)
                     found = found or bool(result.leader or result.expired)
                 if not found:
-                    self.store.wait_for_wake([*wake, self.own_wake], IDLE_WAIT_SECONDS)
+                    self.leader_waits.wait(IDLE_WAIT_SECONDS)
                 backoff.reset()
             except RedisError as exc:  # the message comes back when its lease ends
                 backoff.wait(self.stopped, f"leader: {trouble(exc)}")
@@ -384,9 +410,24 @@ class Worker:
         timeout = IDLE_WAIT_SECONDS
         if self.next_retry_ms >= 0:  # wake when the next retry is due, not a second later
             timeout = min(timeout, max(RETRY_WAKE_MIN_SECONDS, self.next_retry_ms / 1000))
-        shards = range(self.store.keys.shards) if self.store.cluster else [0]
-        keys = [k for n in shards for k in self.store.wake_keys(self.queues, leader=False, shard=n)]
-        self.store.wait_for_wake([*keys, self.own_wake], timeout)  # on a cluster: per slot
+        self.task_waits.wait(timeout)
+
+    def _task_wake_keys(self, shard: int) -> list[str]:
+        """The wake-up lists of the queues this worker owns in `shard`, and the shard's
+        freed-slot list: parked tasks are in no queue, so a slot given back wakes through it."""
+        queues = self.ownership.queues_by_shard(self.queues).get(shard, [])
+        if not queues:
+            return []
+        return [
+            *(self.store.keys.wake(shard, q) for q in queues),
+            self.store.keys.freed_wake(shard),
+        ]
+
+    def _owned_changed(self, taken: set[tuple[int, str]]) -> None:
+        """Listen on the shards owned now; claim at once in those just taken."""
+        new_shards = {shard for shard, _ in taken}
+        self.task_waits.listen_to(self.ownership.queues_by_shard(self.queues), new_shards)
+        self.leader_waits.listen_to(self.ownership.owned(LEADER_SEGMENT), new_shards)
 
     def _run(self, tasks: list[StartedTask]) -> None:
         if not tasks:

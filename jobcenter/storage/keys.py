@@ -15,6 +15,8 @@ from jobcenter.model.ids import ulid
 
 PREFIX = "jc"
 NODE_QUEUE_PREFIX = "node:"  # queue names cannot contain ':', so no clash with a node queue
+# The segment of a shard's leader messages (queue names cannot contain '@': no clash).
+LEADER_SEGMENT = "@leader"
 
 
 def node_queue(node: str) -> str:
@@ -157,6 +159,15 @@ class Keys:
         queue to wake them."""
         return f"{self._tagged(shard)}:wake:@freed"
 
+    def segment_owners(self, shard: int, segment: str) -> str:
+        """Zset of the leases on one segment of the shard (its tasks of one queue, or its
+        leader messages, LEADER_SEGMENT): "<handler>|<token>" -> lease deadline (ms)."""
+        return f"{self._tagged(shard)}:owners:{segment}"
+
+    def segment_epoch(self, shard: int) -> str:
+        """Counter: the last fencing token a lease on one of the shard's segments got."""
+        return f"{self._tagged(shard)}:owners-epoch"
+
     def expiring(self, shard: int) -> str:
         """Zset of finished jobs "<job>\t<owner>\t<schedule id>" -> when their retention ends
         (ms): what recovery trims from the list indexes once the job's own keys have expired."""
@@ -166,6 +177,16 @@ class Keys:
         """Hash of learned run times (ms, a moving average of succeeded attempts) per job name
         and task id and per task name (jobcenter.model.ordering): what critical_path ranks by."""
         return f"{self._tagged(shard)}:estimates"
+
+    def events(self, shard: int) -> str:
+        """Stream of the shard's events, one per transition (EventField, EventKind), capped
+        near JOBCENTER_EVENTS_MAXLEN entries: what `jobcenter events` and the dashboard read."""
+        return f"{self._tagged(shard)}:events"
+
+    def metrics(self, shard: int) -> str:
+        """Hash of the shard's metric counters (MetricField), kept by the transitions: what
+        /metrics sums over the shards."""
+        return f"{self._tagged(shard)}:metrics"
 
     def seq(self, shard: int) -> str:
         """Counter giving each job its submission sequence number."""
@@ -281,6 +302,16 @@ class Keys:
         has that task registered (ms, Redis TIME): how recovery tells a task no live worker
         can run."""
         return f"{self._base}:served"
+
+    def segment_members(self) -> str:
+        """Zset of "<segment>|<handler>" -> last time that worker said it serves the segment
+        (ms, Redis TIME): the live-worker list each segment's shards are shared out by."""
+        return f"{self._base}:segment-members"
+
+    def segments_wake(self) -> str:
+        """List of tokens a worker giving its segments back pushes, so the others share them
+        out at once instead of at their next renewal."""
+        return f"{self._base}:segments-wake"
 
     def nodes(self) -> str:
         """Zset of node names -> last heartbeat of any worker serving that node."""

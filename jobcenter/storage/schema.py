@@ -190,6 +190,82 @@ class ScheduleField(StrEnum):
     FAILED = "failed"
 
 
+class EventField(StrEnum):
+    """The fields of an event in a shard's event stream (its id is the Redis time it
+    happened). A task event names the task by index: readers look its id up in the job."""
+
+    KIND = "k"  # an EventKind
+    JOB = "j"
+    INDEX = "i"  # the task's index; absent on a job's own events
+    ATTEMPT = "a"
+    HANDLER = "h"
+    ERROR = "e"  # short: the first EVENT_ERROR_MAX characters
+    DETAIL = "x"  # the job's final state (finalized), a repair's rule, a retry's delay ms
+
+
+class EventKind(StrEnum):
+    """What an event says happened: one per transition (ARCHITECTURE.md, Events)."""
+
+    SUBMITTED = "submitted"
+    QUEUED = "queued"
+    STARTED = "started"
+    RESUMED = "resumed"  # timed_out -> running: the same attempt heartbeated again
+    SUCCEEDED = "succeeded"
+    RETRIED = "retried"  # a failed or timed-out attempt; another one follows
+    FAILED = "failed"
+    UPSTREAM_FAILED = "upstream_failed"
+    SKIPPED = "skipped"  # its trigger rule will never hold
+    TIMED_OUT = "timed_out"
+    GIVEN_BACK = "given_back"  # by a worker without the task's code
+    RELEASED = "released"  # by a stopping worker
+    GATE_WAIT = "gate_wait"  # a gate said no: the unused attempt waits its backoff (DETAIL)
+    CANCEL = "cancel"  # a cancel (or abandon: DETAIL) of the job was asked
+    CANCELLED = "cancelled"
+    REVIVED = "revived"  # retry / dlq requeue
+    REPAIRED = "repaired"  # by recovery: DETAIL is the rule
+    FINALIZED = "finalized"
+    DELETED = "deleted"
+
+
+EVENT_ERROR_MAX = 200  # characters of an error kept in its event: the history has it whole
+
+
+class MetricField(StrEnum):
+    """The counters of a shard's metrics hash: a prefix, then tab-separated labels."""
+
+    FINISHED = "fin"  # \t queue \t task name \t final state: tasks that ended
+    JOBS = "jobs"  # \t final state: jobs finalized
+    RETRIES = "retry"  # \t queue \t task name: attempts that will be retried
+    REPAIRS = "repair"  # \t rule: what recovery repaired
+    EXPIRED = "expired"  # \t outcome: leases acted on when they expired
+    WAIT = "wait"  # \t queue \t bucket: queue wait (queued -> started), a histogram
+    WAIT_SUM = "wait_sum"  # \t queue: its total, ms
+    RUN = "run"  # \t queue \t task name \t bucket: run time of ended attempts
+    RUN_SUM = "run_sum"  # \t queue \t task name: its total, ms
+
+
+# The histograms' upper bounds (ms; a last bucket holds the rest): fixed, so each
+# observation is one HINCRBY of its bucket and one of the sum.
+HISTOGRAM_BUCKETS_MS = (
+    5,
+    10,
+    25,
+    50,
+    100,
+    250,
+    500,
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    30_000,
+    60_000,
+    300_000,
+    1_800_000,
+    3_600_000,
+)
+
+
 # The Lua table naming each hash's fields (a table, not one local per field: Lua allows
 # at most 200 locals per function, and the prelude and scripts share them).
 LUA_TABLES: dict[str, type[StrEnum]] = {
@@ -198,6 +274,9 @@ LUA_TABLES: dict[str, type[StrEnum]] = {
     "SF": ScheduleField,
     "LF": LimitField,
     "LID": LimitKind,
+    "EF": EventField,
+    "EV": EventKind,
+    "MF": MetricField,
     "DF": DeliveryField,
     "DS": DeliveryState,
 }
@@ -233,20 +312,25 @@ RETURN_CODES = (
         "OK",
         0,
         f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove notify_attempt "
-        "notify_done pool_set rate_set reconcile_slots",
+        "notify_done pool_set rate_set reconcile_slots shard_lease",
         "done",
     ),
     _code(
         "ALREADY",
         1,
-        "cancel compact fail finalize resubmit singleton submit notify_attempt",
+        "cancel compact fail finalize resubmit singleton submit notify_attempt shard_lease",
         "nothing to do: done already (by this or an earlier call)",
     ),
     _code("BUSY", 1, "revive", "a failure cascade is under way: finish it, then call again"),
     _code("UNFINISHED", 2, "finalize", "the job has tasks not finished yet"),
     _code("HELD", -1, "singleton", "another holder has the lease"),
     _code("NAME_TAKEN", -1, "schedule_add", "the name belongs to another schedule"),
-    _code("STALE_TOKEN", -2, "fail notify_done", "the attempt is not the one the caller holds"),
+    _code(
+        "STALE_TOKEN",
+        -2,
+        "fail notify_done shard_lease",
+        "the attempt (or shard lease) is not the one the caller holds",
+    ),
     _code("CHANGED", -2, "schedule_save", "the schedule changed since the revision read"),
     _code(
         "WRONG_STATE",
@@ -265,6 +349,7 @@ RETURN_CODES = (
     _code("KEYS_MISSING", -5, _JOB_CHECKED, "a queue or the idempotency key was not in KEYS"),
     _code("CURSOR_MOVED", -6, "publish_tasks queue_roots", "another leader moved on meanwhile"),
     _code("IDEMPOTENCY_CONFLICT", -7, "submit", "the key names a job of a different spec"),
+    _code("LAST_OWNER", -8, "shard_lease", "no other live owner would keep the segment: kept"),
 )
 
 # Codes per item of a batch (complete: per pair, heartbeat and give_back: per triple).
@@ -314,4 +399,7 @@ def lua_prelude() -> str:
         entries = ", ".join(f"{f.name} = '{f.value}'" for f in fields)
         lines.append(f"local {table} = {{{entries}}}")
     lines += [f"local {c.name} = {c.value}" for c in {c.name: c for c in ALL_CODES}.values()]
+    # one table (_job.lua adds its event and metric helpers): a script may have 200 locals
+    buckets = ", ".join(map(str, HISTOGRAM_BUCKETS_MS))
+    lines.append(f"local OBS = {{error_max = {EVENT_ERROR_MAX}, buckets_ms = {{{buckets}}}}}")
     return lua_constants() + trigger_rules.lua_constants() + "\n".join(lines) + "\n"

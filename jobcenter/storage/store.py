@@ -52,7 +52,6 @@ INLINE_SPLIT_MAX = 500  # a job this small is split by its submit script (one sh
 # A submit waits at most this for its fsync: two of `everysec`'s fsyncs. Kept under half the
 # client's socket timeout (redis-py 8 defaults to 5 s), so the wait never reads as a dead link.
 WAITAOF_TIMEOUT_MS = 2_000
-WAKE_SHARE_MIN_SECONDS = 0.01  # a cluster's idle wait blocks on each slot at least this long
 # A timed_out attempt's worker may still report within a third of a lease (a late heartbeat
 # or result after a pause) before the attempt is run again or failed.
 LEASE_GRACE_DIVISOR = 3
@@ -199,21 +198,6 @@ class Store:
         """The Redis client itself, for rq (the recovery executor needs a connection)."""
         return self.redis
 
-    def wait_for_wake(self, keys: Sequence[str], timeout: float) -> None:
-        """Block until a wake-up token arrives on one of `keys`, or `timeout` seconds pass.
-        On a cluster one BLPOP may name keys of one slot only: it blocks on each slot's keys
-        in turn, for its share of `timeout`."""
-        if not self.cluster:
-            self.redis.blpop(list(keys), timeout=timeout)
-            return
-        by_slot: dict[int, list[str]] = defaultdict(list)
-        for key in keys:
-            by_slot[self.redis.keyslot(key)].append(key)
-        share = max(timeout / len(by_slot), WAKE_SHARE_MIN_SECONDS)
-        for slot_keys in by_slot.values():
-            if self.redis.blpop(slot_keys, timeout=share) is not None:
-                return
-
     def _check_shard_count(self) -> None:
         """The first process to use a namespace stores its shard count; any other count is
         refused, since a job's keys would then be looked for in the wrong shard."""
@@ -260,12 +244,16 @@ class Store:
             self.keys.notify_due(shard),
             *(self.keys.state_jobs(shard, state) for state in JobState),
             *jk.limit_keys(),
+            self.keys.events(shard),
+            self.keys.metrics(shard),
         ]
         queues = meta.queues if meta else ()
         for queue in queues:
             keys += self.keys.queue_keys(shard, queue)
-        retention_ms = int(self.settings.retention_seconds * 1000)
-        return keys, [job_id, retention_ms, len(queues), *queues]
+        settings = self.settings
+        retention_ms = int(settings.retention_seconds * 1000)
+        observe = [settings.events_maxlen, 1 if settings.metrics else 0]
+        return keys, [job_id, retention_ms, *observe, len(queues), *queues]
 
     def _job_call(
         self,
@@ -834,18 +822,16 @@ class Store:
 
     # -- workers --------------------------------------------------------------------------
 
-    def wake_keys(self, queues: Sequence[str], *, leader: bool, shard: int = 0) -> list[str]:
-        keys = [self.keys.wake(shard, q) for q in queues]
-        if leader:
-            return [self.keys.leader_wake(shard), *keys]
-        return [*keys, self.keys.freed_wake(shard)]  # parked tasks a slot is free for
-
-    def poke(self, handler: str, tokens: int) -> None:
-        """Wake a worker's own blocking waits (it is stopping)."""
-        key = self.keys.worker_wake(0, handler)
+    def poke(self, handler: str, shards: Sequence[int], tokens: int = 2) -> None:
+        """End a stopping worker's blocking waits on `shards`: `tokens` on its own wake
+        list of each (one per wait listening there: the claim loop's and the leader's)."""
+        if not shards:
+            return
         pipe = self.redis.pipeline(transaction=False)
-        pipe.rpush(key, *["stop"] * tokens)
-        pipe.expire(key, 60)
+        for shard in shards:
+            key = self.keys.worker_wake(shard, handler)
+            pipe.rpush(key, *["stop"] * tokens)
+            pipe.expire(key, 60)
         pipe.execute()
 
     def idle(self, queues: Sequence[str]) -> bool:

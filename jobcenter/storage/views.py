@@ -285,6 +285,14 @@ def live_states(store: Store, job_id: str) -> LiveStates:
     return LiveStates(job_state, seconds(finished), [text(s) or default for s in written])
 
 
+def job_state_now(store: Store, job_id: str) -> tuple[str, float | None]:
+    """The job's state and finish time: what a live view reads besides the events."""
+    state, finished = store.redis.hmget(store.keys.job(job_id).job, "state", "finished_at")
+    if state is None:
+        raise NotFound.job(job_id)
+    return state.decode(), seconds(finished)
+
+
 @dataclass(frozen=True)
 class Attempt:
     attempt: int

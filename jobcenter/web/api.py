@@ -1,5 +1,6 @@
-"""The JSON the job page's script reads: the graph once, then the live states (polled; an
-event stream can feed the same endpoint later), and one task's detail on a click."""
+"""The JSON the job page's script reads: the graph once, then the live states (polled: the
+first poll reads every task's state, the next ones only the event stream's news after the
+cursor the last one gave), and one task's detail on a click."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from jobcenter.storage import views
+from jobcenter.storage.events import Events
 
 from . import graph
 from .pages import client
@@ -37,8 +39,25 @@ def job_graph(request: Request) -> JSONResponse:
 
 
 def live(request: Request) -> JSONResponse:
-    states = views.live_states(client(request).store, request.path_params["job_id"])
-    return JSONResponse(asdict(states))
+    """Every task's state (`states`), or with `?after=CURSOR` the states that changed since
+    (`changes`: index -> state) when the event stream can tell; `after` is the next cursor
+    (null when events are off)."""
+    store = client(request).store
+    job_id = request.path_params["job_id"]
+    after = request.query_params.get("after")
+    stream = Events(store) if store.settings.events_maxlen > 0 else None
+    if stream is not None and after:
+        news = stream.state_changes(job_id, after)
+        if news is not None:
+            changes, cursor = news
+            state, finished = views.job_state_now(store, job_id)
+            return JSONResponse(
+                {"state": state, "finished_at": finished, "changes": changes, "after": cursor}
+            )
+    # the cursor is read first, so a change between the two reads comes again, never lost
+    latest = stream.latest(job_id)[store.keys.job_shard(job_id)] if stream else None
+    states = views.live_states(store, job_id)
+    return JSONResponse({**asdict(states), "after": latest})
 
 
 def task(request: Request) -> JSONResponse:

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from jobcenter.client import Client
 from jobcenter.errors import JobcenterError, NotFound
 
-from . import actions, api, format, pages
+from . import actions, api, format, metrics, pages
 
 HERE = Path(__file__).parent
 GZIP_MIN_BYTES = 1_000  # the live states of a large job compress ~10x
@@ -82,6 +82,7 @@ def create_app(client: Client, token: str | None = None) -> Starlette:
             *pages.ROUTES,
             *api.ROUTES,
             *actions.ROUTES,
+            *metrics.ROUTES,
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
         middleware=[

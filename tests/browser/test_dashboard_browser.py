@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from browser_harness import TOKEN
 from helpers import wait_until
-from integration.integration_harness import EXAMPLES, JOB_SECONDS, Workers
+from integration.integration_harness import EXAMPLES, JOB_SECONDS, Scratch, Workers
 
 from jobcenter import Client
 
@@ -68,25 +68,43 @@ def enter_token(driver: Any) -> None:
 
 
 def test_seed000_failure_shows_live_in_the_picture_and_a_requeue_reruns_it(
-    browser: Any, dashboard_url: str, client: Client, workers: Workers, screenshots: Path
+    browser: Any,
+    dashboard_url: str,
+    client: Client,
+    workers: Workers,
+    scratch: Scratch,
+    screenshots: Path,
 ) -> None:
     from selenium.webdriver.common.by import By
 
-    job_id = client.submit(yaml.safe_load((EXAMPLES / "seed000_fail.yaml").read_text()))
+    spec = yaml.safe_load((EXAMPLES / "seed000_fail.yaml").read_text())
+    for t in spec["tasks"]:
+        if t["id"] == "t4":  # fails like the demo's step 4, once the page has seen it run
+            t.update(
+                task="tasks_for_tests.block_then_fail", args=["t4", "step 4 failed on purpose"]
+            )
+    job_id = client.submit(spec)
     open_job(browser, dashboard_url, job_id)  # before any worker runs: nothing has happened
     at_load = browser.execute_script(NODE_STATES)
-    for _ in range(2):
-        workers.start(env={"JOBCENTER_DEMO_STEP_SECONDS": STEP_SECONDS})
+    for _ in range(2):  # not waiting for them: the watch below must begin before the run
+        workers.start(env={"JOBCENTER_DEMO_STEP_SECONDS": STEP_SECONDS}, wait_ready=False)
 
     seen: dict[str, set[str]] = {}
 
-    def cascaded(driver: Any) -> bool:
-        states = driver.execute_script(NODE_STATES)
+    def watched(driver: Any) -> dict[str, str]:
+        states: dict[str, str] = driver.execute_script(NODE_STATES)
         for task, state in states.items():
             seen.setdefault(task, set()).add(state)
+        return states
+
+    def cascaded(driver: Any) -> bool:
+        states = watched(driver)
         done = (states["t4"], states["t7"], states["t9"]) == ("failed",) + ("upstream_failed",) * 2
         return done and job_badge(driver) == "failed"
 
+    # t4 runs until the page has shown it running, so its descendants were seen waiting
+    wait(browser, lambda d: watched(d)["t4"] == "running", message="t4 never showed running")
+    scratch.open_gate("t4:1")
     wait(browser, cascaded, message="the picture never showed t4's failure and its cascade")
     failed_at = shot(browser, screenshots, "seed000-failed")
     final = browser.execute_script(NODE_STATES)
@@ -95,6 +113,9 @@ def test_seed000_failure_shows_live_in_the_picture_and_a_requeue_reruns_it(
     panel_at = shot(browser, screenshots, "seed000-t4-why")
     enter_token(browser)
     browser.find_element(By.ID, "requeue-task").click()
+    # the re-run, too, fails only once the page has shown it running
+    wait(browser, lambda d: watched(d)["t4"] == "running", message="the re-run never showed")
+    scratch.open_gate("t4:2")
     wait(
         browser,
         lambda d: len(d.find_elements(By.CSS_SELECTOR, "#task-attempts tbody tr")) == 2,

@@ -39,7 +39,8 @@ def job_for(loop: str) -> dict[str, Any]:
 def test_a_worker_whose_loop_fails_gives_its_tasks_back_and_exits_non_zero(
     cluster: Cluster, client: Client, loop: str
 ) -> None:
-    broken = cluster.start(name="broken", env={BREAK_LOOP_ENV: loop})
+    # not waited for: it may exit before a readiness check sees it registered
+    broken = cluster.start(name="broken", env={BREAK_LOOP_ENV: loop}, wait_ready=False)
     job_id = client.submit(job_for(loop))
 
     code = broken.proc.wait(PROCESS_START_SECONDS)

@@ -64,6 +64,12 @@ def test_kill9_of_random_workers_over_and_over_still_runs_a_300_task_dag_to_succ
         if not unfinished():
             break
         victim = rng.choice(live)
+        # another worker serves before the kill: a takeover must never wait for one to start
+        wait_until(
+            lambda v=victim: any(cluster.handler_of(w) for w in live if w is not v),
+            timeout=JOB_SECONDS,
+            message="no other worker came up",
+        )
         victim.kill9()
         kills += 1
         live.remove(victim)
@@ -85,7 +91,7 @@ def test_kill9_of_random_workers_over_and_over_still_runs_a_300_task_dag_to_succ
     record_property("takeover_seconds", _summary(takeovers))
     assert kills >= 3
     assert result.reruns >= 1  # the kills did land on running tasks
-    assert all(0 < t <= TAKEOVER_BOUND_SECONDS + 2 for t in takeovers), takeovers
+    assert all(0 < t <= TAKEOVER_BOUND_SECONDS for t in takeovers), takeovers
 
 
 def takeover_times(cluster: Cluster, job_id: str) -> list[float]:

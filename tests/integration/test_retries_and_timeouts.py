@@ -21,6 +21,13 @@ MODULES = ("tasks_for_tests", "retry_tasks")
 SCHEDULING_SLACK = 0.25
 TIMEOUT = 0.5  # the task timeout of the timeout tests
 SLEEP = 5.0  # how long their tasks would sleep if nothing stopped them
+# An attempt stopped at its timeout ends within this of it: room for a loaded 2-core CI
+# machine to schedule the supervising thread and the kill, yet far below SLEEP - TIMEOUT
+# (an attempt nothing stopped).
+TIMEOUT_SLACK = 2.0
+# The process pool's timeout clock starts with the child: long enough for a child started on
+# a loaded machine to run its task's first line, so the test sees where it ran.
+CHILD_TIMEOUT = 1.5
 
 
 def backoff_job(counter: str) -> dict[str, Any]:
@@ -134,12 +141,12 @@ def test_retries_run_within_their_backoff_bound_or_requested_delay(
     assert 0.3 <= delay <= 0.3 + SCHEDULING_SLACK
 
 
-def timeout_job(retries: int) -> dict[str, Any]:
+def timeout_job(retries: int, timeout: float = TIMEOUT) -> dict[str, Any]:
     return {
         "name": "too-slow",
         "tasks": [
             {"id": "slow", "task": "retry_tasks.sleep_then_mark", "args": [SLEEP],
-             "timeout": TIMEOUT, "retries": retries, "retry_backoff": 0.01},
+             "timeout": timeout, "retries": retries, "retry_backoff": 0.01},
             {"id": "after", "task": "tasks_for_tests.record", "depends_on": ["slow"]},
         ],
     }  # fmt: skip
@@ -164,7 +171,7 @@ def test_thread_pool_fails_an_attempt_at_its_timeout_retries_it_and_fails_the_jo
     assert [h["state"] for h in history] == ["retry_wait", "failed"]
     for h in history:
         assert h["error"].startswith(f"TimeoutError: task ran past its timeout of {TIMEOUT}s")
-        assert TIMEOUT <= h["finished_at"] - h["started_at"] <= TIMEOUT + SCHEDULING_SLACK, h
+        assert TIMEOUT <= h["finished_at"] - h["started_at"] <= TIMEOUT + TIMEOUT_SLACK, h
     assert status["finished_at"] - status["created_at"] < SLEEP - 1.0
     assert records(redis_client, namespace, "woke") == []  # still asleep: results discarded
 
@@ -197,18 +204,18 @@ def test_process_pool_kills_the_child_at_its_timeout(
     client: Client, workers: Workers, redis_client: redis.Redis, namespace: str
 ) -> None:
     workers.start("--pool", "process", modules=MODULES, concurrency=1)
-    job_id = client.submit(timeout_job(retries=0))
+    job_id = client.submit(timeout_job(retries=0, timeout=CHILD_TIMEOUT))
 
     status = client.wait(job_id, JOB_SECONDS)
 
     assert status["state"] == "failed"
     slow = status["tasks"]["slow"]
     assert (slow["state"], slow["attempts"]) == ("failed", 1)
-    assert slow["error"].startswith(f"TimeoutError: task ran past its timeout of {TIMEOUT}s")
+    assert slow["error"].startswith(f"TimeoutError: task ran past its timeout of {CHILD_TIMEOUT}s")
     assert "its process was killed" in slow["error"]
     (slept,) = records(redis_client, namespace, "slept")
     # the clock starts with the child (the first one waits for the forkserver to start)
-    assert slow["finished_at"] - slept["at"] <= TIMEOUT + SCHEDULING_SLACK
+    assert slow["finished_at"] - slept["at"] <= CHILD_TIMEOUT + TIMEOUT_SLACK
     assert slept["pid"] != workers.started[0].pid, "the attempt ran in a child process"
     wait_until(lambda: not pid_alive(slept["pid"]), timeout=5, message="child still alive")
     # the child is gone, so its write after the sleep can never happen

@@ -51,6 +51,7 @@ SHARD_SCRIPTS = frozenset(
         "pool_set",
         "rate_set",
         "reconcile_slots",
+        "shard_lease",
     }
 )
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS

@@ -6,10 +6,11 @@
   again when it has none)  KEYS[13] the shard's due notifications zset
   KEYS[14..18] the per-state job indexes (zsets), in JOB_STATES order
   KEYS[19..23] the shard's limits hash, slots hash, parked zset, freed set, freed wake list
-  (_slots.lua)  KEYS[24..] three per queue the job's tasks may enter: ready zset, delayed
-  zset, wake list
-  ARGV[1] job id  ARGV[2] default retention ms  ARGV[3] number of queues  ARGV[4..] their
-  names, in KEYS order
+  (_slots.lua)  KEYS[24] the shard's event stream  KEYS[25] the shard's metrics hash
+  KEYS[26..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
+  ARGV[1] job id  ARGV[2] default retention ms  ARGV[3] events kept per shard (about; 0: no
+  events)  ARGV[4] '1' to keep metrics  ARGV[5] number of queues  ARGV[6..] their names,
+  in KEYS order
   A is the index of the script's own first ARGV; XK of its own first extra KEY.
   Scripts that only touch running attempts (start, heartbeat) may pass no queues. ]]
 
@@ -18,19 +19,22 @@ local LEASES, CLAIMS, LEADER, LWAKE, DLQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8], K
 local ACTIVE, EXPIRING, IDEM, NOTIFY = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local JOB_ID = ARGV[1]
 local DEFAULT_RETENTION_MS = tonumber(ARGV[2])
-local NQ = tonumber(ARGV[3])
+local NQ = tonumber(ARGV[5])
 local STATE_INDEX = {} -- job state -> the zset of jobs in that state (what `list --state` reads)
 for k, state in ipairs(JOB_STATES) do STATE_INDEX[state] = KEYS[13 + k] end
 -- the shard's limit keys (_slots.lua's table: the main chunk may hold at most 200 locals)
 SL.keys = {limits = KEYS[14 + #JOB_STATES], slots = KEYS[15 + #JOB_STATES],
   parked = KEYS[16 + #JOB_STATES], freed = KEYS[17 + #JOB_STATES], wake = KEYS[18 + #JOB_STATES]}
-local QK = 18 + #JOB_STATES -- the queue keys follow
+-- Events and metrics (one table, for the same reason).
+OBS.events, OBS.metrics = KEYS[19 + #JOB_STATES], KEYS[20 + #JOB_STATES]
+OBS.maxlen, OBS.metrics_on, OBS.counts = tonumber(ARGV[3]), ARGV[4] == '1', {}
+local QK = 20 + #JOB_STATES -- the queue keys follow
 local QUEUES = {}
 for qi = 1, NQ do
   local k = QK + (qi - 1) * 3
-  QUEUES[ARGV[3 + qi]] = {ready = KEYS[k + 1], delayed = KEYS[k + 2], wake = KEYS[k + 3]}
+  QUEUES[ARGV[5 + qi]] = {ready = KEYS[k + 1], delayed = KEYS[k + 2], wake = KEYS[k + 3]}
 end
-local A = 4 + NQ
+local A = 6 + NQ
 local XK = QK + 1 + NQ * 3
 
 local FRONTIER_BUDGET = 300 -- child visits per call: a few ms, well under 50 ms under load
@@ -90,6 +94,82 @@ local function expiring_member()
   return JOB_ID .. '\t' .. (j[1] or '') .. '\t' .. (j[2] or '')
 end
 
+-- The one way a transition says what it did: an entry in the shard's event stream, capped
+-- near OBS.maxlen (trimmed by whole stream nodes: cheap). Its id is the Redis time. i is
+-- a task index (false for the job's own events); extra holds more field, value pairs (EF.).
+function OBS.emit(kind, i, extra)
+  if OBS.maxlen <= 0 then return end
+  local entry = {EF.KIND, kind, EF.JOB, JOB_ID}
+  if i then
+    entry[5] = EF.INDEX
+    entry[6] = i
+  end
+  for _, v in ipairs(extra or {}) do entry[#entry + 1] = v end
+  redis.call('XADD', OBS.events, 'MAXLEN', '~', OBS.maxlen, '*', unpack(entry))
+end
+
+-- Many tasks' events of one kind in one entry, as the hot path makes them (a batch of
+-- starts, completions, tasks queued): EF.INDEX lists the indexes, EF.ATTEMPT (when given)
+-- their attempts, comma-separated; readers expand it into one event per task.
+function OBS.emit_many(kind, indexes, attempts, extra)
+  if OBS.maxlen <= 0 or #indexes == 0 then return end
+  local entry = {EF.KIND, kind, EF.JOB, JOB_ID, EF.INDEX, table.concat(indexes, ',')}
+  if attempts then
+    entry[7] = EF.ATTEMPT
+    entry[8] = table.concat(attempts, ',')
+  end
+  for _, v in ipairs(extra or {}) do entry[#entry + 1] = v end
+  redis.call('XADD', OBS.events, 'MAXLEN', '~', OBS.maxlen, '*', unpack(entry))
+end
+
+-- An attempt's fields for an event (attempt, handler) and, when given, its error, short.
+function OBS.attempt_of(i, err)
+  local a = redis.call('HMGET', T, TF_ATTEMPTS .. i, TF_HANDLER .. i)
+  local extra = {EF.ATTEMPT, a[1] or '0', EF.HANDLER, a[2] or ''}
+  if err then
+    extra[5] = EF.ERROR
+    extra[6] = string.sub(err, 1, OBS.error_max)
+  end
+  return extra
+end
+
+-- Metrics: counters in the shard's hash, kept by the transitions (a scrape only reads them).
+-- Increments are summed here and written once per field by OBS.flush_counts(), which every
+-- script that counts calls before it returns (flush_wakes() does it too).
+function OBS.count(field, n)
+  if OBS.metrics_on then OBS.counts[field] = (OBS.counts[field] or 0) + (n or 1) end
+end
+function OBS.flush_counts()
+  for field, n in pairs(OBS.counts) do redis.call('HINCRBY', OBS.metrics, field, n) end
+  OBS.counts = {}
+end
+
+-- One observation (ms) of a histogram: its bucket's counter and the sum (schema.py).
+function OBS.observe(bucket_prefix, sum_field, ms)
+  if not OBS.metrics_on then return end
+  local bucket = #OBS.buckets_ms + 1
+  for b, bound in ipairs(OBS.buckets_ms) do
+    if ms <= bound then
+      bucket = b
+      break
+    end
+  end
+  OBS.count(bucket_prefix .. '\t' .. bucket)
+  OBS.count(sum_field, ms)
+end
+
+-- The payload is msgpack of a map whose first key is PK.TASK (layout.py writes it first): the
+-- task name is the string right after it, read here without unpacking the arguments.
+function OBS.payload_task_name(p)
+  local TASK_KEY = string.char(160 + #PK.TASK) .. PK.TASK -- the key as a msgpack fixstr
+  if not p or string.sub(p, 2, 1 + #TASK_KEY) ~= TASK_KEY then return nil end
+  local at = 2 + #TASK_KEY -- the name's msgpack header
+  local b = string.byte(p, at)
+  if b >= 160 and b <= 191 then return string.sub(p, at + 1, at + b - 160) end -- fixstr
+  if b == 217 then return string.sub(p, at + 2, at + 1 + string.byte(p, at + 1)) end -- str 8
+  return nil
+end
+
 local function task_state(i) return redis.call('HGET', T, TF_STATE .. i) end
 local function lease_member(i) return JOB_ID .. '|' .. i end
 -- The index is zero-padded so a job's tasks sort in spec order, not as strings (10 < 2).
@@ -134,21 +214,53 @@ local function stamp_created(first, last, now)
   call_chunked('HSET', T, fields)
 end
 
+-- Labels of task i's metrics: its queue and task name ('?' when its payload is gone).
+function OBS.task_labels(i, name)
+  name = name or OBS.payload_task_name(redis.call('HGET', T, TF_PAYLOAD .. i)) or '?'
+  return task_queue(i) .. '\t' .. name
+end
+
+-- Task i ended in `state` (a terminal one): counted by queue, task name and state (labels:
+-- OBS.task_labels(i), when the caller has them).
+function OBS.count_finished(i, state, labels)
+  if OBS.metrics_on then OBS.count(MF.FINISHED .. '\t' .. (labels or OBS.task_labels(i)) .. '\t' .. state) end
+end
+
+-- An attempt of task i ran from `started` until now: its run time, by queue and task name.
+function OBS.observe_run(i, started, now, labels)
+  if not (OBS.metrics_on and started) then return end
+  labels = labels or OBS.task_labels(i)
+  OBS.observe(MF.RUN .. '\t' .. labels, MF.RUN_SUM .. '\t' .. labels, math.max(0, now - tonumber(started)))
+end
+
+-- A task of queue qname starts: its queue wait, from when it was queued, or for a retry from
+-- its last attempt's end (so a retry's backoff counts as waiting).
+function OBS.observe_wait(qname, queued, last_ended, now)
+  if not (OBS.metrics_on and queued) then return end
+  local since = math.max(tonumber(queued), tonumber(last_ended or 0))
+  OBS.observe(MF.WAIT .. '\t' .. qname, MF.WAIT_SUM .. '\t' .. qname, math.max(0, now - since))
+end
 -- Run-time fan-out (_data.lua defines them): enqueue's hook for mapped tasks, and the
 -- frontier's expansion step.
 local map_ready, map_expand
 
 local pending_wakes = {}
+OBS.queued = {} -- indexes queued by this call: one event, written by flush_wakes
 local function enqueue(i, now)
   if map_ready(i, now) then return end -- a mapped task is expanded or joined, never queued
   local qname = task_queue(i)
   redis.call('HSET', T, TF_STATE .. i, T_QUEUED, TF_QUEUED_AT .. i, now, TF_UPDATED_AT .. i, now)
   redis.call('ZADD', QUEUES[qname].ready, -task_priority(i), queue_member(i))
   pending_wakes[qname] = (pending_wakes[qname] or 0) + 1
+  OBS.queued[#OBS.queued + 1] = i
 end
+-- After enqueue(): wake idle workers, say which tasks were queued, write the counts.
 local function flush_wakes()
   for qname, n in pairs(pending_wakes) do wake(QUEUES[qname].wake, n) end
   pending_wakes = {}
+  OBS.emit_many(EV.QUEUED, OBS.queued)
+  OBS.queued = {}
+  OBS.flush_counts()
 end
 
 -- A message for whichever worker plays leader next: split, continue, finalize, cancel.
@@ -210,6 +322,8 @@ local function finalize_job(now)
   local state = J_SUCCEEDED
   if j[2] == 'cancel' then state = J_CANCELLED elseif tonumber(j[1] or 0) > 0 then state = J_FAILED end
   set_job_state(state)
+  OBS.emit(EV.FINALIZED, false, {EF.DETAIL, state})
+  OBS.count(MF.JOBS .. '\t' .. state)
   redis.call('HSET', J, JF.FINISHED_AT, now, JF.UPDATED_AT, now)
   redis.call('ZREM', ACTIVE, JOB_ID)
   redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
@@ -273,6 +387,8 @@ end
 local function end_unrun(c, state, origin, now, err)
   redis.call('HSET', T, TF_STATE .. c, state, TF_FINISHED_AT .. c, now, TF_UPDATED_AT .. c, now,
     TF_ERROR .. c, err)
+  OBS.emit(state == T_SKIPPED and EV.SKIPPED or EV.UPSTREAM_FAILED, c, {EF.ERROR, err})
+  OBS.count_finished(c, state)
   if state == T_SKIPPED then
     redis.call('HINCRBY', J, JF.SKIPPED, 1)
     push_frontier('k', c, origin)
@@ -417,6 +533,8 @@ end
 -- Terminal failure of task i: record it (and dead-letter it), then cascade to every
 -- descendant.
 local function fail_task(i, now, err)
+  OBS.emit(EV.FAILED, i, OBS.attempt_of(i, err))
+  OBS.count_finished(i, T_FAILED)
   redis.call('HSET', T, TF_STATE .. i, T_FAILED, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now, TF_ERROR .. i, err)
   redis.call('HDEL', T, TF_WAITING_FOR .. i) -- no longer waiting for a worker (give_back.lua)
   redis.call('ZREM', LEASES, lease_member(i))

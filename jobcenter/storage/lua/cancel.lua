@@ -22,6 +22,7 @@ local mode = redis.call('HGET', J, JF.STOP)
 if not mode then
   mode = ARGV[A] ~= '' and ARGV[A] or 'cancel'
   redis.call('HSET', J, JF.STOP, mode)
+  OBS.emit(EV.CANCEL, false, {EF.DETAIL, mode})
 end
 local final, counter, err = T_CANCELLED, JF.CANCELLED, 'cancelled'
 if mode == 'abandon' then final, counter, err = T_FAILED, JF.FAILED, ARGV[A + 1] end
@@ -57,6 +58,8 @@ for i = cursor, upto - 1 do
     SL.free_slots(i)
     SL.unpark(i)
     if state == T_RUNNING or state == T_TIMED_OUT then record_history(i, final, now, err) end
+    OBS.emit(final == T_CANCELLED and EV.CANCELLED or EV.FAILED, i, OBS.attempt_of(i, err))
+    OBS.count_finished(i, final)
     redis.call('HSET', T, TF_STATE .. i, final, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now, TF_ERROR .. i, err)
     redis.call('HINCRBY', J, counter, 1)
     task_finished(now)
@@ -64,4 +67,5 @@ for i = cursor, upto - 1 do
 end
 redis.call('HSET', J, JF.CANCEL_CURSOR, upto)
 if upto < limit then leader_message('cancel', now) end
+OBS.flush_counts()
 return {OK, limit - upto}

@@ -25,22 +25,10 @@ local now = now_ms()
 -- the learned estimates, in one table (the main chunk may hold at most 200 locals):
 -- weight: of the newest run in the moving average, a few runs adapt it; max: fields per
 -- shard, past this only known ones are updated
-local EST = {key = KEYS[XK], weight = 0.3, max = 100000, job_name = nil,
-             task_key = string.char(160 + #PK.TASK) .. PK.TASK} -- the key as a msgpack fixstr
-
--- The payload is msgpack of a map whose first key is PK.TASK (layout.py writes it first): the
--- task name is the string right after it, read here without unpacking the arguments.
-local function payload_task_name(p)
-  if not p or string.sub(p, 2, 1 + #EST.task_key) ~= EST.task_key then return nil end
-  local at = 2 + #EST.task_key -- the name's msgpack header
-  local b = string.byte(p, at)
-  if b >= 160 and b <= 191 then return string.sub(p, at + 1, at + b - 160) end -- fixstr
-  if b == 217 then return string.sub(p, at + 2, at + 1 + string.byte(p, at + 1)) end -- str 8
-  return nil
-end
+local EST = {key = KEYS[XK], weight = 0.3, max = 100000, job_name = nil}
 
 -- Fold one succeeded run (ms, Redis time) into a moving average (jobcenter/model/ordering.py).
-local function learn(field, ms)
+function EST.learn(field, ms)
   local old = tonumber(redis.call('HGET', EST.key, field))
   if not old and redis.call('HLEN', EST.key) >= EST.max then return end
   local value = ms
@@ -48,15 +36,14 @@ local function learn(field, ms)
   redis.call('HSET', EST.key, field, string.format('%.1f', value))
 end
 
-local function learn_run(i, started, payload)
+function EST.learn_run(i, started, task_name)
   if not started then return end
   local ms = math.max(0, now - tonumber(started))
   EST.job_name = EST.job_name or redis.call('HGET', J, JF.NAME) or ''
   -- the instances of a mapped task (`<id>[<n>]`) share their task's estimate
   local id = string.gsub(redis.call('HGET', T, TF_ID .. i) or i, '%[%d+%]$', '')
-  learn('j\t' .. EST.job_name .. '\t' .. id, ms)
-  local task_name = payload_task_name(payload)
-  if task_name then learn('t\t' .. task_name, ms) end
+  EST.learn('j\t' .. EST.job_name .. '\t' .. id, ms)
+  if task_name then EST.learn('t\t' .. task_name, ms) end
 end
 
 local taken = {}
@@ -82,6 +69,8 @@ local function take(c)
     TF_STARTED_AT .. c, now, TF_UPDATED_AT .. c, now)
   redis.call('HDEL', T, TF_ERROR .. c, TF_FINISHED_AT .. c, TF_PROGRESS .. c) -- a fresh attempt
   redis.call('ZADD', LEASES, now + lease_ms, lease_member(c))
+  OBS.emit(EV.STARTED, c, {EF.ATTEMPT, attempt, EF.HANDLER, handler})
+  OBS.observe_wait(qname, now, nil, now) -- started the moment it was released
   taken[#taken + 1] = {tonumber(c), attempt, redis.call('HGET', T, TF_PAYLOAD .. c), task_inputs(c)}
   return true
 end
@@ -89,6 +78,7 @@ end
 -- One read per task; the writes of the whole batch go out in a few variadic calls.
 local codes, done = {}, {}
 local writes, clears, leases, history, frontier = {}, {}, {}, {}, {}
+OBS.succeeded = {indexes = {}, attempts = {}} -- one event entry for the batch
 for k = first_triple, #ARGV, 3 do
   local i, attempt, result = ARGV[k], ARGV[k + 1], ARGV[k + 2]
   local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
@@ -102,9 +92,9 @@ for k = first_triple, #ARGV, 3 do
     code = ITEM_NOT_RUNNING
   else
     done[i] = true
-    for _, v in ipairs({TF_STATE .. i, T_SUCCEEDED, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now}) do
-      writes[#writes + 1] = v
-    end
+    local n = #writes -- no loop here: its hidden locals would pass the 200 (see EST)
+    writes[n + 1], writes[n + 2], writes[n + 3] = TF_STATE .. i, T_SUCCEEDED, TF_FINISHED_AT .. i
+    writes[n + 4], writes[n + 5], writes[n + 6] = now, TF_UPDATED_AT .. i, now
     if result ~= '' then -- '': it returned None, which is stored as no result at all
       writes[#writes + 1] = TF_RESULT .. i
       writes[#writes + 1] = result
@@ -116,7 +106,14 @@ for k = first_triple, #ARGV, 3 do
     leases[#leases + 1] = lease_member(i)
     history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', now, ''}, '\t')
     if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
-    learn_run(i, f[4], f[6])
+    local name = OBS.payload_task_name(f[6])
+    EST.learn_run(i, f[4], name)
+    OBS.succeeded.indexes[#OBS.succeeded.indexes + 1] = i
+    OBS.succeeded.attempts[#OBS.succeeded.attempts + 1] = f[2]
+    if OBS.metrics_on then
+      OBS.count_finished(i, T_SUCCEEDED, OBS.task_labels(i, name))
+      OBS.observe_run(i, f[4], now, OBS.task_labels(i, name))
+    end
   end
   codes[#codes + 1] = code
 end
@@ -125,6 +122,7 @@ if #leases > 0 then
   call_chunked('HDEL', T, clears)
   call_chunked('ZREM', LEASES, leases)
   for i in pairs(done) do SL.free_slots(i) end
+  OBS.emit_many(EV.SUCCEEDED, OBS.succeeded.indexes, OBS.succeeded.attempts, {EF.HANDLER, handler})
   append_history(history)
   call_chunked('RPUSH', F, frontier)
   task_finished(now, #leases)

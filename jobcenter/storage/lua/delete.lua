@@ -26,4 +26,5 @@ if KEYS[XK + 2] ~= J then redis.call('ZREM', KEYS[XK + 2], JOB_ID) end
 redis.call('ZREM', STATE_INDEX[META.state], JOB_ID)
 if IDEM ~= J then redis.call('DEL', IDEM) end
 redis.call('ZREM', EXPIRING, expiring)
+OBS.emit(EV.DELETED, false)
 return {OK}

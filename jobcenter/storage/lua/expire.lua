@@ -35,12 +35,15 @@ for k = A + 1, #ARGV do
     outcome = 'requeued'
   elseif state == T_RUNNING then
     redis.call('HSET', T, TF_STATE .. i, T_TIMED_OUT, TF_UPDATED_AT .. i, now)
+    OBS.emit(EV.TIMED_OUT, i, OBS.attempt_of(i))
     redis.call('ZADD', LEASES, now + grace_ms, lease)
     outcome = 'timed_out'
   elseif state == T_TIMED_OUT then
     local msg = 'timed out: no heartbeat from handler ' .. (redis.call('HGET', T, TF_HANDLER .. i) or '?')
     local attempt = tonumber(redis.call('HGET', T, TF_ATTEMPTS .. i) or 0)
     if attempt < max_attempts(i) then
+      OBS.emit(EV.RETRIED, i, OBS.attempt_of(i, msg))
+      if OBS.metrics_on then OBS.count(MF.RETRIES .. '\t' .. OBS.task_labels(i)) end
       redis.call('HSET', T, TF_ERROR .. i, msg, TF_FINISHED_AT .. i, now)
       record_history(i, T_TIMED_OUT, now, msg)
       redis.call('ZREM', LEASES, lease)
@@ -58,7 +61,10 @@ for k = A + 1, #ARGV do
     outcome = 'dropped'
   end
   outcomes[#outcomes + 1] = outcome
-  if outcome ~= 'live' then changed = true end
+  if outcome ~= 'live' then
+    changed = true
+    OBS.count(MF.EXPIRED .. '\t' .. outcome)
+  end
 end
 if changed then
   redis.call('HSET', J, JF.UPDATED_AT, now)

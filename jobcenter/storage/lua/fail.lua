@@ -22,7 +22,11 @@ if state ~= T_RUNNING and state ~= T_TIMED_OUT then
 end
 
 local now = now_ms()
+OBS.observe_run(i, redis.call('HGET', T, TF_STARTED_AT .. i), now)
 if delay >= 0 and tonumber(attempt) < max_attempts(i) then
+  OBS.emit(EV.RETRIED, i, {EF.ATTEMPT, attempt, EF.HANDLER, handler, EF.ERROR,
+    string.sub(err, 1, OBS.error_max), EF.DETAIL, delay})
+  if OBS.metrics_on then OBS.count(MF.RETRIES .. '\t' .. OBS.task_labels(i)) end
   redis.call('HSET', T, TF_ERROR .. i, err, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now)
   redis.call('HDEL', T, TF_WAITING_FOR .. i, TF_GATE_WAIT .. i) -- it ran: waits for no worker, no gate
   record_history(i, T_RETRY_WAIT, now, err)
@@ -37,6 +41,7 @@ if delay >= 0 and tonumber(attempt) < max_attempts(i) then
   local queue = QUEUES[task_queue(i)]
   redis.call('ZADD', queue.delayed, now + delay, task_priority(i) .. '|' .. queue_member(i))
   wake(queue.wake, 1) -- an idle worker re-claims and learns when to wake for this retry
+  OBS.flush_counts()
 
   return {OK, T_RETRY_WAIT}
 end

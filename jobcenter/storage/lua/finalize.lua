@@ -19,4 +19,6 @@ if tonumber(redis.call('HGET', J, JF.LEFT) or 1) > 0 then
   redis.call('ZREM', LEADER, message)
   return {UNFINISHED}
 end
-return {OK, finalize_job(now_ms())}
+local state = finalize_job(now_ms())
+OBS.flush_counts()
+return {OK, state}

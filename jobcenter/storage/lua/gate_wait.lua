@@ -39,6 +39,7 @@ for k = A + 1, #ARGV, 5 do
       code = ITEM_ALREADY -- the attempt ended: the task failed
       failed = true
     else
+      OBS.emit(EV.GATE_WAIT, i, {EF.ATTEMPT, attempt, EF.HANDLER, handler, EF.DETAIL, gate})
       redis.call('HSET', T, TF_STATE .. i, T_QUEUED, TF_GATE_WAIT .. i, since .. '|' .. gate,
         TF_UPDATED_AT .. i, now)
       redis.call('HDEL', T, TF_HANDLER .. i, TF_STARTED_AT .. i)
@@ -55,4 +56,5 @@ end
 for key in pairs(woken) do wake(key, 1) end
 if next(woken) then redis.call('HSET', J, JF.UPDATED_AT, now) end
 if failed then drain_frontier(now, nil) end
+OBS.flush_counts() -- a failed task's count
 return {OK, codes}

@@ -31,6 +31,7 @@ for k = A + 3, #ARGV, 3 do
     local waiting = redis.call('HGET', T, TF_WAITING_FOR .. i)
     local since = tonumber(waiting and string.match(waiting, '^(%d+)|') or now)
     local delay = math.min(delay_max, math.max(delay_min, math.floor((now - since) / 4)))
+    OBS.emit(EV.GIVEN_BACK, i, {EF.ATTEMPT, attempt, EF.HANDLER, handler, EF.DETAIL, name})
     redis.call('HSET', T, TF_STATE .. i, T_QUEUED, TF_ATTEMPTS .. i, tonumber(attempt) - 1,
       TF_WAITING_FOR .. i, since .. '|' .. name, TF_UPDATED_AT .. i, now)
     redis.call('HDEL', T, TF_HANDLER .. i, TF_STARTED_AT .. i)

@@ -24,6 +24,7 @@ for k = A + 2, #ARGV, 3 do
     redis.call('ZADD', LEASES, now + lease_ms, lease_member(i))
     if state == T_TIMED_OUT then
       redis.call('HSET', T, TF_STATE .. i, T_RUNNING, TF_UPDATED_AT .. i, now)
+      OBS.emit(EV.RESUMED, i, {EF.ATTEMPT, ARGV[k + 1], EF.HANDLER, handler})
     end
     if progress ~= '' and progress ~= redis.call('HGET', T, TF_PROGRESS .. i) then
       redis.call('HSET', T, TF_PROGRESS .. i, progress, TF_UPDATED_AT .. i, now) -- news: a change of the task

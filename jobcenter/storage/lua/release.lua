@@ -17,6 +17,7 @@ for k = A + 1, #ARGV, 2 do
   if token_of(i) == ARGV[k + 1] .. ':' .. handler
       and (state == T_RUNNING or state == T_TIMED_OUT) then
     record_history(i, T_QUEUED, now, 'given back by a stopping worker')
+    OBS.emit(EV.RELEASED, i, {EF.ATTEMPT, ARGV[k + 1], EF.HANDLER, handler})
     redis.call('HSET', T, TF_MAX_ATTEMPTS .. i, max_attempts(i) + 1)
     redis.call('ZREM', LEASES, lease_member(i))
     SL.free_slots(i)

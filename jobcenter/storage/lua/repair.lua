@@ -20,6 +20,12 @@ if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local repaired = 0
+-- Say so (an event, a count by rule) before the transition the repair makes.
+local function repairing(i)
+  OBS.emit(EV.REPAIRED, i, {EF.DETAIL, action})
+  OBS.count(MF.REPAIRS .. '\t' .. action)
+  repaired = repaired + 1
+end
 local k = A + 2
 while k <= #ARGV do
   local i = ARGV[k]
@@ -33,8 +39,8 @@ while k <= #ARGV do
       or redis.call('ZSCORE', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
       or redis.call('HEXISTS', SL.keys.limits, LF.PARKED_AT .. lease) == 1 -- waiting for a full limit
     if (state == T_QUEUED or state == T_RETRY_WAIT) and not held then
+      repairing(i)
       enqueue(i, now)
-      repaired = repaired + 1
     end
   elseif action == 'release' then
     local nparents = tonumber(ARGV[k])
@@ -44,17 +50,17 @@ while k <= #ARGV do
     -- all); one whose expansion lost its frontier entry has it scheduled again
     local expanded = redis.call('HEXISTS', T, TF_MAP_INSTANCES .. i) == 1
     if state == T_WAITING and parents.d == 0 and expanded then
-      if map_resume(i, now) then repaired = repaired + 1 end
+      if map_resume(i, now) then repairing(i) end
     elseif state == T_WAITING and parents.u == 0 then
       local verdict, rule = parents_verdict(i, parents)
       store_parent_counts(i, parents)
+      repairing(i)
       act_on_verdict(i, rule, verdict, nil, i, now, nil)
-      repaired = repaired + 1
     end
   elseif action == 'lease' then
     if (state == T_RUNNING or state == T_TIMED_OUT) and not redis.call('ZSCORE', LEASES, lease) then
+      repairing(i)
       redis.call('ZADD', LEASES, now, lease)
-      repaired = repaired + 1
     end
   elseif action == 'abandon' then
     if state == T_QUEUED or state == T_RETRY_WAIT or state == T_TIMED_OUT then
@@ -62,8 +68,8 @@ while k <= #ARGV do
       redis.call('ZREM', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
       redis.call('HDEL', CLAIMS, lease)
       SL.unpark(i)
+      repairing(i)
       fail_task(i, now, err)
-      repaired = repaired + 1
     end
   end
 end

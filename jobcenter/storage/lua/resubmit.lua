@@ -12,4 +12,7 @@ if META.state == J_SUCCEEDED or META.state == J_FAILED or META.state == J_CANCEL
 end
 if redis.call('ZSCORE', LEADER, kind .. '|' .. JOB_ID) then return {ALREADY} end
 leader_message(kind, now_ms())
+OBS.emit(EV.REPAIRED, false, {EF.DETAIL, 'resubmit_' .. kind})
+OBS.count(MF.REPAIRS .. '\t' .. 'resubmit_' .. kind)
+OBS.flush_counts()
 return {OK}

@@ -64,6 +64,7 @@ if redis.call('HEXISTS', J, JF.TRIGGER_RULES) == 1 then -- else no such child ex
   end
 end
 for _, i in ipairs(resets) do
+  OBS.emit(EV.REVIVED, i)
   redis.call('HDEL', T, TF_FINISHED_AT .. i, TF_ERROR .. i)
   store_parent_counts(i, counts[i])
   if verdicts[i] == 'run' then
@@ -73,6 +74,7 @@ for _, i in ipairs(resets) do
   end
 end
 for _, i in ipairs(roots) do
+  OBS.emit(EV.REVIVED, i)
   local used = tonumber(redis.call('HGET', T, TF_ATTEMPTS .. i) or 0)
   redis.call('HSET', T, TF_MAX_ATTEMPTS .. i, used + max_attempts(i))
   redis.call('HDEL', T, TF_FINISHED_AT .. i)

@@ -18,12 +18,14 @@ local leases = {}
 for k = A + 1, #ARGV do leases[#leases + 1] = lease_member(ARGV[k]) end
 local holders = redis.call('HMGET', CLAIMS, unpack(leases))
 local started, mine, dropped, writes, clears, seen = {}, {}, {}, {}, {}, {}
+local started_indexes, started_attempts = {}, {}
 for k = A + 1, #ARGV do
   local i, lease = ARGV[k], leases[k - A]
   if holders[k - A] == handler and not seen[i] then
     seen[i] = true
     mine[#mine + 1] = lease
-    local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i)
+    local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i,
+      TF_QUEUE .. i, TF_QUEUED_AT .. i, TF_FINISHED_AT .. i)
     if f[1] == T_QUEUED or f[1] == T_RETRY_WAIT then
       local attempt = tonumber(f[2] or 0) + 1
       for _, v in ipairs({TF_STATE .. i, T_RUNNING, TF_ATTEMPTS .. i, attempt, TF_HANDLER .. i, handler,
@@ -31,6 +33,9 @@ for k = A + 1, #ARGV do
       -- a fresh attempt: the last one's error, finish time and progress are history now
       for _, f in ipairs({TF_ERROR .. i, TF_FINISHED_AT .. i, TF_PROGRESS .. i}) do clears[#clears + 1] = f end
       started[#started + 1] = {tonumber(i), attempt, f[3], task_inputs(i)}
+      started_indexes[#started_indexes + 1] = i
+      started_attempts[#started_attempts + 1] = attempt
+      OBS.observe_wait(f[4] or META.queue, f[5], f[6], now)
     elseif f[1] ~= T_RUNNING and f[1] ~= T_TIMED_OUT then
       dropped[#dropped + 1] = lease -- cancelled or finished meanwhile
     end -- running: a duplicate entry was claimed; the lease stays the running attempt's
@@ -42,4 +47,6 @@ for _, lease in ipairs(dropped) do SL.free_slots(string.match(lease, '|(%d+)$'))
 call_chunked('HSET', T, writes)
 call_chunked('HDEL', T, clears)
 if #started > 0 then redis.call('HSET', J, JF.UPDATED_AT, now) end
+OBS.emit_many(EV.STARTED, started_indexes, started_attempts, {EF.HANDLER, handler})
+OBS.flush_counts()
 return {OK, started, META.queues, redis.call('HGET', J, JF.IDEMPOTENCY_KEY) or ''}

@@ -46,6 +46,7 @@ redis.call('ZADD', ACTIVE, now, JOB_ID)
 if KEYS[XK + 2] ~= J then redis.call('ZADD', KEYS[XK + 2], now, JOB_ID) end
 if KEYS[XK + 3] ~= J then redis.call('ZADD', KEYS[XK + 3], now, JOB_ID) end
 redis.call('ZADD', STATE_INDEX[J_PENDING], now, JOB_ID)
+OBS.emit(EV.SUBMITTED, false)
 
 if ntask == 0 then
   leader_message('split', now)

@@ -253,23 +253,40 @@
     if (retry) retry.classList.toggle("hidden", state !== "failed");
   }
 
-  // The one place that knows where live states come from: polling today; an event stream
-  // (issue 12, item 3) can call `onStates` the same way.
+  // The one place that knows where live states come from: the first poll reads every task's
+  // state; the next ones send the cursor it gave (`after`) and get only the tasks whose state
+  // changed since, read from the event stream (or every state again when the stream cannot
+  // tell). A change of the job's own state reads everything again.
   function subscribe(onStates) {
     let timer = null;
+    let after = null;
+    let jobState = null;
     async function tick() {
       let state = null;
       try {
-        const live = await getJSON(`/api/jobs/${jobId}/live`);
+        const query = after ? `?after=${encodeURIComponent(after)}` : "";
+        const live = await getJSON(`/api/jobs/${jobId}/live${query}`);
         state = live.state;
+        if (live.changes && state !== jobState) { // the job's own state changed: read it all
+          after = null;
+          timer = window.setTimeout(tick, 0);
+          return;
+        }
+        if (live.changes) {
+          live.states = model.states.slice();
+          for (const [index, s] of Object.entries(live.changes)) live.states[Number(index)] = s;
+        }
+        after = live.after;
+        jobState = state;
         onStates(live);
         setNote(null);
       } catch (err) {
+        after = null;
         setNote(`live updates paused: ${err.message}`);
       }
       timer = window.setTimeout(tick, state && JOB_DONE.has(state) ? IDLE_POLL_MS : pollMs);
     }
-    document.addEventListener("jobcenter:acted", () => { window.clearTimeout(timer); tick(); });
+    document.addEventListener("jobcenter:acted", () => { window.clearTimeout(timer); after = null; tick(); });
     tick();
   }
 

@@ -1,0 +1,133 @@
+"""Owned segments in Redis: the live-worker list each segment's shards are shared out by,
+the leases on a shard's segments (shard_lease.lua: take, renew, give back, fenced by a
+token), and the blocking pop an idle worker waits on one shard's wake-up lists with.
+
+A segment is the tasks of one queue in one shard, or the shard's leader messages
+(LEADER_SEGMENT); every lease call touches the keys of its shard alone (one hash slot)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import schema
+from .connection import time_ms
+from .keys import Keys
+from .lua import Scripts
+from .replies import text
+
+Segment = tuple[int, str]  # (shard, queue name or LEADER_SEGMENT)
+
+LAST_OWNER = schema.code("LAST_OWNER")
+STALE_TOKEN = schema.code("STALE_TOKEN")
+# A blocking pop ends well within the client's socket timeout (redis-py's default: 5 s), or
+# it would read as a dead connection.
+BLOCK_MAX_SECONDS = 2.0
+NUDGE_TOKENS_MAX = 64  # a stopping worker wakes at most this many others' renewals
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One worker's lease on a segment, as the owners zset holds it."""
+
+    handler: str
+    token: int
+    deadline_ms: int
+
+
+class ShardLeases:
+    """The lease calls and the segment-member list of one namespace."""
+
+    def __init__(self, redis: Any, keys: Keys, lease_ms: int) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.lease_ms = lease_ms
+        self.scripts = Scripts(redis)
+
+    def _run(self, calls: Mapping[Segment, list[Any]]) -> list[Any]:
+        """shard_lease.lua once per segment, with its ARGV, in one pipeline."""
+        batch = self.scripts.batch()
+        for (shard, segment), args in calls.items():
+            keys = [self.keys.segment_owners(shard, segment), self.keys.segment_epoch(shard)]
+            batch.add("shard_lease", keys, args)
+        return batch.execute()
+
+    def take(self, handler: str, segments: Sequence[Segment]) -> dict[Segment, int]:
+        """Take a lease on each segment (beside any other owner's); the token of each."""
+        replies = self._run({seg: ["take", handler, self.lease_ms] for seg in segments})
+        return {seg: int(reply[1]) for seg, reply in zip(segments, replies, strict=True)}
+
+    def renew(self, handler: str, held: Mapping[Segment, int]) -> set[Segment]:
+        """Renew the leases `held` (segment -> token); returns those lost (expired, given
+        back, or taken anew: the token is stale), which the caller no longer owns."""
+        calls = {seg: ["renew", handler, self.lease_ms, token] for seg, token in held.items()}
+        replies = self._run(calls)
+        return {seg for seg, reply in zip(calls, replies, strict=True) if reply[0] == STALE_TOKEN}
+
+    def give_back(
+        self, handler: str, held: Mapping[Segment, int], *, hand_over: bool
+    ) -> set[Segment]:
+        """Give back the leases `held`; with `hand_over`, only those another live owner
+        keeps (the rest stay leased, so a rebalance never leaves a segment without an
+        owner). Returns the segments no longer leased to `handler`."""
+        flag = int(hand_over)
+        calls = {seg: ["give_back", handler, 0, token, flag] for seg, token in held.items()}
+        replies = self._run(calls)
+        return {seg for seg, reply in zip(calls, replies, strict=True) if reply[0] != LAST_OWNER}
+
+    def serve(self, handler: str, segments: Sequence[str], live_ms: int) -> dict[str, list[str]]:
+        """Say (with Redis TIME) that `handler` serves `segments`, drop members silent for
+        `live_ms`, and return each segment's live members (sorted): the list its shards are
+        shared out by."""
+        now_ms = time_ms(self.redis)
+        key = self.keys.segment_members()
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zadd(key, {f"{segment}|{handler}": now_ms for segment in segments})
+        pipe.zremrangebyscore(key, "-inf", f"({now_ms - live_ms}")
+        pipe.zrange(key, 0, -1)
+        members: dict[str, list[str]] = {}
+        for raw in pipe.execute()[-1]:
+            segment, _, member = text(raw).rpartition("|")
+            members.setdefault(segment, []).append(member)
+        return {segment: sorted(found) for segment, found in members.items()}
+
+    def leave(self, handler: str, segments: Sequence[str], nudge: int) -> None:
+        """Drop `handler` from the member list; wake up to `nudge` other workers' renewals
+        so they share its segments out at once."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrem(self.keys.segment_members(), *(f"{s}|{handler}" for s in segments))
+        tokens = min(nudge, NUDGE_TOKENS_MAX)
+        if tokens:
+            wake = self.keys.segments_wake()
+            pipe.rpush(wake, *[1] * tokens)
+            pipe.ltrim(wake, -NUDGE_TOKENS_MAX, -1)
+            pipe.pexpire(wake, self.lease_ms)
+        pipe.execute()
+
+    def wait_for_changes(self, timeout: float) -> bool:
+        """Block until a worker gives segments back (leave's nudge: True) or `timeout`
+        passes, at most BLOCK_MAX_SECONDS."""
+        timeout = min(timeout, BLOCK_MAX_SECONDS)
+        return self.redis.blpop([self.keys.segments_wake()], timeout=timeout) is not None
+
+    def owners(self, shard: int, segment: str) -> list[Lease]:
+        """The leases on a segment, expired ones included (deadline in Redis ms)."""
+        key = self.keys.segment_owners(shard, segment)
+        found = []
+        for raw, score in self.redis.zrange(key, 0, -1, withscores=True):
+            handler, _, token = text(raw).rpartition("|")
+            found.append(Lease(handler, int(token), int(score)))
+        return found
+
+
+def pop_wake(redis: Any, keys: Sequence[str], timeout: float) -> str | None:
+    """Block until a wake-up token arrives on one of `keys` (all of one shard: one hash
+    slot), or `timeout` seconds pass; the key it came on, or None."""
+    popped = redis.blpop(list(keys), timeout=timeout)
+    return None if popped is None else text(popped[0])
+
+
+def push_wake(redis: Any, key: str) -> None:
+    """Put back a wake-up token popped by a listener whose loop no longer waits."""
+    redis.lpush(key, 1)

@@ -1,0 +1,153 @@
+"""shard_lease.lua: a worker's lease on a segment of a shard (take, renew, expiry, give
+back) and its fencing token; every refusal leaves Redis untouched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from helpers import wait_until
+from lua_helpers import H1, H2, H3, decode, untouched
+
+from jobcenter.storage.connection import time_ms
+from jobcenter.storage.keys import LEADER_SEGMENT
+from jobcenter.storage.schema import code
+from jobcenter.storage.shard_leases import ShardLeases
+from jobcenter.storage.store import Store
+
+LONG_MS = 30_000
+SHORT_MS = 100  # a lease a test waits out on purpose
+SEG = (0, "default")
+
+
+@pytest.fixture
+def leases(store: Store) -> ShardLeases:
+    return ShardLeases(store.redis, store.keys, LONG_MS)
+
+
+def call(store: Store, *args: Any, segment: tuple[int, str] = SEG) -> list[Any]:
+    shard, name = segment
+    keys = [store.keys.segment_owners(shard, name), store.keys.segment_epoch(shard)]
+    return [int(x) for x in decode(store.scripts.run("shard_lease", keys, list(args)))]
+
+
+def owners(leases: ShardLeases, segment: tuple[int, str] = SEG) -> dict[str, int]:
+    return {lease.handler: lease.token for lease in leases.owners(*segment)}
+
+
+def wait_expired(store: Store, deadline_ms: int) -> None:
+    wait_until(lambda: time_ms(store.redis) > deadline_ms, timeout=5, message="lease not over")
+
+
+def test_take_gives_a_token_and_a_deadline_one_lease_ahead_in_redis_time(store: Store) -> None:
+    before = time_ms(store.redis)
+    ok, token, deadline = call(store, "take", H1, LONG_MS)
+    after = time_ms(store.redis)
+    assert ok == code("OK") and token >= 1
+    assert before + LONG_MS <= deadline <= after + LONG_MS
+    (lease,) = ShardLeases(store.redis, store.keys, LONG_MS).owners(*SEG)
+    assert (lease.handler, lease.token, lease.deadline_ms) == (H1, token, deadline)
+
+
+def test_a_segment_is_shared_by_several_owners_each_with_its_own_token(
+    store: Store, leases: ShardLeases
+) -> None:
+    first = leases.take(H1, [SEG])[SEG]
+    second = leases.take(H2, [SEG])[SEG]
+    assert second > first
+    assert owners(leases) == {H1: first, H2: second}
+
+
+def test_tokens_grow_across_the_segments_of_a_shard_but_keys_stay_in_its_slot(
+    store: Store, leases: ShardLeases
+) -> None:
+    tokens = leases.take(H1, [(1, "default"), (1, LEADER_SEGMENT), (1, "other")])
+    assert sorted(tokens.values()) == list(range(1, 4))
+    tag = "{" + f"{store.settings.namespace}.1" + "}"
+    assert tag in store.keys.segment_owners(1, "default") and tag in store.keys.segment_epoch(1)
+
+
+def test_renew_moves_the_deadline_and_keeps_the_token(store: Store) -> None:
+    _, token, first = call(store, "take", H1, SHORT_MS)
+    ok, deadline = call(store, "renew", H1, LONG_MS, token)
+    assert ok == code("OK") and deadline > first
+    assert owners(ShardLeases(store.redis, store.keys, LONG_MS)) == {H1: token}
+
+
+def test_renew_under_a_token_never_taken_is_refused_untouched(store: Store) -> None:
+    _, token, _ = call(store, "take", H1, LONG_MS)
+    with untouched(store):
+        assert call(store, "renew", H1, LONG_MS, token + 1) == [code("STALE_TOKEN")]
+        assert call(store, "renew", H2, LONG_MS, token) == [code("STALE_TOKEN")]
+
+
+def test_an_expired_lease_is_not_renewed_and_the_next_take_drops_it(store: Store) -> None:
+    _, token, deadline = call(store, "take", H1, SHORT_MS)
+    wait_expired(store, deadline)
+    with untouched(store):
+        assert call(store, "renew", H1, LONG_MS, token) == [code("STALE_TOKEN")]
+    _, other, _ = call(store, "take", H2, LONG_MS)
+    assert owners(ShardLeases(store.redis, store.keys, LONG_MS)) == {H2: other}
+
+
+def test_a_new_take_fences_off_the_old_token(store: Store, leases: ShardLeases) -> None:
+    """A worker that lost its lease (expired while it was paused) takes it again: its old
+    token neither renews nor gives back the new lease."""
+    _, old, deadline = call(store, "take", H1, SHORT_MS)
+    wait_expired(store, deadline)
+    _, new, _ = call(store, "take", H1, LONG_MS)
+    assert new > old
+    with untouched(store):
+        assert call(store, "renew", H1, LONG_MS, old) == [code("STALE_TOKEN")]
+        assert call(store, "give_back", H1, 0, old, 0) == [code("ALREADY")]
+    assert owners(leases) == {H1: new}
+
+
+def test_a_second_take_by_the_same_handler_replaces_its_lease(
+    store: Store, leases: ShardLeases
+) -> None:
+    """A take whose reply was lost is taken again: the handler still holds one lease."""
+    leases.take(H1, [SEG])
+    again = leases.take(H1, [SEG])[SEG]
+    assert owners(leases) == {H1: again}
+
+
+def test_give_back_drops_the_lease_and_a_repeat_changes_nothing(
+    store: Store, leases: ShardLeases
+) -> None:
+    token = leases.take(H1, [SEG])[SEG]
+    kept = leases.take(H2, [SEG])[SEG]
+    assert call(store, "give_back", H1, 0, token, 0) == [code("OK")]
+    assert owners(leases) == {H2: kept}
+    with untouched(store):
+        assert call(store, "give_back", H1, 0, token, 0) == [code("ALREADY")]
+
+
+def test_a_hand_over_keeps_the_lease_of_the_last_live_owner(
+    store: Store, leases: ShardLeases
+) -> None:
+    token = leases.take(H1, [SEG])[SEG]
+    with untouched(store):
+        assert call(store, "give_back", H1, 0, token, 1) == [code("LAST_OWNER")]
+    assert leases.give_back(H1, {SEG: token}, hand_over=True) == set()
+    other = leases.take(H2, [SEG])[SEG]
+    assert leases.give_back(H1, {SEG: token}, hand_over=True) == {SEG}
+    assert owners(leases) == {H2: other}
+
+
+def test_a_hand_over_does_not_count_an_expired_owner(store: Store, leases: ShardLeases) -> None:
+    token = leases.take(H1, [SEG])[SEG]
+    _, _, deadline = call(store, "take", H2, SHORT_MS)
+    wait_expired(store, deadline)
+    with untouched(store):
+        assert call(store, "give_back", H1, 0, token, 1) == [code("LAST_OWNER")]
+
+
+def test_renew_reports_the_leases_lost_and_renews_the_others(
+    store: Store, leases: ShardLeases
+) -> None:
+    kept = leases.take(H3, [SEG])[SEG]
+    _, lost, deadline = call(store, "take", H3, SHORT_MS, segment=(1, "default"))
+    wait_expired(store, deadline)
+    assert leases.renew(H3, {SEG: kept, (1, "default"): lost}) == {(1, "default")}
+    assert owners(leases) == {H3: kept}
