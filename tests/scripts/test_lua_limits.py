@@ -21,10 +21,12 @@ from lua_helpers import (
     submit_and_split,
     task_states,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
 from jobcenter.runtime.recovery import Recovery
 from jobcenter.storage import limits
 from jobcenter.storage.store import Store
+from jobcenter.web.metrics import exposition
 
 GPU = "gpu"
 
@@ -483,3 +485,17 @@ def test_the_instances_of_a_mapped_task_take_its_pool_slots(store: Store) -> Non
     instances = claim(store, H1)
     assert len(instances) == 2 and used(store) == 2
     assert pool(store).waiting == 3
+
+
+def test_metrics_show_each_pools_slots_used_set_and_waiting(store: Store) -> None:
+    limits.set_pool(store, GPU, 2)
+    submit_and_split(store, pool_job(5))
+    claim(store, H1)
+    samples = {
+        (s.name, s.labels.get("pool")): s.value
+        for family in text_string_to_metric_families(exposition(store).decode())
+        for s in family.samples
+    }
+    assert samples[("jobcenter_pool_used", GPU)] == 2
+    assert samples[("jobcenter_pool_slots", GPU)] == 2
+    assert samples[("jobcenter_pool_waiting", GPU)] == 3
