@@ -156,3 +156,6 @@ def test_no_watchdog_pings_for_another_process(
     worker.signal(signal.SIGTERM)
     messages = _until(notify_socket, "STOPPING=1")
     assert not any("WATCHDOG=1" in m for m in messages), messages
+    # wait for the exit: left still stopping, the worker got the fixture's teardown SIGTERM
+    # as a second one (a forced stop), which raced its exit
+    assert worker.wait() == 0

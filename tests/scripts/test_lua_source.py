@@ -173,3 +173,11 @@ def test_submit_is_a_job_script() -> None:
 def _read_header(name: str) -> str:
     text = (LUA_DIR / f"{name}.lua").read_text()
     return text[: text.index("]]")]
+
+
+def test_the_prelude_keeps_the_constants_a_script_names_and_drops_the_rest() -> None:
+    from jobcenter.storage.lua import _constants_used
+
+    prelude = "local A = 'a'\nlocal B = 'b'\nLIST = {A}\nlocal C = {B}\nlocal D = 1\n"
+    kept = _constants_used(prelude, "return C")
+    assert kept.splitlines() == ["local A = 'a'", "local B = 'b'", "LIST = {A}", "local C = {B}"]

@@ -5,6 +5,8 @@ flushed) gets the script loaded again and the call repeated."""
 from __future__ import annotations
 
 import hashlib
+import re
+from collections import Counter
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -68,13 +70,36 @@ def source(name: str) -> str:
     """The full text sent to Redis for script `name`."""
     if name not in ALL_SCRIPTS:
         raise KeyError(f"no Lua script named {name!r}")
-    parts = [lua_prelude(), _read("_common")]
+    body = [_read("_common")]
     if name in JOB_SCRIPTS or name in SLOT_SCRIPTS:
-        parts.append(_read("_slots"))
+        body.append(_read("_slots"))
     if name in JOB_SCRIPTS:
-        parts += [_read("_job"), _read("_data")]
-    parts.append(_read(name))
-    return "\n".join(parts)
+        body += [_read("_job"), _read("_data")]
+    body.append(_read(name))
+    return "\n".join([_constants_used(lua_prelude(), "\n".join(body)), *body])
+
+
+_CONSTANT = re.compile(r"local (\w+) = ")
+_WORD = re.compile(r"\w+")
+
+
+def _constants_used(prelude: str, body: str) -> str:
+    """The prelude without the constants that neither the body nor another kept constant
+    names: Lua allows a script 200 locals, and the generated names alone take over 100."""
+    lines = prelude.splitlines()
+    uses = Counter(_WORD.findall(body + "\n" + prelude))
+    dropped: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for i, line in enumerate(lines):
+            match = _CONSTANT.match(line)
+            if i in dropped or not match or uses[match.group(1)] > 1:
+                continue
+            dropped.add(i)  # named only where it is defined
+            uses.subtract(_WORD.findall(line))
+            changed = True
+    return "\n".join(line for i, line in enumerate(lines) if i not in dropped) + "\n"
 
 
 @cache
