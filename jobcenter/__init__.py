@@ -4,7 +4,7 @@ from jobcenter.model.builder import Job
 from jobcenter.model.spec import JobSpec, TaskSpec
 from jobcenter.runtime.context import TaskContext, current_task
 from jobcenter.runtime.hooks import on_job_finished
-from jobcenter.runtime.registry import task
+from jobcenter.runtime.registry import gate, task
 
 from .client import Client
 from .errors import Fatal, JobcenterError, Retry, SpecError, TaskCancelled
@@ -23,6 +23,7 @@ __all__ = [
     "TaskContext",
     "TaskSpec",
     "current_task",
+    "gate",
     "on_job_finished",
     "task",
     "__version__",

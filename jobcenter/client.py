@@ -17,7 +17,7 @@ from . import schedules as _schedule
 from .config import Settings
 from .errors import NotFound
 from .schedules.manage import ScheduleOptions
-from .storage import admin
+from .storage import admin, limits
 from .storage import export as _export
 
 SUBMIT_BATCH = 200  # jobs per round trip in submit_many: large gains, short script bursts
@@ -168,3 +168,35 @@ class Client:
     def requeue(self, job_id: str, task_id: str) -> int:
         """Run a dead-lettered task again; its job re-opens and finalizes again."""
         return admin.requeue(self.store, job_id, task_id)
+
+    def set_pool(self, name: str, slots: int) -> None:
+        """Create pool `name` or change its size: at most `slots` slots of it are taken by
+        running tasks at once (a task's `pool_slots`, 1 by default)."""
+        limits.set_pool(self.store, name, slots)
+
+    def delete_pool(self, name: str) -> None:
+        """Delete an idle pool (refused while its slots are in use or tasks wait for it)."""
+        limits.delete_pool(self.store, name)
+
+    def pools(self) -> builtins.list[dict[str, Any]]:
+        """Every pool set or named by a task: `name`, `slots` (None: never set), `used`,
+        `waiting` (tasks parked until a slot frees)."""
+        return [
+            {"name": p.name, "slots": p.total, "used": p.used, "waiting": p.waiting}
+            for p in limits.pools(self.store)
+        ]
+
+    def set_rate(self, target: str, rate: str) -> None:
+        """Limit `queue:NAME` or `pool:NAME` to `rate` starts, e.g. "100/1s": at most that
+        many of its tasks start per window of the period; the others wait in their place."""
+        limits.set_rate(self.store, target, rate)
+
+    def delete_rate(self, target: str) -> None:
+        limits.delete_rate(self.store, target)
+
+    def rates(self) -> builtins.list[dict[str, Any]]:
+        """Every rate limit: `target` (queue:NAME or pool:NAME), `starts`, `period` (s)."""
+        return [
+            {"target": r.target, "starts": r.starts, "period": r.period}
+            for r in limits.rates(self.store)
+        ]

@@ -4,6 +4,8 @@ Starts a redis-server of its own (jobcenter.storage.embedded.RedisServer) and tw
 bench_tasks` processes (each with its rq recovery child), then measures:
 
   W1  one job of 20,000 independent tasks               tasks/s
+  W1-pool  the same with every task in a pool of 64 slots  tasks/s (what the claim-time
+      pool check and the slot give-back cost; 64 of the workers' slots run at once)
   W1-observe  W1 with events and metrics off, events on, both on (workers restarted for
       each, interleaved): what the event stream and the metric counters cost
   W2  root -> 5,000 -> join                             wall time
@@ -119,6 +121,7 @@ class Target:
 
 TARGETS = {
     "W1": Target(">=", 10_000, ">= 10,000 tasks/s"),
+    "W1-pool": Target(">=", 10_000, ">= 10,000 tasks/s"),
     "W2": Target("<", 0.5, "< 0.5 s"),
     "W3": Target("<", 0.5, "< 0.5 ms/hop"),
     "W4": Target("<", 0.3, "< 0.3 s"),
@@ -128,6 +131,7 @@ TARGETS = {
 }
 PEERS = {
     "W1": "300 (RQ) - 2,600 (Dramatiq) tasks/s",
+    "W1-pool": "-",
     "W2": "8 - 19 s",
     "W3": "5 - 17 ms/hop",
     "W4": "1.8 - 8 s",
@@ -154,6 +158,19 @@ def meets(target: Target, value: float | None) -> bool | None:
 def flat_spec(n: int, queue: str = "default", task: str = "bench.noop") -> dict[str, Any]:
     tasks = [{"id": f"t{i}", "task": task} for i in range(n)]
     return {"name": f"bench-flat-{n}", "queue": queue, "tasks": tasks}
+
+
+POOL = "bench-pool"
+POOL_SLOTS = 64  # W1-pool: fewer than the workers' 2 x 64 threads, so the pool is what limits
+
+
+def pooled_flat(bench: Bench, n: int) -> dict[str, Any]:
+    """W1's job with every task in a pool of POOL_SLOTS slots."""
+    bench.client.set_pool(POOL, POOL_SLOTS)
+    spec = flat_spec(n)
+    for task in spec["tasks"]:
+        task["pool"] = POOL
+    return {**spec, "name": f"bench-pooled-{n}"}
 
 
 def map_spec(n: int) -> dict[str, Any]:
@@ -1087,6 +1104,10 @@ def workloads(sizes: Sizes) -> dict[str, tuple[str, Workload]]:
             f"flat {sizes.flat:,} tasks (events + metrics on)",
             lambda b: run_one_job(b, flat_spec(sizes.flat)),
         ),
+        "W1-pool": (
+            f"flat {sizes.flat:,} tasks in a pool of {POOL_SLOTS}",
+            lambda b: run_one_job(b, pooled_flat(b, sizes.flat)),
+        ),
         "W1-observe": (
             f"flat {sizes.flat:,} tasks: events, metrics off / on",
             lambda b: run_observe(b, sizes.flat),
@@ -1252,6 +1273,10 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, s
         r = w["W1"]["median"]
         headline("W1", "tasks/s", r["tasks_per_s"], fmt(r["tasks_per_s"]))
         common("W1", rate=False)
+    if "W1-pool" in w:
+        r = w["W1-pool"]["median"]
+        headline("W1-pool", "tasks/s", r["tasks_per_s"], fmt(r["tasks_per_s"]))
+        common("W1-pool", rate=False)
     if "W1-observe" in w:
         r = w["W1-observe"]["median"]
         runs = len(w["W1-observe"]["runs"])
@@ -1548,9 +1573,9 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated: W1,W1-observe,W2,W3,W4,W5,wake,big-fan,big-chain,big-follow; or "
-        "`order` alone: the task-order rules on DAGs where order matters (one worker, "
-        "--concurrency slots); "
+        help="comma-separated: W1,W1-pool,W1-observe,W2,W3,W4,W5,wake,big-fan,big-chain,"
+        "big-follow; or `order` alone: the task-order rules on DAGs where order matters (one "
+        "worker, --concurrency slots); "
         "or `cluster` alone: W1 and W4 on one Redis and on a local 3-master Redis Cluster; "
         "or `memory` alone: the Redis bytes a finished task keeps (--seed-jobs jobs per shape)",
     )

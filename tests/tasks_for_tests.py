@@ -16,7 +16,7 @@ import time
 from functools import cache
 from typing import Any
 
-from jobcenter import Fatal, Retry, current_task, task
+from jobcenter import Fatal, Retry, current_task, gate, task
 from jobcenter.storage.connection import client_for
 
 # A gate that is never opened must not keep a worker busy forever once its test has failed.
@@ -61,6 +61,28 @@ def record(label: str = "", pause: float = 0.0) -> str:
     if pause:
         time.sleep(pause)  # stands for work, so that attempts overlap
     return label
+
+
+@task(name="tasks_for_tests.span")
+def span(pause: float = 0.0, group: str = "") -> None:
+    """Records its start, works `pause` seconds, records its end: the side log from which
+    a test reads how many ran at once (Redis orders the entries of every worker)."""
+    _record("start", group=group)
+    if pause:
+        time.sleep(pause)  # stands for work, so that attempts overlap
+    _record("end", group=group)
+
+
+@gate("warehouse", backoff=0.2, give_up_after=60.0)
+def warehouse_ready() -> bool:
+    """A gate the test opens by setting the "warehouse-up" key."""
+    return bool(_redis().exists(_key("warehouse-up")))
+
+
+@gate("licence-server", backoff=0.1, give_up_after=0.5)
+def licence_server() -> bool:
+    """A gate that never opens (and gives up fast)."""
+    return False
 
 
 @task(name="tasks_for_tests.block")

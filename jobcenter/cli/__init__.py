@@ -9,7 +9,7 @@ import logging
 
 import click
 
-from . import jobs, schedules, servers
+from . import jobs, pools, schedules, servers
 from .options import (
     EXIT_BAD_INPUT,
     EXIT_ERROR,
@@ -34,5 +34,11 @@ def main(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-for command in (*jobs.COMMANDS, *servers.COMMANDS, schedules.schedule_group):
+for command in (
+    *jobs.COMMANDS,
+    *servers.COMMANDS,
+    schedules.schedule_group,
+    pools.pool_group,
+    pools.rate_group,
+):
     main.add_command(command)

@@ -150,6 +150,11 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
             waiting = t["waiting_for"]
             since = format_time(waiting["since"])
             text = f"waiting since {since} for a worker with {waiting['task']}"
+        elif t.get("waiting_for_limit"):  # parked: its pool or limit is full
+            text = f"waiting for a slot of {t['waiting_for_limit']}"
+        elif t.get("waiting_for_gate"):  # a gate it requires said no
+            gate = t["waiting_for_gate"]
+            text = f"waiting since {format_time(gate['since'])} for gate {gate['gate']}"
         rows.append(
             (
                 task_id,

@@ -41,6 +41,7 @@ class Job:
         idempotency_key: str | None = None,
         retention: float | None = None,
         order: str | None = None,
+        max_running: int | None = None,
         notify: dict[str, Any] | None = None,
     ) -> None:
         self._job: dict[str, Any] = {
@@ -53,6 +54,8 @@ class Job:
         }
         if order is not None:
             self._job["order"] = order
+        if max_running is not None:
+            self._job["max_running"] = max_running
         if notify is not None:  # {on: [...], webhook: URL, hook: bool} (jobcenter.model.notify)
             self._job["notify"] = notify
         self._tasks: list[dict[str, Any]] = []
@@ -74,6 +77,11 @@ class Job:
         node: str | None = None,
         priority: int | None = None,
         estimate: float | None = None,
+        pool: str | None = None,
+        pool_slots: int | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        requires: Iterable[str] = (),
         trigger_rule: str | None = None,
         inputs: Mapping[str, Dependency] | None = None,
         map: Mapping[str, Dependency] | None = None,
@@ -90,8 +98,16 @@ class Job:
             deps = [depends_on]
         if isinstance(deps, Iterable):
             deps = [d.id if isinstance(d, TaskRef) else d for d in deps]
+        limits = {
+            "pool": pool,
+            "pool_slots": pool_slots,
+            "concurrency_key": concurrency_key,
+            "concurrency_limit": concurrency_limit,
+            "requires": list(requires) or None,
+        }
         self._tasks.append(
             {
+                **{k: v for k, v in limits.items() if v is not None},
                 "id": id,
                 "task": task,
                 "args": args,

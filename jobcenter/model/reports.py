@@ -23,6 +23,8 @@ class RecoveryReport:
     finalized: int = 0
     abandoned: int = 0  # stalled scheduled jobs marked failed instead of resubmitted
     trimmed: int = 0  # expired jobs dropped from the list indexes (not a repair)
+    slots_leaked: int = 0  # reservations that held pool/limit slots without a lease
+    slots_corrected: int = 0  # limits whose count of used slots was off
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -40,4 +42,6 @@ class RecoveryReport:
             + sum(self.resubmitted.values())
             + self.finalized
             + self.abandoned
+            + self.slots_leaked
+            + self.slots_corrected
         )

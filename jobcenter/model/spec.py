@@ -44,6 +44,12 @@ MAX_PRIORITY = 1_000_000_000
 ARGS_MAX_DEPTH = codec.MAX_DEPTH - 3
 # Names are shown in listings and history; longer ones are a mistake, not a name.
 MAX_NAME_LENGTH = 200
+# Slots a task takes from its pool, a job's running tasks, a key's running tasks: far above
+# any machine's cores, low enough to stay exact as counters.
+MAX_POOL_SLOTS = 10_000
+MAX_RUNNING_LIMIT = 1_000_000
+# A concurrency key's template names kwargs in braces: "{tenant}" or "db-{region}".
+KEY_FIELD_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # Durations (timeout, backoff, retention) past a year are typos; the bound also keeps them
 # inside what a thread wait (threading.TIMEOUT_MAX) and a Redis expire accept.
 MAX_SECONDS = 366 * 24 * 3600
@@ -81,6 +87,18 @@ class TaskSpec:
     node: str | None = None
     priority: int | None = None  # None: the job's priority
     estimate: float | None = None  # seconds it usually runs; None: learned (model.ordering)
+    pool: str | None = None  # a named pool (`jobcenter pool set`) it takes slots of to run
+    pool_slots: int = 1  # how many of the pool's slots it takes
+    concurrency_key: str | None = None  # a template over its kwargs, e.g. "{tenant}"
+    concurrency_limit: int | None = None  # at most this many tasks with its key run at once
+    requires: tuple[str, ...] = ()  # gates (checks workers register) that must say yes first
+
+    def rendered_key(self) -> str | None:
+        """Its concurrency key with its kwargs filled in ("{tenant}" -> "acme"), or None."""
+        if self.concurrency_key is None:
+            return None
+        return render_key(self.concurrency_key, self.kwargs, self.id)
+
     # When it runs, given how its parents ended (model.trigger_rules); no effect on a root.
     trigger_rule: str = DEFAULT_TRIGGER_RULE
     # kwarg -> the id of a parent whose result it receives (a mapped parent: their list)
@@ -104,7 +122,7 @@ class TaskSpec:
         for name, default in _TASK_DEFAULTS.items():
             value = getattr(self, name)
             if value != default:
-                out[name] = value
+                out[name] = list(value) if isinstance(value, tuple) else value
         return out
 
 
@@ -120,6 +138,7 @@ class JobSpec:
     idempotency_key: str | None = None
     retention: float | None = None  # seconds a finished job is kept; None: namespace default
     order: str = DEFAULT_ORDER  # which ready task of the job runs first (jobcenter.model.ordering)
+    max_running: int | None = None  # at most this many of its tasks run at once
     notify: Notify | None = None  # whom to tell when it ends (jobcenter.model.notify)
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,6 +164,11 @@ _TASK_DEFAULTS: dict[str, Any] = {
     "node": None,
     "priority": None,
     "estimate": None,
+    "pool": None,
+    "pool_slots": 1,
+    "concurrency_key": None,
+    "concurrency_limit": None,
+    "requires": (),
     "trigger_rule": DEFAULT_TRIGGER_RULE,
 }
 _JOB_DEFAULTS: dict[str, Any] = {
@@ -154,6 +178,7 @@ _JOB_DEFAULTS: dict[str, Any] = {
     "idempotency_key": None,
     "retention": None,
     "order": DEFAULT_ORDER,
+    "max_running": None,
 }
 _TASK_KEYS = frozenset(
     {"id", "task", "args", "kwargs", "depends_on", "inputs", "map", *_TASK_DEFAULTS}
@@ -231,6 +256,59 @@ def _name(value: object, key: str, task_id: str | None) -> str:
     if not isinstance(value, str) or not ID_RE.fullmatch(value):
         raise _bad(task_id, f"{key!r} must be {_ID_RULE}, got {_show(value)}")
     return value
+
+
+def render_key(template: str, kwargs: Mapping[str, Any], task_id: str) -> str:
+    """A concurrency key template with each "{name}" replaced by that kwarg's value."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in kwargs:
+            raise _bad(
+                task_id,
+                f"'concurrency_key' {template!r} names kwarg {name!r}, "
+                "which the task does not have",
+            )
+        return str(kwargs[name])
+
+    key = KEY_FIELD_RE.sub(value, template)
+    if not 0 < len(key) <= MAX_NAME_LENGTH:
+        raise _bad(
+            task_id,
+            f"'concurrency_key' {template!r} makes a key of {len(key)} "
+            f"characters; it must have 1-{MAX_NAME_LENGTH}",
+        )
+    return key
+
+
+def _limits(raw: Mapping[str, Any], task_id: str) -> tuple[str | None, int, str | None, int | None]:
+    """pool, pool_slots, concurrency_key, concurrency_limit of a raw task."""
+    pool = raw.get("pool")
+    if pool is not None:
+        pool = _name(pool, "pool", task_id)
+    slots = 1
+    if "pool_slots" in raw:
+        if pool is None:
+            raise _bad(task_id, "'pool_slots' needs a 'pool'")
+        rule = f"an integer from 1 to {MAX_POOL_SLOTS}"
+        slots = _int(raw["pool_slots"], "pool_slots", task_id, 1, MAX_POOL_SLOTS, rule)
+    key, limit = raw.get("concurrency_key"), raw.get("concurrency_limit")
+    if (key is None) != (limit is None):
+        raise _bad(task_id, "'concurrency_key' and 'concurrency_limit' go together: give both")
+    if key is not None:
+        if not isinstance(key, str) or not key:
+            raise _bad(task_id, f"'concurrency_key' must be a text template, got {_show(key)}")
+        rule = f"an integer from 1 to {MAX_RUNNING_LIMIT}"
+        limit = _int(limit, "concurrency_limit", task_id, 1, MAX_RUNNING_LIMIT, rule)
+    return pool, slots, key, limit
+
+
+def _requires(value: object, task_id: str) -> tuple[str, ...]:
+    """A task's gates: a gate name or a list of them (names as queue names)."""
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not names:
+        raise _bad(task_id, f"'requires' must be a gate name or a list of them, got {_show(value)}")
+    return tuple(dict.fromkeys(_name(n, "requires", task_id) for n in names))
 
 
 def check_name(value: object, what: str) -> str:
@@ -383,6 +461,19 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
         priority = _priority(raw["priority"], task_id)
     if raw.get("estimate") is not None:
         estimate = _seconds(raw["estimate"], "estimate", task_id, strict=False)
+    pool, pool_slots, concurrency_key, concurrency_limit = None, 1, None, None
+    if (
+        "pool" in raw
+        or "pool_slots" in raw
+        or "concurrency_key" in raw
+        or "concurrency_limit" in raw
+    ):
+        pool, pool_slots, concurrency_key, concurrency_limit = _limits(raw, task_id)
+        if concurrency_key is not None:
+            render_key(concurrency_key, kwargs, task_id)  # every kwarg it names is there
+    requires: tuple[str, ...] = ()
+    if raw.get("requires") is not None:
+        requires = _requires(raw["requires"], task_id)
     trigger_rule: str = DEFAULT_TRIGGER_RULE
     if raw.get("trigger_rule") is not None:
         trigger_rule = _trigger_rule(raw["trigger_rule"], task_id)
@@ -400,6 +491,11 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
         node,
         priority,
         estimate,
+        pool,
+        pool_slots,
+        concurrency_key,
+        concurrency_limit,
+        requires,
         trigger_rule,
         inputs,
         mapped,
@@ -505,6 +601,10 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
     order = data.get("order", DEFAULT_ORDER)
     if order not in ORDER_RULES:
         raise SpecError(f"job: 'order' must be one of {', '.join(ORDER_RULES)}, got {_show(order)}")
+    max_running = data.get("max_running")
+    if max_running is not None:
+        rule = f"an integer from 1 to {MAX_RUNNING_LIMIT}"
+        max_running = _int(max_running, "max_running", None, 1, MAX_RUNNING_LIMIT, rule)
     notify = parse_notify(data["notify"]) if data.get("notify") is not None else None
 
     raw_tasks = data.get("tasks")
@@ -529,6 +629,7 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
         idempotency_key=idempotency_key,
         retention=retention,
         order=order,
+        max_running=max_running,
         notify=notify,
     )
     _VALIDATED[id(spec)] = spec

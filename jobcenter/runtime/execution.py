@@ -29,7 +29,7 @@ import threading
 import time
 import traceback
 import types
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import forkserver
@@ -69,6 +69,10 @@ class Outcome:
     retry_delay_ms: int = -1  # < 0: do not retry
     # set when this worker has no code for the task: the attempt is given back, unused
     missing_task: str = ""
+    # set when a gate the task requires said no: the attempt goes back, unused, to wait
+    gate: str = ""
+    gate_backoff_ms: int = 0
+    gate_give_up_ms: int = 0
     result: bytes = NO_RESULT  # what the task returned, packed (stored with its success)
 
 
@@ -168,6 +172,16 @@ def execute(
     result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
 ) -> Outcome:
     """Run one attempt and turn what happened into an Outcome; never raises."""
+    closed = closed_gate(payload.get("g", ()))
+    if closed is not None:
+        return Outcome(
+            task,
+            False,
+            f"gate {closed.name!r} said no",
+            gate=closed.name,
+            gate_backoff_ms=int(closed.backoff * 1000),
+            gate_give_up_ms=int(closed.give_up_after * 1000),
+        )
     set_current(ctx)
     try:
         value = _call(registry.lookup(payload["t"]), payload, ctx)
@@ -188,6 +202,26 @@ def execute(
         return Outcome(task, False, describe(exc, note), retry_delay(task, payload))
     finally:
         set_current(None)
+
+
+def closed_gate(names: Iterable[str]) -> registry.Gate | None:
+    """The first of a task's gates that says no, if any. A gate this worker has not
+    registered says no (it cannot vouch for it), with the default timings; a check that
+    raises says no too."""
+    for name in names:
+        gate = registry.lookup_gate(name)
+        if gate is None:
+            log.warning("gate %r is not registered on this worker: its tasks wait", name)
+            return registry.Gate(
+                name, bool, registry.GATE_BACKOFF_SECONDS, registry.GATE_GIVE_UP_SECONDS
+            )
+        try:
+            if gate.check():
+                continue
+        except Exception as exc:
+            log.warning("gate %r check raised (%s): taken as no", name, exc)
+        return gate
+    return None
 
 
 def _call(fn: Callable[..., Any], payload: dict[str, Any], ctx: TaskContext) -> Any:

@@ -10,6 +10,7 @@ from typing import Any
 
 from jobcenter.model.reports import RecoveryReport
 from jobcenter.model.states import JobState, TaskState
+from jobcenter.storage import limits
 from jobcenter.storage.admin import trim_expired
 from jobcenter.storage.keys import NODE_QUEUE_PREFIX
 from jobcenter.storage.schema import TaskField
@@ -51,6 +52,7 @@ class Recovery:
         try:
             for shard in range(self.store.keys.shards):
                 self._expired_leases(shard)
+                self._slots(shard)
                 self._leader_messages(shard)
                 for job_id in self.store.active_job_ids(shard):
                     self._job(job_id)
@@ -72,6 +74,13 @@ class Recovery:
             self._renew()
             if len(pairs) < LEASES_PAGE or self.report.leases.get("live") == len(pairs):
                 return
+
+    # -- rule 9: pool and limit slots held without a lease, counters off --------------------
+
+    def _slots(self, shard: int) -> None:
+        check = limits.reconcile(self.store, shard=shard)
+        self.report.slots_leaked += check.leaked
+        self.report.slots_corrected += check.corrected
 
     # -- rule 5: leader steps whose worker died are due again: run them here --------------
 

@@ -9,13 +9,33 @@ import contextlib
 import importlib
 import inspect
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
-from jobcenter.errors import JobcenterError
+from jobcenter.errors import JobcenterError, SpecError
+from jobcenter.model.spec import check_name
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}
+_GATES: dict[str, Gate] = {}
+
+# A gate registered with no timings: ask again every so often, fail its tasks after an hour.
+GATE_BACKOFF_SECONDS = 30.0
+GATE_GIVE_UP_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A check a task may require (`requires: [name]`) before it starts: `check()` answers
+    whether the environment is ready (a connection probe, free IPs, a licence count). A task
+    whose gate says no goes back to its queue for `backoff` seconds, its attempt unused; one
+    whose gate keeps saying no for `give_up_after` seconds fails, naming the gate."""
+
+    name: str
+    check: Callable[[], Any]
+    backoff: float
+    give_up_after: float
 
 
 class UnknownTask(JobcenterError, LookupError):
@@ -53,6 +73,34 @@ def task(fn: Any = None, *, name: str | None = None) -> Any:
         return f
 
     return register(fn) if fn is not None else register
+
+
+def gate(
+    name: str,
+    *,
+    backoff: float = GATE_BACKOFF_SECONDS,
+    give_up_after: float = GATE_GIVE_UP_SECONDS,
+) -> Callable[[F], F]:
+    """Register a gate check under `name` (see Gate): a function of no arguments returning
+    true when tasks that require the gate may start. An exception counts as no."""
+    check_name(name, "a gate name")
+    if not 0 < backoff <= give_up_after:
+        raise SpecError(
+            f"gate {name!r}: backoff ({backoff}) must be > 0 and at most give_up_after "
+            f"({give_up_after})"
+        )
+
+    def register(f: F) -> F:
+        if not callable(f):
+            raise NotATask(f"gate {name!r} must be a function, got {type(f).__name__}")
+        _GATES[name] = Gate(name, f, backoff, give_up_after)
+        return f
+
+    return register
+
+
+def lookup_gate(name: str) -> Gate | None:
+    return _GATES.get(name)
 
 
 def _default_name(f: Any) -> str:

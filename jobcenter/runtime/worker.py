@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 from jobcenter.errors import UnknownJob
 from jobcenter.model.ids import handler_id
 from jobcenter.schedules import run_ticker
+from jobcenter.storage import schema
 from jobcenter.storage.errors import RedisError, unreachable
 from jobcenter.storage.keys import LEADER_SEGMENT, node_queue
 from jobcenter.storage.store import (
@@ -65,6 +66,7 @@ PROGRESS_MIN_INTERVAL_SECONDS = 1.0  # a task's progress goes out at once at mos
 # A task this worker has no code for waits this long at least before it is claimed again (no
 # hot loop on the worker that lacks it), and at most this long (a worker that has the code,
 # once started, gets it soon); in between, a quarter of the time it has waited so far.
+GATE_GAVE_UP = schema.code("ITEM_ALREADY")  # gate_wait.lua: the task failed
 GIVE_BACK_DELAY_MIN_MS = 500
 GIVE_BACK_DELAY_MAX_MS = 10_000
 GIVE_BACK_WAIT_SECONDS = 5.0  # a forced stop waits this long at most for a claim under way
@@ -411,9 +413,15 @@ class Worker:
         self.task_waits.wait(timeout)
 
     def _task_wake_keys(self, shard: int) -> list[str]:
-        """The wake-up lists of the queues this worker owns in `shard`."""
+        """The wake-up lists of the queues this worker owns in `shard`, and the shard's
+        freed-slot list: parked tasks are in no queue, so a slot given back wakes through it."""
         queues = self.ownership.queues_by_shard(self.queues).get(shard, [])
-        return [self.store.keys.wake(shard, q) for q in queues]
+        if not queues:
+            return []
+        return [
+            *(self.store.keys.wake(shard, q) for q in queues),
+            self.store.keys.freed_wake(shard),
+        ]
 
     def _owned_changed(self, taken: set[tuple[int, str]]) -> None:
         """Listen on the shards owned now; claim at once in those just taken."""
@@ -489,6 +497,9 @@ class Worker:
         given_back = [o for o in left if o.missing_task]
         if given_back:
             self._give_back(given_back, left)
+        gated = [o for o in left if o.gate]
+        if gated:
+            self._gate_wait(gated, left)
         for outcome in list(left):
             t = outcome.task
             code, _ = self.store.fail(
@@ -566,6 +577,19 @@ class Worker:
         self._settle(left, [o for o in given_back if (o.task.job_id, o.task.index) in codes])
         if refused is not None:
             raise refused
+
+    def _gate_wait(self, gated: list[Outcome], left: list[Outcome]) -> None:
+        """Hand back attempts whose gate said no: unused, they wait the gate's backoff."""
+        attempts = [
+            (o.task.job_id, o.task.index, o.task.attempt, o.gate, o.gate_backoff_ms,
+             o.gate_give_up_ms)
+            for o in gated
+        ]  # fmt: skip
+        codes = self.store.gate_wait(self.handler, attempts)
+        for (job_id, index), code in codes.items():
+            if code == GATE_GAVE_UP:
+                log.warning("job %s task %d failed: its gate said no too long", job_id, index)
+        self._settle(left, [o for o in gated if (o.task.job_id, o.task.index) in codes])
 
     def _settle(self, left: list[Outcome], reported: list[Outcome]) -> None:
         """Outcomes Redis took: no longer to report, and their slots are free."""

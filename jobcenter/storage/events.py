@@ -68,6 +68,7 @@ STATE_AFTER = {
     EventKind.TIMED_OUT: TaskState.TIMED_OUT,
     EventKind.GIVEN_BACK: TaskState.QUEUED,
     EventKind.RELEASED: TaskState.QUEUED,
+    EventKind.GATE_WAIT: TaskState.QUEUED,
     EventKind.CANCELLED: TaskState.CANCELLED,
     EventKind.REVIVED: TaskState.WAITING,  # a 'queued' follows when its parents are done
 }

@@ -37,6 +37,11 @@ class JobKeys:
     leader: str  # shard zset: "<kind>|<job>" leader messages -> due time (ms)
     leader_wake: str  # shard list: wake-up tokens for idle workers waiting on leader work
     dlq: str  # shard zset: dead letters "<job>|<index>" -> time they failed for good (ms)
+    limits: str  # shard hash: pool totals and parked-task bookkeeping (schema.LimitField)
+    slots: str  # shard hash: slots used per limit id, and what each lease holds
+    parked: str  # shard zset: tasks waiting for a full limit, in their queue order
+    freed: str  # shard set: limit ids that gave a slot back while tasks wait for them
+    freed_wake: str  # shard list: wake-up tokens for idle workers when a limit has room again
     # string: a finished job's tasks and history packed into one record (storage/packed.py);
     # scripts get it after the per-state indexes (_job.lua), so it is not in as_list
     packed: str = ""
@@ -53,6 +58,10 @@ class JobKeys:
             self.leader_wake,
             self.dlq,
         ]
+
+    def limit_keys(self) -> list[str]:
+        """The shard's limit keys, in the order claim.lua and _job.lua receive them."""
+        return [self.limits, self.slots, self.parked, self.freed, self.freed_wake]
 
 
 class Keys:
@@ -113,6 +122,45 @@ class Keys:
 
     def dlq(self, shard: int) -> str:
         return f"{self._tagged(shard)}:dlq"
+
+    def limits(self, shard: int) -> str:
+        """Hash (schema.LimitField): each pool's slot count, and for the tasks parked waiting
+        for a full limit their entry in `parked`, how many wait per limit and its cap."""
+        return f"{self._tagged(shard)}:limits"
+
+    def slots(self, shard: int) -> str:
+        """Hash: slots in use per limit id (`p:<pool>`, `j:<job>`, `k:<key>`), and per lease
+        member "<job>|<index>" the slots that reservation holds ("<limit>*<n>;..."): taken by
+        claim.lua, given back once by whatever ends the reservation or attempt."""
+        return f"{self._tagged(shard)}:slots"
+
+    def parked(self, shard: int) -> str:
+        """Zset (score 0, read by lex): "<queue>|<limit>|<order>|<queue member>" for each task
+        whose limit was full when claimed: out of its queue, so claims skip it, until a slot
+        of that limit is given back. <order> keeps its queue's priority order."""
+        return f"{self._tagged(shard)}:parked"
+
+    def freed(self, shard: int) -> str:
+        """Set of limit ids that gave a slot back while tasks were parked for them: what the
+        next claim checks to put parked tasks back in their queues."""
+        return f"{self._tagged(shard)}:freed"
+
+    def limit_keys(self, shard: int) -> list[str]:
+        """limits, slots, parked, freed, freed_wake: in the order claim.lua and _job.lua
+        receive them."""
+        return [
+            self.limits(shard),
+            self.slots(shard),
+            self.parked(shard),
+            self.freed(shard),
+            self.freed_wake(shard),
+        ]
+
+    def freed_wake(self, shard: int) -> str:
+        """List of wake-up tokens pushed when a limit that tasks wait for gets room again:
+        idle workers BLPOP it beside their queues' lists, since the parked tasks are in no
+        queue to wake them."""
+        return f"{self._tagged(shard)}:wake:@freed"
 
     def segment_owners(self, shard: int, segment: str) -> str:
         """Zset of the leases on one segment of the shard (its tasks of one queue, or its
@@ -193,6 +241,11 @@ class Keys:
             leader=self.leader(shard),
             leader_wake=self.leader_wake(shard),
             dlq=self.dlq(shard),
+            limits=self.limits(shard),
+            slots=self.slots(shard),
+            parked=self.parked(shard),
+            freed=self.freed(shard),
+            freed_wake=self.freed_wake(shard),
             packed=f"{base}:packed",
         )
 

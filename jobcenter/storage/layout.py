@@ -4,15 +4,35 @@ splits a job in chunks, and by submit when it splits a small job at once."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from jobcenter.model import codec
 from jobcenter.model.dag import children_of
-from jobcenter.model.spec import JobSpec
+from jobcenter.model.spec import JobSpec, render_key
 from jobcenter.model.trigger_rules import DEFAULT_TRIGGER_RULE
 
 from .keys import node_queue
-from .schema import PayloadKey, TaskField
+from .schema import LimitKind, PayloadKey, TaskField
+
+# Characters a concurrency key keeps as they are inside a queue member; any other is
+# written %XX, so a key never holds the separators of the limits part ('|', ';', '=', '*').
+_KEY_SAFE = re.compile(r"[^A-Za-z0-9_.:@/+-]")
+
+
+def limit_spec(task: dict[str, Any], max_running: int | None) -> str | None:
+    """The slots a task takes while it runs, as claim.lua reads them (_slots.lua): entries
+    "<limit>=<cap>*<slots>" joined by ';'. None for a task without pool or limit."""
+    entries = []
+    if task.get("pool"):
+        entries.append(f"{LimitKind.POOL}{task['pool']}=*{task.get('pool_slots', 1)}")
+    if max_running:
+        entries.append(f"j={max_running}*1")
+    if task.get("concurrency_key"):
+        key = render_key(task["concurrency_key"], task.get("kwargs", {}), task["id"])
+        safe = _KEY_SAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), key)
+        entries.append(f"{LimitKind.KEY}{safe}={task['concurrency_limit']}*1")
+    return ";".join(entries) or None
 
 
 def job_queues(spec: JobSpec) -> list[str]:
@@ -36,6 +56,7 @@ class Layout:
         self.children = [[index[c] for c in children[task_id]] for task_id in ids]
         self.roots = [i for i, deps in enumerate(self.deps) if not deps]
         self.ranks = ranks
+        self.max_running: int | None = spec.get("max_running")
 
     def has_trigger_rules(self) -> bool:
         """Whether a task with parents has a rule other than the default (a job without
@@ -66,6 +87,8 @@ class Layout:
             PayloadKey.RETRY_BACKOFF: t.get("retry_backoff", 1.0),
             PayloadKey.RETRY_BACKOFF_MAX: t.get("retry_backoff_max", 300.0),
         }
+        if t.get("requires"):
+            payload[PayloadKey.GATES] = list(t["requires"])
         n = str(i)
         fields: list[Any] = [
             TaskField.ID.of(n),
@@ -97,6 +120,9 @@ class Layout:
             fields += [TaskField.CHILDREN.of(n), ",".join(map(str, self.children[i]))]
         if self.ranks is not None:
             fields += [TaskField.RANK.of(n), self.ranks[i]]
+        limits = limit_spec(t, self.max_running)
+        if limits is not None:
+            fields += [TaskField.LIMITS.of(n), limits]
         if t.get("inputs"):
             fields += [TaskField.INPUTS.of(n), self._refs(t["inputs"])]
         if t.get("map"):  # the source's list is split into instances when it succeeds

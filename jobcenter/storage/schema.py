@@ -36,6 +36,8 @@ class TaskField(StrEnum):
     ERROR = "e:"  # the last attempt's error
     PROGRESS = "pg:"  # the running attempt's last progress report
     WAITING_FOR = "wf:"  # "<since ms>|<task name>": given back for want of a worker with it
+    LIMITS = "l:"  # the slots it takes while it runs (limit_spec, layout.py); absent: none
+    GATE_WAIT = "gw:"  # "<since ms>|<gate>": a gate it requires said no; queued until it says yes
     RESULT = "r:"  # the succeeded attempt's return value, msgpack (kept with the job)
     INPUTS = "in:"  # "<kwarg>=<parent index>,...": parents' results it receives as kwargs
     MAP_ARG = "ma:"  # a mapped task: "<kwarg>=<source index>", each element goes to kwarg
@@ -67,6 +69,7 @@ WORKING_FIELDS = (
     TaskField.PRIORITY,
     TaskField.MAX_ATTEMPTS,
     TaskField.RANK,
+    TaskField.LIMITS,
     TaskField.INPUTS,
     TaskField.MAP_ARG,
     TaskField.MAP_OF,
@@ -194,6 +197,26 @@ INTEGER_HISTORY_COLUMNS = (
 )
 
 
+class LimitField(StrEnum):
+    """Field prefixes of a shard's limits hash (Keys.limits), each followed by a limit id
+    (`p:<pool>`, `j:<job>`, `k:<concurrency key>`) or a lease member `<job>|<index>`."""
+
+    POOL_TOTAL = "t:"  # + pool name: the pool's slot count (`pool set`), the same in every shard
+    PARKED = "w:"  # + limit id: tasks parked waiting for it in this shard
+    CAP = "c:"  # + limit id (job and key limits): its cap, kept while tasks wait for it
+    PARKED_AT = "pk:"  # + lease member: the task's entry in the parked zset
+    RATE = "r:"  # + queue name or "p:<pool>": "<starts>/<period ms>" (`rate set`)
+    RATE_WINDOW = "rw:"  # + the same: "<window start ms>|<starts in it>" in this shard
+
+
+class LimitKind(StrEnum):
+    """The kinds of limit id, each followed by a name: what a slot is counted against."""
+
+    POOL = "p:"  # + pool name
+    JOB = "j:"  # + job id: the job's max_running
+    KEY = "k:"  # + concurrency key (escaped, layout.py)
+
+
 class PayloadKey(StrEnum):
     """The keys of a task's packed payload (TaskField.PAYLOAD), short: one per task."""
 
@@ -204,6 +227,7 @@ class PayloadKey(StrEnum):
     TIMEOUT = "to"
     RETRY_BACKOFF = "rb"
     RETRY_BACKOFF_MAX = "rm"
+    GATES = "g"  # the gates it requires (`requires:`), only when it has some
 
 
 class ScheduleField(StrEnum):
@@ -252,6 +276,7 @@ class EventKind(StrEnum):
     TIMED_OUT = "timed_out"
     GIVEN_BACK = "given_back"  # by a worker without the task's code
     RELEASED = "released"  # by a stopping worker
+    GATE_WAIT = "gate_wait"  # a gate said no: the unused attempt waits its backoff (DETAIL)
     CANCEL = "cancel"  # a cancel (or abandon: DETAIL) of the job was asked
     CANCELLED = "cancelled"
     REVIVED = "revived"  # retry / dlq requeue
@@ -307,6 +332,8 @@ LUA_TABLES: dict[str, type[StrEnum]] = {
     "JF": JobField,
     "PK": PayloadKey,
     "SF": ScheduleField,
+    "LF": LimitField,
+    "LID": LimitKind,
     "EF": EventField,
     "EV": EventKind,
     "MF": MetricField,
@@ -329,13 +356,13 @@ def _code(name: str, value: int, scripts: str, meaning: str) -> ReturnCode:
     return ReturnCode(name, value, frozenset(scripts.split()), meaning)
 
 
-# Every script but claim (whose reply is lists, no code); _job.lua's context comes with most.
+# Every job script (claim's reply is lists, no code); _job.lua's context comes with most.
 _JOB_SCRIPTS = (
-    "cancel compact complete continue delete expire fail finalize give_back heartbeat "
+    "cancel compact complete continue delete expire fail finalize gate_wait give_back heartbeat "
     "publish_tasks queue_roots release repair restore resubmit revive start submit"
 )
 _JOB_CHECKED = (
-    "cancel complete continue delete expire fail finalize give_back queue_roots release "
+    "cancel complete continue delete expire fail finalize gate_wait give_back queue_roots release "
     "repair revive submit"
 )
 # Every code a script returns as the first item of its reply. Codes < 0 are refusals and
@@ -345,7 +372,7 @@ RETURN_CODES = (
         "OK",
         0,
         f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove notify_attempt "
-        "notify_done shard_lease",
+        "notify_done pool_set rate_set reconcile_slots shard_lease",
         "done",
     ),
     _code(
@@ -368,14 +395,15 @@ RETURN_CODES = (
     _code(
         "WRONG_STATE",
         -3,
-        "delete fail publish_tasks queue_roots revive submit",
+        "delete fail publish_tasks queue_roots revive submit pool_set",
         "the job or task is not in a state this transition applies to",
     ),
     _code(
         "JOB_GONE",
         -4,
-        "cancel compact complete continue delete expire fail finalize give_back heartbeat "
-        "publish_tasks queue_roots release repair restore resubmit revive start notify_attempt",
+        "cancel compact complete continue delete expire fail finalize gate_wait give_back "
+        "heartbeat publish_tasks queue_roots release repair restore resubmit revive start "
+        "notify_attempt",
         "no such job (never submitted, expired, or deleted)",
     ),
     _code("SCHEDULE_GONE", -4, "schedule_save schedule_remove", "no such schedule"),
@@ -392,10 +420,25 @@ RETURN_CODES = (
 
 # Codes per item of a batch (complete: per pair, heartbeat and give_back: per triple).
 ITEM_CODES = (
-    _code("ITEM_OK", 0, "complete heartbeat give_back", "done"),
-    _code("ITEM_ALREADY", 1, "complete", "this attempt completed already"),
-    _code("ITEM_STALE_TOKEN", -2, "complete heartbeat give_back", "not this handler's attempt"),
-    _code("ITEM_NOT_RUNNING", -3, "complete heartbeat give_back", "the task is not running"),
+    _code("ITEM_OK", 0, "complete heartbeat give_back gate_wait", "done"),
+    _code(
+        "ITEM_ALREADY",
+        1,
+        "complete gate_wait",
+        "this attempt completed already; gate_wait: ended already, the gate said no too long",
+    ),
+    _code(
+        "ITEM_STALE_TOKEN",
+        -2,
+        "complete heartbeat give_back gate_wait",
+        "not this handler's attempt",
+    ),
+    _code(
+        "ITEM_NOT_RUNNING",
+        -3,
+        "complete heartbeat give_back gate_wait",
+        "the task is not running",
+    ),
     _code("ITEM_CANCELLED", -7, "heartbeat", "its job was cancelled: the attempt should stop"),
 )
 

@@ -250,6 +250,7 @@ class Store:
             self.keys.notify_due(shard),
             *(self.keys.state_jobs(shard, state) for state in JobState),
             jk.packed,
+            *jk.limit_keys(),
             self.keys.events(shard),
             self.keys.metrics(shard),
         ]
@@ -482,16 +483,13 @@ class Store:
     ) -> ClaimResult:
         """Take due leader messages and up to `max_tasks` tasks (highest priority first,
         FIFO within a priority), and start them; also report expired leases."""
-        keys = self.keys
-        script_keys = [keys.leader(shard), keys.leases(shard), keys.claims(shard)]
-        for queue in queues:
-            script_keys += keys.queue_keys(shard, queue)
-        leader_timeout_ms = int(self.settings.lease_ms * LEADER_TIMEOUT_FACTOR)
-        args = [handler, max_leader, max_tasks, self.settings.lease_ms, leader_timeout_ms]
-        leader, expired, reserved, next_due = self.scripts.run("claim", script_keys, [*args, sweep])
+        leader, expired, reserved, next_due = self.reserve(
+            handler, queues, max_tasks=max_tasks, max_leader=max_leader, shard=shard, sweep=sweep
+        )
         by_job: dict[str, list[int]] = defaultdict(list)
         for member in reserved:
-            _, job_id, index = member.decode().split("|")
+            # "<seq>|<job>|<index>", then "|<limits>" for a task that took pool/limit slots
+            _, job_id, index = member.decode().split("|", 3)[:3]
             by_job[job_id].append(int(index))
         tasks = self.start(handler, by_job) if by_job else []
         return ClaimResult(
@@ -500,6 +498,33 @@ class Store:
             tasks=tasks,
             next_retry_ms=int(next_due),
         )
+
+    def reserve(
+        self,
+        handler: str,
+        queues: Sequence[str],
+        *,
+        max_tasks: int,
+        max_leader: int = 0,
+        shard: int = 0,
+        sweep: int = SWEEP_MAX,
+    ) -> list[Any]:
+        """claim.lua's raw reply (leader messages, expired leases, reserved queue members, ms
+        to the next retry): the reservations are not started."""
+        keys = self.keys
+        script_keys = [
+            keys.leader(shard),
+            keys.leases(shard),
+            keys.claims(shard),
+            *keys.limit_keys(shard),
+        ]
+        for queue in queues:
+            script_keys += keys.queue_keys(shard, queue)
+        leader_timeout_ms = int(self.settings.lease_ms * LEADER_TIMEOUT_FACTOR)
+        args = [handler, max_leader, max_tasks, self.settings.lease_ms, leader_timeout_ms, sweep]
+        args += [shard, keys.shards, *queues]
+        reply: list[Any] = self.scripts.run("claim", script_keys, args)
+        return reply
 
     def start(self, handler: str, by_job: dict[str, list[int]]) -> list[StartedTask]:
         """Turn reservations into running attempts, one script call per job, pipelined.
@@ -617,6 +642,22 @@ class Store:
             codes.update(_task_codes(job_id, [index for index, _, _ in items], reply))
         if refused is not None:
             raise RefusedInPart(refused, codes)
+        return codes
+
+    def gate_wait(
+        self, handler: str, attempts: Sequence[tuple[str, int, int, str, int, int]]
+    ) -> dict[tuple[str, int], int]:
+        """Attempts whose gate said no, as (job, index, attempt, gate, backoff ms, give-up
+        ms): each goes back unused to wait the backoff, or fails once its gate has said no
+        for the give-up time (gate_wait.lua); a code per task."""
+        by_job: dict[str, list[tuple[int, int, str, int, int]]] = defaultdict(list)
+        for job_id, index, attempt, gate, backoff_ms, give_up_ms in attempts:
+            by_job[job_id].append((index, attempt, gate, backoff_ms, give_up_ms))
+        codes: dict[tuple[str, int], int] = {}
+        for job_id, items in by_job.items():
+            args = [handler, *(x for item in items for x in item)]
+            reply = self._job_call("gate_wait", job_id, args)
+            codes.update(_task_codes(job_id, [item[0] for item in items], reply))
         return codes
 
     def fail(
@@ -1002,9 +1043,10 @@ class Store:
             for i, t in enumerate(spec["tasks"]):  # type: ignore[index]
                 tasks[t["id"]] = _task_view(fields.get(str(i), unwritten))
         else:
+            parked = self._parked_limits(job_id, fields)
             for index in sorted(fields, key=int):
                 f = fields[index]
-                tasks[text(f.get("id")) or index] = _task_view(f)
+                tasks[text(f.get("id")) or index] = _task_view(f, parked.get(index))
         return {
             "id": job_id,
             "name": text(job.get("name")),
@@ -1014,6 +1056,24 @@ class Store:
             "finished_at": seconds(job.get("finished_at")),
             "tasks": tasks,
             "notifications": notifications_view(self.redis, self.keys, job_id, job),
+        }
+
+    def _parked_limits(self, job_id: str, fields: dict[str, dict[str, bytes]]) -> dict[str, str]:
+        """Of a job's queued tasks with limits, those parked waiting for a full one: index ->
+        the limit in words ("pool gpu", "max_running", "concurrency key acme")."""
+        queued = [
+            i
+            for i, f in fields.items()
+            if TaskField.LIMITS.value[:-1] in f and text(f.get("s")) == TaskState.QUEUED
+        ]
+        if not queued:
+            return {}
+        wanted = [f"{schema.LimitField.PARKED_AT}{job_id}|{i}" for i in queued]
+        entries = self.redis.hmget(self.keys.job(job_id).limits, wanted)
+        return {
+            i: _limit_in_words(entry.decode().split("|")[1])
+            for i, entry in zip(queued, entries, strict=True)
+            if entry is not None
         }
 
     def task_index(self, job_id: str, task_id: str) -> int:
@@ -1272,9 +1332,20 @@ def _task_codes(job_id: str, indexes: Sequence[int], reply: Any) -> dict[tuple[s
     return {(job_id, index): int(code) for index, code in zip(indexes, per_task, strict=True)}
 
 
-def _task_view(f: dict[str, bytes]) -> dict[str, Any]:
+def _limit_in_words(limit_id: str) -> str:
+    """A limit id ("p:gpu", "j:<job>", "k:<key>") as `status` shows it."""
+    kind, name = limit_id[:2], limit_id[2:]
+    if kind == schema.LimitKind.POOL:
+        return f"pool {name}"
+    if kind == schema.LimitKind.JOB:
+        return "max_running"
+    return f"concurrency key {name}"
+
+
+def _task_view(f: dict[str, bytes], waiting_for_limit: str | None = None) -> dict[str, Any]:
     """One task of `status`: the current attempt's fields (a new attempt clears the last
-    one's error and finish time; `history` keeps them), and seed 000's three times."""
+    one's error and finish time; `history` keeps them), seed 000's three times, and what a
+    queued task waits for (a worker with its code, a slot of a full limit)."""
     state = text(f.get("s"))
     return {
         "state": state,
@@ -1289,7 +1360,18 @@ def _task_view(f: dict[str, bytes]) -> dict[str, Any]:
         "updated_at": seconds(f.get("tu") or f.get("tc")),  # last change of its fields
         "completed_at": seconds(f.get("tf")) if state in TERMINAL_TASK_STATES else None,
         "waiting_for": _waiting_for(f),
+        "waiting_for_limit": waiting_for_limit,
+        "waiting_for_gate": _waiting_for_gate(f),
     }
+
+
+def _waiting_for_gate(f: dict[str, bytes]) -> dict[str, Any] | None:
+    """A queued task whose gate said no (gate_wait.lua): the gate, and since when."""
+    raw = text(f.get(TaskField.GATE_WAIT.value[:-1]))
+    if raw is None or text(f.get("s")) not in (TaskState.QUEUED, TaskState.RETRY_WAIT):
+        return None
+    since, _, gate = raw.partition("|")
+    return {"gate": gate, "since": int(since) / 1000}
 
 
 def _waiting_for(f: dict[str, bytes]) -> dict[str, Any] | None:

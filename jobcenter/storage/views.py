@@ -584,7 +584,7 @@ def _bands(store: Store, key: str) -> list[tuple[int, int, str]]:
 
 
 def _head_wait(store: Store, member: str, now: float) -> float | None:
-    _, job_id, index = member.split("|")
+    _, job_id, index = member.split("|", 3)[:3]  # a task with limits has "|<limits>" last
     queued = store.redis.hget(store.keys.job(job_id).tasks, TaskField.QUEUED_AT.of(int(index)))
     return None if queued is None else max(0.0, now - int(queued) / 1000)
 

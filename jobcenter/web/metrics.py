@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from jobcenter.storage import views
+from jobcenter.storage import limits, views
 from jobcenter.storage.metrics import Histogram, Labels, live_workers, read_counters
 from jobcenter.storage.store import Store
 
@@ -109,6 +109,23 @@ class JobcenterCollector(Collector):
         yield GaugeMetricFamily(
             "jobcenter_workers_registered", "Workers in the registry.", value=registered
         )
+        yield from _pool_gauges(limits.pools(self.store))
+
+
+def _pool_gauges(pools: list[limits.PoolView]) -> Iterator[Metric]:
+    """Each pool's slots: in use, set (a pool tasks name but nobody set has none), and the
+    tasks parked until one frees."""
+    used = GaugeMetricFamily("jobcenter_pool_used", "Pool slots in use.", labels=["pool"])
+    total = GaugeMetricFamily("jobcenter_pool_slots", "Pool slots set.", labels=["pool"])
+    waiting = GaugeMetricFamily(
+        "jobcenter_pool_waiting", "Tasks waiting for a slot of the pool.", labels=["pool"]
+    )
+    for pool in pools:
+        used.add_metric([pool.name], pool.used)
+        if pool.total is not None:
+            total.add_metric([pool.name], pool.total)
+        waiting.add_metric([pool.name], pool.waiting)
+    yield from (used, total, waiting)
 
 
 def _counter(

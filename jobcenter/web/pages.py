@@ -88,11 +88,18 @@ def workers(request: Request) -> Response:
 
 
 def queues(request: Request) -> Response:
-    store = client(request).store
+    c = client(request)
     asked = [q for q in request.query_params.get("queue", "").split(",") if q]
-    names = sorted(set(views.known_queues(store)) | set(asked))
-    view = views.queues(store, names)
-    return render(request, "queues.html", view=view, refresh=AUTO_REFRESH_SECONDS)
+    names = sorted(set(views.known_queues(c.store)) | set(asked))
+    view = views.queues(c.store, names)
+    return render(
+        request,
+        "queues.html",
+        view=view,
+        pools=c.pools(),
+        rates=c.rates(),
+        refresh=AUTO_REFRESH_SECONDS,
+    )
 
 
 def dead_letters(request: Request) -> Response:

@@ -450,3 +450,23 @@ def test_the_recovery_page_shows_what_the_last_pass_repaired(
     assert client.store.redis.zcard(ready) == 1 and client.state(job_id) == "running"
     assert f'<tr data-round="{found.round}">' in html
     assert "requeued: 1" in html
+
+
+def test_the_queues_page_shows_pools_and_rate_limits(dashboard: Dashboard, client: Client) -> None:
+    client.set_pool("gpu", 2)
+    client.set_rate("queue:emails", "10/1s")
+    client.submit({"name": "p", "tasks": [{"id": "a", "task": "t.x", "pool": "gpu"}]})
+    client.store.claim("h", ["default"], max_tasks=1, max_leader=0)  # holds a slot
+    client.submit({"name": "w", "tasks": [{"id": "b", "task": "t.x", "pool": "licences"}]})
+    client.store.claim("h", ["default"], max_tasks=1, max_leader=0)  # parks b: pool not set
+
+    html = dashboard.get("/queues").text
+
+    gpu = re.search(r'<tr data-pool="gpu">(.*?)</tr>', html, re.S)
+    assert gpu is not None
+    assert '<td class="num used">1</td>' in gpu.group(1)
+    assert '<td class="num slots">2</td>' in gpu.group(1)
+    licences = re.search(r'<tr data-pool="licences">(.*?)</tr>', html, re.S)
+    assert licences is not None
+    assert "not set" in licences.group(1) and '<td class="num waiting">1</td>' in licences.group(1)
+    assert "at most 10 starts per 1.0 s" in html

@@ -49,8 +49,7 @@ def test_cancel_empties_queues_revokes_attempts_and_finalizes_cancelled(store: S
     assert sorted(running) == [A, D]
     assert store.fail(H1, job_id, D, 1, "flaky", 60_000) == (0, "retry_wait")
     keys = store.keys
-    claim_keys = [keys.leader(0), keys.leases(0), keys.claims(0), *keys.queue_keys(0, "default")]
-    reserved = decode(store.scripts.run("claim", claim_keys, [H2, 0, 1, 30_000, 30_000, 100]))
+    reserved = decode(store.reserve(H2, ["default"], max_tasks=1))
     assert [int(m.split("|")[2]) for m in reserved[2]] == [E]
     assert queued_indexes(store, job_id) == [B]
     assert queued_indexes(store, job_id, "slow") == [S]

@@ -343,9 +343,7 @@ def test_start_skips_a_task_another_handler_reserved_and_changes_nothing(
     store: Store, busy: tuple[str, dict[int, StartedTask]]
 ) -> None:
     job_id, _ = busy
-    keys = store.keys
-    script_keys = [keys.leader(0), keys.leases(0), keys.claims(0), *keys.queue_keys(0, "other")]
-    reserved = store.scripts.run("claim", script_keys, [H2, 0, 1, 30_000, 30_000, 100])
+    reserved = store.reserve(H2, ["other"], max_tasks=1)
     (member,) = decode(reserved[2])
     assert member.split("|")[1:] == [job_id, f"{F:06d}"]
     with untouched(store):

@@ -243,3 +243,18 @@ def test_events_off_append_nothing(make_store: Callable[..., Store]) -> None:
     (a, _b) = claim(quiet, H1, 2)
     complete_one(quiet, H1, job_id, a.index, a.attempt)
     assert not store.redis.exists(store.keys.events(0))
+
+
+def test_a_closed_gate_says_gate_wait_then_failed_past_its_give_up_time(store: Store) -> None:
+    job_id, _ = submit_and_split(store, {"name": "g", "tasks": [{"id": "a", "task": "t"}]})
+    (t,) = claim(store, H1)
+    stream = Stream(store)
+    codes = store.gate_wait(H1, [(job_id, t.index, t.attempt, "db", 0, 60_000)])
+    assert codes == {(job_id, t.index): 0}
+    (waited,) = stream.new()
+    assert (waited.kind, waited.task, waited.handler, waited.detail) == ("gate_wait", "a", H1, "db")
+
+    (t,) = claim(store, H1)  # its backoff was 0: due at once
+    stream = Stream(store)
+    assert store.gate_wait(H1, [(job_id, t.index, t.attempt, "db", 0, 0)]) == {(job_id, 0): 1}
+    assert [e.kind for e in stream.new()] == ["failed", "finalized"]

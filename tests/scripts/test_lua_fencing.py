@@ -130,11 +130,7 @@ def test_a_reserved_but_never_started_task_is_requeued_without_using_an_attempt(
     store = short_store
     job_id, _ = submit_and_split(store, PARENT_CHILD)
     keys = store.keys
-    script_keys = [keys.leader(0), keys.leases(0), keys.claims(0), *keys.queue_keys(0, "default")]
-    lease_ms = store.settings.lease_ms
-    leader, expired, reserved, _next_retry = decode(
-        store.scripts.run("claim", script_keys, [H1, 0, 1, lease_ms, lease_ms, 100])
-    )
+    leader, expired, reserved, _next_retry = decode(store.reserve(H1, ["default"], max_tasks=1))
 
     assert (leader, expired) == ([], [])
     assert [int(m.split("|")[2]) for m in reserved] == [A]

@@ -111,9 +111,7 @@ def test_start_returns_the_jobs_queues_and_idempotency_key(store: Store) -> None
     it, so the worker's later calls for the job need no read."""
     job_id = submit(store, SPEC)
     plain_id = submit(store, {**SPEC, "idempotency_key": None, "name": "plain"})
-    k = store.keys
-    claim_keys = [k.leader(0), k.leases(0), k.claims(0), *k.queue_keys(0, "other")]
-    reserved = decode(store.scripts.run("claim", claim_keys, [H1, 0, 2, 30_000, 30_000, 100]))
+    reserved = decode(store.reserve(H1, ["other"], max_tasks=2))
     assert sorted(m.split("|")[1] for m in reserved[2]) == sorted([job_id, plain_id])
     for job, idem in ((job_id, "two-queues-key"), (plain_id, "")):
         script_keys, argv = job_context(store, job, queues=[], without_idem=True)

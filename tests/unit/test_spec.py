@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -534,3 +535,62 @@ def test_a_hand_built_jobspec_is_validated_before_submit() -> None:
         spec_from_any(looped)
     parsed = parse_spec({"name": "ok", "tasks": [{"id": "a", "task": "t.a"}]})
     assert spec_from_any(parsed) is parsed  # what parse_spec made is not parsed again
+
+
+# -- pools, limits and gates ------------------------------------------------------------
+
+
+def test_limits_and_gates_parse_and_round_trip() -> None:
+    spec = parse_spec(
+        {
+            "name": "limited",
+            "max_running": 3,
+            "tasks": [
+                {
+                    "id": "a",
+                    "task": "t.a",
+                    "kwargs": {"tenant": "acme"},
+                    "pool": "gpu",
+                    "pool_slots": 2,
+                    "concurrency_key": "tenant-{tenant}",
+                    "concurrency_limit": 2,
+                    "requires": "warehouse",
+                }
+            ],
+        }
+    )
+    task = spec.tasks[0]
+    assert (spec.max_running, task.pool, task.pool_slots) == (3, "gpu", 2)
+    assert task.rendered_key() == "tenant-acme" and task.requires == ("warehouse",)
+    assert parse_spec(spec.to_dict()) == spec
+
+
+@pytest.mark.parametrize(
+    ("task", "message"),
+    [
+        ({"pool_slots": 2}, "'pool_slots' needs a 'pool'"),
+        ({"pool": "g|pu"}, "'pool' must be"),
+        ({"pool": "gpu", "pool_slots": 0}, "'pool_slots' must be an integer from 1"),
+        ({"concurrency_key": "{tenant}"}, "give both"),
+        ({"concurrency_limit": 2}, "give both"),
+        (
+            {"concurrency_key": "{tenant}", "concurrency_limit": 2},
+            "names kwarg 'tenant', which the task does not have",
+        ),
+        ({"concurrency_key": "", "concurrency_limit": 2}, "must be a text template"),
+        ({"concurrency_key": "k", "concurrency_limit": 0}, "'concurrency_limit' must be"),
+        ({"requires": []}, "'requires' must be a gate name or a list"),
+        ({"requires": ["ok", "not ok"]}, "'requires' must be"),
+    ],
+)
+def test_bad_limits_and_gates_are_refused_naming_the_problem(
+    task: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(SpecError, match=f"task 'a'.*{re.escape(message)}"):
+        parse_spec({"name": "bad", "tasks": [{"id": "a", "task": "t.a", **task}]})
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "3", True])
+def test_a_bad_max_running_is_refused(value: object) -> None:
+    with pytest.raises(SpecError, match="'max_running' must be"):
+        parse_spec({"name": "bad", "max_running": value, "tasks": [{"id": "a", "task": "t"}]})

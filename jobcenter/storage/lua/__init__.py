@@ -24,6 +24,7 @@ JOB_SCRIPTS = frozenset(
         "complete",
         "fail",
         "give_back",
+        "gate_wait",
         "heartbeat",
         "expire",
         "publish_tasks",
@@ -50,10 +51,15 @@ SHARD_SCRIPTS = frozenset(
         "notify_claim",
         "notify_attempt",
         "notify_done",
+        "pool_set",
+        "rate_set",
+        "reconcile_slots",
         "shard_lease",
     }
 )
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS
+# Scripts besides the job scripts that take or give back pool and limit slots (_slots.lua).
+SLOT_SCRIPTS = frozenset({"claim", "pool_set", "rate_set", "reconcile_slots"})
 
 
 def _read(name: str) -> str:
@@ -66,6 +72,8 @@ def source(name: str) -> str:
     if name not in ALL_SCRIPTS:
         raise KeyError(f"no Lua script named {name!r}")
     body = [_read("_common")]
+    if name in JOB_SCRIPTS or name in SLOT_SCRIPTS:
+        body.append(_read("_slots"))
     if name in JOB_SCRIPTS:
         body += [_read("_job"), _read("_data")]
     body.append(_read(name))

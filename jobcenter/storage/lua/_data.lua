@@ -195,8 +195,10 @@ map_expand = function(m, budget, now)
   first, count, j, offset = tonumber(first), tonumber(count), tonumber(j), tonumber(offset)
   if j >= count then return budget end
   local t = redis.call('HMGET', T, TF_ID .. m, TF_PAYLOAD .. m, TF_QUEUE .. m, TF_PRIORITY .. m,
-    TF_MAX_ATTEMPTS .. m, TF_RANK .. m)
-  local copied = {{TF_QUEUE, t[3]}, {TF_PRIORITY, t[4]}, {TF_MAX_ATTEMPTS, t[5]}, {TF_RANK, t[6]}}
+    TF_MAX_ATTEMPTS .. m, TF_RANK .. m, TF_LIMITS .. m)
+  -- an instance takes its mapped task's pool and limit slots (_slots.lua) too
+  local copied = {{TF_QUEUE, t[3]}, {TF_PRIORITY, t[4]}, {TF_MAX_ATTEMPTS, t[5]}, {TF_RANK, t[6]},
+                  {TF_LIMITS, t[7]}}
   local fields, written = {}, {}
   while j < count and budget > 0 do
     local k = first + j

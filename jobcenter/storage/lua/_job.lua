@@ -7,8 +7,9 @@
   KEYS[14..18] the per-state job indexes (zsets), in JOB_STATES order
   KEYS[19] the job's packed record (string: its tasks and history once finished, compacted;
   the scripts that touch it name it P themselves)
-  KEYS[20] the shard's event stream  KEYS[21] the shard's metrics hash
-  KEYS[22..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
+  KEYS[20..24] the shard's limits hash, slots hash, parked zset, freed set, freed wake list
+  (_slots.lua)  KEYS[25] the shard's event stream  KEYS[26] the shard's metrics hash
+  KEYS[27..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
   ARGV[1] job id  ARGV[2] default retention ms  ARGV[3] events kept per shard (about; 0: no
   events)  ARGV[4] '1' to keep metrics  ARGV[5] number of queues  ARGV[6..] their names,
   in KEYS order
@@ -23,11 +24,14 @@ local DEFAULT_RETENTION_MS = tonumber(ARGV[2])
 local NQ = tonumber(ARGV[5])
 local STATE_INDEX = {} -- job state -> the zset of jobs in that state (what `list --state` reads)
 for k, state in ipairs(JOB_STATES) do STATE_INDEX[state] = KEYS[13 + k] end
--- Events and metrics (one table: a script's main function may have at most 200 locals).
 -- KEYS[14 + #JOB_STATES] is the packed record (named P by the scripts that touch it).
-OBS.events, OBS.metrics = KEYS[15 + #JOB_STATES], KEYS[16 + #JOB_STATES]
+-- the shard's limit keys (_slots.lua's table: the main chunk may hold at most 200 locals)
+SL.keys = {limits = KEYS[15 + #JOB_STATES], slots = KEYS[16 + #JOB_STATES],
+  parked = KEYS[17 + #JOB_STATES], freed = KEYS[18 + #JOB_STATES], wake = KEYS[19 + #JOB_STATES]}
+-- Events and metrics (one table, for the same reason).
+OBS.events, OBS.metrics = KEYS[20 + #JOB_STATES], KEYS[21 + #JOB_STATES]
 OBS.maxlen, OBS.metrics_on, OBS.counts = tonumber(ARGV[3]), ARGV[4] == '1', {}
-local QK = 16 + #JOB_STATES -- the queue keys follow
+local QK = 21 + #JOB_STATES -- the queue keys follow
 local QUEUES = {}
 for qi = 1, NQ do
   local k = QK + (qi - 1) * 3
@@ -62,12 +66,20 @@ local function queues_passed()
   return IDEM ~= J or redis.call('HEXISTS', J, JF.IDEMPOTENCY_KEY) == 0
 end
 
+-- Task i's reservation or attempt ended (its lease is dropped): give its pool and limit
+-- slots back. Every transition that removes a lease calls this; it acts once.
+function SL.free_slots(i)
+  local k = SL.keys
+  SL.free_slots_of(k.limits, k.slots, k.freed, k.wake, JOB_ID .. '|' .. i)
+end
+
 -- The job is gone (expired, deleted): drop the leases and claims of the task indexes
--- ARGV[first..], so nothing keeps pointing at it.
+-- ARGV[first..], and give back their slots, so nothing keeps pointing at it.
 local function drop_reservations(first)
   for k = first, #ARGV do
     redis.call('ZREM', LEASES, JOB_ID .. '|' .. ARGV[k])
     redis.call('HDEL', CLAIMS, JOB_ID .. '|' .. ARGV[k])
+    SL.free_slots(ARGV[k])
   end
 end
 
@@ -169,11 +181,21 @@ local function lease_member(i) return JOB_ID .. '|' .. i end
 -- A task with a rank (TF_RANK, jobcenter/model/ordering.py) has it right after the job's
 -- sequence number: within a priority, jobs keep their submit order and the rank orders one
 -- job's tasks. (Every task of a job has a rank or none does, so the two forms never meet.)
+-- A task with pool or limit slots to take has them at the end (_slots.lua), for claim.lua.
 local function queue_member(i)
-  local rank = redis.call('HGET', T, TF_RANK .. i)
-  if rank then return string.format('%012d%06d|%s|%06d', META.seq, rank, JOB_ID, i) end
-  return string.format('%012d|%s|%06d', META.seq, JOB_ID, i)
+  local f = redis.call('HMGET', T, TF_RANK .. i, TF_LIMITS .. i)
+  local member
+  if f[1] then
+    member = string.format('%012d%06d|%s|%06d', META.seq, f[1], JOB_ID, i)
+  else
+    member = string.format('%012d|%s|%06d', META.seq, JOB_ID, i)
+  end
+  if f[2] then return member .. '|' .. f[2] end
+  return member
 end
+-- A queued task leaving its queue without a claim (cancel, abandon) leaves the parked zset
+-- too, if it waits there for a full limit.
+function SL.unpark(i) SL.unpark_of(SL.keys.limits, SL.keys.parked, lease_member(i)) end
 local function task_queue(i) return redis.call('HGET', T, TF_QUEUE .. i) or META.queue end
 local function task_priority(i)
   local p = redis.call('HGET', T, TF_PRIORITY .. i)
@@ -519,6 +541,7 @@ local function fail_task(i, now, err)
   redis.call('HSET', T, TF_STATE .. i, T_FAILED, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now, TF_ERROR .. i, err)
   redis.call('HDEL', T, TF_WAITING_FOR .. i) -- no longer waiting for a worker (give_back.lua)
   redis.call('ZREM', LEASES, lease_member(i))
+  SL.free_slots(i)
   redis.call('ZADD', DLQ, now, lease_member(i))
   redis.call('HINCRBY', J, JF.FAILED, 1)
   record_history(i, T_FAILED, now, err)

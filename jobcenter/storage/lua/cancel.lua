@@ -55,6 +55,8 @@ for i = cursor, upto - 1 do
     redis.call('ZREM', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
     redis.call('ZREM', LEASES, lease_member(i))
     redis.call('HDEL', CLAIMS, lease_member(i))
+    SL.free_slots(i)
+    SL.unpark(i)
     if state == T_RUNNING or state == T_TIMED_OUT then record_history(i, final, now, err) end
     OBS.emit(final == T_CANCELLED and EV.CANCELLED or EV.FAILED, i, OBS.attempt_of(i, err))
     OBS.count_finished(i, final)

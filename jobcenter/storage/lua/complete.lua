@@ -22,29 +22,28 @@ if not load_job() then return {JOB_GONE} end
 if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
-local ESTIMATES = KEYS[XK]
--- weight: of the newest run in the moving average (a few runs adapt it); max: fields per
--- shard, past which only known ones are updated (one table: at most 200 locals a script)
-local ESTIMATE = {weight = 0.3, max = 100000}
-local job_name = nil
+-- the learned estimates, in one table (the main chunk may hold at most 200 locals):
+-- weight: of the newest run in the moving average, a few runs adapt it; max: fields per
+-- shard, past this only known ones are updated
+local EST = {key = KEYS[XK], weight = 0.3, max = 100000, job_name = nil}
 
 -- Fold one succeeded run (ms, Redis time) into a moving average (jobcenter/model/ordering.py).
-local function learn(field, ms)
-  local old = tonumber(redis.call('HGET', ESTIMATES, field))
-  if not old and redis.call('HLEN', ESTIMATES) >= ESTIMATE.max then return end
+function EST.learn(field, ms)
+  local old = tonumber(redis.call('HGET', EST.key, field))
+  if not old and redis.call('HLEN', EST.key) >= EST.max then return end
   local value = ms
-  if old then value = old + ESTIMATE.weight * (ms - old) end
-  redis.call('HSET', ESTIMATES, field, string.format('%.1f', value))
+  if old then value = old + EST.weight * (ms - old) end
+  redis.call('HSET', EST.key, field, string.format('%.1f', value))
 end
 
-local function learn_run(i, started, task_name)
+function EST.learn_run(i, started, task_name)
   if not started then return end
   local ms = math.max(0, now - tonumber(started))
-  job_name = job_name or redis.call('HGET', J, JF.NAME) or ''
+  EST.job_name = EST.job_name or redis.call('HGET', J, JF.NAME) or ''
   -- the instances of a mapped task (`<id>[<n>]`) share their task's estimate
   local id = string.gsub(redis.call('HGET', T, TF_ID .. i) or i, '%[%d+%]$', '')
-  learn('j\t' .. job_name .. '\t' .. id, ms)
-  if task_name then learn('t\t' .. task_name, ms) end
+  EST.learn('j\t' .. EST.job_name .. '\t' .. id, ms)
+  if task_name then EST.learn('t\t' .. task_name, ms) end
 end
 
 local taken = {}
@@ -53,6 +52,8 @@ local taken = {}
 local function take(c)
   local qname = task_queue(c)
   if take_left <= 0 or not served[qname] then return false end
+  -- a child with pool or limit slots goes through the queue: claim.lua takes them
+  if redis.call('HEXISTS', T, TF_LIMITS .. c) == 1 then return false end
   if redis.call('HEXISTS', T, TF_MAP_ARG .. c) == 1 then return false end -- expands, never runs
   local head = redis.call('ZRANGE', QUEUES[qname].ready, 0, 0, 'WITHSCORES')
   if head[1] then
@@ -93,9 +94,9 @@ for k = first_triple, #ARGV, 3 do
     code = ITEM_NOT_RUNNING
   else
     done[i] = true
-    for _, v in ipairs({TF_STATE .. i, T_SUCCEEDED, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now}) do
-      writes[#writes + 1] = v
-    end
+    local n = #writes -- no loop here: its hidden locals would pass the 200 (see EST)
+    writes[n + 1], writes[n + 2], writes[n + 3] = TF_STATE .. i, T_SUCCEEDED, TF_FINISHED_AT .. i
+    writes[n + 4], writes[n + 5], writes[n + 6] = now, TF_UPDATED_AT .. i, now
     if result ~= '' then -- '': it returned None, which is stored as no result at all
       writes[#writes + 1] = TF_RESULT .. i
       writes[#writes + 1] = result
@@ -103,11 +104,12 @@ for k = first_triple, #ARGV, 3 do
     clears[#clears + 1] = TF_ERROR .. i
     clears[#clears + 1] = TF_PROGRESS .. i
     clears[#clears + 1] = TF_WAITING_FOR .. i -- it ran: no longer waiting for a worker with its code
+    clears[#clears + 1] = TF_GATE_WAIT .. i -- nor for a gate
     leases[#leases + 1] = lease_member(i)
     history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', now, ''}, '\t')
     if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
     local name = OBS.payload_task_name(f[6])
-    learn_run(i, f[4], name)
+    EST.learn_run(i, f[4], name)
     OBS.succeeded.indexes[#OBS.succeeded.indexes + 1] = i
     OBS.succeeded.attempts[#OBS.succeeded.attempts + 1] = f[2]
     if OBS.metrics_on then
@@ -121,6 +123,7 @@ if #leases > 0 then
   call_chunked('HSET', T, writes)
   call_chunked('HDEL', T, clears)
   call_chunked('ZREM', LEASES, leases)
+  for i in pairs(done) do SL.free_slots(i) end
   OBS.emit_many(EV.SUCCEEDED, OBS.succeeded.indexes, OBS.succeeded.attempts, {EF.HANDLER, handler})
   append_history(history)
   call_chunked('RPUSH', F, frontier)

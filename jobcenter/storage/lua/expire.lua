@@ -30,6 +30,7 @@ for k = A + 1, #ARGV do
   elseif state == T_QUEUED or state == T_RETRY_WAIT then
     redis.call('ZREM', LEASES, lease)
     redis.call('HDEL', CLAIMS, lease)
+    SL.free_slots(i)
     enqueue(i, now)
     outcome = 'requeued'
   elseif state == T_RUNNING then
@@ -46,6 +47,7 @@ for k = A + 1, #ARGV do
       redis.call('HSET', T, TF_ERROR .. i, msg, TF_FINISHED_AT .. i, now)
       record_history(i, T_TIMED_OUT, now, msg)
       redis.call('ZREM', LEASES, lease)
+      SL.free_slots(i)
       enqueue(i, now)
       outcome = 'retried'
     else
@@ -55,6 +57,7 @@ for k = A + 1, #ARGV do
   else
     redis.call('ZREM', LEASES, lease)
     redis.call('HDEL', CLAIMS, lease)
+    SL.free_slots(i)
     outcome = 'dropped'
   end
   outcomes[#outcomes + 1] = outcome

@@ -31,9 +31,10 @@ if delay >= 0 and tonumber(attempt) < max_attempts(i) then
     string.sub(err, 1, OBS.error_max), EF.DETAIL, delay})
   if OBS.metrics_on then OBS.count(MF.RETRIES .. '\t' .. OBS.task_labels(i)) end
   redis.call('HSET', T, TF_ERROR .. i, err, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now)
-  redis.call('HDEL', T, TF_WAITING_FOR .. i) -- it ran: no longer waiting for a worker with its code
+  redis.call('HDEL', T, TF_WAITING_FOR .. i, TF_GATE_WAIT .. i) -- it ran: waits for no worker, no gate
   record_history(i, T_RETRY_WAIT, now, err)
   redis.call('ZREM', LEASES, lease_member(i))
+  SL.free_slots(i)
   if delay == 0 then
     enqueue(i, now)
     flush_wakes()

@@ -36,6 +36,7 @@ for k = A + 3, #ARGV, 3 do
       TF_WAITING_FOR .. i, since .. '|' .. name, TF_UPDATED_AT .. i, now)
     redis.call('HDEL', T, TF_HANDLER .. i, TF_STARTED_AT .. i)
     redis.call('ZREM', LEASES, lease_member(i))
+    SL.free_slots(i)
     local queue = QUEUES[task_queue(i)]
     redis.call('ZADD', queue.delayed, now + delay, task_priority(i) .. '|' .. queue_member(i))
     woken[queue.wake] = true

@@ -20,6 +20,7 @@ for k = A + 1, #ARGV, 2 do
     OBS.emit(EV.RELEASED, i, {EF.ATTEMPT, ARGV[k + 1], EF.HANDLER, handler})
     redis.call('HSET', T, TF_MAX_ATTEMPTS .. i, max_attempts(i) + 1)
     redis.call('ZREM', LEASES, lease_member(i))
+    SL.free_slots(i)
     enqueue(i, now)
     released = released + 1
   end

@@ -37,6 +37,7 @@ while k <= #ARGV do
     local held = redis.call('ZSCORE', LEASES, lease)
       or redis.call('ZSCORE', queue.ready, queue_member(i))
       or redis.call('ZSCORE', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
+      or redis.call('HEXISTS', SL.keys.limits, LF.PARKED_AT .. lease) == 1 -- waiting for a full limit
     if (state == T_QUEUED or state == T_RETRY_WAIT) and not held then
       repairing(i)
       enqueue(i, now)
@@ -66,6 +67,7 @@ while k <= #ARGV do
       redis.call('ZREM', queue.ready, queue_member(i))
       redis.call('ZREM', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
       redis.call('HDEL', CLAIMS, lease)
+      SL.unpark(i)
       repairing(i)
       fail_task(i, now, err)
     end

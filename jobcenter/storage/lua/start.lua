@@ -43,6 +43,7 @@ for k = A + 1, #ARGV do
 end
 call_chunked('HDEL', CLAIMS, mine)
 call_chunked('ZREM', LEASES, dropped)
+for _, lease in ipairs(dropped) do SL.free_slots(string.match(lease, '|(%d+)$')) end
 call_chunked('HSET', T, writes)
 call_chunked('HDEL', T, clears)
 if #started > 0 then redis.call('HSET', J, JF.UPDATED_AT, now) end

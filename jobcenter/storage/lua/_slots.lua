@@ -1,0 +1,61 @@
+--[[ _slots: pools and limits, prepended to claim.lua and, before _job.lua, to every job
+  script. A task with limits has its queue member end in "|<limits>" (layout.py
+  limit_spec): entries "<limit>=<cap>*<slots>" joined by ';', where <limit> is p:<pool>,
+  j (the task's own job: max_running) or k:<concurrency key>, and <cap> is empty for a pool,
+  whose slot count is the limits hash's LF.POOL_TOTAL. claim.lua takes the slots with the
+  reservation and records them in the slots hash under the lease member; whatever ends the
+  reservation or its attempt gives them back through free_slots, once (the record goes with
+  them). A task whose limit is full waits in the parked zset, out of its queue.
+  Defines no key: the callers pass the limits hash, slots hash, parked zset, freed set and
+  freed wake list. ]]
+
+local SL = {} -- the helpers, in one table: the main chunk may hold at most 200 locals
+
+-- The limits of a member's "<limits>" part: {id, cap (nil: the pool's), slots} each.
+function SL.parse_limits(spec, job)
+  local out = {}
+  for id, cap, n in string.gmatch(spec, '([^;=]+)=(%d*)%*(%d+)') do
+    if id == 'j' then id = LID.JOB .. job end
+    out[#out + 1] = {id = id, cap = tonumber(cap), n = tonumber(n)}
+  end
+  return out
+end
+
+-- One task fewer (or more) parked for limit `id`; the counter and the cap go at 0.
+function SL.count_parked(limits, id, delta)
+  if redis.call('HINCRBY', limits, LF.PARKED .. id, delta) <= 0 then
+    redis.call('HDEL', limits, LF.PARKED .. id, LF.CAP .. id)
+  end
+end
+
+-- Limit `id` has `n` more slots: if tasks wait for it, the next claim puts them back in
+-- their queues, and idle workers are woken to make that claim.
+function SL.mark_freed(limits, freed, freed_wake, id, n)
+  if redis.call('HEXISTS', limits, LF.PARKED .. id) == 1 then
+    redis.call('SADD', freed, id)
+    wake(freed_wake, n)
+  end
+end
+
+-- Give back the slots reservation `lease` ("<job>|<index>") holds, if it holds any: once,
+-- since its record goes with them. A limit that tasks wait for is marked freed, so the next
+-- claim puts them back in their queues.
+function SL.free_slots_of(limits, slots, freed, freed_wake, lease)
+  local held = redis.call('HGET', slots, lease)
+  if not held then return end
+  redis.call('HDEL', slots, lease)
+  for id, n in string.gmatch(held, '([^;]+)%*(%d+)') do
+    if redis.call('HINCRBY', slots, id, -tonumber(n)) <= 0 then redis.call('HDEL', slots, id) end
+    SL.mark_freed(limits, freed, freed_wake, id, tonumber(n))
+  end
+end
+
+-- Take a queued task that leaves its queue by another way than a claim (cancel, abandon)
+-- out of the parked zset too, if it waits there.
+function SL.unpark_of(limits, parked, lease)
+  local entry = redis.call('HGET', limits, LF.PARKED_AT .. lease)
+  if not entry then return end
+  redis.call('ZREM', parked, entry)
+  redis.call('HDEL', limits, LF.PARKED_AT .. lease)
+  SL.count_parked(limits, string.match(entry, '^[^|]*|([^|]*)|'), -1)
+end

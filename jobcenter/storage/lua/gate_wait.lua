@@ -1,0 +1,60 @@
+--[[ gate_wait: a gate the task requires said no before its attempt began: the attempt goes
+  back unused (attempt number restored, handler cleared, so no earlier token matches), its
+  pool and limit slots are given back, and the task waits in its queue's delayed set for the
+  gate's backoff. The task records which gate and since when ('gw:' "<since ms>|<gate>",
+  kept while the same gate keeps saying no) for status; once that has lasted the gate's
+  give-up time the task fails for good, with an error naming the gate (its retries are for
+  its own failures, not the environment's).
+  KEYS: the job context (_job.lua)
+  ARGV[A] handler id  then quintuples: task index, attempt, gate, backoff ms, give-up ms
+  Returns {0, {code per quintuple}} | {-4} job gone | {-5} queues not passed
+  Codes: 0 waits | 1 failed: the gate said no for too long | -2 stale token | -3 not running ]]
+
+local handler = ARGV[A]
+if not load_job() then return {JOB_GONE} end
+if not queues_passed() then return {KEYS_MISSING} end
+
+local now = now_ms()
+local codes, woken, failed = {}, {}, false
+for k = A + 1, #ARGV, 5 do
+  local i, attempt, gate = ARGV[k], ARGV[k + 1], ARGV[k + 2]
+  local backoff, give_up = tonumber(ARGV[k + 3]), tonumber(ARGV[k + 4])
+  local state = task_state(i)
+  local code = ITEM_OK
+  if token_of(i) ~= attempt .. ':' .. handler then
+    code = ITEM_STALE_TOKEN
+  elseif state ~= T_RUNNING and state ~= T_TIMED_OUT then
+    code = ITEM_NOT_RUNNING
+  else
+    local waiting = redis.call('HGET', T, TF_GATE_WAIT .. i)
+    local since, last = now, nil
+    if waiting then since, last = string.match(waiting, '^(%d+)|(.*)$') end
+    if last ~= gate then since = now end
+    since = tonumber(since)
+    redis.call('HSET', T, TF_ATTEMPTS .. i, tonumber(attempt) - 1)
+    if now - since >= give_up then
+      redis.call('HDEL', T, TF_GATE_WAIT .. i)
+      fail_task(i, now, 'gate ' .. gate .. ' said no for ' .. math.floor((now - since) / 1000)
+        .. ' s (its give_up_after): the task did not run')
+      code = ITEM_ALREADY -- the attempt ended: the task failed
+      failed = true
+    else
+      OBS.emit(EV.GATE_WAIT, i, {EF.ATTEMPT, attempt, EF.HANDLER, handler, EF.DETAIL, gate})
+      redis.call('HSET', T, TF_STATE .. i, T_QUEUED, TF_GATE_WAIT .. i, since .. '|' .. gate,
+        TF_UPDATED_AT .. i, now)
+      redis.call('HDEL', T, TF_HANDLER .. i, TF_STARTED_AT .. i)
+      redis.call('ZREM', LEASES, lease_member(i))
+      SL.free_slots(i)
+      local queue = QUEUES[task_queue(i)]
+      redis.call('ZADD', queue.delayed, now + backoff, task_priority(i) .. '|' .. queue_member(i))
+      woken[queue.wake] = true
+    end
+  end
+  codes[#codes + 1] = code
+end
+-- an idle worker re-claims and learns when to wake for these tasks
+for key in pairs(woken) do wake(key, 1) end
+if next(woken) then redis.call('HSET', J, JF.UPDATED_AT, now) end
+if failed then drain_frontier(now, nil) end
+OBS.flush_counts() -- a failed task's count
+return {OK, codes}
