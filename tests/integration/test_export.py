@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from harness import Cli
+from helpers import wait_until
 from integration_harness import EXAMPLES, JOB_SECONDS, Scratch, Workers
 
 from jobcenter import Client
@@ -24,6 +25,10 @@ def test_export_prints_each_finished_job_with_its_tasks_and_history(
     failed = cli("submit", str(EXAMPLES / "seed000_fail.yaml"), "--wait", "--json")
     assert (ok.code, failed.code) == (0, 1), ok.stderr + failed.stderr
     ok_id, failed_id = ok.json()["id"], failed.json()["id"]
+    for job_id in (ok_id, failed_id):  # a leader packs a finished job afterwards
+        job_key = client.store.keys.job(job_id).job
+        wait_until(lambda k=job_key: client.store.redis.hget(k, "packed") == b"1", JOB_SECONDS,
+                   message=f"{job_id} was never compacted")  # fmt: skip
     held = tmp_path / "held.json"  # a job still running when the export runs
     held.write_text(
         json.dumps(
@@ -48,7 +53,6 @@ def test_export_prints_each_finished_job_with_its_tasks_and_history(
     assert second["tasks"]["t4"]["state"] == "failed"
     assert second["tasks"]["t7"]["error"] == "upstream task t4 failed"
     assert [h["task"] for h in second["history"] if h["state"] == "failed"] == ["t4"]
-    assert client.store.redis.hget(client.store.keys.job(ok_id).job, "packed") == b"1"
 
     only_failed = cli("export", "--since", "1h", "--state", "failed")
     assert [j["id"] for j in _lines(only_failed.stdout)] == [failed_id]

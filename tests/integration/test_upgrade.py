@@ -14,6 +14,7 @@ from typing import Any
 
 import redis
 from harness import Cli
+from helpers import wait_until
 from integration_harness import JOB_SECONDS, Workers
 
 from jobcenter import Client
@@ -76,7 +77,9 @@ def test_a_job_half_run_by_the_previous_release_is_finished_by_this_one(
     history = client.history(half)
     assert len(history) == 9
     assert {h["task"] for h in history if h["handler"] == "old-worker"} == {"t1", "t2", "t3"}
-    assert client.store.redis.hget(client.store.keys.job(half).job, "packed") == b"1"
+    job_key = client.store.keys.job(half).job  # a leader packs the finished job afterwards
+    wait_until(lambda: client.store.redis.hget(job_key, "packed") == b"1", JOB_SECONDS,
+               message=f"{half} was never compacted")  # fmt: skip
     assert client.retry(failed) == 1  # an old failed job, unpacked, retried by this release
     assert client.wait(failed, JOB_SECONDS)["state"] == "succeeded"
     assert [h["state"] for h in client.history(failed)] == ["failed", "succeeded"]
