@@ -119,6 +119,9 @@ class JobField(StrEnum):
     RETENTION = "retention"  # ms a finished job is kept
     PACKED = "packed"  # PACKED_FORMAT once its tasks and history are one packed record
     RESTORE_CURSOR = "restore_cursor"  # tasks fields + history entries a restore wrote
+    # times compact or restore swapped the tasks hash and history for the packed record or
+    # back: a reader that sees the same count after reading one form read it whole
+    SWAPS = "swaps"
     TRIGGER_RULES = "rules"  # 1 when a task with parents has a trigger rule other than the default
     NOTIFY_ON = "notify_on"  # the final states to tell of, comma-separated (spec `notify:`)
     NOTIFY_TO = "notify_to"  # the channels told (jobcenter.model.notify.Channel), comma-separated
