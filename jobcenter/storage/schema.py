@@ -418,6 +418,12 @@ RETURN_CODES = (
         "another caller moved on meanwhile (compact: or the job changed since it was read)",
     ),
     _code("IDEMPOTENCY_CONFLICT", -7, "submit", "the key names a job of a different spec"),
+    _code(
+        "JOB_STOPPED",
+        -7,
+        "fail",
+        "its job was cancelled (or abandoned by recovery): the attempt's outcome is not kept",
+    ),
     _code("LAST_OWNER", -8, "shard_lease", "no other live owner would keep the segment: kept"),
 )
 
