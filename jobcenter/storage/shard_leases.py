@@ -25,6 +25,7 @@ STALE_TOKEN = schema.code("STALE_TOKEN")
 # it would read as a dead connection.
 BLOCK_MAX_SECONDS = 2.0
 NUDGE_TOKENS_MAX = 64  # a stopping worker wakes at most this many others' renewals
+OWNERS_READ_MAX = 100  # leases read per segment by owners_of (the dashboard's read)
 
 
 @dataclass(frozen=True)
@@ -114,11 +115,24 @@ class ShardLeases:
     def owners(self, shard: int, segment: str) -> list[Lease]:
         """The leases on a segment, expired ones included (deadline in Redis ms)."""
         key = self.keys.segment_owners(shard, segment)
-        found = []
-        for raw, score in self.redis.zrange(key, 0, -1, withscores=True):
-            handler, _, token = text(raw).rpartition("|")
-            found.append(Lease(handler, int(token), int(score)))
-        return found
+        return _leases(self.redis.zrange(key, 0, -1, withscores=True))
+
+
+def owners_of(redis: Any, keys: Keys, segments: Sequence[Segment]) -> dict[Segment, list[Lease]]:
+    """The leases on each of `segments`, expired ones included, in one pipeline (the first
+    OWNERS_READ_MAX of each: a segment has about workers / shards owners)."""
+    pipe = redis.pipeline(transaction=False)
+    for shard, segment in segments:
+        pipe.zrange(keys.segment_owners(shard, segment), 0, OWNERS_READ_MAX - 1, withscores=True)
+    return {seg: _leases(found) for seg, found in zip(segments, pipe.execute(), strict=True)}
+
+
+def _leases(members: list[tuple[bytes, float]]) -> list[Lease]:
+    found = []
+    for raw, score in members:
+        handler, _, token = text(raw).rpartition("|")
+        found.append(Lease(handler, int(token), int(score)))
+    return found
 
 
 def pop_wake(redis: Any, keys: Sequence[str], timeout: float) -> str | None:

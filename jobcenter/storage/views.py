@@ -19,16 +19,19 @@ from jobcenter.errors import NotFound
 from jobcenter.model import codec
 from jobcenter.model.reports import RecoveryReport
 
-from .keys import NODE_QUEUE_PREFIX
+from .keys import LEADER_SEGMENT, NODE_QUEUE_PREFIX
 from .layout import Layout
+from .notifications import view as notifications_view
 from .packed import STAMP_FIELDS, JobRecords
 from .replies import seconds, text
-from .schema import TaskField
+from .schema import JobField, TaskField
+from .shard_leases import owners_of
 from .store import Store, waiting_for, waiting_for_gate
 from .system_queue import current_round, fetch_recovery_job
 
 WORKERS_MAX = 500  # workers listed: more than a fleet we expect; the rest are only counted
 LEASES_MAX = 10_000  # running attempts read to count each worker's busy slots
+SEGMENTS_MAX = 50  # segments (queues, and the leader messages) whose shards' leases are read
 PRIORITY_BANDS_MAX = 20  # distinct priorities listed per queue; more are summed as "other"
 TASK_HISTORY_MAX = 5_000  # newest history entries searched for one task's attempts
 JOBS_CHUNK = 200  # jobs read per round while filling a filtered page
@@ -104,6 +107,19 @@ def _summary(job_id: str, f: dict[str, bytes | None]) -> JobSummary:
         failed=_int(f["nfailed"]) or 0,
         cancelled=_int(f["ncancelled"]) or 0,
     )
+
+
+_NOTIFY_FIELDS = (JobField.STATE, JobField.NOTIFY_TO, JobField.NOTIFY_ON, JobField.WEBHOOK)
+
+
+def job_notifications(store: Store, job_id: str) -> dict[str, Any] | None:
+    """The job's `notifications`, as `status` shows them (each channel's delivery and the
+    latest attempts); None when its spec has no `notify:`."""
+    values = store.redis.hmget(store.keys.job(job_id).job, _NOTIFY_FIELDS)
+    if values[0] is None:
+        raise NotFound.job(job_id)
+    job = {str(name): value for name, value in zip(_NOTIFY_FIELDS, values, strict=True) if value}
+    return notifications_view(store.redis, store.keys, job_id, job)
 
 
 @dataclass(frozen=True)
@@ -445,6 +461,23 @@ class WorkerView:
     busy: int  # attempts it holds a lease for
     last_seen: float  # last heartbeat (Redis TIME)
     alive: bool  # heartbeat within the worker timeout
+    owns: dict[str, list[int]]  # segment -> the shards it holds a live lease on
+
+
+@dataclass(frozen=True)
+class SegmentLease:
+    handler: str
+    expires_in: float  # seconds until the lease runs out (Redis TIME); <= 0: ran out
+
+
+@dataclass(frozen=True)
+class SegmentView:
+    """One segment of one shard: a queue's tasks there, or its leader messages (@leader)."""
+
+    segment: str
+    shard: int
+    owners: list[SegmentLease]  # live leases: empty when no worker polls it (unowned)
+    lapsed: list[SegmentLease]  # leases that ran out and were not taken over since
 
 
 @dataclass(frozen=True)
@@ -454,10 +487,17 @@ class WorkersView:
     running: int  # attempts holding a lease, cluster-wide
     busy_exact: bool  # False when more than LEASES_MAX attempts run (busy undercounted)
     now: float
+    segments: list[SegmentView]  # by segment (@leader first), then shard
+    segments_left: int  # segments past SEGMENTS_MAX, not read
+
+    @property
+    def unowned(self) -> list[SegmentView]:
+        return [s for s in self.segments if not s.owners]
 
 
 def workers(store: Store) -> WorkersView:
-    """Registered workers with their heartbeat, queues and busy slots."""
+    """Registered workers with their heartbeat, queues, busy slots and owned segments; and
+    the leases on every shard of the segments they serve."""
     keys = store.keys
     now = _now(store)
     pipe = store.redis.pipeline(transaction=False)
@@ -467,13 +507,19 @@ def workers(store: Store) -> WorkersView:
     pipe = store.redis.pipeline(transaction=False)
     for handler, _ in listed:
         pipe.hgetall(keys.worker_info(handler.decode()))
-    infos = pipe.execute()
+    infos = [{k.decode(): v.decode() for k, v in raw.items()} for raw in pipe.execute()]
     busy, running, exact = _busy_by_handler(store)
+    served = sorted({q for info in infos for q in info.get("queues", "").split(",") if q})
+    names = [LEADER_SEGMENT, *served] if listed else []
+    segments = _segments(store, names[:SEGMENTS_MAX], now)
+    owns: dict[str, dict[str, list[int]]] = defaultdict(dict)
+    for seg in segments:
+        for lease in seg.owners:
+            owns[lease.handler].setdefault(seg.segment, []).append(seg.shard)
     timeout = store.settings.worker_timeout_seconds
     rows = []
-    for (raw_handler, seen_ms), raw in zip(listed, infos, strict=True):
+    for (raw_handler, seen_ms), info in zip(listed, infos, strict=True):
         handler = raw_handler.decode()
-        info = {k.decode(): v.decode() for k, v in raw.items()}
         seen = seen_ms / 1000
         rows.append(
             WorkerView(
@@ -486,9 +532,24 @@ def workers(store: Store) -> WorkersView:
                 busy=busy.get(handler, 0),
                 last_seen=seen,
                 alive=now - seen <= timeout,
+                owns=owns.get(handler, {}),
             )
         )
-    return WorkersView(rows, registered, running, exact, now)
+    left = max(0, len(names) - SEGMENTS_MAX)
+    return WorkersView(rows, registered, running, exact, now, segments, left)
+
+
+def _segments(store: Store, names: list[str], now: float) -> list[SegmentView]:
+    """The leases on every shard of each segment in `names`: one pipeline, one read a key."""
+    wanted = [(shard, name) for name in names for shard in range(store.keys.shards)]
+    found = owners_of(store.redis, store.keys, wanted)
+    out = []
+    for shard, name in wanted:
+        leases = [SegmentLease(x.handler, x.deadline_ms / 1000 - now) for x in found[shard, name]]
+        owners = [x for x in leases if x.expires_in > 0]
+        lapsed = [x for x in leases if x.expires_in <= 0]
+        out.append(SegmentView(name, shard, owners, lapsed))
+    return out
 
 
 def _busy_by_handler(store: Store) -> tuple[dict[str, int], int, bool]:

@@ -1,6 +1,6 @@
 """The JSON the job page's script reads: the graph once, then the live states (polled: the
 first poll reads every task's state, the next ones only the event stream's news after the
-cursor the last one gave), and one task's detail on a click."""
+cursor the last one gave), one task's detail on a click, and the job's notifications."""
 
 from __future__ import annotations
 
@@ -60,6 +60,12 @@ def live(request: Request) -> JSONResponse:
     return JSONResponse({**asdict(states), "after": latest})
 
 
+def notifications(request: Request) -> JSONResponse:
+    """Each `notify:` channel's delivery and the latest attempts (null without `notify:`)."""
+    found = views.job_notifications(client(request).store, request.path_params["job_id"])
+    return JSONResponse({"notifications": found})
+
+
 def task(request: Request) -> JSONResponse:
     job_id, index = request.path_params["job_id"], request.path_params["index"]
     return JSONResponse(asdict(views.task_detail(client(request).store, job_id, index)))
@@ -69,4 +75,5 @@ ROUTES = [
     Route("/api/jobs/{job_id}/graph", job_graph),
     Route("/api/jobs/{job_id}/live", live),
     Route("/api/jobs/{job_id}/tasks/{index:int}", task),
+    Route("/api/jobs/{job_id}/notifications", notifications),
 ]

@@ -78,8 +78,22 @@ def _int_param(raw: str | None, default: int, name: str) -> int:
 
 
 def job(request: Request) -> Response:
-    summary = views.job_summary(client(request).store, request.path_params["job_id"])
-    return render(request, "job.html", job=summary)
+    summary, notifications = _job_and_notifications(request)
+    return render(request, "job.html", job=summary, notifications=notifications)
+
+
+def job_notifications(request: Request) -> Response:
+    """The job page's notifications section alone, for its script to refresh."""
+    summary, notifications = _job_and_notifications(request)
+    if notifications is None:
+        return Response(status_code=204)
+    return render(request, "_notifications.html", job=summary, notifications=notifications)
+
+
+def _job_and_notifications(request: Request) -> tuple[views.JobSummary, dict[str, Any] | None]:
+    store = client(request).store
+    summary = views.job_summary(store, request.path_params["job_id"])
+    return summary, views.job_notifications(store, summary.id)
 
 
 def workers(request: Request) -> Response:
@@ -127,6 +141,7 @@ ROUTES = [
     Route("/", home),
     Route("/jobs", jobs),
     Route("/jobs/{job_id}", job),
+    Route("/jobs/{job_id}/notifications", job_notifications),
     Route("/workers", workers),
     Route("/queues", queues),
     Route("/dead-letters", dead_letters),

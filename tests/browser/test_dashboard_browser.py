@@ -11,6 +11,7 @@ import yaml
 from browser_harness import TOKEN
 from helpers import wait_until
 from integration.integration_harness import EXAMPLES, JOB_SECONDS, Scratch, Workers
+from webhook_server import webhook_server
 
 from jobcenter import Client
 
@@ -159,6 +160,38 @@ def test_retry_from_the_page_reruns_the_failed_part_until_the_job_succeeds(
     shot(browser, screenshots, "seed000-retried")
 
     assert set(states.values()) == {"succeeded"} and len(states) == 9
+    assert browser.execute_script("return window.sameDocument") is True
+
+
+DELIVERY = """
+const row = document.querySelector('#notifications tr[data-channel="webhook"]');
+return row && [row.dataset.state, ...[...row.cells].map(c => c.textContent.trim())];
+"""
+
+
+def test_the_notifications_section_follows_a_delivery_without_a_reload(
+    browser: Any, dashboard_url: str, client: Client, workers: Workers, scratch: Scratch
+) -> None:
+    workers.start(env={"JOBCENTER_NOTIFY_BACKOFF_SECONDS": "0.1"})
+    with webhook_server([500, 204]) as server:
+        spec = {
+            "name": "told",
+            "notify": {"on": ["succeeded"], "webhook": server.url},
+            "tasks": [{"id": "t", "task": "tasks_for_tests.block", "args": ["told"]}],
+        }
+        job_id = client.submit(spec)
+        open_job(browser, dashboard_url, job_id)
+        before = browser.execute_script(DELIVERY)
+        scratch.open_gate("told")
+
+        after = wait(
+            browser,
+            lambda d: (row := d.execute_script(DELIVERY)) and row[0] == "delivered" and row,
+            message="the page never showed the webhook delivered",
+        )
+
+    assert before[0] == "none" and before[-1] == "when the job ends"
+    assert after[1:5] == ["webhook", "delivered", "2", "-"]  # a delivery clears the error
     assert browser.execute_script("return window.sameDocument") is True
 
 

@@ -4,6 +4,7 @@ worker processes: every page, the job page's JSON, every action and its refusals
 from __future__ import annotations
 
 import re
+import signal
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,10 +14,13 @@ import yaml
 from dashboard_harness import TOKEN, Dashboard
 from helpers import wait_until
 from integration_harness import EXAMPLES, JOB_SECONDS, Workers
+from webhook_server import webhook_server
 
 from jobcenter import Client
 from jobcenter.model.spec import spec_from_any
+from jobcenter.runtime.segments import assign
 from jobcenter.storage import views
+from jobcenter.storage.keys import LEADER_SEGMENT
 
 PAGES = ["/jobs", "/workers", "/queues", "/dead-letters", "/schedules", "/recovery"]
 ACTIONS = [
@@ -218,6 +222,50 @@ def test_live_states_and_progress_follow_a_running_job(
     assert done["states"] == ["succeeded", "succeeded"] and done["finished_at"]
 
 
+def test_the_job_page_shows_each_notification_delivery_as_it_goes(
+    dashboard: Dashboard, client: Client, workers: Workers, scratch: Any
+) -> None:
+    notify_env = {  # two quick attempts, then the delivery is given up
+        "JOBCENTER_NOTIFY_BACKOFF_SECONDS": "0.1",
+        "JOBCENTER_NOTIFY_TIMEOUT_SECONDS": "0.5",
+        "JOBCENTER_NOTIFY_ATTEMPTS": "2",
+    }
+    workers.start(env=notify_env)
+    quiet = client.submit(one_task(name="quiet"))
+    with webhook_server([500]) as server:
+        spec = one_task(task="tasks_for_tests.block", args={"gate": "n"})
+        job_id = client.submit({**spec, "notify": {"on": ["succeeded"], "webhook": server.url}})
+        before = dashboard.get(f"/jobs/{job_id}").text
+        scratch.open_gate("n")
+        client.wait(job_id, JOB_SECONDS)
+
+        def given_up() -> Any:
+            found = dashboard.json(f"/api/jobs/{job_id}/notifications")["notifications"]  # type: ignore[index]
+            return found if found["deliveries"]["webhook"]["state"] == "failed" else None
+
+        shown = wait_until(given_up, JOB_SECONDS, message="the webhook was never given up")
+    after = dashboard.get(f"/jobs/{job_id}").text
+    fragment = dashboard.get(f"/jobs/{job_id}/notifications")
+    client.wait(quiet, JOB_SECONDS)
+
+    row = re.compile(r'<tr data-channel="webhook" data-state="(\w+)">(.*?)</tr>', re.S)
+    waiting = row.search(before)
+    assert waiting is not None and waiting.group(1) == "none"
+    assert "when the job ends" in waiting.group(2) and 'data-settled="yes"' in before
+    delivery = shown["deliveries"]["webhook"]
+    assert (delivery["attempts"], delivery["error"]) == (2, "HTTP 500 Internal Server Error")
+    failed = row.search(after)
+    assert failed is not None and failed.group(1) == "failed"
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", failed.group(2), re.S)
+    assert cells[0] == "webhook" and "badge state-failed" in cells[1]
+    assert cells[2:4] == ["2", "HTTP 500 Internal Server Error"]
+    assert cells[4].startswith("failed 20") and server.url in after
+    assert fragment.status_code == 200 and row.search(fragment.text).group(1) == "failed"  # type: ignore[union-attr]
+    assert 'id="notifications"' not in dashboard.get(f"/jobs/{quiet}").text
+    assert dashboard.json(f"/api/jobs/{quiet}/notifications") == {"notifications": None}
+    assert dashboard.get(f"/jobs/{quiet}/notifications").status_code == 204
+
+
 def fan_out(n: int) -> dict:
     work = [f"work-{i:04d}" for i in range(n - 2)]
     tasks = [{"id": "split", "task": "tasks_for_tests.record"}]
@@ -274,6 +322,70 @@ def test_the_workers_page_shows_heartbeats_busy_slots_and_gone_workers(
     row = re.search(rf'<tr data-handler="{handler}" class="alive">(.*?)</tr>', html, re.S)
     assert row is not None and "1 / 2" in row.group(1) and "db-1" in row.group(1)
     assert '<tr data-handler="ghost-handler" class="gone">' in html
+
+
+def segment_owners(view: views.WorkersView) -> dict[tuple[str, int], set[str]]:
+    return {(s.segment, s.shard): {lease.handler for lease in s.owners} for s in view.segments}
+
+
+def test_the_workers_page_shows_the_shards_each_worker_owns_and_an_unowned_one(
+    workers: Workers, redis_url: str, namespace: str
+) -> None:
+    shards = 3
+    workers.settings = {"JOBCENTER_SHARDS": str(shards), "JOBCENTER_SEGMENT_LEASE_SECONDS": "2"}
+    client = Client.from_url(redis_url, namespace, shards=shards)
+    lone = workers.start("--queues", "default,lone", name="lone")
+    other = workers.start("--queues", "default", name="other")
+    lone.expect_exit.add(-signal.SIGKILL)
+    both = [lone.handler, other.handler]
+    expected = {
+        (segment, shard): {h for h in members if shard in assign(shards, members, h)}
+        for segment, members in [(LEADER_SEGMENT, both), ("default", both), ("lone", both[:1])]
+        for shard in range(shards)
+    }
+    d = Dashboard(client)
+    try:
+        wait_until(
+            lambda: segment_owners(views.workers(client.store)) == expected,
+            timeout=JOB_SECONDS,
+            message="the leases never matched the rule",
+        )
+        shared = d.get("/workers").text
+        lone.kill9()  # its leases run out; nobody else serves its queue 'lone'
+        wait_until(
+            lambda: not any(segment_owners(views.workers(client.store))[("lone", s)]
+                            for s in range(shards)),
+            timeout=JOB_SECONDS,
+            message="the killed worker's leases never ran out",
+        )  # fmt: skip
+        after = d.get("/workers").text
+    finally:
+        d.close()
+
+    def owner_cell(html: str, segment: str, shard: int) -> str:
+        found = re.search(
+            rf'<tr data-segment="{segment}" data-shard="{shard}" class="(\w+)">(.*?)</tr>',
+            html,
+            re.S,
+        )
+        assert found is not None, (segment, shard)
+        return f"{found.group(1)}: {re.findall(r'<td[^>]*>(.*?)</td>', found.group(2), re.S)[2]}"
+
+    for (segment, shard), owners in expected.items():
+        (owner,) = owners  # two workers, three shards: one owner a shard
+        assert owner_cell(shared, segment, shard) == f"owned: {owner}"
+    mine = sorted(
+        s for (seg, s), owners in expected.items() if seg == "default" and lone.handler in owners
+    )
+    row = re.search(rf'<tr data-handler="{lone.handler}" class="alive">(.*?)</tr>', shared, re.S)
+    assert row is not None and f"default: {', '.join(map(str, mine))}" in row.group(1)
+    assert "lone: 0, 1, 2" in row.group(1)
+    assert "0 of 9 unowned" in shared
+    for shard in range(shards):
+        cell = owner_cell(after, "lone", shard)
+        assert cell.startswith("unowned: ") and "unowned</span>" in cell
+        assert f'the lease of <span class="mono">{lone.handler}</span> ran out' in cell
+    assert "3 of 9 unowned" in after
 
 
 def test_the_queues_page_shows_depth_by_priority_and_retry_waits(

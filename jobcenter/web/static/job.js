@@ -295,10 +295,24 @@
     const before = selected && selected.kind === "task" ? model.states[selected.index] : null;
     paint(live.states);
     showJob(live.state, live.finished_at);
+    refreshNotifications(live.state);
     if (selected) {
       const now = selected.kind === "task" ? live.states[selected.index] : null;
       if (selected.kind === "group" || now !== before || !TASK_DONE.has(now)) refreshPanel();
     }
+  }
+
+  // -- notifications -------------------------------------------------------------------------
+
+  // The section is the server's (the same template as on load): read again only when the
+  // job's state changed since it was drawn or a delivery is still under way.
+  async function refreshNotifications(jobState) {
+    const section = document.getElementById("notifications");
+    if (!section || (section.dataset.jobState === jobState && section.dataset.settled === "yes")) return;
+    const reply = await fetch(`/jobs/${jobId}/notifications`).catch(() => null);
+    if (!reply || reply.status !== 200) return;
+    const fresh = new DOMParser().parseFromString(await reply.text(), "text/html").getElementById("notifications");
+    if (fresh) section.replaceWith(fresh);
   }
 
   // -- the side panel ----------------------------------------------------------------------
