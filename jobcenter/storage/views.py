@@ -1,8 +1,8 @@
 """Read models for the dashboard: the reads the Store lacks, each typed and bounded.
 
-Workers with their heartbeats and busy slots, queue depths by priority, a job's graph and
-its live task states, one task's detail, a page of jobs, what the last recovery passes
-repaired. Every read is limited by a page size, a named cap or the size of the one job it
+Workers with their heartbeats, busy slots and owned segments (every shard's lease owners),
+queue depths by priority, a job's graph, its live task states and its notifications, one
+task's detail, a page of jobs, what the last recovery passes repaired. Every read is limited by a page size, a named cap or the size of the one job it
 is about; nothing walks the keyspace.
 """
 
@@ -14,6 +14,7 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from jobcenter.errors import NotFound
 from jobcenter.model import codec
@@ -114,12 +115,17 @@ _NOTIFY_FIELDS = (JobField.STATE, JobField.NOTIFY_TO, JobField.NOTIFY_ON, JobFie
 
 def job_notifications(store: Store, job_id: str) -> dict[str, Any] | None:
     """The job's `notifications`, as `status` shows them (each channel's delivery and the
-    latest attempts); None when its spec has no `notify:`."""
+    latest attempts), but the webhook's origin alone: its path may be a credential, as a
+    chat service's incoming-webhook URL is. None when its spec has no `notify:`."""
     values = store.redis.hmget(store.keys.job(job_id).job, _NOTIFY_FIELDS)
     if values[0] is None:
         raise NotFound.job(job_id)
     job = {str(name): value for name, value in zip(_NOTIFY_FIELDS, values, strict=True) if value}
-    return notifications_view(store.redis, store.keys, job_id, job)
+    found = notifications_view(store.redis, store.keys, job_id, job)
+    if found and found["webhook"]:
+        url = urlsplit(found["webhook"])
+        found["webhook"] = f"{url.scheme}://{url.netloc.rpartition('@')[2]}"  # no user:password
+    return found
 
 
 @dataclass(frozen=True)
