@@ -51,7 +51,9 @@ def burst_spec(width: int) -> dict[str, Any]:
     """root -> width -> join -> width: two bursts, each released by one completion."""
     tasks: list[dict[str, Any]] = [{"id": "root", "task": "bench.noop"}]
     tasks += [{"id": f"a{i}", "task": "bench.noop", "depends_on": ["root"]} for i in range(width)]
-    tasks.append({"id": "join", "task": "bench.noop", "depends_on": [f"a{i}" for i in range(width)]})
+    tasks.append(
+        {"id": "join", "task": "bench.noop", "depends_on": [f"a{i}" for i in range(width)]}
+    )
     tasks += [{"id": f"b{i}", "task": "bench.noop", "depends_on": ["join"]} for i in range(width)]
     return {"name": f"bench-burst-{width}", "tasks": tasks}
 
