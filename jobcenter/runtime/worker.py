@@ -335,7 +335,9 @@ class Worker:
         backoff = Backoff()
         while not self.stopping.is_set():
             try:
-                if self._claim_once():
+                # claim again at once only while the last claim filled what it asked for: a
+                # short one drained the queues, and what is queued next brings a wake-up token
+                if self._claim_once() and self.more_ready:
                     backoff.reset()
                     continue
                 if self.options.burst and not self.running and self.store.idle(self.queues):
