@@ -11,7 +11,8 @@ bench_tasks` processes (each with its rq recovery child), then measures:
   W2  root -> 5,000 -> join                             wall time
   W3  a chain of 1,000                                  ms per hop
   W4  200 jobs of the seed-000 9-task DAG               wall time
-  W5  20,000 one-task jobs submitted through the client jobs/s
+  W5  20,000 one-task jobs submitted through the client jobs/s; then 200 seed-000 jobs
+      submitted one at a time: client.submit's round trip p50/p99
   wake 200 one-task jobs submitted one at a time to idle workers: ready -> started
       (the idle wake-up path: each owned shard's listener, then a claim)
   W1r W1 with each task returning 100 bytes (stored results): tasks/s, against W1's
@@ -128,6 +129,7 @@ TARGETS = {
     "W3": Target("<", 0.5, "< 0.5 ms/hop"),
     "W4": Target("<", 0.3, "< 0.3 s"),
     "W5": Target(">=", 5_000, ">= 5,000 jobs/s"),
+    "single_submit": Target("<", 2.0, "< 2 ms"),
     "big_submit": Target("<", 2.0, "< 2 s"),
     "lua_max": Target("<", LUA_CALL_TARGET_MS, "< 50 ms"),
 }
@@ -860,6 +862,27 @@ def run_many_jobs(
     }
 
 
+SINGLE_SUBMITS = 200  # W5's second figure: client.submit of one seed-000 job, one at a time
+
+
+def run_single_submits(bench: Bench, spec: dict[str, Any], count: int) -> dict[str, Any]:
+    """The round trip of `client.submit` of one job (durability as configured), `count`
+    times one after another; the jobs run meanwhile and are waited for."""
+    baseline = bench.active_jobs()
+    round_trips: list[float] = []
+    job_ids = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        job_ids.append(bench.client.submit(spec))
+        round_trips.append((time.perf_counter() - t0) * 1000)
+    wait_active_below(bench, baseline, job_timeout(count * len(spec["tasks"])))
+    bench.purge(job_ids)
+    return {
+        "single_submit_p50_ms": pct(round_trips, 0.5),
+        "single_submit_p99_ms": pct(round_trips, 0.99),
+    }
+
+
 WAKE_GAP_SECONDS = 0.02  # between the wake workload's submits: the workers are idle again
 
 
@@ -1126,7 +1149,10 @@ def workloads(sizes: Sizes) -> dict[str, tuple[str, Workload]]:
         ),
         "W5": (
             f"{sizes.one_task_jobs:,} one-task jobs",
-            lambda b: run_many_jobs(b, flat_spec(1), sizes.one_task_jobs, full_check=False),
+            lambda b: {
+                **run_many_jobs(b, flat_spec(1), sizes.one_task_jobs, full_check=False),
+                **run_single_submits(b, seed, SINGLE_SUBMITS),
+            },
         ),
         "wake": (
             f"{sizes.wake} one-task jobs, one at a time",
@@ -1374,6 +1400,17 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, s
                 TARGETS["W5"].text,
                 "",
                 verdict(ok),
+            )
+        )
+        rows.append(
+            (
+                "",
+                "9-task job, client.submit round trip p50/p99",
+                f"{fmt(r.get('single_submit_p50_ms'), '', 2)}/"
+                f"{fmt(r.get('single_submit_p99_ms'), ' ms', 2)}",
+                TARGETS["single_submit"].text,
+                "",
+                verdict(meets(TARGETS["single_submit"], r.get("single_submit_p50_ms"))),
             )
         )
         common("W5", rate=False)
