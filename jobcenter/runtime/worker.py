@@ -352,6 +352,8 @@ class Worker:
         with self.lock:  # held from a completion taking children meanwhile
             free = min(self._free_slots(), CLAIM_BATCH_MAX)
             if free <= 0:
+                # no slot for what a wake-up token may have announced: claim once one frees
+                self.more_ready = True
                 return False
             self.taking += free
         try:

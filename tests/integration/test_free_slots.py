@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness import Cli
 from helpers import wait_until
 from integration_harness import JOB_SECONDS, Scratch, Workers
 
@@ -123,3 +124,25 @@ def test_a_burst_fills_the_free_slots_of_both_workers_without_an_idle_poll(
     assert {run["worker"] for run in started} == {"w1", "w2"}
     scratch.open_gate("burst")
     assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
+
+
+def test_a_slot_given_back_wakes_the_worker_of_the_queue_its_parked_task_waits_in(
+    client: Client, workers: Workers, scratch: Scratch, cli: Cli
+) -> None:
+    assert cli("pool", "set", "gpu", "1").code == 0
+    # the other queue's worker waits first, so the shard's freed-slot token goes to it
+    workers.start("--queues", "q1", concurrency=2, env=NO_IDLE_POLL)
+    workers.start("--queues", "q2", concurrency=2, env=NO_IDLE_POLL)
+    pooled = {"queue": "q2", "pool": "gpu"}
+    tasks = [
+        {"id": "a", "task": "tasks_for_tests.block", "args": ["a"], **pooled},
+        {"id": "b", "task": RECORD, "depends_on": [], **pooled},
+    ]
+    job_id = client.submit({"name": "pooled", "tasks": tasks})
+    wait_until(lambda: scratch.events("started", "a"), JOB_SECONDS)
+    wait_until(lambda: client.status(job_id)["tasks"]["b"]["waiting_for_limit"], JOB_SECONDS)
+
+    scratch.open_gate("a")  # its slot is given back: b's worker must claim it now
+
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
+    assert [run["worker"] for run in scratch.events("run", "b")] == ["w2"]
