@@ -51,7 +51,6 @@ from .segments import Ownership, ShardWaits
 
 log = logging.getLogger(__name__)
 
-IDLE_WAIT_SECONDS = 1.0  # an idle worker claims its shards at least this often: lease sweeps
 RETRY_WAKE_MIN_SECONDS = 0.005  # shortest wait for a due retry (Redis timeouts are coarse)
 
 CLAIM_BATCH_MAX = 256  # tasks reserved per claim: one round trip serves many tasks
@@ -133,6 +132,10 @@ class Worker:
         self.failed = 0
         self.rq_child: Any = None
         self.next_retry_ms = -1  # from the last claim: when a retry in our queues is due
+        # the last claim filled every slot it asked for: more may be ready, so a freed slot
+        # claims at once instead of waiting for a wake-up token
+        self.more_ready = False
+        self.taking = 0  # free slots a completion under way may fill with released children
         # the shards this worker polls (owned segments): its queues', and with a leader
         # thread the leader messages'; each idle loop waits on the shards it owns
         segments = [*self.queues, *([LEADER_SEGMENT] if options.leader else [])]
@@ -319,13 +322,16 @@ class Worker:
 
     def _free_slots(self) -> int:
         # a thread running past its timeout was reported already but still holds its slot
-        return self.options.concurrency - max(len(self.running), self.runner.busy)
+        busy = max(len(self.running), self.runner.busy)
+        return self.options.concurrency - busy - self.taking
 
     def _claim_loop(self) -> None:
         backoff = Backoff()
         while not self.stopping.is_set():
             try:
-                if self._claim_once():
+                # claim again at once only while the last claim filled what it asked for: a
+                # short one drained the queues, and what is queued next brings a wake-up token
+                if self._claim_once() and self.more_ready:
                     backoff.reset()
                     continue
                 if self.options.burst and not self.running and self.store.idle(self.queues):
@@ -337,10 +343,20 @@ class Worker:
 
     def _claim_once(self) -> bool:
         """One claim round trip per owned shard; True if it found any task."""
-        free = min(self._free_slots(), CLAIM_BATCH_MAX)
-        if free <= 0:
-            return False
-        found = False
+        with self.lock:  # held from a completion taking children meanwhile
+            free = min(self._free_slots(), CLAIM_BATCH_MAX)
+            if free <= 0:
+                # no slot for what a wake-up token may have announced: claim once one frees
+                self.more_ready = True
+                return False
+            self.taking += free
+        try:
+            return self._claim_shards(free)
+        finally:
+            self._stop_taking(free)
+
+    def _claim_shards(self, free: int) -> bool:
+        found = more = False
         sweep = 0 if self.options.leader else SWEEP_MAX  # the leader thread sweeps
         self.next_retry_ms = -1
         for shard, queues in self.ownership.queues_by_shard(self.queues).items():
@@ -359,8 +375,10 @@ class Worker:
             ):
                 self.next_retry_ms = result.next_retry_ms
             self._expire(result.expired)
+            more = more or len(result.tasks) == free
             free -= len(result.tasks)
             found = found or bool(result.tasks)
+        self.more_ready = more
         return found
 
     def _expire(self, expired: list[tuple[str, int]]) -> None:
@@ -382,7 +400,7 @@ class Worker:
                     self._expire(result.expired)
                     found = found or bool(result.leader or result.expired)
                 if not found:
-                    self.leader_waits.wait(IDLE_WAIT_SECONDS)
+                    self.leader_waits.wait(self.store.settings.idle_wait_seconds)
                 backoff.reset()
             except RedisError as exc:  # the message comes back when its lease ends
                 backoff.wait(self.stopped, f"leader: {trouble(exc)}")
@@ -399,9 +417,9 @@ class Worker:
         with self.lock:
             while self._free_slots() <= 0 and not self.stopping.is_set():
                 self.lock.wait()  # woken by the reporter when a slot frees
-        if self.stopping.is_set():
-            return
-        timeout = IDLE_WAIT_SECONDS
+        if self.stopping.is_set() or self.more_ready:
+            return  # a slot is free and the last claim left work behind: claim it now
+        timeout = self.store.settings.idle_wait_seconds
         if self.next_retry_ms >= 0:  # wake when the next retry is due, not a second later
             timeout = min(timeout, max(RETRY_WAKE_MIN_SECONDS, self.next_retry_ms / 1000))
         self.task_waits.wait(timeout)
@@ -511,7 +529,12 @@ class Worker:
             self._settle(left, [outcome])
 
     def _complete(self, done: list[Outcome], left: list[Outcome]) -> None:
-        take_max = 0 if self.stopping.is_set() else len(done)
+        # released children fill the slots these attempts free and every other free one
+        # (held from the claim loop meanwhile), so a burst needs no claim on this worker
+        with self.lock:
+            extra = 0 if self.stopping.is_set() else max(0, self._free_slots())
+            self.taking += extra
+        take_max = 0 if self.stopping.is_set() else len(done) + extra
         attempts = [(o.task.job_id, o.task.index, o.task.attempt, o.result) for o in done]
         refused: RefusedInPart | None = None
         try:
@@ -520,6 +543,9 @@ class Worker:
             )
         except RefusedInPart as exc:
             codes, taken, refused = exc.codes, exc.taken, exc
+        except BaseException:
+            self._stop_taking(extra)
+            raise
         for (job_id, index), code in codes.items():
             if code < 0:
                 log.warning(
@@ -537,11 +563,17 @@ class Worker:
                 )
         reported = [o for o in done if (o.task.job_id, o.task.index) in codes]
         self.completed += len(reported)
+        self._run(taken)  # before the settle: the slots stay counted until they are filled
         self._settle(left, reported)
-        self._run(taken)
+        self._stop_taking(extra)
         self._adopt([key for key, code in codes.items() if code == 1])
         if refused is not None:
             raise refused
+
+    def _stop_taking(self, slots: int) -> None:
+        with self.lock:
+            self.taking -= slots
+            self.lock.notify_all()
 
     def _adopt(self, completed_before: list[tuple[str, int]]) -> None:
         """Run the children that a completion whose reply was lost (a connection reset: the
