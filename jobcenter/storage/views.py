@@ -2,8 +2,8 @@
 
 Workers with their heartbeats, busy slots and owned segments (every shard's lease owners),
 queue depths by priority, a job's graph, its live task states and its notifications, one
-task's detail, a page of jobs, what the last recovery passes repaired. Every read is limited by a page size, a named cap or the size of the one job it
-is about; nothing walks the keyspace.
+task's detail, a page of jobs, what the last recovery passes repaired. Every read is limited
+by a page size, a named cap or the size of the one job it is about; nothing walks the keyspace.
 """
 
 from __future__ import annotations
