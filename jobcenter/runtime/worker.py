@@ -23,7 +23,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -137,6 +137,7 @@ class Worker:
         self.runner = self._make_runner()
         self.completed = 0
         self.failed = 0
+        self.taking = 0  # slots a completion call under way may fill with what it takes
         self.rq_child: Any = None
         self.next_retry_ms = -1  # from the last claim: when a retry in our queues is due
         # the shards this worker polls (owned segments): its queues', and with a leader
@@ -170,8 +171,12 @@ class Worker:
         return ThreadRunner(self.options.concurrency, self.handler, self._slot_freed, limit)
 
     def _slot_freed(self) -> None:
+        """A runner's thread or child returned. Its slot is free only if its outcome was
+        reported already (it ran past its timeout, or was cancelled); otherwise the report
+        frees it and wakes the claim loop then: no wake-up per task for nothing."""
         with self.lock:
-            self.lock.notify_all()
+            if self._free_slots() > 0:
+                self.lock.notify_all()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -323,9 +328,12 @@ class Worker:
 
     # -- claiming --------------------------------------------------------------------------
 
-    def _free_slots(self) -> int:
+    def _free_slots(self, reporting: int = 0) -> int:
+        """Slots free, once `reporting` of the running attempts (finished, their threads
+        returned) are reported; slots a completion call may fill (`taking`) are not free."""
         # a thread running past its timeout was reported already but still holds its slot
-        return self.options.concurrency - max(len(self.running), self.runner.busy)
+        used = max(len(self.running) - reporting, self.runner.busy)
+        return self.options.concurrency - used - self.taking
 
     def _claim_loop(self) -> None:
         backoff = Backoff()
@@ -435,6 +443,10 @@ class Worker:
         with self.lock:
             for task in tasks:
                 self.running[(task.job_id, task.index)] = Running(task)
+        self._submit(tasks)
+
+    def _submit(self, tasks: list[StartedTask]) -> None:
+        """Hand tasks registered in `running` to the runner."""
         for task in tasks:
             self.runner.submit(task, self._report_progress, self.outcomes.put)
 
@@ -513,7 +525,13 @@ class Worker:
             self._settle(left, [outcome])
 
     def _complete(self, done: list[Outcome], left: list[Outcome]) -> None:
-        take_max = 0 if self.stopping.is_set() else len(done)
+        """Report successes; the same call takes what the freed slots (and any other free
+        one) run next: released children, then the next queued tasks of the same job."""
+        with self.lock:
+            take_max = (
+                0 if self.stopping.is_set() else min(CLAIM_BATCH_MAX, self._free_slots(len(done)))
+            )
+            self.taking += take_max  # held from the claim loop until the reply is in
         attempts = [(o.task.job_id, o.task.index, o.task.attempt, o.result) for o in done]
         refused: RefusedInPart | None = None
         try:
@@ -522,6 +540,10 @@ class Worker:
             )
         except RefusedInPart as exc:
             codes, taken, refused = exc.codes, exc.taken, exc
+        except BaseException:
+            with self.lock:
+                self.taking -= take_max
+            raise
         for (job_id, index), code in codes.items():
             if code < 0:
                 log.warning(
@@ -533,24 +555,21 @@ class Worker:
                 )
         reported = [o for o in done if (o.task.job_id, o.task.index) in codes]
         self.completed += len(reported)
-        self._settle(left, reported)
-        self._run(taken)
-        self._adopt([key for key, code in codes.items() if code == 1])
+        self._settle(left, reported, taken, take_max)
+        self._submit(taken)
+        self._adopt([job_id for (job_id, _), code in codes.items() if code == 1])
         if refused is not None:
             raise refused
 
-    def _adopt(self, completed_before: list[tuple[str, int]]) -> None:
-        """Run the children that a completion whose reply was lost (a connection reset: the
+    def _adopt(self, replayed: list[str]) -> None:
+        """Run the tasks that a completion whose reply was lost (a connection reset: the
         call ran, it was sent again and found done) started for this worker: they run under
         its handler, and nobody else would run them before their lease ran out."""
-        by_job: dict[str, list[int]] = {}
-        for job_id, index in completed_before:
-            by_job.setdefault(job_id, []).append(index)
-        for job_id, parents in by_job.items():
+        for job_id in sorted(set(replayed)):
             with self.starting:
-                children = self.store.running_children(self.handler, job_id, parents)
+                running = self.store.running_attempts(self.handler, job_id)
                 with self.lock:
-                    orphans = [t for t in children if (t.job_id, t.index) not in self.running]
+                    orphans = [t for t in running if (t.job_id, t.index) not in self.running]
                 self._run(orphans)
 
     def _give_back(self, given_back: list[Outcome], left: list[Outcome]) -> None:
@@ -591,14 +610,27 @@ class Worker:
                 log.warning("job %s task %d failed: its gate said no too long", job_id, index)
         self._settle(left, [o for o in gated if (o.task.job_id, o.task.index) in codes])
 
-    def _settle(self, left: list[Outcome], reported: list[Outcome]) -> None:
-        """Outcomes Redis took: no longer to report, and their slots are free."""
+    def _settle(
+        self,
+        left: list[Outcome],
+        reported: list[Outcome],
+        taken: Sequence[StartedTask] = (),
+        was_taking: int = 0,
+    ) -> None:
+        """Outcomes Redis took: no longer to report, and their slots are free, or run what
+        the same call took (`taken`, for `was_taking` slots held): in one step, so the claim
+        loop never sees those slots free in between."""
         ids = {id(o) for o in reported}
         left[:] = [o for o in left if id(o) not in ids]
         with self.lock:
             for outcome in reported:
                 self.running.pop((outcome.task.job_id, outcome.task.index), None)
-            self.lock.notify_all()
+            for task in taken:
+                self.running[(task.job_id, task.index)] = Running(task)
+            self.taking -= was_taking
+            # waiters: the claim loop, for a free slot; a graceful stop, for none running
+            if self._free_slots() > 0 or not self.running:
+                self.lock.notify_all()
 
     # -- heartbeats ------------------------------------------------------------------------
 

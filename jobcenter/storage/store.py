@@ -578,26 +578,26 @@ class Store:
             raise RefusedInPart(refused, codes, taken)
         return codes, taken
 
-    def running_children(
-        self, handler: str, job_id: str, parents: Sequence[int]
-    ) -> list[StartedTask]:
-        """The children of `parents` now running as attempts of `handler`: what a complete
-        call whose reply was lost may have started for that worker (complete.lua takes
-        released children)."""
-        tasks = self.keys.job(job_id).tasks
-        csvs = self.redis.hmget(tasks, [TaskField.CHILDREN.of(i) for i in parents])
-        children = sorted({int(c) for csv in csvs if csv for c in csv.decode().split(",")})
-        if not children:
+    def running_attempts(self, handler: str, job_id: str) -> list[StartedTask]:
+        """The job's tasks now running as attempts of `handler`: what a complete call whose
+        reply was lost may have started for that worker (complete.lua takes released
+        children and next queued tasks). Read from the shard's leases, which hold only the
+        tasks reserved or running now: a few per worker slot."""
+        prefix = f"{job_id}|".encode()
+        members = self.redis.zrange(self.keys.leases(self.keys.job_shard(job_id)), 0, -1)
+        indexes = sorted(int(m[len(prefix) :]) for m in members if m.startswith(prefix))
+        if not indexes:
             return []
-        attrs = ("s", "h", "a", "p")
-        values = self.redis.hmget(tasks, [f"{attr}:{c}" for c in children for attr in attrs])
+        attrs = (TaskField.STATE, TaskField.HANDLER, TaskField.ATTEMPTS, TaskField.PAYLOAD)
+        tasks = self.keys.job(job_id).tasks
+        values = self.redis.hmget(tasks, [attr.of(i) for i in indexes for attr in attrs])
         running = {TaskState.RUNNING.value, TaskState.TIMED_OUT.value}
         started = []
-        for k, child in enumerate(children):
+        for k, index in enumerate(indexes):
             state, owner, attempt, payload = values[k * len(attrs) : (k + 1) * len(attrs)]
             if text(state) in running and text(owner) == handler and attempt and payload:
-                inputs = self._inputs(job_id, child)
-                started.append(StartedTask(job_id, child, int(attempt), payload, inputs))
+                inputs = self._inputs(job_id, index)
+                started.append(StartedTask(job_id, index, int(attempt), payload, inputs))
         return started
 
     def _inputs(self, job_id: str, index: int) -> tuple[tuple[str, InputValue], ...]:
