@@ -130,7 +130,7 @@ class Worker:
         self.queues = ([node_queue(options.node)] if options.node else []) + options.queues
         self.leader = Leader(store, self.handler)
         self.running: dict[tuple[str, int], Running] = {}
-        self.outcomes: queue.Queue[Outcome | None] = queue.Queue()
+        self.outcomes: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self.lock = threading.Condition()
         self.stopping = threading.Event()
         self.stopped = threading.Event()

@@ -185,6 +185,7 @@ class Store:
         self.scripts = Scripts(client)
         self.cluster = is_cluster(client)  # a Redis Cluster: one call, one hash slot
         self._meta: OrderedDict[str, JobMeta] = OrderedDict()
+        self._contexts: OrderedDict[tuple[str, bool], tuple[list[str], list[Any]]] = OrderedDict()
         self._waitaof: bool | None = None  # learnt from the server on first submit
         self._probe_lock = threading.Lock()
         self._group_commit = GroupCommit(self._confirm_fsync)
@@ -237,6 +238,17 @@ class Store:
             meta = self._remember(job_id, JobMeta.stored(queues, idem))
         return meta
 
+    def _cached_context(self, job_id: str, with_meta: bool) -> tuple[list[str], list[Any]]:
+        """_context, built once per job (and with or without its meta): it never changes,
+        and building its KEYS costs more than a small batch's own arguments."""
+        context = self._contexts.get((job_id, with_meta))
+        if context is None:
+            context = self._context(job_id, self.job_meta(job_id) if with_meta else None)
+            self._contexts[(job_id, with_meta)] = context
+            if len(self._contexts) > META_CACHE_MAX:
+                self._contexts.popitem(last=False)
+        return context
+
     def _context(self, job_id: str, meta: JobMeta | None) -> tuple[list[str], list[Any]]:
         """KEYS and first ARGV of a job-scoped script (the layout in _job.lua)."""
         shard = self.keys.job_shard(job_id)
@@ -274,7 +286,7 @@ class Store:
     ) -> Any:
         """Call a job-scoped script now, or add the call to `batch`. Without meta the script
         sees no queues and no idempotency key (start, heartbeat: they need neither)."""
-        keys, argv = self._context(job_id, self.job_meta(job_id) if with_meta else None)
+        keys, argv = self._cached_context(job_id, with_meta)
         if batch is not None:
             batch.add(name, keys + list(extra_keys), argv + list(args))
             return None
