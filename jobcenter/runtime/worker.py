@@ -54,6 +54,12 @@ IDLE_WAIT_SECONDS = 1.0  # an idle worker claims its shards at least this often:
 RETRY_WAKE_MIN_SECONDS = 0.005  # shortest wait for a due retry (Redis timeouts are coarse)
 
 CLAIM_BATCH_MAX = 256  # tasks reserved per claim: one round trip serves many tasks
+# A completion of short tasks (each ran under PREFETCH_RUN_MAX_SECONDS) takes up to this many
+# tasks per slot beyond the free slots (thread pool only): started, leased and heartbeated
+# here, they wait at most about one short task for a thread, so no thread waits for the
+# completion's round trip; a stopping worker gives back those no thread has begun.
+PREFETCH_PER_SLOT = 1
+PREFETCH_RUN_MAX_SECONDS = 0.05
 REPORT_BATCH_MAX = 512  # finished attempts reported per round trip
 LEADER_BATCH = 4  # leader messages taken per claim
 RECONNECT_MAX_SECONDS = 5.0  # longest pause between tries while Redis is unreachable
@@ -301,6 +307,7 @@ class Worker:
                 self._claim_loop()
             except Exception:
                 self._die("claim")
+            self._give_back_prefetched()
             with self.lock:  # graceful: wait for running tasks to be reported
                 while self.running:
                     self.lock.wait()
@@ -528,21 +535,26 @@ class Worker:
         """Report successes; the same call takes what the freed slots (and any other free
         one) run next: released children, then the next queued tasks of the same job."""
         with self.lock:
-            take_max = (
-                0 if self.stopping.is_set() else min(CLAIM_BATCH_MAX, self._free_slots(len(done)))
-            )
-            self.taking += take_max  # held from the claim loop until the reply is in
+            take_max = prefetch = 0
+            if not self.stopping.is_set():
+                take_max = max(0, min(CLAIM_BATCH_MAX, self._free_slots(len(done))))
+                prefetch = max(0, min(CLAIM_BATCH_MAX - take_max, self._prefetch(done)))
+            self.taking += take_max + prefetch  # held from the claim loop until the reply is in
         attempts = [(o.task.job_id, o.task.index, o.task.attempt, o.result) for o in done]
         refused: RefusedInPart | None = None
         try:
             codes, taken = self.store.complete(
-                self.handler, attempts, take_queues=self.queues, take_max=take_max
+                self.handler,
+                attempts,
+                take_queues=self.queues,
+                take_max=take_max,
+                prefetch=prefetch,
             )
         except RefusedInPart as exc:
             codes, taken, refused = exc.codes, exc.taken, exc
         except BaseException:
             with self.lock:
-                self.taking -= take_max
+                self.taking -= take_max + prefetch
             raise
         for (job_id, index), code in codes.items():
             if code < 0:
@@ -555,11 +567,46 @@ class Worker:
                 )
         reported = [o for o in done if (o.task.job_id, o.task.index) in codes]
         self.completed += len(reported)
-        self._settle(left, reported, taken, take_max)
+        self._settle(left, reported, taken, take_max + prefetch)
         self._submit(taken)
         self._adopt([job_id for (job_id, _), code in codes.items() if code == 1])
         if refused is not None:
             raise refused
+
+    def _prefetch(self, done: list[Outcome]) -> int:
+        """Tasks a completion may take beyond the free slots (called with the lock held):
+        none unless every task it reports was short (a long task would keep a prefetched
+        one waiting for a thread while another worker idles); none while a task held here
+        has children (a thread it frees would start a prefetched task before its children,
+        which may come first: the thread pool runs what it holds in run order); none with
+        child processes (nothing to take back on stop)."""
+        if self.options.pool != "thread":
+            return 0
+        if any(o.seconds >= PREFETCH_RUN_MAX_SECONDS for o in done):
+            return 0
+        reporting = {(o.task.job_id, o.task.index) for o in done}
+        if any(r.task.has_children for k, r in self.running.items() if k not in reporting):
+            return 0
+        return self.options.concurrency * PREFETCH_PER_SLOT
+
+    def _give_back_prefetched(self) -> None:
+        """A stopping worker finishes what runs; tasks it took but no thread has begun go
+        back to their queues (release.lua: no attempt used up). If Redis refuses, their
+        leases run out and recovery re-drives them."""
+        waiting = self.runner.withdraw_waiting()
+        if not waiting:
+            return
+        try:
+            released = self.store.release(
+                self.handler, [(t.job_id, t.index, t.attempt) for t in waiting]
+            )
+            log.info("worker %s: gave %d prefetched tasks back", self.handler, released)
+        except RedisError as exc:
+            log.warning("prefetched tasks not given back (%s): their leases run out", exc)
+        with self.lock:
+            for task in waiting:
+                self.running.pop((task.job_id, task.index), None)
+            self.lock.notify_all()
 
     def _adopt(self, replayed: list[str]) -> None:
         """Run the tasks that a completion whose reply was lost (a connection reset: the

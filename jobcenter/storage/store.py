@@ -10,7 +10,7 @@ import logging
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 import redis
@@ -91,6 +91,10 @@ class StartedTask:
     attempt: int
     payload: bytes
     inputs: tuple[tuple[str, InputValue], ...] = ()
+    # where it stood in its queue's order (priority, then queue member; b"": first): the
+    # order a worker runs the tasks it holds in
+    run_order: bytes = field(default=b"", compare=False)
+    has_children: bool = field(default=True, compare=False)  # it releases others as it ends
 
     def input_kwargs(self) -> dict[str, Any]:
         """The inputs decoded: kwarg -> the parent's return value (a mapped parent's: the
@@ -105,10 +109,13 @@ def _unpack_input(value: InputValue) -> Any:
 
 
 def started_task(job_id: str, reply: Sequence[Any]) -> StartedTask:
-    """A StartedTask from a script's {index, attempt, payload, inputs} reply item."""
-    index, attempt, payload, raw = reply
+    """A StartedTask from a script's {index, attempt, payload, inputs, run order, has
+    children} reply item."""
+    index, attempt, payload, raw, run_order, has_children = reply
     pairs = tuple((text(raw[k]) or "", raw[k + 1]) for k in range(0, len(raw), 2))
-    return StartedTask(job_id, int(index), int(attempt), payload, pairs)
+    return StartedTask(
+        job_id, int(index), int(attempt), payload, pairs, run_order, has_children == 1
+    )
 
 
 class RefusedInPart(redis.ResponseError):
@@ -560,18 +567,26 @@ class Store:
         *,
         take_queues: Sequence[str] = (),
         take_max: int = 0,
+        prefetch: int = 0,
     ) -> tuple[dict[tuple[str, int], int], list[StartedTask]]:
         """Complete (job, index, attempt[, result]) attempts, each result (msgpack; default
-        NO_RESULT) stored with its success; returns a code per task and the children this
-        worker took to run at once (at most `take_max`, from `take_queues`).
-        RefusedInPart when Redis refused some jobs' calls (their tasks have no code)."""
+        NO_RESULT) stored with its success; returns a code per task and the tasks this
+        worker took to run at once, from `take_queues`: released children, then the next
+        queued tasks of the same jobs (at most `take_max` for its free slots, and up to
+        `prefetch` more without children: complete.lua). The budget is shared between the
+        jobs' calls. RefusedInPart when Redis refused some jobs' calls (their tasks have no
+        code)."""
         by_job: dict[str, list[tuple[int, int, bytes]]] = defaultdict(list)
         for job_id, index, attempt, *result in done:
             by_job[job_id].append((index, attempt, result[0] if result else NO_RESULT))
         batch = self.scripts.batch()
-        for job_id, items in by_job.items():
+        calls = len(by_job)
+        for n, (job_id, items) in enumerate(by_job.items()):
             triples = [x for item in items for x in item]
-            args = [handler, self.settings.lease_ms, take_max, len(take_queues), *take_queues]
+            share = _share(take_max, calls, n)
+            extra = _share(prefetch, calls, n)
+            take = f"{share}+{extra}" if extra else share
+            args = [handler, self.settings.lease_ms, take, len(take_queues), *take_queues]
             estimates_key = self.keys.estimates(self.keys.job_shard(job_id))
             self._job_call(
                 "complete", job_id, [*args, *triples], extra_keys=[estimates_key], batch=batch
@@ -584,8 +599,6 @@ class Store:
             if reply[0] < 0:
                 continue
             taken += [started_task(job_id, item) for item in reply[2]]
-            if take_max:
-                take_max = max(0, take_max - len(reply[2]))
         if refused is not None:
             raise RefusedInPart(refused, codes, taken)
         return codes, taken
@@ -1335,6 +1348,11 @@ def _run_per_job(
         else:
             answered.append((job_id, items, reply))
     return answered, refused
+
+
+def _share(total: int, parts: int, n: int) -> int:
+    """Part n of `total` split over `parts` (the first ones get the remainder)."""
+    return total // parts + (1 if n < total % parts else 0)
 
 
 def _task_codes(job_id: str, indexes: Sequence[int], reply: Any) -> dict[tuple[str, int], int]:

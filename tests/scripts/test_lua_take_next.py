@@ -164,3 +164,49 @@ def test_the_tasks_a_completion_took_are_found_after_its_reply_was_lost(store: S
         t.index for t in again
     ]
     assert store.running_attempts(H2, job_id) == []
+
+
+DAG = {
+    "name": "dag",
+    "order": "fifo",
+    "tasks": [
+        {"id": "a", "task": "t.x"},
+        {"id": "b", "task": "t.x"},
+        {"id": "c", "task": "t.x", "depends_on": ["b"]},
+        {"id": "d", "task": "t.x"},
+    ],
+}
+
+
+def test_a_prefetch_takes_tasks_beyond_the_free_slots_in_queue_order(store: Store) -> None:
+    job_id, _ = submit_and_split(store, flat(5))
+    (first,) = claim(store, H1, 1)
+    _, taken = store.complete(
+        H1, [(job_id, 0, first.attempt)], take_queues=["default"], take_max=1, prefetch=2
+    )
+    assert [t.index for t in taken] == [1, 2, 3]
+    assert not any(t.has_children for t in taken)
+    assert [t.run_order for t in taken] == sorted(t.run_order for t in taken)
+
+
+def test_a_task_with_children_is_never_prefetched(store: Store) -> None:
+    """Beyond the free slots a completion takes only tasks that release no others: a
+    thread freed while such a task ran would start a prefetched one before its children,
+    which may come first."""
+    dag, index = submit_and_split(store, DAG)
+    (a,) = claim(store, H1, 1)
+    _, taken = store.complete(
+        H1, [(dag, a.index, a.attempt)], take_queues=["default"], take_max=0, prefetch=2
+    )
+    assert taken == []  # b has a child: not prefetched, nor anything after it
+    assert queued_indexes(store, dag) == [index["b"], index["d"]]
+
+
+def test_no_prefetch_follows_a_task_with_children_taken_into_a_free_slot(store: Store) -> None:
+    dag, index = submit_and_split(store, DAG)
+    (a,) = claim(store, H1, 1)
+    _, taken = store.complete(
+        H1, [(dag, a.index, a.attempt)], take_queues=["default"], take_max=1, prefetch=2
+    )
+    assert [(t.index, t.has_children) for t in taken] == [(index["b"], True)]
+    assert queued_indexes(store, dag) == [index["d"]]

@@ -6,16 +6,23 @@
   the same call: one round trip, not three). Each success updates the learned run time of
   its job name + task id and of its task name.
   KEYS: the job context (_job.lua), then KEYS[XK] the shard's learned-estimates hash
-  ARGV[A] handler id  ARGV[A+1] lease ms  ARGV[A+2] max tasks to take (released children, then queued ones)
+  ARGV[A] handler id  ARGV[A+1] lease ms  ARGV[A+2] tasks to take (released children, then queued
+  ones): "<free>" into free slots, or "<free>+<extra>" with a prefetch (NEXT.may_take)
   ARGV[A+3] number of queues the worker serves  ARGV[A+4..] their names
   then triples: task index, attempt, its result (msgpack bytes, stored with the success;
   '' for None: nothing stored)
-  Returns {0, {code per triple}, {{index, attempt, payload, inputs} per taken task}} | {-4}
+  Returns {0, {code per triple}, {{index, attempt, payload, inputs, run order, has children} per taken
+          task}} | {-4}
           | {-5}
   Codes: 0 completed | 1 this attempt completed already | -2 stale token | -3 not running ]]
 
 local handler = ARGV[A]
-local lease_ms, take_left = tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2])
+local lease_ms = tonumber(ARGV[A + 1])
+-- "<free>" or "<free>+<extra>": tasks to take into free slots, and beyond them (a prefetch)
+local NEXT = {writes = {}, clears = {}, leases = {}, indexes = {}, attempts = {}}
+local take_left = tonumber(string.match(ARGV[A + 2], '^%d+'))
+NEXT.extra = tonumber(string.match(ARGV[A + 2], '%+(%d+)$') or 0)
+take_left = take_left + NEXT.extra
 local nserved = tonumber(ARGV[A + 3])
 local served = {}
 for k = A + 4, A + 3 + nserved do served[ARGV[k]] = true end
@@ -97,6 +104,8 @@ local function take(c)
     end
   end
 
+  local has_children = redis.call('HEXISTS', T, TF_CHILDREN .. c) == 1
+  if not NEXT.may_take(has_children) then return false end
   take_left = take_left - 1
   local attempt = redis.call('HINCRBY', T, TF_ATTEMPTS .. c, 1)
   redis.call('HSET', T, TF_STATE .. c, T_RUNNING, TF_HANDLER .. c, handler, TF_QUEUED_AT .. c, now,
@@ -105,7 +114,8 @@ local function take(c)
   redis.call('ZADD', LEASES, now + lease_ms, lease_member(c))
   OBS.emit(EV.STARTED, c, {EF.ATTEMPT, attempt, EF.HANDLER, handler})
   OBS.observe_wait(qname, now, nil, now) -- started the moment it was released
-  taken[#taken + 1] = {tonumber(c), attempt, redis.call('HGET', T, TF_PAYLOAD .. c), task_inputs(c)}
+  taken[#taken + 1] = {tonumber(c), attempt, redis.call('HGET', T, TF_PAYLOAD .. c), task_inputs(c),
+    OBS.run_order(c), has_children and 1 or 0}
   return true
 end
 
@@ -116,7 +126,6 @@ end
 -- slots wait for a claim to put tasks back in order first (claim.lua does those). So no
 -- ready task of higher priority, or queued earlier, is passed over, and nothing is held
 -- that does not start at once.
-local NEXT = {writes = {}, clears = {}, leases = {}, indexes = {}, attempts = {}}
 function NEXT.take_queued()
   if take_left <= 0 or META.state ~= J_RUNNING then return end
   if redis.call('SCARD', SL.keys.freed) > 0 then return end
@@ -131,9 +140,9 @@ function NEXT.take_queued()
       for _, member in ipairs(head) do
         local job, index, rest = string.match(member, '^%d+|([^|]+)|(%d+)(.*)$')
         NEXT.stopped = job ~= JOB_ID or rest ~= '' -- another job's task, or one with slots
+        NEXT.stopped = NEXT.stopped or not NEXT.start(tostring(tonumber(index)), ARGV[k])
         if NEXT.stopped then break end
         popped[#popped + 1] = member
-        NEXT.start(tostring(tonumber(index)), ARGV[k])
       end
       call_chunked('ZREM', q.ready, popped)
     end
@@ -155,12 +164,29 @@ function NEXT.held_back(qname, q)
   return due[2] ~= nil and tonumber(due[2]) <= now
 end
 
+-- Whether one more task may be taken (has_children: it releases others when it ends). Into
+-- the free slots, any; once one of them has children, no prefetch: a thread freed while it
+-- runs would start a prefetched task before its children, which may come first. Beyond the
+-- free slots, only tasks without children.
+function NEXT.may_take(has_children)
+  if take_left <= 0 then return false end
+  if has_children and take_left > NEXT.extra then
+    take_left, NEXT.extra = take_left - NEXT.extra, 0
+  elseif has_children then
+    take_left = 0
+    return false
+  end
+  return true
+end
+
 -- A new attempt of queued task i, as start.lua makes one; a stale entry (its task no
--- longer queued: cancelled, or running through a duplicate entry) is only dropped.
+-- longer queued: cancelled, or running through a duplicate entry) is only dropped. False
+-- when the task may not be taken (NEXT.may_take): it stays queued.
 function NEXT.start(i, qname)
   local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i,
-    TF_QUEUED_AT .. i, TF_FINISHED_AT .. i)
-  if f[1] ~= T_QUEUED and f[1] ~= T_RETRY_WAIT then return end
+    TF_QUEUED_AT .. i, TF_FINISHED_AT .. i, TF_CHILDREN .. i)
+  if f[1] ~= T_QUEUED and f[1] ~= T_RETRY_WAIT then return true end
+  if not NEXT.may_take(f[6] ~= false) then return false end
   take_left = take_left - 1
   local attempt = tonumber(f[2] or 0) + 1
   for _, v in ipairs({TF_STATE .. i, T_RUNNING, TF_ATTEMPTS .. i, attempt, TF_HANDLER .. i, handler,
@@ -175,7 +201,8 @@ function NEXT.start(i, qname)
   NEXT.indexes[#NEXT.indexes + 1] = i
   NEXT.attempts[#NEXT.attempts + 1] = attempt
   OBS.observe_wait(qname, f[4], f[5], now)
-  taken[#taken + 1] = {tonumber(i), attempt, f[3], task_inputs(i)}
+  taken[#taken + 1] = {tonumber(i), attempt, f[3], task_inputs(i), OBS.run_order(i), f[6] and 1 or 0}
+  return true
 end
 
 -- One read per task; the writes of the whole batch go out in a few variadic calls.
