@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from jobcenter.storage.errors import RedisError
+from jobcenter.storage.errors import RedisError, trouble
 from jobcenter.storage.shard_leases import Segment, ShardLeases, pop_wake, push_wake
 from jobcenter.storage.store import Store
 
@@ -141,7 +141,7 @@ class Ownership:
                         break
                 self.renew_round()
             except RedisError as exc:  # the leases outlive a few refused renewals
-                log.warning("shard leases: redis refused (%s); trying again", exc)
+                log.warning("shard leases: %s; trying again", trouble(exc))
                 stopped.wait(ERROR_PAUSE_SECONDS)
 
     def _describe(self) -> str:

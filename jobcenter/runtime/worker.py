@@ -31,7 +31,7 @@ from jobcenter.errors import UnknownJob
 from jobcenter.model.ids import handler_id
 from jobcenter.schedules import run_ticker
 from jobcenter.storage import schema
-from jobcenter.storage.errors import RedisError, unreachable
+from jobcenter.storage.errors import RedisError, trouble
 from jobcenter.storage.keys import LEADER_SEGMENT, node_queue
 from jobcenter.storage.store import (
     HEARTBEAT_CANCELLED,
@@ -110,13 +110,6 @@ class Backoff:
         else:
             stop.wait(self.pause)
         self.pause = min(self.pause * 2, self.cap)
-
-
-def trouble(exc: RedisError) -> str:
-    """How the log names a Redis error a loop waits out."""
-    if unreachable(exc):
-        return f"redis unreachable ({exc})"
-    return f"redis refused ({exc})"
 
 
 @dataclass

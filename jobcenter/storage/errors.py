@@ -28,6 +28,7 @@ __all__ = [
     "RedisError",
     "ResponseError",
     "TimeoutError",
+    "trouble",
     "unreachable",
     "write_refused",
 ]
@@ -38,12 +39,28 @@ def unreachable(exc: BaseException) -> bool:
     return isinstance(exc, UNREACHABLE)
 
 
+# Redis's words for a write refused at maxmemory: a command's, and a script's on Redis 7.0
+# (which refuses the script's first write: nothing is written)
+OUT_OF_MEMORY_REPLIES = ("OOM command not allowed", "command not allowed when used memory >")
+
+
 def write_refused(exc: ResponseError) -> str | None:
     """Why Redis refused to write, if that is what `exc` says. A command's refusal comes as
-    its own class; a script's wraps the reply in a plain ResponseError (Redis < 7)."""
+    its own class; a script's wraps the reply in a plain ResponseError (Redis < 7.2)."""
     message = str(exc)
-    if isinstance(exc, OutOfMemoryError) or "OOM command not allowed" in message:
+    if isinstance(exc, OutOfMemoryError) or any(m in message for m in OUT_OF_MEMORY_REPLIES):
         return "out of memory: maxmemory reached and eviction is off"
     if isinstance(exc, ReadOnlyError) or "READONLY" in message:
         return "it is a read-only replica"
     return None
+
+
+def trouble(exc: BaseException) -> str:
+    """How a log names a Redis error a loop waits out, with the reason of a refused write
+    (Redis words it differently across versions)."""
+    if unreachable(exc):
+        return f"redis unreachable ({exc})"
+    why = write_refused(exc) if isinstance(exc, ResponseError) else None
+    if why is not None:
+        return f"redis refused the write: {why} ({exc})"
+    return f"redis refused ({exc})"

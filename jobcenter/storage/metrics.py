@@ -46,6 +46,7 @@ class Counters:
     retries: dict[Labels, int] = field(default_factory=dict)  # queue, task name
     repairs: dict[Labels, int] = field(default_factory=dict)  # rule
     expired: dict[Labels, int] = field(default_factory=dict)  # outcome
+    gate_waits: dict[Labels, int] = field(default_factory=dict)  # gate
     wait: dict[Labels, Histogram] = field(default_factory=dict)  # queue
     run: dict[Labels, Histogram] = field(default_factory=dict)  # queue, task name
 
@@ -57,6 +58,7 @@ COUNTERS = {
     MetricField.RETRIES: (2, "retries"),
     MetricField.REPAIRS: (1, "repairs"),
     MetricField.EXPIRED: (1, "expired"),
+    MetricField.GATE_WAITS: (1, "gate_waits"),
 }
 # Each histogram: its buckets' prefix, its sum's prefix, its labels' count, where it goes.
 HISTOGRAMS = (

@@ -298,6 +298,7 @@ class MetricField(StrEnum):
     RETRIES = "retry"  # \t queue \t task name: attempts that will be retried
     REPAIRS = "repair"  # \t rule: what recovery repaired
     EXPIRED = "expired"  # \t outcome: leases acted on when they expired
+    GATE_WAITS = "gate"  # \t gate: attempts sent back unused because the gate said no
     WAIT = "wait"  # \t queue \t bucket: queue wait (queued -> started), a histogram
     WAIT_SUM = "wait_sum"  # \t queue: its total, ms
     RUN = "run"  # \t queue \t task name \t bucket: run time of ended attempts

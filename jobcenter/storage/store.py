@@ -1068,7 +1068,7 @@ class Store:
             for i, t in enumerate(spec["tasks"]):  # type: ignore[index]
                 tasks[t["id"]] = _task_view(fields.get(str(i), unwritten))
         else:
-            parked = self._parked_limits(job_id, fields)
+            parked = self.parked_limits(job_id, fields)
             for index in sorted(fields, key=int):
                 f = fields[index]
                 tasks[text(f.get("id")) or index] = _task_view(f, parked.get(index))
@@ -1083,7 +1083,7 @@ class Store:
             "notifications": notifications_view(self.redis, self.keys, job_id, job),
         }
 
-    def _parked_limits(self, job_id: str, fields: dict[str, dict[str, bytes]]) -> dict[str, str]:
+    def parked_limits(self, job_id: str, fields: dict[str, dict[str, bytes]]) -> dict[str, str]:
         """Of a job's queued tasks with limits, those parked waiting for a full one: index ->
         the limit in words ("pool gpu", "max_running", "concurrency key acme")."""
         queued = [
@@ -1389,13 +1389,13 @@ def _task_view(f: dict[str, bytes], waiting_for_limit: str | None = None) -> dic
         "created_at": seconds(f.get("tc")),  # written to Redis by the split
         "updated_at": seconds(f.get("tu") or f.get("tc")),  # last change of its fields
         "completed_at": seconds(f.get("tf")) if state in TERMINAL_TASK_STATES else None,
-        "waiting_for": _waiting_for(f),
+        "waiting_for": waiting_for(f),
         "waiting_for_limit": waiting_for_limit,
-        "waiting_for_gate": _waiting_for_gate(f),
+        "waiting_for_gate": waiting_for_gate(f),
     }
 
 
-def _waiting_for_gate(f: dict[str, bytes]) -> dict[str, Any] | None:
+def waiting_for_gate(f: dict[str, bytes]) -> dict[str, Any] | None:
     """A queued task whose gate said no (gate_wait.lua): the gate, and since when."""
     raw = text(f.get(TaskField.GATE_WAIT.value[:-1]))
     if raw is None or text(f.get("s")) not in (TaskState.QUEUED, TaskState.RETRY_WAIT):
@@ -1404,7 +1404,7 @@ def _waiting_for_gate(f: dict[str, bytes]) -> dict[str, Any] | None:
     return {"gate": gate, "since": int(since) / 1000}
 
 
-def _waiting_for(f: dict[str, bytes]) -> dict[str, Any] | None:
+def waiting_for(f: dict[str, bytes]) -> dict[str, Any] | None:
     """A queued task that workers gave back for want of its code (give_back.lua): the task
     name it waits for a worker with, and since when."""
     raw = text(f.get("wf"))

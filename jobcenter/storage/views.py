@@ -24,7 +24,7 @@ from .layout import Layout
 from .packed import JobRecords
 from .replies import seconds, text
 from .schema import TaskField
-from .store import Store
+from .store import Store, waiting_for, waiting_for_gate
 from .system_queue import current_round, fetch_recovery_job
 
 WORKERS_MAX = 500  # workers listed: more than a fleet we expect; the rest are only counted
@@ -318,9 +318,31 @@ class TaskDetail:
     result: str | None = None  # what it returned (JSON, shortened); a mapped task's: a list
     history: list[Attempt] = field(default_factory=list)  # finished attempts, oldest first
     history_complete: bool = True  # False: only the newest TASK_HISTORY_MAX entries searched
+    # what a queued task waits for, as `status --json` has it (None: nothing)
+    waiting_for: dict[str, Any] | None = None  # a worker with its code
+    waiting_for_limit: str | None = None  # a slot of a full pool or limit
+    waiting_for_gate: dict[str, Any] | None = None  # a gate it requires to say yes
 
 
-TASK_ATTRS = ("id", "s", "a", "m", "h", "q", "tq", "ts", "tf", "e", "pg", "p", "r", "mx")
+TASK_ATTRS = (
+    "id",
+    "s",
+    "a",
+    "m",
+    "h",
+    "q",
+    "tq",
+    "ts",
+    "tf",
+    "e",
+    "pg",
+    "p",
+    "r",
+    "mx",
+    "wf",
+    "gw",
+    "l",
+)
 
 
 def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
@@ -364,6 +386,8 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
                     error or None,
                 )
             )
+    present = {k: v for k, v in f.items() if v is not None}
+    parked = store.parked_limits(job_id, {str(index): present}).get(str(index))
     return TaskDetail(
         job_id=job_id,
         index=index,
@@ -383,6 +407,9 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
         result=result,
         history=history,
         history_complete=history_len <= TASK_HISTORY_MAX,
+        waiting_for=waiting_for(present),
+        waiting_for_limit=parked,
+        waiting_for_gate=waiting_for_gate(present),
     )
 
 

@@ -65,6 +65,12 @@ class JobcenterCollector(Collector):
             ["outcome"],
             c.expired,
         )
+        yield _counter(
+            "jobcenter_gate_waits",
+            "Attempts sent back unused because a gate the task requires said no, by gate.",
+            ["gate"],
+            c.gate_waits,
+        )
         yield _histogram(
             "jobcenter_queue_wait_seconds",
             "From queued (for a retry: from its last attempt's end) to started.",

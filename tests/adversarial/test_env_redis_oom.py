@@ -19,6 +19,7 @@ from lua_helpers import NO_RETRY, assert_same, claim, snapshot, submit
 from jobcenter.cli import EXIT_NO_REDIS
 from jobcenter.config import Settings
 from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.errors import OUT_OF_MEMORY_REPLIES
 from jobcenter.storage.lua import ALL_SCRIPTS, source
 from jobcenter.storage.store import StartedTask, Store
 
@@ -26,7 +27,7 @@ HANDLER = "oom-handler"
 FILLER_BYTES = 10_000  # one filler key: the server is full after a few dozen
 # Headroom over what the server uses once the test's jobs are in: some filler fits first.
 MAXMEMORY_HEADROOM_BYTES = 200_000
-OOM_REPLY = "OOM command not allowed"
+OOM_REPLY = "|".join(OUT_OF_MEMORY_REPLIES)  # a script's refusal is worded apart on Redis 7.0
 CLI_REFUSAL = (
     "error: Redis refused the write (out of memory: maxmemory reached and eviction is off); "
     "nothing of it was applied"

@@ -21,7 +21,8 @@ def map_job() -> dict[str, object]:
         "name": "chaos-map",
         "tasks": [
             {"id": "src", "task": "chaos.elements", "args": [ELEMENTS]},
-            {"id": "each", "task": "chaos.double", "map": {"x": "src"}},
+            # retries: an instance the killed worker had started runs again elsewhere
+            {"id": "each", "task": "chaos.double", "map": {"x": "src"}, "retries": 3},
             {
                 "id": "sum",
                 "task": "chaos.total",

@@ -81,7 +81,7 @@ def test_an_idle_worker_survives_a_redis_restart_and_then_runs_new_work(
     assert client.state(job_id) == "succeeded"
 
 
-OUT_OF_MEMORY = "OOM"  # in every error Redis gives a write it refuses for want of memory
+OUT_OF_MEMORY = "out of memory"  # how a worker logs a write Redis refused at maxmemory
 OOM_SECONDS = 4.0  # the outage of the issue: longer than a lease, so leases run out meanwhile
 OOM_AFTER_FINISHED = 100  # tasks finished before Redis runs out of memory
 

@@ -24,7 +24,7 @@ from lua_helpers import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobcenter.runtime.recovery import Recovery
-from jobcenter.storage import limits
+from jobcenter.storage import limits, views
 from jobcenter.storage.store import Store
 from jobcenter.web.metrics import exposition
 
@@ -499,3 +499,21 @@ def test_metrics_show_each_pools_slots_used_set_and_waiting(store: Store) -> Non
     assert samples[("jobcenter_pool_used", GPU)] == 2
     assert samples[("jobcenter_pool_slots", GPU)] == 2
     assert samples[("jobcenter_pool_waiting", GPU)] == 3
+
+
+def test_the_dashboards_task_panel_and_metrics_show_what_a_task_waits_for(store: Store) -> None:
+    limits.set_pool(store, GPU, 1)
+    job_id, index = submit_and_split(store, pool_job(2))
+    (t,) = claim(store, H1)  # g0 takes the pool's one slot; g1 is parked
+
+    assert views.task_detail(store, job_id, index["g1"]).waiting_for_limit == f"pool {GPU}"
+    assert views.task_detail(store, job_id, t.index).waiting_for_limit is None  # it runs
+    assert gate_wait(store, job_id, t, gate="db") == 0  # then a gate says no to g0
+    detail = views.task_detail(store, job_id, t.index)
+    assert detail.waiting_for_gate is not None and detail.waiting_for_gate["gate"] == "db"
+    samples = {
+        (s.name, s.labels.get("gate")): s.value
+        for family in text_string_to_metric_families(exposition(store).decode())
+        for s in family.samples
+    }
+    assert samples[("jobcenter_gate_waits_total", "db")] == 1

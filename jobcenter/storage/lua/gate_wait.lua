@@ -40,6 +40,7 @@ for k = A + 1, #ARGV, 5 do
       failed = true
     else
       OBS.emit(EV.GATE_WAIT, i, {EF.ATTEMPT, attempt, EF.HANDLER, handler, EF.DETAIL, gate})
+      OBS.count(MF.GATE_WAITS .. '\t' .. gate)
       redis.call('HSET', T, TF_STATE .. i, T_QUEUED, TF_GATE_WAIT .. i, since .. '|' .. gate,
         TF_UPDATED_AT .. i, now)
       redis.call('HDEL', T, TF_HANDLER .. i, TF_STARTED_AT .. i)
@@ -56,5 +57,5 @@ end
 for key in pairs(woken) do wake(key, 1) end
 if next(woken) then redis.call('HSET', J, JF.UPDATED_AT, now) end
 if failed then drain_frontier(now, nil) end
-OBS.flush_counts() -- a failed task's count
+OBS.flush_counts() -- the gate waits' counts, a failed task's
 return {OK, codes}

@@ -330,6 +330,14 @@
     return html("dd", value === null || value === undefined || value === "" ? "-" : value, dl);
   }
 
+  // What a queued task waits for, as `jobcenter status` says it.
+  function waitingFor(t) {
+    if (t.waiting_for) return `since ${when(t.waiting_for.since)} for a worker with ${t.waiting_for.task}`;
+    if (t.waiting_for_limit) return `for a slot of ${t.waiting_for_limit}`;
+    if (t.waiting_for_gate) return `since ${when(t.waiting_for_gate.since)} for gate ${t.waiting_for_gate.gate}`;
+    return null;
+  }
+
   function showTask(t) {
     panelBody.textContent = "";
     panelBody.dataset.task = t.id;
@@ -347,6 +355,8 @@
     fact(dl, "finished", when(t.finished_at));
     if (t.started_at) fact(dl, "ran", span((t.finished_at || Date.now() / 1000) - t.started_at));
     fact(dl, "progress", t.progress).id = "task-progress";
+    const waiting = waitingFor(t);
+    if (waiting) fact(dl, "waiting", waiting).id = "task-waiting";
     if (t.args) fact(dl, "arguments", t.args).className = "mono small";
     if (t.result) fact(dl, "result", t.result).className = "mono small";
     if (t.error) {
