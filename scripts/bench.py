@@ -38,6 +38,7 @@ figures within one run. Not part of the test suite.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -50,7 +51,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1537,21 +1538,29 @@ def machine() -> dict[str, Any]:
     }
 
 
-def order_bench(slots: int, say: Callable[[str], None]) -> int:
-    """`--only=order`: each task-order rule on each shape of scripts/bench_order.py."""
-    import bench_order
-
-    say(f"task order: one worker x {slots} slots, durations in units of {bench_order.UNIT_S} s")
+@contextlib.contextmanager
+def bench_on_own_server(workers: int, slots: int) -> Iterator[Bench]:
+    """A Bench on a redis-server of its own, `workers` workers of `slots` slots started;
+    all stopped after (what the one-topic benches `--only=order|memory|...` run on)."""
     with tempfile.TemporaryDirectory(prefix="jobcenter-bench-") as tmp:
         server = RedisServer(tmp).start()
         r = redis.Redis.from_url(server.url)
         bench = Bench(server, r, Client.from_url(server.url, NAMESPACE), Path(tmp), slots)
         try:
-            bench.start_workers(1)
-            rows = bench_order.run(bench, slots, say)
+            bench.start_workers(workers)
+            yield bench
         finally:
             bench.stop_workers()
             server.stop()
+
+
+def order_bench(slots: int, say: Callable[[str], None]) -> int:
+    """`--only=order`: each task-order rule on each shape of scripts/bench_order.py."""
+    import bench_order
+
+    say(f"task order: one worker x {slots} slots, durations in units of {bench_order.UNIT_S} s")
+    with bench_on_own_server(1, slots) as bench:
+        rows = bench_order.run(bench, slots, say)
     say()
     say(bench_order.render(rows))
     return 0
@@ -1562,16 +1571,8 @@ def memory_bench(jobs: int, workers: int, concurrency: int, say: Callable[[str],
     import bench_memory
 
     say(f"memory of finished jobs: {workers} workers x {concurrency} threads")
-    with tempfile.TemporaryDirectory(prefix="jobcenter-bench-") as tmp:
-        server = RedisServer(tmp).start()
-        r = redis.Redis.from_url(server.url)
-        bench = Bench(server, r, Client.from_url(server.url, NAMESPACE), Path(tmp), concurrency)
-        try:
-            bench.start_workers(workers)
-            rows = bench_memory.run(bench, jobs, say)
-        finally:
-            bench.stop_workers()
-            server.stop()
+    with bench_on_own_server(workers, concurrency) as bench:
+        rows = bench_memory.run(bench, jobs, say)
     say()
     say(bench_memory.render(rows))
     return 0

@@ -33,6 +33,7 @@ from jobcenter.schedules import run_ticker
 from jobcenter.storage import schema
 from jobcenter.storage.errors import RedisError, trouble
 from jobcenter.storage.keys import LEADER_SEGMENT, node_queue
+from jobcenter.storage.refusals import why_refused
 from jobcenter.storage.store import (
     HEARTBEAT_CANCELLED,
     SWEEP_MAX,
@@ -519,7 +520,11 @@ class Worker:
             )
             if code < 0:
                 log.warning(
-                    "late failure of job %s task %d discarded (code %d)", t.job_id, t.index, code
+                    "late failure of job %s task %d discarded: %s (code %d)",
+                    t.job_id,
+                    t.index,
+                    why_refused(self.store, t.job_id, t.index, t.attempt, code),
+                    code,
                 )
             self.failed += 1
             self._settle(left, [outcome])
@@ -552,10 +557,16 @@ class Worker:
         for (job_id, index), code in codes.items():
             if code < 0:
                 log.warning(
-                    "late result of job %s task %d discarded (code %d): the "
-                    "attempt was taken over or cancelled",
+                    "late result of job %s task %d discarded: %s (code %d)",
                     job_id,
                     index,
+                    why_refused(
+                        self.store,
+                        job_id,
+                        index,
+                        next(a for j, i, a, _ in attempts if (j, i) == (job_id, index)),
+                        code,
+                    ),
                     code,
                 )
         reported = [o for o in done if (o.task.job_id, o.task.index) in codes]
@@ -702,10 +713,10 @@ class Worker:
                 self._stop_attempt(job_id, index, attempts[(job_id, index)], code)
             elif code < 0:
                 log.warning(
-                    "job %s task %d: this attempt was taken over (code %d); its "
-                    "result will be discarded",
+                    "job %s task %d: heartbeat refused: %s (code %d)",
                     job_id,
                     index,
+                    why_refused(self.store, job_id, index, attempts[(job_id, index)], code),
                     code,
                 )
         self._register()

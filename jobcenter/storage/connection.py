@@ -19,13 +19,13 @@ from urllib.parse import unquote
 
 from redis import Redis
 from redis.backoff import NoBackoff
-from redis.cluster import ClusterNode, RedisCluster
+from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from jobcenter.errors import RedisUnavailable
 
-from .errors import UNREACHABLE, ClusterClientError
+from .errors import UNREACHABLE, ClusterClientError, cluster_errors_as_redis_errors
 
 CLUSTER_SCHEME = "redis+cluster"
 SENTINEL_SCHEME = "redis+sentinel"
@@ -76,12 +76,38 @@ _cluster_node: Any = ClusterNode
 _sentinel: Any = Sentinel
 
 
+class Cluster(RedisCluster):
+    """redis-py's cluster client raising only RedisErrors (storage/errors.py): its own
+    errors (a slot no node serves while a failover settles, no node answering) are no
+    RedisErrors there, and a loop that waits out Redis trouble would die of them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        with cluster_errors_as_redis_errors():
+            super().__init__(*args, **kwargs)
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        with cluster_errors_as_redis_errors():
+            return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
+        with cluster_errors_as_redis_errors():
+            pipe = super().pipeline(transaction, shard_hint)  # type: ignore[no-untyped-call]
+        pipe.__class__ = _ClusterPipeline  # the same object, its execute translated
+        return pipe
+
+
+class _ClusterPipeline(ClusterPipeline):
+    def execute(self, raise_on_error: bool = True) -> Any:
+        with cluster_errors_as_redis_errors():
+            return super().execute(raise_on_error)
+
+
 def client_for(url: str, **kwargs: Any) -> Any:
     """A client for `url` (any of the forms above), not yet checked to answer."""
     scheme = url.partition("://")[0]
     if scheme == CLUSTER_SCHEME:
         address = parse_multi_host(url)
-        return RedisCluster(
+        return Cluster(
             startup_nodes=[_cluster_node(host, port) for host, port in address.nodes],
             username=address.username,
             password=address.password,

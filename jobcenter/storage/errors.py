@@ -1,26 +1,63 @@
 """The Redis errors callers above storage catch, named here so that only storage imports
-redis: a worker backs off on any of them, the CLI tells "unreachable" from "refused"."""
+redis: a worker backs off on any of them, the CLI tells "unreachable" from "refused". The
+clients storage/connection.py makes raise nothing else: a Redis Cluster client's own errors
+(not RedisErrors in redis-py) come translated."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import redis
-from redis.exceptions import NoScriptError, OutOfMemoryError, ReadOnlyError, RedisClusterException
+from redis.exceptions import (
+    ClusterDownError,
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisClusterException,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 
 RedisError = redis.RedisError  # anything Redis or the link to it did
 ConnectionError = redis.ConnectionError  # noqa: A001 (redis-py's name)
 TimeoutError = redis.TimeoutError  # noqa: A001 (redis-py's name)
 ResponseError = redis.ResponseError  # Redis answered with an error (a refusal, a bad call)
 
-UNREACHABLE = (ConnectionError, TimeoutError)
-# redis-py's cluster client raises a few errors outside RedisError: no seed node answers, or
-# no node serves a slot while a failover settles
-ClusterClientError = RedisClusterException
-REDIS_TROUBLE = (RedisError, ClusterClientError)
+
+class ClusterUnavailable(ConnectionError):
+    """The cluster client found no node serving a slot (a failover under way): redis-py's
+    SlotNotCoveredError, which is no RedisError, as one a loop waits out."""
+
+
+class ClusterClientError(RedisError):
+    """Any other error of redis-py's cluster client (its RedisClusterException is no
+    RedisError): no node of the cluster answers, or a call it cannot route."""
+
+
+# Redis could not be reached, or a cluster cannot serve the call until a failover or a
+# slot migration settles (CLUSTERDOWN, MASTERDOWN, TRYAGAIN): wait it out
+UNREACHABLE = (ConnectionError, TimeoutError, ClusterDownError, TryAgainError)
+REDIS_TROUBLE = (RedisError, RedisClusterException)  # what a client may raise, translated or not
+
+
+@contextlib.contextmanager
+def cluster_errors_as_redis_errors() -> Iterator[None]:
+    """Raise redis-py's cluster client errors as RedisErrors, so every loop that waits out
+    a RedisError waits them out too (storage/connection.py's Cluster client)."""
+    try:
+        yield
+    except SlotNotCoveredError as exc:
+        raise ClusterUnavailable(str(exc)) from exc
+    except RedisClusterException as exc:
+        raise ClusterClientError(f"{type(exc).__name__}: {exc}") from exc
+
 
 __all__ = [
     "REDIS_TROUBLE",
     "UNREACHABLE",
     "ClusterClientError",
+    "ClusterUnavailable",
     "ConnectionError",
     "NoScriptError",
     "OutOfMemoryError",
@@ -28,6 +65,7 @@ __all__ = [
     "RedisError",
     "ResponseError",
     "TimeoutError",
+    "cluster_errors_as_redis_errors",
     "trouble",
     "unreachable",
     "write_refused",

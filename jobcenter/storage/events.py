@@ -12,7 +12,7 @@ from typing import Any
 
 from jobcenter.model.states import TaskState
 
-from .packed import JobRecords
+from .packed import values_of_jobs
 from .replies import text
 from .schema import EventField, EventKind, TaskField
 from .store import Store
@@ -268,17 +268,13 @@ class Events:
                 wanted[e.job].add(e.index)
         if not wanted:
             return list(events)
-        pipe = self.redis.pipeline(transaction=False)
         order = [(job, sorted(indexes)) for job, indexes in wanted.items()]
-        for job, indexes in order:
-            pipe.hmget(self.keys.job(job).tasks, [TaskField.ID.of(i) for i in indexes])
+        found = values_of_jobs(
+            self.redis,
+            [(self.keys.job(job), [TaskField.ID.of(i) for i in indexes]) for job, indexes in order],
+        )
         ids: dict[tuple[str, int], str] = {}
-        for (job, indexes), values in zip(order, pipe.execute(), strict=True):
-            if all(value is None for value in values):  # compacted: its packed record has them
-                jk = self.keys.job(job)
-                values = JobRecords.read(self.redis, jk).values(
-                    [TaskField.ID.of(i) for i in indexes]
-                )
+        for (job, indexes), values in zip(order, found, strict=True):
             for index, value in zip(indexes, values, strict=True):
                 if value is not None:
                     ids[(job, index)] = value.decode()

@@ -6,16 +6,19 @@ Once a job is finished and its cascades are done, a leader packs its tasks hash 
 list into one string, `JobKeys.packed` (`encode`; compact.lua swaps it in and sets the job
 field `packed`): msgpack maps one after another, each a part of tasks or of history entries
 stored column by column (`_column`). `JobRecords` reads either form and answers as the hash
-and the list would, so a reader never knows which it met.
+and the list would, so a reader never knows which it met, and never reads half of each while
+compact.lua or restore.lua swaps them (the job's `swaps` count, checked after a read).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
+
+from jobcenter.errors import JobcenterError
 
 from .keys import JobKeys
 from .schema import (
@@ -37,6 +40,8 @@ INTEGER_COLUMNS = frozenset(
 )
 TASKS_CHUNK = 5_000  # task fields per HMGET: a 100,000-task job is read in short calls
 SCAN_PAGE = 1_000  # HSCAN page when reading one field of every task
+
+T = TypeVar("T")
 
 
 class UnknownPackedFormat(ValueError):
@@ -163,60 +168,102 @@ def _parts(raw: bytes) -> Iterable[dict[str, Any]]:
     yield from unpacker
 
 
+Stamp = tuple[bytes | None, bytes | None]  # a job's STAMP_FIELDS as read
+STAMP_FIELDS = (JobField.PACKED.value, JobField.SWAPS.value)  # which form, how many swaps
+READ_TRIES = 20  # reads of a job packed or unpacked under each of them, before giving up
+
+
+class RecordsKeptChanging(JobcenterError):
+    """A job's records were swapped (compacted, restored) under every one of READ_TRIES reads."""
+
+
+def read_stamp(redis: Any, jk: JobKeys) -> Stamp:
+    """Which form the job's records are in (its `packed` marker, None when unpacked) and how
+    often they were swapped: a read of either form that sees the same stamp after it read
+    that form whole, since a swap changes the stamp in the step that swaps."""
+    marker, swaps = redis.hmget(jk.job, STAMP_FIELDS)
+    return marker or None, swaps
+
+
 class JobRecords:
     """One job's task fields and history, read from the tasks hash and history list while
-    the job lives, from its packed record once compacted."""
+    the job lives, from its packed record once compacted. Every read is whole: compaction
+    and restore (a retry) may swap the one form for the other under a reader, so a read of
+    the hash is checked against the job's stamp afterwards, and one that a swap overtook is
+    made again from the form the job is in now."""
 
-    def __init__(self, redis: Any, jk: JobKeys, packed: PackedJob | None) -> None:
+    def __init__(self, redis: Any, jk: JobKeys) -> None:
         self.redis = redis
         self.jk = jk
-        self.packed = packed
+        self.stamp: Stamp = (None, None)
+        self.packed: PackedJob | None = None
 
     @classmethod
-    def read(cls, redis: Any, jk: JobKeys, marker: bytes | None = None) -> JobRecords:
-        """The job's records; `marker` is its `packed` field when the caller read it already
-        (b"" when absent)."""
-        if marker is None:
-            marker = redis.hget(jk.job, JobField.PACKED) or b""
-        if not marker:
-            return cls(redis, jk, None)
-        if int(marker) > PACKED_FORMAT:
-            raise UnknownPackedFormat(
-                f"job record {jk.job} is packed in format {int(marker)}; this jobcenter reads "
-                f"format {PACKED_FORMAT}: upgrade jobcenter"
-            )
-        return cls(redis, jk, decode(redis.get(jk.packed)))
+    def read(cls, redis: Any, jk: JobKeys, stamp: Stamp | None = None) -> JobRecords:
+        """The job's records; `stamp` is its STAMP_FIELDS when the caller read them already.
+        A packed record is read whole here (a restore that removes it meanwhile, or a
+        compaction of the job restored meanwhile, changes the stamp: read again)."""
+        records = cls(redis, jk)
+        records._load(read_stamp(redis, jk) if stamp is None else (stamp[0] or None, stamp[1]))
+        return records
 
-    def _packed_meanwhile(self) -> PackedJob | None:
-        """The record, when compaction swapped it in after this reader saw the job unpacked
-        (its hash and list are gone then): a reader that read them retries from it."""
-        if self.packed is None and self.redis.hexists(self.jk.job, JobField.PACKED):
-            self.packed = decode(self.redis.get(self.jk.packed))
-        return self.packed
+    def _load(self, stamp: Stamp) -> None:
+        for _ in range(READ_TRIES):
+            marker = stamp[0]
+            if marker is None:
+                self.stamp, self.packed = stamp, None
+                return
+            if int(marker) > PACKED_FORMAT:
+                raise UnknownPackedFormat(
+                    f"job record {self.jk.job} is packed in format {int(marker)}; this "
+                    f"jobcenter reads format {PACKED_FORMAT}: upgrade jobcenter"
+                )
+            raw = self.redis.get(self.jk.packed)
+            now = read_stamp(self.redis, self.jk)
+            if now == stamp:
+                self.stamp, self.packed = stamp, decode(raw)
+                return
+            stamp = now
+        raise RecordsKeptChanging(self._kept_changing())
+
+    def _kept_changing(self) -> str:
+        return f"job record {self.jk.job} was swapped under {READ_TRIES} reads in a row"
+
+    def _whole(self, from_hash: Callable[[], T], from_record: Callable[[PackedJob], T]) -> T:
+        """`from_hash` while the job is unpacked and no swap overtook the read, else
+        `from_record` of the record the job has now."""
+        for _ in range(READ_TRIES):
+            if self.packed is not None:
+                return from_record(self.packed)
+            read = from_hash()
+            now = read_stamp(self.redis, self.jk)
+            if now == self.stamp:
+                return read
+            self._load(now)
+        raise RecordsKeptChanging(self._kept_changing())
 
     def values(self, names: Sequence[str]) -> list[bytes | None]:
         """HMGET of task fields ("s:3", ...), in bounded calls."""
-        if self.packed is None:
+
+        def from_hash() -> list[bytes | None]:
             pipe = self.redis.pipeline(transaction=False)
             for start in range(0, len(names), TASKS_CHUNK):
                 pipe.hmget(self.jk.tasks, list(names[start : start + TASKS_CHUNK]))
-            read = [value for chunk in pipe.execute() for value in chunk]
-            if self._packed_meanwhile() is None:
-                return read
-        assert self.packed is not None
-        return [self.packed.fields.get(name) for name in names]
+            return [value for chunk in pipe.execute() for value in chunk]
+
+        return self._whole(from_hash, lambda p: [p.fields.get(name) for name in names])
 
     def every_field(self, page: int = SCAN_PAGE) -> dict[str, bytes]:
         """Every task field (HSCAN in pages of `page`: a view over a few moments)."""
-        if self.packed is None:
+
+        def from_hash() -> dict[str, bytes]:
             cursor, out = self.redis.hscan(self.jk.tasks, 0, count=page)
             while cursor:
                 cursor, more = self.redis.hscan(self.jk.tasks, cursor, count=page)
                 out.update(more)
-            if self._packed_meanwhile() is None:
-                return {k.decode(): v for k, v in out.items()}
-        assert self.packed is not None
-        return dict(self.packed.fields)
+            return {k.decode(): v for k, v in out.items()}
+
+        return self._whole(from_hash, lambda p: dict(p.fields))
 
     def field_of_every_task(self, prefix: TaskField) -> dict[str, str]:
         """task index -> value of one field, as text."""
@@ -224,37 +271,56 @@ class JobRecords:
 
     def field_bytes(self, prefix: TaskField) -> dict[str, bytes]:
         """task index -> value of one field, as stored (HSCAN in pages)."""
-        if self.packed is None:
+        n = len(prefix.value)
+
+        def from_hash() -> dict[str, bytes]:
             match = f"{prefix.value}*"
             scanned = self.redis.hscan_iter(self.jk.tasks, match=match, count=SCAN_PAGE)
-            read = {k.decode().split(":", 1)[1]: v for k, v in scanned}
-            if self._packed_meanwhile() is None:
-                return read
-        assert self.packed is not None
-        n = len(prefix.value)
-        return {
-            k[n:]: v
-            for k, v in self.packed.fields.items()
-            if k.startswith(prefix.value) and k[n:].isdigit()
-        }
+            return {k.decode()[n:]: v for k, v in scanned}
+
+        def from_record(packed: PackedJob) -> dict[str, bytes]:
+            return {
+                k[n:]: v
+                for k, v in packed.fields.items()
+                if k.startswith(prefix.value) and k[n:].isdigit()
+            }
+
+        return self._whole(from_hash, from_record)
 
     def history_length(self) -> int:
-        if self.packed is None:
-            length = int(self.redis.llen(self.jk.history))
-            if self._packed_meanwhile() is None:
-                return length
-        assert self.packed is not None
-        return len(self.packed.history)
+        return self._whole(lambda: int(self.redis.llen(self.jk.history)), lambda p: len(p.history))
 
     def history(self, first: int, last: int) -> list[bytes]:
         """LRANGE first..last of the history (negative positions count from the end)."""
-        if self.packed is None:
-            read = list(self.redis.lrange(self.jk.history, first, last))
-            if self._packed_meanwhile() is None:
-                return read
-        assert self.packed is not None
-        entries = self.packed.history
-        length = len(entries)
-        start = max(0, first + length if first < 0 else first)
-        stop = last + length if last < 0 else last
-        return entries[start : stop + 1]
+
+        def from_record(packed: PackedJob) -> list[bytes]:
+            length = len(packed.history)
+            start = max(0, first + length if first < 0 else first)
+            stop = last + length if last < 0 else last
+            return packed.history[start : stop + 1]
+
+        return self._whole(
+            lambda: list(self.redis.lrange(self.jk.history, first, last)), from_record
+        )
+
+
+def values_of_jobs(
+    redis: Any, wanted: Sequence[tuple[JobKeys, Sequence[str]]]
+) -> list[list[bytes | None]]:
+    """The task fields `wanted` of several jobs (a few each), in one round trip while none
+    of them is packed or being swapped; a job that is, through its JobRecords."""
+    pipe = redis.pipeline(transaction=False)
+    for jk, names in wanted:
+        pipe.hmget(jk.job, STAMP_FIELDS)
+        pipe.hmget(jk.tasks, list(names))
+        pipe.hmget(jk.job, STAMP_FIELDS)
+    replies = pipe.execute()
+    out = []
+    for k, (jk, names) in enumerate(wanted):
+        before, values, after = replies[3 * k : 3 * k + 3]
+        stamp: Stamp = (after[0] or None, after[1])
+        if stamp[0] is None and (before[0] or None, before[1]) == stamp:
+            out.append(values)
+        else:
+            out.append(JobRecords.read(redis, jk, stamp).values(names))
+    return out

@@ -119,6 +119,9 @@ class JobField(StrEnum):
     RETENTION = "retention"  # ms a finished job is kept
     PACKED = "packed"  # PACKED_FORMAT once its tasks and history are one packed record
     RESTORE_CURSOR = "restore_cursor"  # tasks fields + history entries a restore wrote
+    # times compact or restore swapped the tasks hash and history for the packed record or
+    # back: a reader that sees the same count after reading one form read it whole
+    SWAPS = "swaps"
     TRIGGER_RULES = "rules"  # 1 when a task with parents has a trigger rule other than the default
     NOTIFY_ON = "notify_on"  # the final states to tell of, comma-separated (spec `notify:`)
     NOTIFY_TO = "notify_to"  # the channels told (jobcenter.model.notify.Channel), comma-separated
@@ -416,6 +419,12 @@ RETURN_CODES = (
         "another caller moved on meanwhile (compact: or the job changed since it was read)",
     ),
     _code("IDEMPOTENCY_CONFLICT", -7, "submit", "the key names a job of a different spec"),
+    _code(
+        "JOB_STOPPED",
+        -7,
+        "fail",
+        "its job was cancelled (or abandoned by recovery): the attempt's outcome is not kept",
+    ),
     _code("LAST_OWNER", -8, "shard_lease", "no other live owner would keep the segment: kept"),
 )
 

@@ -36,7 +36,7 @@ from .keys import Keys
 from .layout import Layout, job_queues
 from .lua import Batch, Scripts
 from .notifications import view as notifications_view
-from .packed import HISTORY_PAGE, JobRecords
+from .packed import HISTORY_PAGE, STAMP_FIELDS, JobRecords, Stamp
 from .packed import encode as packed_encode
 from .replies import seconds, text
 from .schema import JobField, TaskField
@@ -766,13 +766,13 @@ class Store:
         (not finished, a cascade under way, packed already, gone)."""
         jk = self.keys.job(job_id)
         for _ in range(COMPACT_TRIES):
-            state, updated_at, n, packed = self.redis.hmget(
-                jk.job, "state", "updated_at", "n", "packed"
+            state, updated_at, n, packed, swaps = self.redis.hmget(
+                jk.job, "state", "updated_at", "n", *STAMP_FIELDS
             )
             if state is None or packed or not JobState(state.decode()).terminal:
                 self.drop_leader_message("compact", job_id)
                 return False
-            records = JobRecords(self.redis, jk, None)
+            records = JobRecords.read(self.redis, jk, (packed, swaps))
             history: list[bytes] = []
             while True:
                 page = records.history(len(history), len(history) + HISTORY_PAGE - 1)
@@ -1043,16 +1043,18 @@ class Store:
         raw = self.redis.hgetall(self.keys.job(job_id).job)
         return {k.decode(): v for k, v in raw.items()}
 
-    def records(self, job_id: str, marker: bytes | None = None) -> JobRecords:
-        """The job's task fields and history, packed or not (storage/packed.py)."""
-        return JobRecords.read(self.redis, self.keys.job(job_id), marker)
+    def records(self, job_id: str, stamp: Stamp | None = None) -> JobRecords:
+        """The job's task fields and history, packed or not (storage/packed.py); `stamp`:
+        its STAMP_FIELDS when the caller read them with other fields of the job."""
+        return JobRecords.read(self.redis, self.keys.job(job_id), stamp)
 
     def status(self, job_id: str) -> dict[str, Any]:
         """The job and each task, in the shape the README gives for `status --json`."""
         job_raw = self.redis.hgetall(self.keys.job(job_id).job)
         if not job_raw:
             raise NotFound.job(job_id, self.settings.namespace)
-        tasks_raw = self.records(job_id, job_raw.get(b"packed", b"")).every_field(STATUS_PAGE)
+        stamp = (job_raw.get(b"packed"), job_raw.get(b"swaps"))
+        tasks_raw = self.records(job_id, stamp).every_field(STATUS_PAGE)
         job = {k.decode(): v for k, v in job_raw.items()}
         fields: dict[str, dict[str, bytes]] = defaultdict(dict)
         for k, v in tasks_raw.items():
@@ -1287,10 +1289,10 @@ class Store:
     ) -> list[dict[str, Any]]:
         """Finished attempts of every task, oldest first, from the `start`th on: `count` of
         them at most, or all that are left. Read HISTORY_PAGE entries per command."""
-        packed = self.redis.hmget(self.keys.job(job_id).job, "state", "packed")
-        if packed[0] is None:
+        state, packed, swaps = self.redis.hmget(self.keys.job(job_id).job, "state", *STAMP_FIELDS)
+        if state is None:
             raise NotFound.job(job_id, self.settings.namespace)
-        records = self.records(job_id, packed[1] or b"")
+        records = self.records(job_id, (packed, swaps))
         out: list[dict[str, Any]] = []
         while count is None or len(out) < count:
             want = HISTORY_PAGE if count is None else min(HISTORY_PAGE, count - len(out))

@@ -21,7 +21,7 @@ from jobcenter.model.reports import RecoveryReport
 
 from .keys import NODE_QUEUE_PREFIX
 from .layout import Layout
-from .packed import JobRecords
+from .packed import STAMP_FIELDS, JobRecords
 from .replies import seconds, text
 from .schema import TaskField
 from .store import Store, waiting_for, waiting_for_gate
@@ -270,12 +270,14 @@ class LiveStates:
 def live_states(store: Store, job_id: str) -> LiveStates:
     """What the job page polls: the job's state and each task's, in two short reads."""
     jk = store.keys.job(job_id)
-    state, n, finished, packed = store.redis.hmget(jk.job, "state", "n", "finished_at", "packed")
+    state, n, finished, packed, swaps = store.redis.hmget(
+        jk.job, "state", "n", "finished_at", *STAMP_FIELDS
+    )
     if state is None:
         raise NotFound.job(job_id)
     job_state = state.decode()
     default = _unwritten_state(job_state)
-    records = store.records(job_id, packed or b"")
+    records = store.records(job_id, (packed, swaps))
     written = records.values([TaskField.STATE.of(i) for i in range(int(n or 0))])
     return LiveStates(job_state, seconds(finished), [text(s) or default for s in written])
 
@@ -348,10 +350,12 @@ TASK_ATTRS = (
 def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
     """One task: its fields, payload and every finished attempt of it."""
     jk = store.keys.job(job_id)
-    job_state, n, job_queue, packed = store.redis.hmget(jk.job, "state", "n", "queue", "packed")
+    job_state, n, job_queue, packed, swaps = store.redis.hmget(
+        jk.job, "state", "n", "queue", *STAMP_FIELDS
+    )
     if job_state is None:
         raise NotFound.job(job_id)
-    records = store.records(job_id, packed or b"")
+    records = store.records(job_id, (packed, swaps))
     values = records.values([f"{a}:{index}" for a in TASK_ATTRS])
     history_len = records.history_length()
     entries = records.history(-TASK_HISTORY_MAX, -1)

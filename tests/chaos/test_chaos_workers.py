@@ -171,7 +171,10 @@ def test_a_worker_frozen_past_its_lease_loses_the_task_and_its_late_completion_i
     client.wait(job_id, JOB_SECONDS)
 
     frozen.thaw()
-    late = f"late result of job {job_id} task 0 discarded (code -2)"
+    late = (
+        f"late result of job {job_id} task 0 discarded: attempt 2 (handler {other.handler}) "
+        "took the task over"
+    )
     wait_until(lambda: late in frozen.log(), message="the late completion was not rejected")
     wait_until(
         lambda: any(e["token"] == first["token"] for e in cluster.events("finish", job_id)),

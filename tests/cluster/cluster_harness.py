@@ -3,15 +3,21 @@ integration tier's harness on the path first)."""
 
 from __future__ import annotations
 
+import random
+from dataclasses import dataclass, field
 from typing import Any
 
 from helpers import wait_until
-from integration_harness import Workers
+from integration_harness import Workers, parents_finished_first
+from test_ordering_random_dags import random_dag
 
 from jobcenter import Client
+from jobcenter.errors import NotFound
 from jobcenter.storage.errors import RedisError
 
 SHARDS = 6  # two shards per master, so every master holds jobs
+FAILOVER_JOBS = 12  # jobs running when a primary is killed
+FAILOVER_SECONDS = 90.0  # failover (node timeout 3 s) + leases of lost completions, on 2 cores
 # Short leases: a killed worker's task, or one whose completion a lost master took with it,
 # runs again within seconds.
 CLUSTER_ENV = {
@@ -51,3 +57,47 @@ def wait_through_failover(client: Client, job_id: str, timeout: float) -> dict[s
             return None
 
     return wait_until(finished, timeout=timeout, message=f"job {job_id} never ended")
+
+
+def spec_deps(spec: dict[str, Any]) -> dict[str, list[str]]:
+    """task id -> the ids it depends on."""
+    return {t["id"]: list(t.get("depends_on", [])) for t in spec["tasks"]}
+
+
+def failover_load(seed: int) -> list[dict[str, Any]]:
+    """FAILOVER_JOBS random DAGs whose tasks work a little, so a kill lands mid-run, and
+    retry: a failover outlasts a lease, so a task may run again."""
+    rng = random.Random(seed)
+    specs = [random_dag(rng, n) for n in range(FAILOVER_JOBS)]
+    for spec in specs:
+        for task in spec["tasks"]:
+            task["args"][1] = 0.05
+            task["retries"] = 3
+    return specs
+
+
+@dataclass
+class FailoverOutcome:
+    """How the jobs of a failover test ended."""
+
+    problems: list[str] = field(default_factory=list)  # not succeeded, or out of order
+    lost: list[str] = field(default_factory=list)  # acknowledged, gone with the primary
+    retried: int = 0  # attempts beyond each task's first
+
+
+def outcome_after_failover(
+    client: Client, job_ids: list[str], specs: list[dict[str, Any]]
+) -> FailoverOutcome:
+    """Wait for every job through the failover and say how each ended."""
+    outcome = FailoverOutcome()
+    for job_id, spec in zip(job_ids, specs, strict=True):
+        try:
+            status = wait_through_failover(client, job_id, FAILOVER_SECONDS)
+        except NotFound:  # acknowledged, then lost with the primary before replication
+            outcome.lost.append(job_id)
+            continue
+        if status["state"] != "succeeded":
+            outcome.problems.append(f"{job_id} ended {status['state']}")
+        outcome.problems += parents_finished_first(status, spec_deps(spec))
+        outcome.retried += sum(t["attempts"] - 1 for t in status["tasks"].values())
+    return outcome

@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster_harness import CLUSTER_ENV, SHARDS, ClusterWorkers, wait_through_failover
+from cluster_harness import (
+    CLUSTER_ENV,
+    SHARDS,
+    ClusterWorkers,
+    failover_load,
+    outcome_after_failover,
+    spec_deps,
+)
 from harness import Cli
 from helpers import wait_until
 from integration_harness import (
@@ -30,7 +37,7 @@ from test_ordering_random_dags import random_dag
 from jobcenter import Client
 from jobcenter import schedules as sched
 from jobcenter.config import Settings
-from jobcenter.errors import NotFound, SettingsMismatch
+from jobcenter.errors import SettingsMismatch
 from jobcenter.runtime.recovery import Recovery
 from jobcenter.storage import admin, views
 from jobcenter.storage.connection import connect
@@ -42,16 +49,10 @@ from jobcenter.storage.upgrade import SCHEMA_VERSION
 pytestmark = pytest.mark.cluster
 
 DAGS = 10  # the integration tier runs 30; a few cover every shard here
-FAILOVER_JOBS = 12
-FAILOVER_SECONDS = 90.0  # failover (node timeout 3 s) + leases of lost completions, on 2 cores
 
 
 def _deps(spec_path: Path) -> dict[str, list[str]]:
     spec = yaml.safe_load(spec_path.read_text())
-    return {t["id"]: list(t.get("depends_on", [])) for t in spec["tasks"]}
-
-
-def _spec_deps(spec: dict[str, Any]) -> dict[str, list[str]]:
     return {t["id"]: list(t.get("depends_on", [])) for t in spec["tasks"]}
 
 
@@ -143,7 +144,7 @@ def test_random_dags_on_every_shard_run_each_task_once_after_its_parents(
         status = client.wait(job_id, JOB_SECONDS)
         if status["state"] != "succeeded":
             problems.append(f"{job_id} ended {status['state']}")
-        problems += parents_finished_first(status, _spec_deps(spec))
+        problems += parents_finished_first(status, spec_deps(spec))
     runs = Counter((r["job"], r["task"]) for r in scratch.events("run"))
     for job_id, spec in zip(job_ids, specs, strict=True):
         problems += [
@@ -239,7 +240,7 @@ def test_a_kill9d_workers_task_runs_again_on_another_worker(
 
     assert again[0]["attempt"] == 2
     assert status["state"] == "succeeded"
-    assert parents_finished_first(status, _spec_deps(spec)) == []
+    assert parents_finished_first(status, spec_deps(spec)) == []
 
 
 def test_a_master_killed_while_jobs_run_loses_no_job_and_breaks_no_ordering(
@@ -248,12 +249,7 @@ def test_a_master_killed_while_jobs_run_loses_no_job_and_breaks_no_ordering(
     url = private_cluster.url
     settings = Settings.from_env(redis_url=url, namespace=namespace, shards=SHARDS)
     client = Client(Store(connect(url), settings))
-    rng = random.Random(20261124)
-    specs = [random_dag(rng, n) for n in range(FAILOVER_JOBS)]
-    for spec in specs:  # each task works a little, so the kill lands mid-run, and may run
-        for task in spec["tasks"]:  # again: a failover outlasts its lease
-            task["args"][1] = 0.05
-            task["retries"] = 3
+    specs = failover_load(20261124)
     with worker_pool(url, namespace, tmp_path, ClusterWorkers) as pool:
         pool.start()
         pool.start()
@@ -266,31 +262,21 @@ def test_a_master_killed_while_jobs_run_loses_no_job_and_breaks_no_ordering(
         private_cluster.wait_promoted(0)
         promoted_after = time.monotonic() - killed_at
 
-        problems, lost, retried = [], [], 0
-        for job_id, spec in zip(job_ids, specs, strict=True):
-            try:
-                status = wait_through_failover(client, job_id, FAILOVER_SECONDS)
-            except NotFound:  # acknowledged, then lost with the master before replication
-                lost.append(job_id)
-                continue
-            if status["state"] != "succeeded":
-                problems.append(f"{job_id} ended {status['state']}")
-            problems += parents_finished_first(status, _spec_deps(spec))
-            retried += sum(t["attempts"] - 1 for t in status["tasks"].values())
+        outcome = outcome_after_failover(client, job_ids, specs)
         recovered_after = time.monotonic() - killed_at
         runs = Counter((r["job"], r["task"]) for r in scratch.events("run"))
         ran_again = sum(n - 1 for n in runs.values())
         report = (
-            f"{len(job_ids)} jobs, {len(lost)} lost, {retried} extra attempts, "
+            f"{len(job_ids)} jobs, {len(outcome.lost)} lost, {outcome.retried} extra attempts, "
             f"{ran_again} task runs repeated, "
             f"replica promoted after {promoted_after:.1f} s, every job ended "
             f"{recovered_after:.1f} s after the kill"
         )
         print(f"\n[cluster] master killed -9 while jobs ran: {report}")
         record_property("failover", report)
-        assert not problems, problems[:20]
+        assert not outcome.problems, outcome.problems[:20]
         # the submits had replicated long before the kill: none may be missing
-        assert not lost, f"jobs gone with the master: {lost}"
+        assert not outcome.lost, f"jobs gone with the master: {outcome.lost}"
 
 
 def test_the_read_models_and_admin_calls_work_on_a_cluster(

@@ -4,28 +4,23 @@ Sentinels; the primary killed -9 under load, the replica promoted, every job end
 
 from __future__ import annotations
 
-import random
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_harness import SentinelWorkers, wait_through_failover
+from cluster_harness import SentinelWorkers, failover_load, outcome_after_failover
 from helpers import wait_until
-from integration_harness import JOB_SECONDS, Scratch, parents_finished_first, worker_pool
-from test_ordering_random_dags import random_dag
+from integration_harness import JOB_SECONDS, Scratch, worker_pool
 
 from jobcenter import Client
 from jobcenter.config import REPLICATED, Settings
-from jobcenter.errors import NotFound
 from jobcenter.storage.connection import probe_client
 from jobcenter.storage.embedded import HOST
 from jobcenter.storage.embedded_cluster import LocalSentinel
 
 pytestmark = pytest.mark.cluster
 
-FAILOVER_JOBS = 12
-FAILOVER_SECONDS = 90.0
 SUBMITS_MEASURED = 200
 
 
@@ -40,12 +35,7 @@ def test_a_primary_killed_under_load_fails_over_and_every_job_ends(
 ) -> None:
     url = sentinel_group.url
     client = Client.from_url(url, namespace)
-    rng = random.Random(20261125)
-    specs = [random_dag(rng, n) for n in range(FAILOVER_JOBS)]
-    for spec in specs:  # tasks work a little and may run again: a failover outlasts a lease
-        for task in spec["tasks"]:
-            task["args"][1] = 0.05
-            task["retries"] = 3
+    specs = failover_load(20261125)
     with worker_pool(url, namespace, tmp_path, SentinelWorkers) as pool:
         pool.start()
         pool.start()
@@ -63,27 +53,16 @@ def test_a_primary_killed_under_load_fails_over_and_every_job_ends(
         sentinel_group.wait_failover(old)
         promoted_after = time.monotonic() - killed_at
 
-        problems, lost, retried = [], [], 0
-        for job_id, spec in zip(job_ids, specs, strict=True):
-            try:
-                status = wait_through_failover(client, job_id, FAILOVER_SECONDS)
-            except NotFound:
-                lost.append(job_id)
-                continue
-            if status["state"] != "succeeded":
-                problems.append(f"{job_id} ended {status['state']}")
-            deps = {t["id"]: t.get("depends_on", []) for t in spec["tasks"]}
-            problems += parents_finished_first(status, deps)
-            retried += sum(t["attempts"] - 1 for t in status["tasks"].values())
+        outcome = outcome_after_failover(client, job_ids, specs)
         report = (
-            f"{len(job_ids)} jobs, {len(lost)} lost, {retried} extra attempts, replica "
-            f"promoted after {promoted_after:.1f} s, every job ended "
+            f"{len(job_ids)} jobs, {len(outcome.lost)} lost, {outcome.retried} extra attempts, "
+            f"replica promoted after {promoted_after:.1f} s, every job ended "
             f"{time.monotonic() - killed_at:.1f} s after the kill"
         )
         print(f"\n[sentinel] primary killed -9 under load: {report}")
         record_property("failover", report)
-        assert not problems, problems[:20]
-        assert not lost, f"jobs gone with the primary: {lost}"
+        assert not outcome.problems, outcome.problems[:20]
+        assert not outcome.lost, f"jobs gone with the primary: {outcome.lost}"
 
 
 def test_replicated_durability_returns_once_the_replica_has_the_job(

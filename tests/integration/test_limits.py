@@ -149,9 +149,16 @@ def test_a_task_waits_for_its_gate_visibly_and_runs_once_it_opens(
         message="the task never showed it waits for its gate",
     )
     assert waiting["gate"] == "warehouse"
-    assert "for gate warehouse" in cli("status", job_id).stdout
-    status = client.status(job_id)["tasks"]
-    assert status["load"]["state"] == "queued" and status["load"]["attempts"] == 0
+    # the gate is asked again every 0.2 s (the task is running meanwhile): poll for the waits
+    wait_until(
+        lambda: "for gate warehouse" in cli("status", job_id).stdout,
+        message="status never said the task waits for its gate",
+    )
+    status = wait_until(
+        lambda: (s := client.status(job_id)["tasks"])["load"]["state"] == "queued" and s,
+        message="the task never went back to queued",
+    )
+    assert status["load"]["attempts"] == 0
     assert status["free"]["state"] in ("running", "succeeded")  # not held up by the gate
     assert scratch.events("start", "load") == []  # the task itself never ran
 

@@ -26,6 +26,7 @@ from lua_helpers import (
 import jobcenter.storage.store
 from jobcenter.model.spec import parse_spec
 from jobcenter.runtime.leader import Leader
+from jobcenter.storage.schema import code
 from jobcenter.storage.store import HEARTBEAT_CANCELLED, Store
 
 # Claimed in index order: a and d start running, e is reserved only, b stays queued.
@@ -81,7 +82,8 @@ def test_cancel_empties_queues_revokes_attempts_and_finalizes_cancelled(store: S
         assert complete_one(store, H1, job_id, A, running[A].attempt) == -3
         # ... and the heartbeat tells the attempt's worker to stop it
         assert heartbeat_one(store, H1, job_id, A, running[A].attempt) == HEARTBEAT_CANCELLED
-        assert store.fail(H1, job_id, A, running[A].attempt, "late", -1) == (-3, None)
+        stopped = code("JOB_STOPPED")  # a late failure is told the job was cancelled
+        assert store.fail(H1, job_id, A, running[A].attempt, "late", -1) == (stopped, None)
         assert store.start(H2, {job_id: [E]}) == []
         assert claim(store, H2) == []
 

@@ -31,7 +31,7 @@ from jobcenter.model import codec
 from jobcenter.runtime.leader import Leader
 from jobcenter.storage import admin, views
 from jobcenter.storage.packed import decode
-from jobcenter.storage.schema import TaskField
+from jobcenter.storage.schema import TaskField, code
 from jobcenter.storage.store import CURSOR_MOVED, HEARTBEAT_CANCELLED, Store
 
 # A seed-000-like DAG: a retried task, an error with a tab and non-ASCII text, a fan-in.
@@ -168,7 +168,10 @@ def test_a_cancelled_job_is_packed_and_its_revoked_attempts_are_told_to_stop(
     assert job_field(store, job_id, "packed") == "1"
     assert heartbeat_one(store, H1, job_id, 0, extract.attempt) == HEARTBEAT_CANCELLED
     assert complete_one(store, H1, job_id, 0, extract.attempt) == -2  # no attempt is current
-    assert store.fail(H1, job_id, 0, extract.attempt, "late", NO_RETRY) == (-2, None)
+    assert store.fail(H1, job_id, 0, extract.attempt, "late", NO_RETRY) == (
+        code("JOB_STOPPED"),
+        None,
+    )
     assert set(t["state"] for t in store.status(job_id)["tasks"].values()) == {"cancelled"}
 
 

@@ -1,9 +1,10 @@
 --[[ compact: swap a finished job's packed record in for its tasks hash and history. A
   leader reads them, packs them (jobcenter/storage/packed.py) and writes the record here in
   parts; the call with the last part deletes the hash and the list in the same step, so a
-  reader sees the one or the other. Every call first checks that the job is still as the
-  leader read it: finished, no cascade under way, not packed, the same `updated_at` (a
-  retry changes it), and the parts written so far the ones this leader wrote.
+  reader sees the one or the other, and counts the swap in `swaps`. Every call first checks
+  that the job is still as the leader read it: finished, no cascade under way, not packed,
+  the same `updated_at` (a retry changes it), and the parts written so far the ones this
+  leader wrote.
   KEYS: the job context (_job.lua)
   ARGV[A] the job's updated_at as read  ARGV[A+1] bytes of the record written before this
   call (0: the first part, which starts the record over)  ARGV[A+2] 1 on the last call
@@ -39,6 +40,7 @@ if last then
   redis.call('DEL', T, H)
   redis.call('HDEL', J, JF.COMPACT_CURSOR)
   redis.call('HSET', J, JF.PACKED, format)
+  redis.call('HINCRBY', J, JF.SWAPS, 1) -- a reader of the hash sees it was swapped out
   redis.call('ZREM', LEADER, message)
   OBS.emit(EV.COMPACTED, false)
 else

@@ -4,16 +4,20 @@
   ARGV[A] handler id  ARGV[A+1] task index  ARGV[A+2] attempt  ARGV[A+3] error text
   ARGV[A+4] retry delay ms, or -1 for no retry (Fatal, or a non-retryable error)
   Returns {0, new state} | {1, state} this attempt ended already | {-2} stale token (or
-          the job was compacted)
-          | {-3} not running | {-4} job gone | {-5} queues not passed ]]
+          the job finished and was compacted) | {-3} not running | {-4} job gone
+          | {-5} queues not passed | {-7} its job was cancelled (or abandoned) ]]
 
 local handler, i, attempt = ARGV[A], ARGV[A + 1], ARGV[A + 2]
 local err, delay = ARGV[A + 3], tonumber(ARGV[A + 4])
 
 if not load_job() then return {JOB_GONE} end
 if not queues_passed() then return {KEYS_MISSING} end
+-- a refusal says when the job was cancelled: the worker logs the real cause
+local function refused(otherwise)
+  return {redis.call('HEXISTS', J, JF.STOP) == 1 and JOB_STOPPED or otherwise}
+end
 -- finished and compacted: no attempt of the job is current any more
-if META.packed then return {STALE_TOKEN} end
+if META.packed then return refused(STALE_TOKEN) end
 local state = task_state(i)
 if token_of(i) ~= attempt .. ':' .. handler then return {STALE_TOKEN} end
 if state ~= T_RUNNING and state ~= T_TIMED_OUT then
@@ -21,7 +25,7 @@ if state ~= T_RUNNING and state ~= T_TIMED_OUT then
 
     return {ALREADY, state}
   end
-  return {WRONG_STATE}
+  return refused(WRONG_STATE)
 end
 
 local now = now_ms()

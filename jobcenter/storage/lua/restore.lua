@@ -1,6 +1,6 @@
 --[[ restore: unpack a packed finished job back into its tasks hash and history (what `retry`
   and `dlq requeue` need), in bounded calls; readers keep reading the packed record until
-  the last call removes it, in the same step.
+  the last call removes it, in the same step, and counts the swap in `swaps`.
   KEYS: the job context (_job.lua)
   ARGV[A] items restored before this call (the caller's cursor)  ARGV[A+1] 1 on the last call
   ARGV[A+2] number of task field/value pairs, then the pairs, then history entries (in order)
@@ -26,6 +26,7 @@ end
 if last then
   redis.call('DEL', P)
   redis.call('HDEL', J, JF.PACKED, JF.RESTORE_CURSOR)
+  redis.call('HINCRBY', J, JF.SWAPS, 1) -- a reader of the record sees it was swapped out
   OBS.emit(EV.RESTORED, false)
 else
   redis.call('HSET', J, JF.RESTORE_CURSOR, before + npairs + (#ARGV - first_entry + 1))
