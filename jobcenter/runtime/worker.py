@@ -535,8 +535,10 @@ class Worker:
         with self.lock:
             take_max = prefetch = 0
             if not self.stopping.is_set():
-                take_max = max(0, min(CLAIM_BATCH_MAX, self._free_slots(len(done))))
-                prefetch = max(0, min(CLAIM_BATCH_MAX - take_max, self._prefetch(done)))
+                free = self._free_slots(len(done))  # below 0: that many held beyond the slots
+                take_max = max(0, min(CLAIM_BATCH_MAX, free))
+                prefetch = self._prefetch(done) + min(0, free)  # what the prefetch has left
+                prefetch = max(0, min(CLAIM_BATCH_MAX - take_max, prefetch))
             self.taking += take_max + prefetch  # held from the claim loop until the reply is in
         attempts = [(o.task.job_id, o.task.index, o.task.attempt, o.result) for o in done]
         refused: RefusedInPart | None = None
@@ -578,7 +580,7 @@ class Worker:
             raise refused
 
     def _prefetch(self, done: list[Outcome]) -> int:
-        """Tasks a completion may take beyond the free slots (called with the lock held):
+        """Tasks a worker may hold beyond its slots (called with the lock held):
         none unless every task it reports was short (a long task would keep a prefetched
         one waiting for a thread while another worker idles); none while a task held here
         has children (a thread it frees would start a prefetched task before its children,
