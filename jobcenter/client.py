@@ -57,9 +57,8 @@ class Client:
         validated first; a bad one raises before anything of its batch is written. Returns
         once all of them are durable (one wait for every batch: README, Durability)."""
         parsed = [spec_from_any(spec) for spec in specs]
-        results: builtins.list[tuple[str, bool]] = []
-        for start in range(0, len(parsed), batch):
-            results += self.store.submit_many(parsed[start : start + batch], durable=False)
+        batches = (parsed[start : start + batch] for start in range(0, len(parsed), batch))
+        results = self.store.submit_batches(batches)
         if any(created for _, created in results):
             self.store.wait_durable()
         return [job_id for job_id, _ in results]

@@ -21,6 +21,7 @@ DURABILITY_MODES = (ACKED, FSYNCED, REPLICATED)
 
 # Results are for handing data to the next task, not for bulk data (keep that elsewhere).
 DEFAULT_RESULT_MAX_BYTES = 1024 * 1024
+IDLE_WAIT_SECONDS = 1.0  # an idle worker claims its shards at least this often: lease sweeps
 
 N = TypeVar("N", int, float)
 
@@ -106,6 +107,9 @@ class Settings:
     # A worker's lease on the shards it polls (owned segments): a dead worker's shards are
     # taken over within this; each worker renews its leases every third of it.
     segment_lease_seconds: float = 10.0
+    # An idle worker claims its shards at least this often even without a wake-up token (lease
+    # sweeps, due retries); a wake-up token ends the wait at once.
+    idle_wait_seconds: float = IDLE_WAIT_SECONDS
     # acked | fsynced | replicated: see DURABILITY_MODES.
     durability: str = FSYNCED
     # Events kept per shard's stream (about: trimmed by whole stream nodes); 0 turns them off.
@@ -152,6 +156,7 @@ class Settings:
             ),
             "shards": _env_int("JOBCENTER_SHARDS", 1),
             "segment_lease_seconds": _env_float("JOBCENTER_SEGMENT_LEASE_SECONDS", 10.0),
+            "idle_wait_seconds": _env_float("JOBCENTER_IDLE_WAIT_SECONDS", IDLE_WAIT_SECONDS),
             "durability": os.environ.get("JOBCENTER_DURABILITY") or FSYNCED,
             "events_maxlen": _env_count("JOBCENTER_EVENTS_MAXLEN", 100_000),
             "metrics": _env_switch("JOBCENTER_METRICS", True),

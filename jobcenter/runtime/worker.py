@@ -51,7 +51,6 @@ from .segments import Ownership, ShardWaits
 
 log = logging.getLogger(__name__)
 
-IDLE_WAIT_SECONDS = 1.0  # an idle worker claims its shards at least this often: lease sweeps
 RETRY_WAKE_MIN_SECONDS = 0.005  # shortest wait for a due retry (Redis timeouts are coarse)
 
 CLAIM_BATCH_MAX = 256  # tasks reserved per claim: one round trip serves many tasks
@@ -140,6 +139,9 @@ class Worker:
         self.taking = 0  # slots a completion call under way may fill with what it takes
         self.rq_child: Any = None
         self.next_retry_ms = -1  # from the last claim: when a retry in our queues is due
+        # the last claim filled every slot it asked for: more may be ready, so a freed slot
+        # claims at once instead of waiting for a wake-up token
+        self.more_ready = False
         # the shards this worker polls (owned segments): its queues', and with a leader
         # thread the leader messages'; each idle loop waits on the shards it owns
         segments = [*self.queues, *([LEADER_SEGMENT] if options.leader else [])]
@@ -340,7 +342,9 @@ class Worker:
         backoff = Backoff()
         while not self.stopping.is_set():
             try:
-                if self._claim_once():
+                # claim again at once only while the last claim filled what it asked for: a
+                # short one drained the queues, and what is queued next brings a wake-up token
+                if self._claim_once() and self.more_ready:
                     backoff.reset()
                     continue
                 if self.options.burst and not self.running and self.store.idle(self.queues):
@@ -352,10 +356,20 @@ class Worker:
 
     def _claim_once(self) -> bool:
         """One claim round trip per owned shard; True if it found any task."""
-        free = min(self._free_slots(), CLAIM_BATCH_MAX)
-        if free <= 0:
-            return False
-        found = False
+        with self.lock:  # held from a completion taking children meanwhile
+            free = min(self._free_slots(), CLAIM_BATCH_MAX)
+            if free <= 0:
+                # no slot for what a wake-up token may have announced: claim once one frees
+                self.more_ready = True
+                return False
+            self.taking += free
+        try:
+            return self._claim_shards(free)
+        finally:
+            self._stop_taking(free)
+
+    def _claim_shards(self, free: int) -> bool:
+        found = more = False
         sweep = 0 if self.options.leader else SWEEP_MAX  # the leader thread sweeps
         self.next_retry_ms = -1
         for shard, queues in self.ownership.queues_by_shard(self.queues).items():
@@ -374,8 +388,10 @@ class Worker:
             ):
                 self.next_retry_ms = result.next_retry_ms
             self._expire(result.expired)
+            more = more or len(result.tasks) == free
             free -= len(result.tasks)
             found = found or bool(result.tasks)
+        self.more_ready = more
         return found
 
     def _expire(self, expired: list[tuple[str, int]]) -> None:
@@ -397,7 +413,7 @@ class Worker:
                     self._expire(result.expired)
                     found = found or bool(result.leader or result.expired)
                 if not found:
-                    self.leader_waits.wait(IDLE_WAIT_SECONDS)
+                    self.leader_waits.wait(self.store.settings.idle_wait_seconds)
                 backoff.reset()
             except RedisError as exc:  # the message comes back when its lease ends
                 backoff.wait(self.stopped, f"leader: {trouble(exc)}")
@@ -414,9 +430,9 @@ class Worker:
         with self.lock:
             while self._free_slots() <= 0 and not self.stopping.is_set():
                 self.lock.wait()  # woken by the reporter when a slot frees
-        if self.stopping.is_set():
-            return
-        timeout = IDLE_WAIT_SECONDS
+        if self.stopping.is_set() or self.more_ready:
+            return  # a slot is free and the last claim left work behind: claim it now
+        timeout = self.store.settings.idle_wait_seconds
         if self.next_retry_ms >= 0:  # wake when the next retry is due, not a second later
             timeout = min(timeout, max(RETRY_WAKE_MIN_SECONDS, self.next_retry_ms / 1000))
         self.task_waits.wait(timeout)
@@ -578,6 +594,11 @@ class Worker:
         self._adopt([job_id for (job_id, _), code in codes.items() if code == 1])
         if refused is not None:
             raise refused
+
+    def _stop_taking(self, slots: int) -> None:
+        with self.lock:
+            self.taking -= slots
+            self.lock.notify_all()
 
     def _prefetch(self, done: list[Outcome]) -> int:
         """Tasks a worker may hold beyond its slots (called with the lock held):

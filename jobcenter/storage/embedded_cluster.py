@@ -267,7 +267,7 @@ class LocalSentinel:
                     f"sentinel failover-timeout {self.name} {SENTINEL_FAILOVER_TIMEOUT_MS}",
                 ]
                 sentinel.start()
-            _poll(self._watching, "every sentinel seeing the replicas and the other sentinels")
+            _poll(self._watching, "the replicas synced, every sentinel seeing them and the others")
         except BaseException:
             self.stop()
             raise
@@ -281,6 +281,13 @@ class LocalSentinel:
                 if int(state["num-slaves"]) < len(self.replicas):
                     return False
                 if int(state["num-other-sentinels"]) < len(self.sentinels) - 1:
+                    return False
+            finally:
+                client.close()
+        for replica in self.replicas:  # and each replica synced: a failover can promote it
+            client = _probe(replica)
+            try:
+                if client.info("replication").get("master_link_status") != "up":
                     return False
             finally:
                 client.close()

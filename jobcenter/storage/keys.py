@@ -228,14 +228,19 @@ class Keys:
     def job_shard(self, job_id: str) -> int:
         return self.shard_of(job_id)
 
+    def job_own(self, job_id: str) -> tuple[str, str, str, str, str]:
+        """The job's own keys: hash, tasks hash, history, frontier, packed record."""
+        base = f"{self._tagged(self.job_shard(job_id))}:job:{job_id}"
+        return base, f"{base}:tasks", f"{base}:history", f"{base}:frontier", f"{base}:packed"
+
     def job(self, job_id: str) -> JobKeys:
         shard = self.job_shard(job_id)
-        base = f"{self._tagged(shard)}:job:{job_id}"
+        job, tasks, history, frontier, packed = self.job_own(job_id)
         return JobKeys(
-            job=base,
-            tasks=f"{base}:tasks",
-            history=f"{base}:history",
-            frontier=f"{base}:frontier",
+            job=job,
+            tasks=tasks,
+            history=history,
+            frontier=frontier,
             leases=self.leases(shard),
             claims=self.claims(shard),
             leader=self.leader(shard),
@@ -246,7 +251,7 @@ class Keys:
             parked=self.parked(shard),
             freed=self.freed(shard),
             freed_wake=self.freed_wake(shard),
-            packed=f"{base}:packed",
+            packed=packed,
         )
 
     def notifications(self, job_id: str) -> str:

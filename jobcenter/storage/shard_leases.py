@@ -7,6 +7,7 @@ A segment is the tasks of one queue in one shard, or the shard's leader messages
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -123,9 +124,16 @@ class ShardLeases:
 
 def pop_wake(redis: Any, keys: Sequence[str], timeout: float) -> str | None:
     """Block until a wake-up token arrives on one of `keys` (all of one shard: one hash
-    slot), or `timeout` seconds pass; the key it came on, or None."""
-    popped = redis.blpop(list(keys), timeout=timeout)
-    return None if popped is None else text(popped[0])
+    slot), or `timeout` seconds pass; the key it came on, or None. A long wait is made of
+    pops of BLOCK_MAX_SECONDS at most."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        popped = redis.blpop(list(keys), timeout=max(0.001, min(left, BLOCK_MAX_SECONDS)))
+        if popped is not None:
+            return text(popped[0])
+        if left <= BLOCK_MAX_SECONDS:
+            return None
 
 
 def push_wake(redis: Any, key: str) -> None:

@@ -10,6 +10,7 @@ import logging
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -180,6 +181,29 @@ class JobMeta:
         return cls(tuple(joined.split(",")) if joined else (), text(idem) or None)
 
 
+@dataclass
+class PreparedSubmit:
+    """A batch of submit calls (Store._prepare_submit) and what reads their replies."""
+
+    specs: Sequence[JobSpec]
+    job_ids: list[str]
+    batch: Batch
+
+    def results(self, replies: list[Any]) -> list[tuple[str, bool]]:
+        """(job id, created) per spec; raises for the first refused one."""
+        results = []
+        for spec, job_id, (code, returned) in zip(self.specs, self.job_ids, replies, strict=True):
+            if code == IDEMPOTENCY_CONFLICT:
+                raise IdempotencyConflict(
+                    f"idempotency key {spec.idempotency_key!r} names job {text(returned)}, "
+                    "submitted with a different spec: submit that spec again to get the "
+                    "job back, or use a new key for this one"
+                )
+            raise_for_code(code, f"job id {job_id} exists already")
+            results.append((text(returned) or job_id, code == 0))
+        return results
+
+
 class Store:
     """Jobs and tasks in Redis for one namespace."""
 
@@ -193,6 +217,9 @@ class Store:
         self.cluster = is_cluster(client)  # a Redis Cluster: one call, one hash slot
         self._meta: OrderedDict[str, JobMeta] = OrderedDict()
         self._contexts: OrderedDict[tuple[str, bool], tuple[list[str], list[Any]]] = OrderedDict()
+        # the keys a job script gets from its shard and queues, formed once (hot paths)
+        self._shard_keys: dict[int, tuple[list[str], list[str], list[str]]] = {}
+        self._queue_keys: dict[tuple[int, str], list[str]] = {}
         self._waitaof: bool | None = None  # learnt from the server on first submit
         self._probe_lock = threading.Lock()
         self._group_commit = GroupCommit(self._confirm_fsync)
@@ -259,27 +286,55 @@ class Store:
     def _context(self, job_id: str, meta: JobMeta | None) -> tuple[list[str], list[Any]]:
         """KEYS and first ARGV of a job-scoped script (the layout in _job.lua)."""
         shard = self.keys.job_shard(job_id)
-        jk = self.keys.job(job_id)
+        job, tasks, history, frontier, packed = self.keys.job_own(job_id)
         idem = meta.idem if meta else None
+        before_idem, before_packed, after_packed = self._shard_context(shard)
         keys = [
-            *jk.as_list(),
-            self.keys.active(shard),
-            self.keys.expiring(shard),
-            self.keys.idempotency(shard, idem) if idem else jk.job,
-            self.keys.notify_due(shard),
-            *(self.keys.state_jobs(shard, state) for state in JobState),
-            jk.packed,
-            *jk.limit_keys(),
-            self.keys.events(shard),
-            self.keys.metrics(shard),
+            job,
+            tasks,
+            history,
+            frontier,
+            *before_idem,
+            self.keys.idempotency(shard, idem) if idem else job,
+            *before_packed,
+            packed,
+            *after_packed,
         ]
         queues = meta.queues if meta else ()
         for queue in queues:
-            keys += self.keys.queue_keys(shard, queue)
+            keys += self._queue_context(shard, queue)
         settings = self.settings
         retention_ms = int(settings.retention_seconds * 1000)
         observe = [settings.events_maxlen, 1 if settings.metrics else 0]
         return keys, [job_id, retention_ms, *observe, len(queues), *queues]
+
+    def _shard_context(self, shard: int) -> tuple[list[str], list[str], list[str]]:
+        """A job script's shard keys around its idempotency key and packed record
+        (_job.lua's layout), formed once per shard."""
+        parts = self._shard_keys.get(shard)
+        if parts is None:
+            keys = self.keys
+            parts = (
+                [
+                    keys.leases(shard),
+                    keys.claims(shard),
+                    keys.leader(shard),
+                    keys.leader_wake(shard),
+                    keys.dlq(shard),
+                    keys.active(shard),
+                    keys.expiring(shard),
+                ],
+                [keys.notify_due(shard), *(keys.state_jobs(shard, state) for state in JobState)],
+                [*keys.limit_keys(shard), keys.events(shard), keys.metrics(shard)],
+            )
+            self._shard_keys[shard] = parts
+        return parts
+
+    def _queue_context(self, shard: int, queue: str) -> list[str]:
+        keys = self._queue_keys.get((shard, queue))
+        if keys is None:
+            keys = self._queue_keys[(shard, queue)] = self.keys.queue_keys(shard, queue)
+        return keys
 
     def _job_call(
         self,
@@ -323,6 +378,34 @@ class Store:
         """Submit many jobs in one round trip; (job id, created) for each, in order. `fired`
         gives each spec the (schedule id, fire time) that fired it. With `durable` off the
         caller waits for durability itself (wait_durable: once after many batches)."""
+        prepared = self._prepare_submit(specs, fired)
+        results = prepared.results(prepared.batch.execute())
+        if durable and any(created for _, created in results):
+            self.wait_durable()
+        return results
+
+    def submit_batches(self, batches: Iterable[Sequence[JobSpec]]) -> list[tuple[str, bool]]:
+        """submit_many for batch after batch, without waiting for durability (wait_durable,
+        once after all). One batch is in Redis while the next is encoded here, but only sent
+        once the one before it was taken whole: a refused batch stops the ones after it."""
+        results: list[tuple[str, bool]] = []
+        with ThreadPoolExecutor(1, thread_name_prefix="jobcenter-submit") as sender:
+            in_flight: tuple[PreparedSubmit, Future[list[Any]]] | None = None
+            for specs in batches:
+                prepared = self._prepare_submit(specs, None)
+                if in_flight is not None:
+                    results += in_flight[0].results(in_flight[1].result())
+                in_flight = (prepared, sender.submit(prepared.batch.execute))
+            if in_flight is not None:
+                results += in_flight[0].results(in_flight[1].result())
+        return results
+
+    def _prepare_submit(
+        self,
+        specs: Sequence[JobSpec],
+        fired: Sequence[tuple[str, float | None]] | None,
+    ) -> PreparedSubmit:
+        """The submit calls of `specs` in one batch, not sent yet."""
         specs = [spec_from_any(spec) for spec in specs]  # a hand-built JobSpec is checked too
         origins = fired if fired is not None else [(None, None)] * len(specs)
         learned = self.learned_estimates(specs)
@@ -331,19 +414,7 @@ class Store:
             self._add_submit(batch, spec, schedule_id, fire_time, learned)
             for spec, (schedule_id, fire_time) in zip(specs, origins, strict=True)
         ]
-        results = []
-        for spec, job_id, (code, returned) in zip(specs, job_ids, batch.execute(), strict=True):
-            if code == IDEMPOTENCY_CONFLICT:
-                raise IdempotencyConflict(
-                    f"idempotency key {spec.idempotency_key!r} names job {text(returned)}, "
-                    "submitted with a different spec: submit that spec again to get the "
-                    "job back, or use a new key for this one"
-                )
-            raise_for_code(code, f"job id {job_id} exists already")
-            results.append((text(returned) or job_id, code == 0))
-        if durable and any(created for _, created in results):
-            self.wait_durable()
-        return results
+        return PreparedSubmit(specs, job_ids, batch)
 
     def learned_estimates(self, specs: Sequence[JobSpec]) -> dict[str, float]:
         """The learned run times (ms) the specs' ranks need: one HMGET per shard, in one
@@ -406,7 +477,7 @@ class Store:
         if inline:  # small: written and queued by the submit script itself
             task_args, roots = layout.pairs(0, len(layout)), layout.roots
         meta = self._remember(job_id, JobMeta(tuple(queues), spec.idempotency_key))
-        job_key = keys.job(job_id).job
+        job_key = keys.job_own(job_id)[0]
         owner_key = keys.owner_jobs(shard, spec.owner) if spec.owner else job_key
         schedule_key = keys.schedule_jobs(shard, schedule_id) if schedule_id else job_key
         extra = [keys.seq(shard), keys.jobs(shard), owner_key, schedule_key]

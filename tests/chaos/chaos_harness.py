@@ -26,9 +26,8 @@ from chaos_tasks import EVENTS_URL_ENV, WORKER_NAME_ENV, all_gates_key, events_k
 from harness import PROCESS_START_SECONDS, TESTS_DIR, Cli, WorkerPool, WorkerProcess, spawn
 from helpers import pid_alive
 
-from jobcenter.config import Settings
+from jobcenter.config import IDLE_WAIT_SECONDS, Settings
 from jobcenter.model.states import JobState, TaskState
-from jobcenter.runtime.worker import IDLE_WAIT_SECONDS
 from jobcenter.storage.store import LEASE_GRACE_DIVISOR, Store
 
 CHAOS_DIR = Path(__file__).resolve().parent

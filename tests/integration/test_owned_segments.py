@@ -20,9 +20,9 @@ from helpers import wait_until
 from integration_harness import JOB_SECONDS, Scratch, Workers, worker_pool
 
 from jobcenter import Client
+from jobcenter.config import IDLE_WAIT_SECONDS
 from jobcenter.runtime.notifier import POLL_SECONDS as NOTIFY_POLL_SECONDS
 from jobcenter.runtime.segments import RENEWALS_PER_LEASE, assign
-from jobcenter.runtime.worker import IDLE_WAIT_SECONDS
 from jobcenter.storage.connection import time_ms
 from jobcenter.storage.embedded import RedisServer
 from jobcenter.storage.keys import LEADER_SEGMENT, Keys

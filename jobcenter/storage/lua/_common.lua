@@ -26,12 +26,17 @@ local function call_chunked_argv(command, key, first, last)
   end
 end
 
-local WAKE_TOKENS_MAX = 8 -- tokens pushed per burst: wakes up to 8 idle workers at once
+-- tokens pushed per burst: one per task queued, up to this many idle workers (or shard
+-- listeners) woken at once; each claims up to its free slots
+local WAKE_TOKENS_MAX = 32
 local WAKE_LIST_MAX = 64 -- tokens kept while nobody sleeps, so the list stays small
 
--- Push wake-up tokens that idle workers BLPOP instead of polling.
+-- Push wake-up tokens that idle workers BLPOP instead of polling (one RPUSH).
 local function wake(key, n)
-  if n > WAKE_TOKENS_MAX then n = WAKE_TOKENS_MAX end
-  for _ = 1, n do redis.call('RPUSH', key, 1) end
-  redis.call('LTRIM', key, -WAKE_LIST_MAX, -1)
+  local tokens = {}
+  for k = 1, math.min(n, WAKE_TOKENS_MAX) do tokens[k] = 1 end
+  if #tokens == 0 then return end
+  if redis.call('RPUSH', key, unpack(tokens)) > WAKE_LIST_MAX then
+    redis.call('LTRIM', key, -WAKE_LIST_MAX, -1)
+  end
 end

@@ -73,6 +73,15 @@ function SL.free_slots(i)
   SL.free_slots_of(k.limits, k.slots, k.freed, k.wake, JOB_ID .. '|' .. i)
 end
 
+-- Limit `id` has room again: wake the workers of this job's queues where tasks are parked
+-- waiting for it (parked entries sort by queue, then limit), so the worker that serves them
+-- claims them now rather than at its idle poll.
+function SL.wake_parked_queues(id, n)
+  for qname, queue in pairs(QUEUES) do
+    if SL.first_parked(SL.keys.parked, qname, id) then wake(queue.wake, n) end
+  end
+end
+
 -- The job is gone (expired, deleted): drop the leases and claims of the task indexes
 -- ARGV[first..], and give back their slots, so nothing keeps pointing at it.
 local function drop_reservations(first)

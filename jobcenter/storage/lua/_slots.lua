@@ -34,8 +34,22 @@ function SL.mark_freed(limits, freed, freed_wake, id, n)
   if redis.call('HEXISTS', limits, LF.PARKED .. id) == 1 then
     redis.call('SADD', freed, id)
     wake(freed_wake, n)
+    SL.wake_parked_queues(id, n)
   end
 end
+
+-- Parked entries "<queue>|<limit>|<order>|<queue member>" of one queue and limit start with
+-- this; the order is digits, so ':' ends the range.
+function SL.parked_prefix(qname, id) return qname .. '|' .. id .. '|' end
+function SL.first_parked(parked, qname, id)
+  local prefix = SL.parked_prefix(qname, id)
+  return redis.call('ZRANGEBYLEX', parked, '[' .. prefix, '(' .. prefix .. ':', 'LIMIT', 0, 1)[1]
+end
+
+-- Wake the workers of the queues whose tasks wait for limit `id`, where the script has
+-- those queues' keys (a job script: its job's queues, _job.lua); elsewhere only the freed
+-- wake list above, which may wake a worker serving none of them.
+function SL.wake_parked_queues(_, _) end
 
 -- Give back the slots reservation `lease` ("<job>|<index>") holds, if it holds any: once,
 -- since its record goes with them. A limit that tasks wait for is marked freed, so the next

@@ -60,14 +60,11 @@ end
 local function used_of(id) return tonumber(redis.call('HGET', SLOTS, id) or 0) end
 
 -- Parked entries sort as the queue does: by score (-priority), then by member.
-local function parked_prefix(qname, id) return qname .. '|' .. id .. '|' end
+local parked_prefix = SL.parked_prefix
 local function parked_entry(qname, id, score, member)
   return parked_prefix(qname, id) .. string.format('%010d', tonumber(score) + ORDER_OFFSET) .. '|' .. member
 end
-local function first_parked(qname, id)
-  local prefix = parked_prefix(qname, id)
-  return redis.call('ZRANGEBYLEX', PARKED, '[' .. prefix, '(' .. prefix .. ':', 'LIMIT', 0, 1)[1]
-end
+local function first_parked(qname, id) return SL.first_parked(PARKED, qname, id) end
 
 local function park(qname, l, cap, score, member, lease)
   local entry = parked_entry(qname, l.id, score, member)

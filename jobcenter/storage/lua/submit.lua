@@ -37,7 +37,10 @@ if ntask > 0 and not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local seq = redis.call('INCR', KEYS[XK])
-redis.call('HSET', J, JF.ID, JOB_ID, JF.STATE, J_PENDING, JF.SEQ, seq, JF.CREATED_AT, now,
+-- a job split here runs at once: it enters the running index directly, never pending
+local state = J_PENDING
+if ntask > 0 then state = J_RUNNING end
+redis.call('HSET', J, JF.ID, JOB_ID, JF.STATE, state, JF.SEQ, seq, JF.CREATED_AT, now,
   JF.UPDATED_AT, now, JF.FAILED, 0, JF.CANCELLED, 0)
 call_chunked_argv('HSET', J, A + 1, A + njob)
 if IDEM ~= J then redis.call('SET', IDEM, JOB_ID .. '\t' .. digest) end
@@ -45,7 +48,7 @@ redis.call('ZADD', KEYS[XK + 1], now, JOB_ID)
 redis.call('ZADD', ACTIVE, now, JOB_ID)
 if KEYS[XK + 2] ~= J then redis.call('ZADD', KEYS[XK + 2], now, JOB_ID) end
 if KEYS[XK + 3] ~= J then redis.call('ZADD', KEYS[XK + 3], now, JOB_ID) end
-redis.call('ZADD', STATE_INDEX[J_PENDING], now, JOB_ID)
+redis.call('ZADD', STATE_INDEX[state], now, JOB_ID)
 OBS.emit(EV.SUBMITTED, false)
 
 if ntask == 0 then
@@ -56,7 +59,6 @@ call_chunked_argv('HSET', T, ntask_at + 1, ntask_at + ntask)
 stamp_created(0, tonumber(redis.call('HGET', J, JF.TASKS)) - 1, now)
 load_job()
 local first_root = ntask_at + ntask + 1
-set_job_state(J_RUNNING)
 redis.call('HSET', J, JF.STARTED_AT, now, JF.WRITTEN, redis.call('HGET', J, JF.TASKS),
   JF.QUEUED, #ARGV - first_root + 1)
 for k = first_root, #ARGV do enqueue(ARGV[k], now) end
