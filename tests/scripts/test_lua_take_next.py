@@ -210,3 +210,22 @@ def test_no_prefetch_follows_a_task_with_children_taken_into_a_free_slot(store: 
     )
     assert [(t.index, t.has_children) for t in taken] == [(index["b"], True)]
     assert queued_indexes(store, dag) == [index["d"]]
+
+
+def test_children_a_completion_releases_fill_free_slots_only_never_a_prefetch(
+    store: Store,
+) -> None:
+    """A burst goes to the free slots of every worker (their wake-ups), not to one
+    worker's prefetch."""
+    spec = {
+        "name": "burst",
+        "tasks": [{"id": "root", "task": "t.x"}]
+        + [{"id": f"c{i}", "task": "t.x", "depends_on": ["root"]} for i in range(4)],
+    }
+    job_id, _ = submit_and_split(store, spec)
+    (root,) = claim(store, H1, 1)
+    _, taken = store.complete(
+        H1, [(job_id, root.index, root.attempt)], take_queues=["default"], take_max=1, prefetch=4
+    )
+    assert [t.index for t in taken] == [1]
+    assert queued_indexes(store, job_id) == [2, 3, 4]

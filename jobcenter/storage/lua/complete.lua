@@ -19,7 +19,7 @@
 local handler = ARGV[A]
 local lease_ms = tonumber(ARGV[A + 1])
 -- "<free>" or "<free>+<extra>": tasks to take into free slots, and beyond them (a prefetch)
-local NEXT = {writes = {}, clears = {}, leases = {}, indexes = {}, attempts = {}}
+local NEXT = {writes = {}, clears = {}, leases = {}, indexes = {}, attempts = {}, released = {}}
 local take_left = tonumber(string.match(ARGV[A + 2], '^%d+'))
 NEXT.extra = tonumber(string.match(ARGV[A + 2], '%+(%d+)$') or 0)
 take_left = take_left + NEXT.extra
@@ -91,6 +91,7 @@ local taken = {}
 -- Take a released child only if it would be the next claimed from its queue anyway: the
 -- shortcut must never jump ahead of a higher-priority or older ready task.
 local function take(c)
+  NEXT.released[c] = true
   local qname = task_queue(c)
   if take_left <= 0 or not served[qname] then return false end
   -- a child with pool or limit slots goes through the queue: claim.lua takes them
@@ -105,7 +106,7 @@ local function take(c)
   end
 
   local has_children = redis.call('HEXISTS', T, TF_CHILDREN .. c) == 1
-  if not NEXT.may_take(has_children) then return false end
+  if not NEXT.may_take(has_children, true) then return false end
   take_left = take_left - 1
   local attempt = redis.call('HINCRBY', T, TF_ATTEMPTS .. c, 1)
   redis.call('HSET', T, TF_STATE .. c, T_RUNNING, TF_HANDLER .. c, handler, TF_QUEUED_AT .. c, now,
@@ -164,15 +165,18 @@ function NEXT.held_back(qname, q)
   return due[2] ~= nil and tonumber(due[2]) <= now
 end
 
--- Whether one more task may be taken (has_children: it releases others when it ends). Into
--- the free slots, any; once one of them has children, no prefetch: a thread freed while it
--- runs would start a prefetched task before its children, which may come first. Beyond the
--- free slots, only tasks without children.
-function NEXT.may_take(has_children)
+-- Whether one more task may be taken (has_children: it releases others when it ends;
+-- released: by this call). Into the free slots, any; once one of them has children, no
+-- prefetch: a thread freed while it runs would start a prefetched task before its children,
+-- which may come first. Beyond the free slots, only tasks without children that were queued
+-- before this call: a burst it releases goes to the free slots of every worker (wake-ups).
+function NEXT.may_take(has_children, released)
   if take_left <= 0 then return false end
-  if has_children and take_left > NEXT.extra then
-    take_left, NEXT.extra = take_left - NEXT.extra, 0
-  elseif has_children then
+  if take_left > NEXT.extra then
+    if has_children then take_left, NEXT.extra = take_left - NEXT.extra, 0 end
+    return true
+  end
+  if has_children or released then
     take_left = 0
     return false
   end
@@ -186,7 +190,7 @@ function NEXT.start(i, qname)
   local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i,
     TF_QUEUED_AT .. i, TF_FINISHED_AT .. i, TF_CHILDREN .. i)
   if f[1] ~= T_QUEUED and f[1] ~= T_RETRY_WAIT then return true end
-  if not NEXT.may_take(f[6] ~= false) then return false end
+  if not NEXT.may_take(f[6] ~= false, NEXT.released[i]) then return false end
   take_left = take_left - 1
   local attempt = tonumber(f[2] or 0) + 1
   for _, v in ipairs({TF_STATE .. i, T_RUNNING, TF_ATTEMPTS .. i, attempt, TF_HANDLER .. i, handler,
