@@ -138,6 +138,8 @@ class Ownership:
                 deadline = time.monotonic() + self.interval
                 while (left := deadline - time.monotonic()) > 0 and not stopped.is_set():
                     if self.leases.wait_for_changes(left):
+                        if self.closed:  # our own leave's nudge, meant for the others
+                            self.leases.pass_on_nudge()
                         break
                 self.renew_round()
             except RedisError as exc:  # the leases outlive a few refused renewals
