@@ -24,6 +24,10 @@ bench_tasks` processes (each with its rq recovery child), then measures:
   the Redis ceiling (EVALSHA of a trivial script, one per round trip and pipelined) and
   Redis bytes per live task (a published 20,000-task job no worker serves)
 
+Beside each workload's figures it prints the CPU microseconds per task of the workers (their
+threads, from /proc utime + stime) and of redis-server: far steadier than wall time on a
+shared machine, so compare those between runs.
+
 Each task RPUSHes its fencing token to a per-job bench list (scripts/bench_tasks.py): the
 count proves every task ran once, the order proves no dependency order was broken; task
 times from `client.status` are checked against their parents' too. Workload times come
@@ -1218,6 +1222,18 @@ def redis_load(before: dict[str, Any], after: dict[str, Any], wall_s: float) -> 
     }
 
 
+def cpu_per_task(run: dict[str, Any]) -> dict[str, float]:
+    """CPU microseconds per task of the workers (their threads, rq children aside) and of
+    redis-server over one run: far less noisy on a shared machine than its wall time."""
+    tasks = run.get("tasks")
+    if not tasks:
+        return {}
+    return {
+        "worker_cpu_us_per_task": run["cpu_s"]["workers"] * 1e6 / tasks,
+        "redis_cpu_us_per_task": run["cpu_s"]["redis"] * 1e6 / tasks,
+    }
+
+
 def fmt(value: float | None, unit: str = "", digits: int = 0) -> str:
     if value is None:
         return "-"
@@ -1266,6 +1282,9 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, s
         r = w[key]["median"]
         if rate:
             rows.append(("", "tasks/s", fmt(r["tasks_per_s"]), "", "", ""))
+        if "worker_cpu_us_per_task" in r:
+            cpu = f"{fmt(r['worker_cpu_us_per_task'])} / {fmt(r['redis_cpu_us_per_task'])} us"
+            rows.append(("", "CPU per task: workers / Redis", cpu, "printed", "", ""))
         rows.append(
             (
                 "",
@@ -1780,6 +1799,7 @@ def main() -> int:
                     )
                     cpu_after = bench.cpu_seconds()
                     run["cpu_s"] = {k: cpu_after[k] - cpu_before[k] for k in cpu_before}
+                    run.update(cpu_per_task(run))
                     if scripts is not None:
                         run["redis_scripts"] = scripts
                     runs[key].append(run)

@@ -56,6 +56,7 @@ DEFAULT_BACKOFF_MAX = 300.0
 PIPE_LOST_EXIT_CODE = 87
 CHILD_EXIT_WAIT_SECONDS = 5.0  # a child whose pipe closed has this long to exit by itself
 
+STOP_ORDER = b"\xff"  # sorts after every run order (they are ASCII)
 Progress = Callable[[StartedTask, str], None]
 Done = Callable[["Outcome"], None]
 AttemptKey = tuple[str, int, int]  # job id, task index, attempt
@@ -74,6 +75,7 @@ class Outcome:
     gate_backoff_ms: int = 0
     gate_give_up_ms: int = 0
     result: bytes = NO_RESULT  # what the task returned, packed (stored with its success)
+    seconds: float = 0.0  # how long the attempt ran (ThreadRunner: what prefetching goes by)
 
 
 class ResultRefused(Exception):
@@ -271,11 +273,15 @@ class _Attempt:
     done: Done
     context: TaskContext
     stopped: str = ""  # why its outcome was settled before it returned: timed out, cancelled
+    began: bool = False  # a thread took it (until then it may be withdrawn)
+    withdrawn: bool = False  # given back before a thread took it: it never runs here
 
 
 class ThreadRunner:
     """Tasks on `concurrency` long-lived threads fed by one queue (no Future per task: this
-    is the hot path); a watcher thread enforces timeouts."""
+    is the hot path); a watcher thread enforces timeouts. The queue hands out the attempts
+    waiting for a thread in their tasks' run order (priority, then queue order), so a task
+    held beyond the free threads (prefetched) never runs before a higher one taken after it."""
 
     def __init__(
         self,
@@ -287,7 +293,10 @@ class ThreadRunner:
         self.handler = handler
         self.on_slot_free = on_slot_free
         self.result_max_bytes = result_max_bytes
-        self.inbox: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self.inbox: queue.PriorityQueue[tuple[bytes, int, Callable[[], None] | None]] = (
+            queue.PriorityQueue()
+        )
+        self.arrivals = itertools.count()  # equal run orders: first come, first run
         self.threads = [
             threading.Thread(target=self._serve, name=f"jobcenter-task-{i}", daemon=True)
             for i in range(concurrency)
@@ -313,11 +322,18 @@ class ThreadRunner:
         with self.lock:
             self.busy += 1
             self.active[attempt_key(task)] = attempt
-            if payload.get("to"):
-                deadline = time.monotonic() + float(payload["to"])
-                heapq.heappush(self.deadlines, (deadline, next(self.ids), attempt))
-                self.lock.notify()
-        self.inbox.put(lambda: self._run(attempt))
+        self.inbox.put((task.run_order, next(self.arrivals), lambda: self._run(attempt)))
+
+    def withdraw_waiting(self) -> list[StartedTask]:
+        """Take back the attempts no thread has begun (a worker's prefetched tasks, when it
+        stops): they never run here, and the caller gives their tasks back."""
+        with self.lock:
+            waiting = [a for a in self.active.values() if not a.began]
+            for attempt in waiting:
+                attempt.withdrawn = True
+                del self.active[attempt_key(attempt.task)]
+                self.busy -= 1
+        return [attempt.task for attempt in waiting]
 
     def _settle(self, attempt: _Attempt, stopped: str = "") -> bool:
         """Take the right to settle the attempt's outcome (`stopped`: why before it returned);
@@ -331,11 +347,22 @@ class ThreadRunner:
             return True
 
     def _run(self, attempt: _Attempt) -> None:
+        payload = attempt.payload
+        with self.lock:
+            if attempt.withdrawn:
+                return
+            attempt.began = True
+            if payload.get("to"):  # its timeout counts from now, not from when it was taken
+                deadline = time.monotonic() + float(payload["to"])
+                heapq.heappush(self.deadlines, (deadline, next(self.ids), attempt))
+                self.lock.notify()
         task = attempt.task
         outcome = None
+        began = time.monotonic()
         try:
             if not attempt.context.cancelled:  # not cancelled while it waited for a thread
-                outcome = execute(task, attempt.payload, attempt.context, self.result_max_bytes)
+                outcome = execute(task, payload, attempt.context, self.result_max_bytes)
+                outcome.seconds = time.monotonic() - began
         finally:
             with self.lock:
                 self.busy -= 1
@@ -351,7 +378,7 @@ class ThreadRunner:
         self.on_slot_free()
 
     def _serve(self) -> None:
-        while (run := self.inbox.get()) is not None:
+        while (run := self.inbox.get()[2]) is not None:
             run()
 
     def _watch(self) -> None:
@@ -400,7 +427,7 @@ class ThreadRunner:
 
     def shutdown(self) -> None:
         for _ in self.threads:
-            self.inbox.put(None)
+            self.inbox.put((STOP_ORDER, next(self.arrivals), None))  # after what waits
 
 
 def _child_main(
@@ -564,6 +591,10 @@ class ProcessRunner:
                 child.join()
                 return value
             relay(progress, task, value)
+
+    def withdraw_waiting(self) -> list[StartedTask]:
+        """No prefetching with child processes: nothing waits that could be taken back."""
+        return []
 
     def cancel(self, key: AttemptKey) -> bool:
         """Kill the child of an attempt whose job was cancelled; its outcome is dropped.

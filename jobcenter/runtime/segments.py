@@ -137,12 +137,21 @@ class Ownership:
             try:
                 deadline = time.monotonic() + self.interval
                 while (left := deadline - time.monotonic()) > 0 and not stopped.is_set():
-                    if self.leases.wait_for_changes(left):
+                    if self._wait_for_changes(left):
                         break
                 self.renew_round()
             except RedisError as exc:  # the leases outlive a few refused renewals
                 log.warning("shard leases: %s; trying again", trouble(exc))
                 stopped.wait(ERROR_PAUSE_SECONDS)
+
+    def _wait_for_changes(self, timeout: float) -> bool:
+        """Whether a worker gave segments back within `timeout`. Once this worker has left,
+        a nudge it pops is its own leave's, meant for the others: it is put back."""
+        if not self.leases.wait_for_changes(timeout):
+            return False
+        if self.closed:
+            self.leases.pass_on_nudge()
+        return True
 
     def _describe(self) -> str:
         by_segment: dict[str, list[int]] = {}

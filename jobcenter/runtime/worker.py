@@ -23,7 +23,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -54,6 +54,12 @@ log = logging.getLogger(__name__)
 RETRY_WAKE_MIN_SECONDS = 0.005  # shortest wait for a due retry (Redis timeouts are coarse)
 
 CLAIM_BATCH_MAX = 256  # tasks reserved per claim: one round trip serves many tasks
+# A completion of short tasks (each ran under PREFETCH_RUN_MAX_SECONDS) takes up to this many
+# tasks per slot beyond the free slots (thread pool only): started, leased and heartbeated
+# here, they wait at most about one short task for a thread, so no thread waits for the
+# completion's round trip; a stopping worker gives back those no thread has begun.
+PREFETCH_PER_SLOT = 1
+PREFETCH_RUN_MAX_SECONDS = 0.05
 REPORT_BATCH_MAX = 512  # finished attempts reported per round trip
 LEADER_BATCH = 4  # leader messages taken per claim
 RECONNECT_MAX_SECONDS = 5.0  # longest pause between tries while Redis is unreachable
@@ -123,19 +129,19 @@ class Worker:
         self.queues = ([node_queue(options.node)] if options.node else []) + options.queues
         self.leader = Leader(store, self.handler)
         self.running: dict[tuple[str, int], Running] = {}
-        self.outcomes: queue.Queue[Outcome | None] = queue.Queue()
+        self.outcomes: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self.lock = threading.Condition()
         self.stopping = threading.Event()
         self.stopped = threading.Event()
         self.runner = self._make_runner()
         self.completed = 0
         self.failed = 0
+        self.taking = 0  # slots a completion call under way may fill with what it takes
         self.rq_child: Any = None
         self.next_retry_ms = -1  # from the last claim: when a retry in our queues is due
         # the last claim filled every slot it asked for: more may be ready, so a freed slot
         # claims at once instead of waiting for a wake-up token
         self.more_ready = False
-        self.taking = 0  # free slots a completion under way may fill with released children
         # the shards this worker polls (owned segments): its queues', and with a leader
         # thread the leader messages'; each idle loop waits on the shards it owns
         segments = [*self.queues, *([LEADER_SEGMENT] if options.leader else [])]
@@ -167,8 +173,12 @@ class Worker:
         return ThreadRunner(self.options.concurrency, self.handler, self._slot_freed, limit)
 
     def _slot_freed(self) -> None:
+        """A runner's thread or child returned. Its slot is free only if its outcome was
+        reported already (it ran past its timeout, or was cancelled); otherwise the report
+        frees it and wakes the claim loop then: no wake-up per task for nothing."""
         with self.lock:
-            self.lock.notify_all()
+            if self._free_slots() > 0:
+                self.lock.notify_all()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -293,6 +303,7 @@ class Worker:
                 self._claim_loop()
             except Exception:
                 self._die("claim")
+            self._give_back_prefetched()
             with self.lock:  # graceful: wait for running tasks to be reported
                 while self.running:
                     self.lock.wait()
@@ -320,10 +331,12 @@ class Worker:
 
     # -- claiming --------------------------------------------------------------------------
 
-    def _free_slots(self) -> int:
+    def _free_slots(self, reporting: int = 0) -> int:
+        """Slots free, once `reporting` of the running attempts (finished, their threads
+        returned) are reported; slots a completion call may fill (`taking`) are not free."""
         # a thread running past its timeout was reported already but still holds its slot
-        busy = max(len(self.running), self.runner.busy)
-        return self.options.concurrency - busy - self.taking
+        used = max(len(self.running) - reporting, self.runner.busy)
+        return self.options.concurrency - used - self.taking
 
     def _claim_loop(self) -> None:
         backoff = Backoff()
@@ -447,6 +460,10 @@ class Worker:
         with self.lock:
             for task in tasks:
                 self.running[(task.job_id, task.index)] = Running(task)
+        self._submit(tasks)
+
+    def _submit(self, tasks: list[StartedTask]) -> None:
+        """Hand tasks registered in `running` to the runner."""
         for task in tasks:
             self.runner.submit(task, self._report_progress, self.outcomes.put)
 
@@ -529,22 +546,31 @@ class Worker:
             self._settle(left, [outcome])
 
     def _complete(self, done: list[Outcome], left: list[Outcome]) -> None:
-        # released children fill the slots these attempts free and every other free one
-        # (held from the claim loop meanwhile), so a burst needs no claim on this worker
+        """Report successes; the same call takes what the freed slots (and any other free
+        one) run next: released children, then the next queued tasks of the same job."""
         with self.lock:
-            extra = 0 if self.stopping.is_set() else max(0, self._free_slots())
-            self.taking += extra
-        take_max = 0 if self.stopping.is_set() else len(done) + extra
+            take_max = prefetch = 0
+            if not self.stopping.is_set():
+                free = self._free_slots(len(done))  # below 0: that many held beyond the slots
+                take_max = max(0, min(CLAIM_BATCH_MAX, free))
+                prefetch = self._prefetch(done) + min(0, free)  # what the prefetch has left
+                prefetch = max(0, min(CLAIM_BATCH_MAX - take_max, prefetch))
+            self.taking += take_max + prefetch  # held from the claim loop until the reply is in
         attempts = [(o.task.job_id, o.task.index, o.task.attempt, o.result) for o in done]
         refused: RefusedInPart | None = None
         try:
             codes, taken = self.store.complete(
-                self.handler, attempts, take_queues=self.queues, take_max=take_max
+                self.handler,
+                attempts,
+                take_queues=self.queues,
+                take_max=take_max,
+                prefetch=prefetch,
             )
         except RefusedInPart as exc:
             codes, taken, refused = exc.codes, exc.taken, exc
         except BaseException:
-            self._stop_taking(extra)
+            with self.lock:
+                self.taking -= take_max + prefetch
             raise
         for (job_id, index), code in codes.items():
             if code < 0:
@@ -563,10 +589,9 @@ class Worker:
                 )
         reported = [o for o in done if (o.task.job_id, o.task.index) in codes]
         self.completed += len(reported)
-        self._run(taken)  # before the settle: the slots stay counted until they are filled
-        self._settle(left, reported)
-        self._stop_taking(extra)
-        self._adopt([key for key, code in codes.items() if code == 1])
+        self._settle(left, reported, taken, take_max + prefetch)
+        self._submit(taken)
+        self._adopt([job_id for (job_id, _), code in codes.items() if code == 1])
         if refused is not None:
             raise refused
 
@@ -575,18 +600,50 @@ class Worker:
             self.taking -= slots
             self.lock.notify_all()
 
-    def _adopt(self, completed_before: list[tuple[str, int]]) -> None:
-        """Run the children that a completion whose reply was lost (a connection reset: the
+    def _prefetch(self, done: list[Outcome]) -> int:
+        """Tasks a worker may hold beyond its slots (called with the lock held):
+        none unless every task it reports was short (a long task would keep a prefetched
+        one waiting for a thread while another worker idles); none while a task held here
+        has children (a thread it frees would start a prefetched task before its children,
+        which may come first: the thread pool runs what it holds in run order); none with
+        child processes (nothing to take back on stop)."""
+        if self.options.pool != "thread":
+            return 0
+        if any(o.seconds >= PREFETCH_RUN_MAX_SECONDS for o in done):
+            return 0
+        reporting = {(o.task.job_id, o.task.index) for o in done}
+        if any(r.task.has_children for k, r in self.running.items() if k not in reporting):
+            return 0
+        return self.options.concurrency * PREFETCH_PER_SLOT
+
+    def _give_back_prefetched(self) -> None:
+        """A stopping worker finishes what runs; tasks it took but no thread has begun go
+        back to their queues (release.lua: no attempt used up). If Redis refuses, their
+        leases run out and recovery re-drives them."""
+        waiting = self.runner.withdraw_waiting()
+        if not waiting:
+            return
+        try:
+            released = self.store.release(
+                self.handler, [(t.job_id, t.index, t.attempt) for t in waiting]
+            )
+            log.info("worker %s: gave %d prefetched tasks back", self.handler, released)
+        except RedisError as exc:
+            log.warning("prefetched tasks not given back (%s): their leases run out", exc)
+        with self.lock:
+            for task in waiting:
+                self.running.pop((task.job_id, task.index), None)
+            self.lock.notify_all()
+
+    def _adopt(self, replayed: list[str]) -> None:
+        """Run the tasks that a completion whose reply was lost (a connection reset: the
         call ran, it was sent again and found done) started for this worker: they run under
         its handler, and nobody else would run them before their lease ran out."""
-        by_job: dict[str, list[int]] = {}
-        for job_id, index in completed_before:
-            by_job.setdefault(job_id, []).append(index)
-        for job_id, parents in by_job.items():
+        for job_id in sorted(set(replayed)):
             with self.starting:
-                children = self.store.running_children(self.handler, job_id, parents)
+                running = self.store.running_attempts(self.handler, job_id)
                 with self.lock:
-                    orphans = [t for t in children if (t.job_id, t.index) not in self.running]
+                    orphans = [t for t in running if (t.job_id, t.index) not in self.running]
                 self._run(orphans)
 
     def _give_back(self, given_back: list[Outcome], left: list[Outcome]) -> None:
@@ -627,14 +684,27 @@ class Worker:
                 log.warning("job %s task %d failed: its gate said no too long", job_id, index)
         self._settle(left, [o for o in gated if (o.task.job_id, o.task.index) in codes])
 
-    def _settle(self, left: list[Outcome], reported: list[Outcome]) -> None:
-        """Outcomes Redis took: no longer to report, and their slots are free."""
+    def _settle(
+        self,
+        left: list[Outcome],
+        reported: list[Outcome],
+        taken: Sequence[StartedTask] = (),
+        was_taking: int = 0,
+    ) -> None:
+        """Outcomes Redis took: no longer to report, and their slots are free, or run what
+        the same call took (`taken`, for `was_taking` slots held): in one step, so the claim
+        loop never sees those slots free in between."""
         ids = {id(o) for o in reported}
         left[:] = [o for o in left if id(o) not in ids]
         with self.lock:
             for outcome in reported:
                 self.running.pop((outcome.task.job_id, outcome.task.index), None)
-            self.lock.notify_all()
+            for task in taken:
+                self.running[(task.job_id, task.index)] = Running(task)
+            self.taking -= was_taking
+            # waiters: the claim loop, for a free slot; a graceful stop, for none running
+            if self._free_slots() > 0 or not self.running:
+                self.lock.notify_all()
 
     # -- heartbeats ------------------------------------------------------------------------
 

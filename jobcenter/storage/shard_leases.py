@@ -113,6 +113,11 @@ class ShardLeases:
         timeout = min(timeout, BLOCK_MAX_SECONDS)
         return self.redis.blpop([self.keys.segments_wake()], timeout=timeout) is not None
 
+    def pass_on_nudge(self) -> None:
+        """Put back a nudge popped by a worker that has just left: its own renewal loop may
+        still have been waiting, and the nudge is for the workers that stay."""
+        push_wake(self.redis, self.keys.segments_wake())
+
     def owners(self, shard: int, segment: str) -> list[Lease]:
         """The leases on a segment, expired ones included (deadline in Redis ms)."""
         key = self.keys.segment_owners(shard, segment)

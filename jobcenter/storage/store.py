@@ -11,7 +11,7 @@ import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 import redis
@@ -92,6 +92,10 @@ class StartedTask:
     attempt: int
     payload: bytes
     inputs: tuple[tuple[str, InputValue], ...] = ()
+    # where it stood in its queue's order (priority, then queue member; b"": first): the
+    # order a worker runs the tasks it holds in
+    run_order: bytes = field(default=b"", compare=False)
+    has_children: bool = field(default=True, compare=False)  # it releases others as it ends
 
     def input_kwargs(self) -> dict[str, Any]:
         """The inputs decoded: kwarg -> the parent's return value (a mapped parent's: the
@@ -106,10 +110,13 @@ def _unpack_input(value: InputValue) -> Any:
 
 
 def started_task(job_id: str, reply: Sequence[Any]) -> StartedTask:
-    """A StartedTask from a script's {index, attempt, payload, inputs} reply item."""
-    index, attempt, payload, raw = reply
+    """A StartedTask from a script's {index, attempt, payload, inputs, run order, has
+    children} reply item."""
+    index, attempt, payload, raw, run_order, has_children = reply
     pairs = tuple((text(raw[k]) or "", raw[k + 1]) for k in range(0, len(raw), 2))
-    return StartedTask(job_id, int(index), int(attempt), payload, pairs)
+    return StartedTask(
+        job_id, int(index), int(attempt), payload, pairs, run_order, has_children == 1
+    )
 
 
 class RefusedInPart(redis.ResponseError):
@@ -209,6 +216,7 @@ class Store:
         self.scripts = Scripts(client)
         self.cluster = is_cluster(client)  # a Redis Cluster: one call, one hash slot
         self._meta: OrderedDict[str, JobMeta] = OrderedDict()
+        self._contexts: OrderedDict[tuple[str, bool], tuple[list[str], list[Any]]] = OrderedDict()
         # the keys a job script gets from its shard and queues, formed once (hot paths)
         self._shard_keys: dict[int, tuple[list[str], list[str], list[str]]] = {}
         self._queue_keys: dict[tuple[int, str], list[str]] = {}
@@ -263,6 +271,17 @@ class Store:
             queues, idem = self.redis.hmget(self.keys.job(job_id).job, "queues", "idem")
             meta = self._remember(job_id, JobMeta.stored(queues, idem))
         return meta
+
+    def _cached_context(self, job_id: str, with_meta: bool) -> tuple[list[str], list[Any]]:
+        """_context, built once per job (and with or without its meta): it never changes,
+        and building its KEYS costs more than a small batch's own arguments."""
+        context = self._contexts.get((job_id, with_meta))
+        if context is None:
+            context = self._context(job_id, self.job_meta(job_id) if with_meta else None)
+            self._contexts[(job_id, with_meta)] = context
+            if len(self._contexts) > META_CACHE_MAX:
+                self._contexts.popitem(last=False)
+        return context
 
     def _context(self, job_id: str, meta: JobMeta | None) -> tuple[list[str], list[Any]]:
         """KEYS and first ARGV of a job-scoped script (the layout in _job.lua)."""
@@ -329,7 +348,7 @@ class Store:
     ) -> Any:
         """Call a job-scoped script now, or add the call to `batch`. Without meta the script
         sees no queues and no idempotency key (start, heartbeat: they need neither)."""
-        keys, argv = self._context(job_id, self.job_meta(job_id) if with_meta else None)
+        keys, argv = self._cached_context(job_id, with_meta)
         if batch is not None:
             batch.add(name, keys + list(extra_keys), argv + list(args))
             return None
@@ -619,18 +638,26 @@ class Store:
         *,
         take_queues: Sequence[str] = (),
         take_max: int = 0,
+        prefetch: int = 0,
     ) -> tuple[dict[tuple[str, int], int], list[StartedTask]]:
         """Complete (job, index, attempt[, result]) attempts, each result (msgpack; default
-        NO_RESULT) stored with its success; returns a code per task and the children this
-        worker took to run at once (at most `take_max`, from `take_queues`).
-        RefusedInPart when Redis refused some jobs' calls (their tasks have no code)."""
+        NO_RESULT) stored with its success; returns a code per task and the tasks this
+        worker took to run at once, from `take_queues`: released children, then the next
+        queued tasks of the same jobs (at most `take_max` for its free slots, and up to
+        `prefetch` more without children: complete.lua). The budget is shared between the
+        jobs' calls. RefusedInPart when Redis refused some jobs' calls (their tasks have no
+        code)."""
         by_job: dict[str, list[tuple[int, int, bytes]]] = defaultdict(list)
         for job_id, index, attempt, *result in done:
             by_job[job_id].append((index, attempt, result[0] if result else NO_RESULT))
         batch = self.scripts.batch()
-        for job_id, items in by_job.items():
+        calls = len(by_job)
+        for n, (job_id, items) in enumerate(by_job.items()):
             triples = [x for item in items for x in item]
-            args = [handler, self.settings.lease_ms, take_max, len(take_queues), *take_queues]
+            share = _share(take_max, calls, n)
+            extra = _share(prefetch, calls, n)
+            take = f"{share}+{extra}" if extra else share
+            args = [handler, self.settings.lease_ms, take, len(take_queues), *take_queues]
             estimates_key = self.keys.estimates(self.keys.job_shard(job_id))
             self._job_call(
                 "complete", job_id, [*args, *triples], extra_keys=[estimates_key], batch=batch
@@ -643,32 +670,30 @@ class Store:
             if reply[0] < 0:
                 continue
             taken += [started_task(job_id, item) for item in reply[2]]
-            if take_max:
-                take_max = max(0, take_max - len(reply[2]))
         if refused is not None:
             raise RefusedInPart(refused, codes, taken)
         return codes, taken
 
-    def running_children(
-        self, handler: str, job_id: str, parents: Sequence[int]
-    ) -> list[StartedTask]:
-        """The children of `parents` now running as attempts of `handler`: what a complete
-        call whose reply was lost may have started for that worker (complete.lua takes
-        released children)."""
-        tasks = self.keys.job(job_id).tasks
-        csvs = self.redis.hmget(tasks, [TaskField.CHILDREN.of(i) for i in parents])
-        children = sorted({int(c) for csv in csvs if csv for c in csv.decode().split(",")})
-        if not children:
+    def running_attempts(self, handler: str, job_id: str) -> list[StartedTask]:
+        """The job's tasks now running as attempts of `handler`: what a complete call whose
+        reply was lost may have started for that worker (complete.lua takes released
+        children and next queued tasks). Read from the shard's leases, which hold only the
+        tasks reserved or running now: a few per worker slot."""
+        prefix = f"{job_id}|".encode()
+        members = self.redis.zrange(self.keys.leases(self.keys.job_shard(job_id)), 0, -1)
+        indexes = sorted(int(m[len(prefix) :]) for m in members if m.startswith(prefix))
+        if not indexes:
             return []
-        attrs = ("s", "h", "a", "p")
-        values = self.redis.hmget(tasks, [f"{attr}:{c}" for c in children for attr in attrs])
+        attrs = (TaskField.STATE, TaskField.HANDLER, TaskField.ATTEMPTS, TaskField.PAYLOAD)
+        tasks = self.keys.job(job_id).tasks
+        values = self.redis.hmget(tasks, [attr.of(i) for i in indexes for attr in attrs])
         running = {TaskState.RUNNING.value, TaskState.TIMED_OUT.value}
         started = []
-        for k, child in enumerate(children):
+        for k, index in enumerate(indexes):
             state, owner, attempt, payload = values[k * len(attrs) : (k + 1) * len(attrs)]
             if text(state) in running and text(owner) == handler and attempt and payload:
-                inputs = self._inputs(job_id, child)
-                started.append(StartedTask(job_id, child, int(attempt), payload, inputs))
+                inputs = self._inputs(job_id, index)
+                started.append(StartedTask(job_id, index, int(attempt), payload, inputs))
         return started
 
     def _inputs(self, job_id: str, index: int) -> tuple[tuple[str, InputValue], ...]:
@@ -1396,6 +1421,11 @@ def _run_per_job(
         else:
             answered.append((job_id, items, reply))
     return answered, refused
+
+
+def _share(total: int, parts: int, n: int) -> int:
+    """Part n of `total` split over `parts` (the first ones get the remainder)."""
+    return total // parts + (1 if n < total % parts else 0)
 
 
 def _task_codes(job_id: str, indexes: Sequence[int], reply: Any) -> dict[tuple[str, int], int]:

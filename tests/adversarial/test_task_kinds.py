@@ -436,3 +436,28 @@ def test_cancel_of_an_attempt_that_is_not_running_here_is_refused(pool: Pool) ->
 def test_a_task_outside_its_attempt_has_no_context() -> None:
     with pytest.raises(Exception, match="outside a running task"):
         current_task()
+
+
+# -- prefetched attempts -------------------------------------------------------------------
+
+
+def test_attempts_no_thread_has_begun_are_withdrawn_and_never_run(
+    thread_pool: Pool, tmp_path: Path
+) -> None:
+    """A stopping worker takes its prefetched attempts back (to give them back to their
+    queues): they never run, their slots are free, and the running ones are untouched."""
+    running = [str(tmp_path / f"running{k}") for k in range(2)]
+    started = [thread_pool.submit("adversarial.wait_until_cancelled", path) for path in running]
+    for path in running:
+        started_pid(path)  # both threads busy: what comes next waits for one
+    waiting = str(tmp_path / "waiting")
+    queued = [thread_pool.submit("adversarial.async_mark", waiting, f"w{k}") for k in range(2)]
+
+    assert thread_pool.runner.withdraw_waiting() == queued
+    assert thread_pool.runner.withdraw_waiting() == []  # once only
+    for attempt in started:
+        assert thread_pool.runner.cancel(attempt_key(attempt))
+    thread_pool.idle()
+    assert marks(waiting) == [], "a withdrawn attempt ran"
+    assert thread_pool.outcomes.empty()
+    assert not thread_pool.runner.cancel(attempt_key(queued[0])), "withdrawn: not here"

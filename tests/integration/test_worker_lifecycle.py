@@ -189,3 +189,41 @@ def test_the_worker_console_script_imports_task_modules_from_the_current_directo
 
     assert done.returncode == 0, done.stderr
     assert client.status(job_id)["state"] == "succeeded"
+
+
+def test_a_stopping_worker_gives_back_the_tasks_it_prefetched_unused(
+    client: Client, workers: Workers, scratch: Scratch
+) -> None:
+    """One slot: completing "quick" takes "held" to run and "after" beyond the slot (a
+    prefetch: quick tasks go on without waiting for a round trip). A graceful stop lets
+    "held" finish and gives "after" back to its queue, no attempt used; another worker
+    runs it, once."""
+    first = workers.start(name="first", concurrency=1)
+    job_id = client.submit(
+        {
+            "name": "prefetched",
+            "tasks": [
+                {"id": "quick", "task": "tasks_for_tests.record", "args": ["quick"]},
+                {"id": "held", "task": "tasks_for_tests.block", "args": ["held"]},
+                {"id": "after", "task": "tasks_for_tests.record", "args": ["after"]},
+            ],
+        }
+    )
+    wait_until(lambda: scratch.events("started", "held"), message="held never started")
+    assert client.status(job_id)["tasks"]["after"]["state"] == "running", "not prefetched"
+
+    first.signal(signal.SIGTERM)
+    wait_until(
+        lambda: client.status(job_id)["tasks"]["after"]["state"] == "queued",
+        message="the prefetched task was not given back",
+    )
+    scratch.open_gate("held")
+    assert first.wait() == 0
+    after = client.status(job_id)["tasks"]["after"]
+    assert after["attempts"] == 1  # given back unused: its next attempt is not a retry
+    history = [e for e in client.history(job_id) if e["task"] == "after"]
+    assert [e["error"] for e in history] == ["given back by a stopping worker"]
+
+    workers.start(name="second")
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
+    assert [r["worker"] for r in scratch.events("run", "after")] == ["second"]

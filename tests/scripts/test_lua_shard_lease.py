@@ -3,12 +3,14 @@ back) and its fencing token; every refusal leaves Redis untouched."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 from helpers import wait_until
 from lua_helpers import H1, H2, H3, decode, untouched
 
+from jobcenter.runtime.segments import Ownership
 from jobcenter.storage.connection import time_ms
 from jobcenter.storage.keys import LEADER_SEGMENT
 from jobcenter.storage.schema import code
@@ -151,3 +153,28 @@ def test_renew_reports_the_leases_lost_and_renews_the_others(
     wait_expired(store, deadline)
     assert leases.renew(H3, {SEG: kept, (1, "default"): lost}) == {(1, "default")}
     assert owners(leases) == {H3: kept}
+
+
+def _blocked_clients(store: Store) -> int:
+    """Clients of this server blocked in a command (BLPOP here), from CLIENT LIST."""
+    return sum("b" in c["flags"] for c in store.redis.client_list())
+
+
+def test_a_leaving_workers_own_renewal_loop_passes_its_nudge_on(store: Store) -> None:
+    """A stopping worker nudges the others to take its shards at once; its own renewal loop,
+    still blocked on the same list, may pop that nudge first and must put it back."""
+    ownership = Ownership(store, H1, ["default"], lambda taken: None)
+    ownership.renew_round()
+    ownership.peers = 1  # one other worker serves the segment: one nudge
+    stopped = threading.Event()
+    loop = threading.Thread(target=ownership.run, args=(stopped,), daemon=True)
+    loop.start()
+    wait_until(lambda: _blocked_clients(store) == 1, message="the renewal loop never waited")
+
+    ownership.give_back_all()  # the loop is the only one waiting: it pops the nudge
+    loop.join(timeout=10)
+
+    assert not loop.is_alive()
+    wake = store.keys.segments_wake()
+    assert store.redis.blpop([wake], timeout=5) is not None, "the nudge was swallowed"
+    stopped.set()

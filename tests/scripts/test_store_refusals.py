@@ -74,5 +74,5 @@ def test_the_children_a_completion_took_are_found_after_its_reply_was_lost(store
     )
     assert codes == {(chain, P): 1} and again == []
 
-    assert store.running_children(H1, chain, [P]) == taken
-    assert store.running_children(H2, chain, [P]) == []  # not that handler's
+    assert store.running_attempts(H1, chain) == taken
+    assert store.running_attempts(H2, chain) == []  # not that handler's

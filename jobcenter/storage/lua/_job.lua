@@ -211,6 +211,11 @@ local function task_priority(i)
   if p then return tonumber(p) end
   return META.priority
 end
+-- Where task i stands in its queue's order, as one string that sorts the way the queue does
+-- (priority, then its member): a worker runs the tasks it holds in this order.
+function OBS.run_order(i)
+  return string.format('%010d', 1000000000 - task_priority(i)) .. '|' .. queue_member(i)
+end
 local function max_attempts(i) return tonumber(redis.call('HGET', T, TF_MAX_ATTEMPTS .. i) or 1) end
 local function token_of(i)
   local a = redis.call('HMGET', T, TF_ATTEMPTS .. i, TF_HANDLER .. i)

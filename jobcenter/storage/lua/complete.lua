@@ -1,18 +1,28 @@
 --[[ complete: running -> succeeded for a batch of one job's tasks; release each child whose
   last dependency this was, exactly once. A released child on a queue this worker serves may
-  be taken at once (it starts running here, skipping the queue round trip). Each success
-  updates the learned run time of its job name + task id and of its task name.
+  be taken at once (it starts running here, skipping the queue round trip). Then, while it
+  may take more, it takes the next ready tasks of this job from the head of the queues this
+  worker serves, as its next claim would (a flat job's completions start its next tasks in
+  the same call: one round trip, not three). Each success updates the learned run time of
+  its job name + task id and of its task name.
   KEYS: the job context (_job.lua), then KEYS[XK] the shard's learned-estimates hash
-  ARGV[A] handler id  ARGV[A+1] lease ms  ARGV[A+2] max children to take
+  ARGV[A] handler id  ARGV[A+1] lease ms  ARGV[A+2] tasks to take (released children, then queued
+  ones): "<free>" into free slots, or "<free>+<extra>" with a prefetch (NEXT.may_take)
   ARGV[A+3] number of queues the worker serves  ARGV[A+4..] their names
   then triples: task index, attempt, its result (msgpack bytes, stored with the success;
   '' for None: nothing stored)
-  Returns {0, {code per triple}, {{index, attempt, payload, inputs} per taken child}} | {-4}
+  Returns {0, {code per triple}, {{index, attempt, payload, inputs, run order, has children} per taken
+          task}} | {-4}
           | {-5}
   Codes: 0 completed | 1 this attempt completed already | -2 stale token | -3 not running ]]
 
 local handler = ARGV[A]
-local lease_ms, take_left = tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2])
+local lease_ms = tonumber(ARGV[A + 1])
+-- "<free>" or "<free>+<extra>": tasks to take into free slots, and beyond them (a prefetch)
+local NEXT = {writes = {}, clears = {}, leases = {}, indexes = {}, attempts = {}, released = {}}
+local take_left = tonumber(string.match(ARGV[A + 2], '^%d+'))
+NEXT.extra = tonumber(string.match(ARGV[A + 2], '%+(%d+)$') or 0)
+take_left = take_left + NEXT.extra
 local nserved = tonumber(ARGV[A + 3])
 local served = {}
 for k = A + 4, A + 3 + nserved do served[ARGV[k]] = true end
@@ -27,21 +37,52 @@ local now = now_ms()
 -- shard, past this only known ones are updated
 local EST = {key = KEYS[XK], weight = 0.3, max = 100000, job_name = nil}
 
--- Fold one succeeded run (ms, Redis time) into a moving average (jobcenter/model/ordering.py).
+-- A succeeded run (ms, Redis time) to fold into a moving average (jobcenter/model/ordering.py);
+-- EST.flush() writes the batch's runs with one read and one write of the hash.
+EST.runs = {}
 function EST.learn(field, ms)
-  local old = tonumber(redis.call('HGET', EST.key, field))
-  if not old and redis.call('HLEN', EST.key) >= EST.max then return end
-  local value = ms
-  if old then value = old + EST.weight * (ms - old) end
-  redis.call('HSET', EST.key, field, string.format('%.1f', value))
+  EST.runs[#EST.runs + 1] = field
+  EST.runs[#EST.runs + 1] = ms
 end
 
-function EST.learn_run(i, started, task_name)
+function EST.flush()
+  if #EST.runs == 0 then return end
+  local fields, value = {}, {}
+  for k = 1, #EST.runs, 2 do
+    if value[EST.runs[k]] == nil then
+      fields[#fields + 1] = EST.runs[k]
+      value[EST.runs[k]] = false
+    end
+  end
+  local old = redis.call('HMGET', EST.key, unpack(fields))
+  local room = EST.max - redis.call('HLEN', EST.key) -- new fields it may still take
+  for k, field in ipairs(fields) do value[field] = tonumber(old[k]) or false end
+  for k = 1, #EST.runs, 2 do
+    local field, ms = EST.runs[k], EST.runs[k + 1]
+    local v = value[field]
+    if v then
+      value[field] = v + EST.weight * (ms - v)
+    elseif room > 0 then -- past EST.max fields, only known ones are updated
+      room = room - 1
+      value[field] = ms
+    end
+  end
+  local writes = {}
+  for _, field in ipairs(fields) do
+    if value[field] then
+      writes[#writes + 1] = field
+      writes[#writes + 1] = string.format('%.1f', value[field])
+    end
+  end
+  call_chunked('HSET', EST.key, writes)
+end
+
+function EST.learn_run(i, started, task_name, task_id)
   if not started then return end
   local ms = math.max(0, now - tonumber(started))
   EST.job_name = EST.job_name or redis.call('HGET', J, JF.NAME) or ''
   -- the instances of a mapped task (`<id>[<n>]`) share their task's estimate
-  local id = string.gsub(redis.call('HGET', T, TF_ID .. i) or i, '%[%d+%]$', '')
+  local id = string.gsub(task_id or i, '%[%d+%]$', '')
   EST.learn('j\t' .. EST.job_name .. '\t' .. id, ms)
   if task_name then EST.learn('t\t' .. task_name, ms) end
 end
@@ -50,6 +91,7 @@ local taken = {}
 -- Take a released child only if it would be the next claimed from its queue anyway: the
 -- shortcut must never jump ahead of a higher-priority or older ready task.
 local function take(c)
+  NEXT.released[c] = true
   local qname = task_queue(c)
   if take_left <= 0 or not served[qname] then return false end
   -- a child with pool or limit slots goes through the queue: claim.lua takes them
@@ -63,6 +105,8 @@ local function take(c)
     end
   end
 
+  local has_children = redis.call('HEXISTS', T, TF_CHILDREN .. c) == 1
+  if not NEXT.may_take(has_children, true) then return false end
   take_left = take_left - 1
   local attempt = redis.call('HINCRBY', T, TF_ATTEMPTS .. c, 1)
   redis.call('HSET', T, TF_STATE .. c, T_RUNNING, TF_HANDLER .. c, handler, TF_QUEUED_AT .. c, now,
@@ -71,7 +115,97 @@ local function take(c)
   redis.call('ZADD', LEASES, now + lease_ms, lease_member(c))
   OBS.emit(EV.STARTED, c, {EF.ATTEMPT, attempt, EF.HANDLER, handler})
   OBS.observe_wait(qname, now, nil, now) -- started the moment it was released
-  taken[#taken + 1] = {tonumber(c), attempt, redis.call('HGET', T, TF_PAYLOAD .. c), task_inputs(c)}
+  taken[#taken + 1] = {tonumber(c), attempt, redis.call('HGET', T, TF_PAYLOAD .. c), task_inputs(c),
+    OBS.run_order(c), has_children and 1 or 0}
+  return true
+end
+
+-- Take the next ready tasks of this job from the head of the queues this worker serves, as
+-- its next claim would have: in the worker's queue order, a later queue only once the
+-- earlier ones are empty; only while the head is a task of this job without pool or limit
+-- slots; never from a queue with a rate limit, nor while a due retry or a limit's freed
+-- slots wait for a claim to put tasks back in order first (claim.lua does those). So no
+-- ready task of higher priority, or queued earlier, is passed over, and nothing is held
+-- that does not start at once.
+function NEXT.take_queued()
+  if take_left <= 0 or META.state ~= J_RUNNING then return end
+  if redis.call('SCARD', SL.keys.freed) > 0 then return end
+  for k = A + 4, A + 3 + nserved do
+    local q = QUEUES[ARGV[k]]
+    -- a queue none of this job's tasks enter: its head is not in KEYS, so nothing after it
+    if not q or NEXT.held_back(ARGV[k], q) then break end
+    while take_left > 0 and not NEXT.stopped do
+      local head = redis.call('ZRANGE', q.ready, 0, take_left - 1)
+      if #head == 0 then break end -- this queue is empty: on to the next one
+      local popped = {}
+      for _, member in ipairs(head) do
+        local job, index, rest = string.match(member, '^%d+|([^|]+)|(%d+)(.*)$')
+        NEXT.stopped = job ~= JOB_ID or rest ~= '' -- another job's task, or one with slots
+        NEXT.stopped = NEXT.stopped or not NEXT.start(tostring(tonumber(index)), ARGV[k])
+        if NEXT.stopped then break end
+        popped[#popped + 1] = member
+      end
+      call_chunked('ZREM', q.ready, popped)
+    end
+    if take_left <= 0 or NEXT.stopped then break end
+  end
+  if #NEXT.indexes == 0 then return end
+  call_chunked('HSET', T, NEXT.writes)
+  call_chunked('HDEL', T, NEXT.clears)
+  call_chunked('ZADD', LEASES, NEXT.leases)
+  redis.call('HSET', J, JF.UPDATED_AT, now)
+  OBS.emit_many(EV.STARTED, NEXT.indexes, NEXT.attempts, {EF.HANDLER, handler})
+  OBS.flush_counts()
+end
+
+-- A queue the claim must serve first: a rate limit, or a retry due to go back into it.
+function NEXT.held_back(qname, q)
+  if redis.call('HEXISTS', SL.keys.limits, LF.RATE .. qname) == 1 then return true end
+  local due = redis.call('ZRANGE', q.delayed, 0, 0, 'WITHSCORES')
+  return due[2] ~= nil and tonumber(due[2]) <= now
+end
+
+-- Whether one more task may be taken (has_children: it releases others when it ends;
+-- released: by this call). Into the free slots, any; once one of them has children, no
+-- prefetch: a thread freed while it runs would start a prefetched task before its children,
+-- which may come first. Beyond the free slots, only tasks without children that were queued
+-- before this call: a burst it releases goes to the free slots of every worker (wake-ups).
+function NEXT.may_take(has_children, released)
+  if take_left <= 0 then return false end
+  if take_left > NEXT.extra then
+    if has_children then take_left, NEXT.extra = take_left - NEXT.extra, 0 end
+    return true
+  end
+  if has_children or released then
+    take_left = 0
+    return false
+  end
+  return true
+end
+
+-- A new attempt of queued task i, as start.lua makes one; a stale entry (its task no
+-- longer queued: cancelled, or running through a duplicate entry) is only dropped. False
+-- when the task may not be taken (NEXT.may_take): it stays queued.
+function NEXT.start(i, qname)
+  local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i,
+    TF_QUEUED_AT .. i, TF_FINISHED_AT .. i, TF_CHILDREN .. i)
+  if f[1] ~= T_QUEUED and f[1] ~= T_RETRY_WAIT then return true end
+  if not NEXT.may_take(f[6] ~= false, NEXT.released[i]) then return false end
+  take_left = take_left - 1
+  local attempt = tonumber(f[2] or 0) + 1
+  for _, v in ipairs({TF_STATE .. i, T_RUNNING, TF_ATTEMPTS .. i, attempt, TF_HANDLER .. i, handler,
+                      TF_STARTED_AT .. i, now, TF_UPDATED_AT .. i, now}) do
+    NEXT.writes[#NEXT.writes + 1] = v
+  end
+  for _, field in ipairs({TF_ERROR .. i, TF_FINISHED_AT .. i, TF_PROGRESS .. i}) do
+    NEXT.clears[#NEXT.clears + 1] = field
+  end
+  NEXT.leases[#NEXT.leases + 1] = now + lease_ms
+  NEXT.leases[#NEXT.leases + 1] = lease_member(i)
+  NEXT.indexes[#NEXT.indexes + 1] = i
+  NEXT.attempts[#NEXT.attempts + 1] = attempt
+  OBS.observe_wait(qname, f[4], f[5], now)
+  taken[#taken + 1] = {tonumber(i), attempt, f[3], task_inputs(i), OBS.run_order(i), f[6] and 1 or 0}
   return true
 end
 
@@ -82,7 +216,7 @@ OBS.succeeded = {indexes = {}, attempts = {}} -- one event entry for the batch
 for k = first_triple, #ARGV, 3 do
   local i, attempt, result = ARGV[k], ARGV[k + 1], ARGV[k + 2]
   local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
-    TF_STARTED_AT .. i, TF_CHILDREN .. i, TF_PAYLOAD .. i)
+    TF_STARTED_AT .. i, TF_CHILDREN .. i, TF_PAYLOAD .. i, TF_ID .. i, TF_QUEUE .. i)
   local code = ITEM_OK
   if META.packed then
     code = ITEM_STALE_TOKEN -- its job finished and was compacted: no attempt of it is current
@@ -109,12 +243,13 @@ for k = first_triple, #ARGV, 3 do
     history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', now, ''}, '\t')
     if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
     local name = OBS.payload_task_name(f[6])
-    EST.learn_run(i, f[4], name)
+    EST.learn_run(i, f[4], name, f[7])
     OBS.succeeded.indexes[#OBS.succeeded.indexes + 1] = i
     OBS.succeeded.attempts[#OBS.succeeded.attempts + 1] = f[2]
-    if OBS.metrics_on then
-      OBS.count_finished(i, T_SUCCEEDED, OBS.task_labels(i, name))
-      OBS.observe_run(i, f[4], now, OBS.task_labels(i, name))
+    if OBS.metrics_on then -- labels as OBS.task_labels makes them, from the read above
+      local labels = (f[8] or META.queue) .. '\t' .. (name or '?')
+      OBS.count_finished(i, T_SUCCEEDED, labels)
+      OBS.observe_run(i, f[4], now, labels)
     end
   end
   codes[#codes + 1] = code
@@ -129,5 +264,7 @@ if #leases > 0 then
   call_chunked('RPUSH', F, frontier)
   task_finished(now, #leases)
 end
+EST.flush()
 drain_frontier(now, take)
+NEXT.take_queued()
 return {OK, codes, taken}

@@ -1,8 +1,10 @@
 --[[ start: reserved -> running: a new attempt of each task this handler reserved.
   KEYS: the job context (_job.lua)
   ARGV[A] handler id  ARGV[A+1..] task indexes
-  Returns {0, {{index, attempt, payload, inputs}...}, the job's queues, its idempotency key}
-  (inputs: _data.lua task_inputs, the parents' results the task receives)
+  Returns {0, {{index, attempt, payload, inputs, run order, has children}...}, the job's
+  queues, its idempotency key} (inputs: _data.lua task_inputs, the parents' results the task
+  receives; run order: OBS.run_order, where it stands in its queue's order; has children:
+  1 when it releases others as it ends)
           | {-4} job gone (its reservations are dropped)
   A task reserved by another handler is skipped untouched; one no longer queued (cancelled)
   has its reservation dropped. ]]
@@ -25,14 +27,15 @@ for k = A + 1, #ARGV do
     seen[i] = true
     mine[#mine + 1] = lease
     local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i,
-      TF_QUEUE .. i, TF_QUEUED_AT .. i, TF_FINISHED_AT .. i)
+      TF_QUEUE .. i, TF_QUEUED_AT .. i, TF_FINISHED_AT .. i, TF_CHILDREN .. i)
     if f[1] == T_QUEUED or f[1] == T_RETRY_WAIT then
       local attempt = tonumber(f[2] or 0) + 1
       for _, v in ipairs({TF_STATE .. i, T_RUNNING, TF_ATTEMPTS .. i, attempt, TF_HANDLER .. i, handler,
                           TF_STARTED_AT .. i, now, TF_UPDATED_AT .. i, now}) do writes[#writes + 1] = v end
       -- a fresh attempt: the last one's error, finish time and progress are history now
       for _, f in ipairs({TF_ERROR .. i, TF_FINISHED_AT .. i, TF_PROGRESS .. i}) do clears[#clears + 1] = f end
-      started[#started + 1] = {tonumber(i), attempt, f[3], task_inputs(i)}
+      started[#started + 1] = {tonumber(i), attempt, f[3], task_inputs(i), OBS.run_order(i),
+        f[7] and 1 or 0}
       started_indexes[#started_indexes + 1] = i
       started_attempts[#started_attempts + 1] = attempt
       OBS.observe_wait(f[4] or META.queue, f[5], f[6], now)
