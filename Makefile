@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-split bench lint clean
+.PHONY: demo test bench lint clean
 
 # One line of our own while installing; pip's output (warnings included) goes to a log,
 # printed in full if the install fails.
@@ -21,16 +21,6 @@ demo: $(VENV)/.installed  ## the seed-000 DAG on an embedded Redis with two work
 
 test: $(VENV)/.installed  ## the whole suite, against Redis servers it starts itself
 	$(PY) -m pytest -q $(TEST_ARGS)
-
-# The same suite in two pytest processes at once: the integration tier (real workers, mostly
-# waiting on them) beside the rest, each with its own Redis servers and temp dirs. About half
-# the wall time of `make test` on 2 cores; the integration half's output comes last.
-test-split: $(VENV)/.installed  ## the whole suite, as two halves run at once
-	@log=$$(mktemp); \
-	$(PY) -m pytest -q $(TEST_ARGS) tests/integration > $$log 2>&1 & half=$$!; \
-	$(PY) -m pytest -q $(TEST_ARGS) --ignore=tests/integration; rest=$$?; \
-	wait $$half; integration=$$?; cat $$log; rm -f $$log; \
-	exit $$(( rest || integration ))
 
 bench: $(VENV)/.installed  ## throughput benchmark (prints its figures)
 	$(PY) scripts/bench.py $(BENCH_ARGS)
