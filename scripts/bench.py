@@ -1622,16 +1622,8 @@ def burst_bench(workers: int, concurrency: int, repeats: int, say: Callable[[str
     import bench_burst
 
     say(f"bursts and small deep DAGs: {workers} workers x {concurrency} slots, {repeats} runs")
-    with tempfile.TemporaryDirectory(prefix="jobcenter-bench-") as tmp:
-        server = RedisServer(tmp).start()
-        r = redis.Redis.from_url(server.url)
-        bench = Bench(server, r, Client.from_url(server.url, NAMESPACE), Path(tmp), concurrency)
-        try:
-            bench.start_workers(workers)
-            rows = bench_burst.run(bench, workers * concurrency, repeats, say)
-        finally:
-            bench.stop_workers()
-            server.stop()
+    with bench_on_own_server(workers, concurrency) as bench:
+        rows = bench_burst.run(bench, workers * concurrency, repeats, say)
     say()
     say(bench_burst.render(rows))
     problems = [p for row in rows for p in row["problems"]]

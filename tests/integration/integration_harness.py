@@ -23,6 +23,8 @@ import redis
 from harness import REPO_ROOT, WORKER_STOP_SECONDS, WorkerPool
 from tasks_for_tests import WORKER_NAME_ENV, scratch_key
 
+from jobcenter.storage.store import StartedTask
+
 EXAMPLES = REPO_ROOT / "examples"
 JOB_SECONDS = 30.0  # an integration job that is not finished by then is stuck
 
@@ -107,3 +109,19 @@ def worker_pool(
     problems = pool.close()
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
+
+
+class RecordingRunner:
+    """A worker's runner that takes the attempts it is given and runs none (tests that drive
+    a Worker object's claim and report paths in-process)."""
+
+    busy = 0
+
+    def __init__(self) -> None:
+        self.started: list[StartedTask] = []
+
+    def submit(self, task: StartedTask, *_: Any) -> None:
+        self.started.append(task)
+
+    def cancel(self, _: Any) -> bool:
+        return True  # stopped (it never ran)

@@ -10,14 +10,14 @@ from typing import Any
 
 from harness import Cli
 from helpers import wait_until
-from integration_harness import JOB_SECONDS, Scratch, Workers
+from integration_harness import JOB_SECONDS, RecordingRunner, Scratch, Workers
 
 from jobcenter import Client
 from jobcenter.config import Settings
 from jobcenter.model.spec import parse_spec
 from jobcenter.runtime.execution import Outcome
 from jobcenter.runtime.worker import Options, Running, Worker
-from jobcenter.storage.store import StartedTask, Store, connect
+from jobcenter.storage.store import Store, connect
 
 CHILDREN = 6
 RECORD = "tasks_for_tests.record"
@@ -28,18 +28,6 @@ def burst_spec(children: int) -> dict[str, Any]:
     tasks: list[dict[str, Any]] = [{"id": "root", "task": "t.root"}]
     tasks += [{"id": f"c{i}", "task": "t.c", "depends_on": ["root"]} for i in range(children)]
     return {"name": "burst", "tasks": tasks}
-
-
-class RecordingRunner:
-    """Takes the attempts a worker starts, runs none."""
-
-    busy = 0
-
-    def __init__(self) -> None:
-        self.started: list[StartedTask] = []
-
-    def submit(self, task: StartedTask, *_: Any) -> None:
-        self.started.append(task)
 
 
 def worker_with_root(redis_url: str, namespace: str, concurrency: int) -> tuple[Worker, Any]:

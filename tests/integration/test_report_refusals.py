@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis
 from helpers import wait_until
+from integration_harness import RecordingRunner
 
 from jobcenter.config import Settings
 from jobcenter.model.spec import parse_spec
@@ -26,21 +27,6 @@ SPEC = {
     "name": "parent-child",
     "tasks": [{"id": "p", "task": "t.p"}, {"id": "c", "task": "t.c", "depends_on": ["p"]}],
 }
-
-
-class RecordingRunner:
-    """Takes the attempts a worker starts, runs none."""
-
-    busy = 0
-
-    def __init__(self) -> None:
-        self.started: list[StartedTask] = []
-
-    def submit(self, task: StartedTask, *_: Any) -> None:
-        self.started.append(task)
-
-    def cancel(self, _: Any) -> bool:
-        return True  # stopped (it never ran)
 
 
 def test_children_a_completion_took_before_its_reply_was_lost_run_on_this_worker(
