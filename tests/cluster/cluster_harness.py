@@ -84,6 +84,15 @@ class FailoverOutcome:
     lost: list[str] = field(default_factory=list)  # acknowledged, gone with the primary
     retried: int = 0  # attempts beyond each task's first
 
+    def report(self, jobs: int, promoted_after: float, ended_after: float, extra: str = "") -> str:
+        """The line a failover test prints and records: what was lost or run again, and
+        how long the promotion and the recovery of every job took after the kill."""
+        return (
+            f"{jobs} jobs, {len(self.lost)} lost, {self.retried} extra attempts, {extra}"
+            f"replica promoted after {promoted_after:.1f} s, every job ended "
+            f"{ended_after:.1f} s after the kill"
+        )
+
 
 def outcome_after_failover(
     client: Client, job_ids: list[str], specs: list[dict[str, Any]]

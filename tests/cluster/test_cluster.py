@@ -266,11 +266,8 @@ def test_a_master_killed_while_jobs_run_loses_no_job_and_breaks_no_ordering(
         recovered_after = time.monotonic() - killed_at
         runs = Counter((r["job"], r["task"]) for r in scratch.events("run"))
         ran_again = sum(n - 1 for n in runs.values())
-        report = (
-            f"{len(job_ids)} jobs, {len(outcome.lost)} lost, {outcome.retried} extra attempts, "
-            f"{ran_again} task runs repeated, "
-            f"replica promoted after {promoted_after:.1f} s, every job ended "
-            f"{recovered_after:.1f} s after the kill"
+        report = outcome.report(
+            len(job_ids), promoted_after, recovered_after, f"{ran_again} task runs repeated, "
         )
         print(f"\n[cluster] master killed -9 while jobs ran: {report}")
         record_property("failover", report)

@@ -56,11 +56,7 @@ def test_a_primary_killed_under_load_fails_over_and_every_job_ends(
         promoted_after = time.monotonic() - killed_at
 
         outcome = outcome_after_failover(client, job_ids, specs)
-        report = (
-            f"{len(job_ids)} jobs, {len(outcome.lost)} lost, {outcome.retried} extra attempts, "
-            f"replica promoted after {promoted_after:.1f} s, every job ended "
-            f"{time.monotonic() - killed_at:.1f} s after the kill"
-        )
+        report = outcome.report(len(job_ids), promoted_after, time.monotonic() - killed_at)
         print(f"\n[sentinel] primary killed -9 under load: {report}")
         record_property("failover", report)
         assert not outcome.problems, outcome.problems[:20]
