@@ -1,0 +1,185 @@
+"""Redis CPU per task of the task path's Lua scripts (claim, start, complete): a micro-bench.
+
+No workers: this process plays one worker through the Store API on a private Redis, so
+every script call is the one a worker would make, and Redis's commandstats (EVALSHA usec)
+give what Redis spent per task. Cases:
+
+  flat B=n   one job of N independent tasks: complete n, take the next n queued (one call)
+  chain      a chain of N tasks: each completion releases its child and takes it (W3's hop)
+  seed000    200 jobs of the seed-000 9-task DAG, 16 slots, completions of up to two tasks
+             of a job per call, claims for the free slots (W4's shape)
+
+Events and metrics are on, as a worker's defaults. Prints Redis us per task (all EVALSHA
+in the timed loop: claims, starts, completions, leader messages), script calls per task
+and this process's CPU per task. Not part of the test suite; the machine is noisy, so
+compare figures of one run, or the best of --repeats.
+
+    .venv/bin/python scripts/bench_lua.py [--tasks N] [--batches 1,8,32] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jobcenter.config import Settings
+from jobcenter.model.spec import spec_from_any
+from jobcenter.runtime.leader import Leader
+from jobcenter.storage.connection import connect
+from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.store import StartedTask, Store
+
+ROOT = Path(__file__).resolve().parent.parent
+HANDLER = "bench-lua"
+QUEUES = ["default"]
+
+
+def flat(n: int) -> dict[str, Any]:
+    return {"name": "lua-flat", "tasks": [{"id": f"t{i}", "task": "x.noop"} for i in range(n)]}
+
+
+def chain(n: int) -> dict[str, Any]:
+    tasks: list[dict[str, Any]] = [{"id": "c0", "task": "x.noop"}]
+    tasks += [{"id": f"c{i}", "task": "x.noop", "depends_on": [f"c{i - 1}"]} for i in range(1, n)]
+    return {"name": "lua-chain", "tasks": tasks}
+
+
+def seed000() -> dict[str, Any]:
+    spec = yaml.safe_load((ROOT / "examples" / "seed000.yaml").read_text())
+    tasks = [
+        {"id": t["id"], "task": "x.noop", "depends_on": t.get("depends_on", [])}
+        for t in spec["tasks"]
+    ]
+    return {"name": "lua-seed000", "tasks": tasks}
+
+
+def lead(store: Store) -> None:
+    """Run the leader messages due now (a big job's split, compactions)."""
+    leader = Leader(store, "bench-lua-leader")
+    while True:
+        messages = store.claim("bench-lua-leader", [], max_tasks=0, max_leader=64).leader
+        if not messages:
+            return
+        for kind, job_id in messages:
+            leader.handle(kind, job_id)
+
+
+def evalsha(store: Store) -> tuple[int, int]:
+    """EVALSHA usec and calls so far."""
+    stats = store.redis.info("commandstats").get("cmdstat_evalsha", {"usec": 0, "calls": 0})
+    return int(stats["usec"]), int(stats["calls"])
+
+
+def run_batches(store: Store, batch: int) -> int:
+    """Claim `batch`, then complete what is held `batch` at a time, taking as many."""
+    tasks = store.claim(HANDLER, QUEUES, max_tasks=batch, max_leader=0).tasks
+    n = 0
+    while tasks:
+        done = [(t.job_id, t.index, t.attempt) for t in tasks]
+        _, tasks = store.complete(HANDLER, done, take_queues=QUEUES, take_max=batch)
+        n += len(done)
+    return n
+
+
+def run_slots(store: Store, slots: int, per_call: int = 2) -> int:
+    """A worker with `slots` slots whose completions come a job's one or two at a time:
+    complete the oldest held tasks (at most `per_call` of one job), taking as many as that
+    frees; claim for the slots still free; leader messages in between."""
+    held: list[StartedTask] = []
+    n = 0
+    while True:
+        if len(held) < slots:
+            res = store.claim(HANDLER, QUEUES, max_tasks=slots - len(held), max_leader=64)
+            held += res.tasks
+            leader = Leader(store, HANDLER)
+            for kind, job_id in res.leader:
+                leader.handle(kind, job_id)
+            if not held and not res.leader:
+                return n
+        if not held:
+            continue
+        job = held[0].job_id
+        done = [t for t in held if t.job_id == job][:per_call]
+        held = [t for t in held if t not in done]
+        _, taken = store.complete(
+            HANDLER,
+            [(t.job_id, t.index, t.attempt) for t in done],
+            take_queues=QUEUES,
+            take_max=len(done),
+        )
+        held += taken
+        n += len(done)
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    specs: Callable[[], list[dict[str, Any]]]
+    run: Callable[[Store], int]
+
+
+def measure(url: str, settings: Settings, case: Case, run: int) -> dict[str, float]:
+    namespace = f"lua{run}-{case.name.replace(' ', '').replace('=', '')}"
+    store = Store(connect(url), dataclasses.replace(settings, namespace=namespace))
+    for spec in case.specs():
+        store.submit(spec_from_any(spec))
+    lead(store)
+    usec0, calls0 = evalsha(store)
+    cpu0 = time.process_time()
+    n = case.run(store)
+    cpu = time.process_time() - cpu0
+    usec, calls = evalsha(store)
+    return {
+        "tasks": n,
+        "redis_us": (usec - usec0) / n,
+        "calls": (calls - calls0) / n,
+        "client_us": cpu * 1e6 / n,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", type=int, default=5000, help="tasks of the flat and chain jobs")
+    parser.add_argument("--batches", default="1,8,32", help="flat job batch sizes")
+    parser.add_argument("--jobs", type=int, default=200, help="seed-000 jobs")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per case: the best is shown")
+    parser.add_argument("--only", default="", help="comma-separated case names to run")
+    args = parser.parse_args()
+    n = args.tasks
+    cases = [
+        Case(f"flat B={b}", lambda: [flat(n)], lambda s, b=b: run_batches(s, b))
+        for b in map(int, args.batches.split(","))
+    ]
+    cases.append(Case("chain", lambda: [chain(n)], lambda s: run_batches(s, 1)))
+    cases.append(Case("seed000", lambda: [seed000()] * args.jobs, lambda s: run_slots(s, 16)))
+    if args.only:
+        cases = [c for c in cases if c.name in args.only.split(",")]
+    settings = Settings.from_env()
+    with tempfile.TemporaryDirectory() as d:
+        server = RedisServer(d, appendonly=False).start()
+        try:
+            print(f"{'case':12s} {'tasks':>6s} {'redis us/task':>14s} {'calls/task':>11s} "
+                  f"{'client us/task':>15s}")
+            for case in cases:
+                runs = [measure(server.url, settings, case, k) for k in range(args.repeats)]
+                best = min(runs, key=lambda r: r["redis_us"])
+                print(
+                    f"{case.name:12s} {best['tasks']:6.0f} {best['redis_us']:14.1f} "
+                    f"{best['calls']:11.2f} {best['client_us']:15.1f}",
+                    flush=True,
+                )
+        finally:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
