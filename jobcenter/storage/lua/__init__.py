@@ -77,7 +77,56 @@ def source(name: str) -> str:
     if name in JOB_SCRIPTS:
         body += [_read("_job"), _read("_data")]
     body.append(_read(name))
-    return "\n".join([_constants_used(lua_prelude(), "\n".join(body)), *body])
+    prelude = lua_prelude()
+    text = _inline_constants(prelude, "\n".join(body))
+    return "\n".join([_constants_used(prelude, text), text])
+
+
+# The prelude's constants: scalars (`local TF_STATE = 's:'`, `local OK = 0`) and tables of
+# them (`local JF = {STATE = 'state', ...}`).
+_SCALAR = re.compile(r"^local (\w+) = ('[^'\\]*'|-?\d+)$", re.M)
+_TABLE = re.compile(r"^local (\w+) = \{((?:\w+ = '[^'\\]*'(?:, )?)+)\}$", re.M)
+_ENTRY = re.compile(r"(\w+) = ('[^'\\]*')")
+# Comments and string literals (left as they are), or a name, maybe with a field.
+_TOKEN = re.compile(
+    r"""(--\[\[.*?\]\]|--[^\n]*|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")"""
+    r"|(?<![\w.:])([A-Za-z_]\w*)(?:\.(\w+))?(\s*=(?!=))?",
+    re.S,
+)
+# Names a script declares: locals, function parameters, loop variables.
+_DECLARED = re.compile(
+    r"\blocal\s+(?:function\s+)?(\w+(?:\s*,\s*\w+)*)"
+    r"|\bfunction\b[\w.:\s]*\(([^)]*)\)|\bfor\s+(\w+(?:\s*,\s*\w+)*)\s+(?:in\b|=)"
+)
+
+
+def _inline_constants(prelude: str, body: str) -> str:
+    """The body with each of the prelude's constants written as its value: a literal costs
+    nothing per call, while a local captured by a function makes every call build that
+    closure's upvalue (found by a walk of all the captured locals, ~200 here). The source
+    files keep the names (schema.py is where each value is spelled)."""
+    values = {m[1]: m[2] for m in _SCALAR.finditer(prelude)}
+    tables = {m[1]: dict(_ENTRY.findall(m[2])) for m in _TABLE.finditer(prelude)}
+    code = _TOKEN.sub(lambda m: "''" if m[1] else m.group(), body)  # no comment, no string
+    for names in _DECLARED.findall(code):
+        shadowed = set(re.findall(r"\w+", " ".join(names))) & (values.keys() | tables.keys())
+        if shadowed:
+            raise ValueError(f"Lua declares a local named like the constant {shadowed.pop()}")
+
+    def literal(match: re.Match[str]) -> str:
+        kept, name, field, assigned = match.groups()
+        if kept or name not in values and name not in tables:
+            return match.group()
+        if assigned:
+            raise ValueError(f"Lua assigns to the constant {name}")
+        if name in tables:
+            if field not in tables[name]:
+                return match.group()
+            return tables[name][field]
+        value = values[name]
+        return (f"({value})" if value.startswith("-") else value) + (f".{field}" if field else "")
+
+    return _TOKEN.sub(literal, body)
 
 
 _CONSTANT = re.compile(r"local (\w+) = ")
@@ -88,7 +137,8 @@ def _constants_used(prelude: str, body: str) -> str:
     """The prelude without the constants that neither the body nor another kept constant
     names: Lua allows a script 200 locals, and the generated names alone take over 100."""
     lines = prelude.splitlines()
-    uses = Counter(_WORD.findall(body + "\n" + prelude))
+    code = _TOKEN.sub(lambda m: "''" if m[1] else m.group(), body)  # names in comments: no use
+    uses = Counter(_WORD.findall(code + "\n" + prelude))
     dropped: set[int] = set()
     changed = True
     while changed:
