@@ -22,9 +22,13 @@ end
 
 -- What task i receives as keyword arguments: {kwarg, value, kwarg, value, ...}, the values
 -- as parent_result gives them; an instance of a mapped task also gets its element.
-local function task_inputs(i)
-  local f = redis.call('HMGET', T, TF_INPUTS .. i, TF_MAP_OF .. i)
-  local inputs, origin = f[1], f[2]
+-- (inputs, origin: its TF_INPUTS and TF_MAP_OF, when the caller read them: false for none.)
+local function task_inputs(i, inputs, origin)
+  if inputs == nil then
+    local f = redis.call('HMGET', T, TF_INPUTS .. i, TF_MAP_OF .. i)
+    inputs, origin = f[1], f[2]
+  end
+  if not inputs and not origin then return {} end
   local element_arg = nil
   if origin then -- an instance: the inputs and the map argument are its mapped task's
     local m = redis.call('HMGET', T, TF_INPUTS .. origin, TF_MAP_ARG .. origin)

@@ -48,12 +48,12 @@ local META = {}
 -- Read the job's fields; false when the job hash does not exist.
 local function load_job()
   local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES,
-    JF.TRIGGER_RULES, JF.PACKED, JF.TASKS)
+    JF.TRIGGER_RULES, JF.PACKED, JF.TASKS, JF.NAME, JF.IDEMPOTENCY_KEY)
   if not m[1] then return false end
   -- packed: finished and compacted, so its tasks hash is gone and no task of it runs
   META = {state = m[1], queue = m[2], priority = tonumber(m[3]), seq = tonumber(m[4]),
           queues = m[5] or '', rules = m[6] ~= false, packed = m[7] and true or false,
-          n = tonumber(m[8] or 0)}
+          n = tonumber(m[8] or 0), name = m[9] or '', idem = m[10] or false}
   return true
 end
 
@@ -63,7 +63,9 @@ local function queues_passed()
   for name in string.gmatch(META.queues, '[^,]+') do
     if not QUEUES[name] then return false end
   end
-  return IDEM ~= J or redis.call('HEXISTS', J, JF.IDEMPOTENCY_KEY) == 0
+  if IDEM ~= J then return true end
+  if META.idem == nil then return redis.call('HEXISTS', J, JF.IDEMPOTENCY_KEY) == 0 end
+  return not META.idem -- read by load_job
 end
 
 -- Task i's reservation or attempt ended (its lease is dropped): give its pool and limit
@@ -191,15 +193,19 @@ local function lease_member(i) return JOB_ID .. '|' .. i end
 -- sequence number: within a priority, jobs keep their submit order and the rank orders one
 -- job's tasks. (Every task of a job has a rank or none does, so the two forms never meet.)
 -- A task with pool or limit slots to take has them at the end (_slots.lua), for claim.lua.
-local function queue_member(i)
-  local f = redis.call('HMGET', T, TF_RANK .. i, TF_LIMITS .. i)
+-- (rank, limits: task i's fields, when the caller read them: false for none.)
+local function queue_member(i, rank, limits)
+  if rank == nil then
+    local f = redis.call('HMGET', T, TF_RANK .. i, TF_LIMITS .. i)
+    rank, limits = f[1], f[2]
+  end
   local member
-  if f[1] then
-    member = string.format('%012d%06d|%s|%06d', META.seq, f[1], JOB_ID, i)
+  if rank then
+    member = string.format('%012d%06d|%s|%06d', META.seq, rank, JOB_ID, i)
   else
     member = string.format('%012d|%s|%06d', META.seq, JOB_ID, i)
   end
-  if f[2] then return member .. '|' .. f[2] end
+  if limits then return member .. '|' .. limits end
   return member
 end
 -- A queued task leaving its queue without a claim (cancel, abandon) leaves the parked zset
@@ -212,9 +218,11 @@ local function task_priority(i)
   return META.priority
 end
 -- Where task i stands in its queue's order, as one string that sorts the way the queue does
--- (priority, then its member): a worker runs the tasks it holds in this order.
-function OBS.run_order(i)
-  return string.format('%010d', 1000000000 - task_priority(i)) .. '|' .. queue_member(i)
+-- (priority, then its member): a worker runs the tasks it holds in this order. (priority,
+-- member: when the caller has them.)
+function OBS.run_order(i, priority, member)
+  return string.format('%010d', 1000000000 - (priority or task_priority(i))) .. '|'
+    .. (member or queue_member(i))
 end
 local function max_attempts(i) return tonumber(redis.call('HGET', T, TF_MAX_ATTEMPTS .. i) or 1) end
 local function token_of(i)
@@ -355,6 +363,7 @@ end
 -- One more task (or `count` more) is terminal; the last one finalizes the job.
 local function task_finished(now, count)
   redis.call('HSET', J, JF.UPDATED_AT, now)
+  META.updated_at = now
   if redis.call('HINCRBY', J, JF.LEFT, -(count or 1)) == 0 then finalize_job(now) end
 end
 
@@ -515,10 +524,11 @@ end
 -- Visit children from the frontier, at most FRONTIER_BUDGET of them; what is left waits
 -- for a 'continue' leader message, so a 100,000-child fan-out never blocks Redis for long.
 local function drain_frontier(now, take)
-  local budget = FRONTIER_BUDGET
+  local budget, emptied = FRONTIER_BUDGET, false
   while budget > 0 do
     local entry = redis.call('LPOP', F)
-    if not entry then break end
+    emptied = not entry
+    if emptied then break end
     local kind, i, origin, pos = string.match(entry, '^(%a)|(%d+)|(%d+)|(%d+)$')
     if kind == 'x' then budget = map_expand(i, budget, now) end -- writes instances instead
     local csv = kind ~= 'x' and redis.call('HGET', T, TF_CHILDREN .. i) or ''
@@ -536,7 +546,7 @@ local function drain_frontier(now, take)
     end
   end
   flush_wakes()
-  if redis.call('EXISTS', F) == 1 then
+  if not emptied and redis.call('EXISTS', F) == 1 then
     -- Releases go on after a job is finalized too (they keep every dependency counter
     -- equal to the parents not yet succeeded, which a later retry relies on); a list
     -- re-created by the push-back above must expire with the job.

@@ -19,7 +19,8 @@
 local handler = ARGV[A]
 local lease_ms = tonumber(ARGV[A + 1])
 -- "<free>" or "<free>+<extra>": tasks to take into free slots, and beyond them (a prefetch)
-local NEXT = {writes = {}, clears = {}, leases = {}, indexes = {}, attempts = {}, released = {}}
+local NEXT = {writes = {}, clears = {}, leases = {}, indexes = {}, attempts = {}, released = {},
+  slotted = {}}
 local take_left = tonumber(string.match(ARGV[A + 2], '^%d+'))
 NEXT.extra = tonumber(string.match(ARGV[A + 2], '%+(%d+)$') or 0)
 take_left = take_left + NEXT.extra
@@ -35,7 +36,7 @@ local now = now_ms()
 -- the learned estimates, in one table (the main chunk may hold at most 200 locals):
 -- weight: of the newest run in the moving average, a few runs adapt it; max: fields per
 -- shard, past this only known ones are updated
-local EST = {key = KEYS[XK], weight = 0.3, max = 100000, job_name = nil}
+local EST = {key = KEYS[XK], weight = 0.3, max = 100000}
 
 -- A succeeded run (ms, Redis time) to fold into a moving average (jobcenter/model/ordering.py);
 -- EST.flush() writes the batch's runs with one read and one write of the hash.
@@ -55,8 +56,12 @@ function EST.flush()
     end
   end
   local old = redis.call('HMGET', EST.key, unpack(fields))
-  local room = EST.max - redis.call('HLEN', EST.key) -- new fields it may still take
-  for k, field in ipairs(fields) do value[field] = tonumber(old[k]) or false end
+  local room = nil -- new fields it may still take (counted only when one is new)
+  for k, field in ipairs(fields) do
+    value[field] = tonumber(old[k]) or false
+    if not (value[field] or room) then room = EST.max - redis.call('HLEN', EST.key) end
+  end
+  room = room or 0
   for k = 1, #EST.runs, 2 do
     local field, ms = EST.runs[k], EST.runs[k + 1]
     local v = value[field]
@@ -80,10 +85,10 @@ end
 function EST.learn_run(i, started, task_name, task_id)
   if not started then return end
   local ms = math.max(0, now - tonumber(started))
-  EST.job_name = EST.job_name or redis.call('HGET', J, JF.NAME) or ''
   -- the instances of a mapped task (`<id>[<n>]`) share their task's estimate
-  local id = string.gsub(task_id or i, '%[%d+%]$', '')
-  EST.learn('j\t' .. EST.job_name .. '\t' .. id, ms)
+  local id = task_id or i
+  if string.byte(id, -1) == 93 then id = string.gsub(id, '%[%d+%]$', '') end -- ends in ']'
+  EST.learn('j\t' .. META.name .. '\t' .. id, ms)
   if task_name then EST.learn('t\t' .. task_name, ms) end
 end
 
@@ -92,32 +97,47 @@ local taken = {}
 -- shortcut must never jump ahead of a higher-priority or older ready task.
 local function take(c)
   NEXT.released[c] = true
-  local qname = task_queue(c)
-  if take_left <= 0 or not served[qname] then return false end
-  -- a child with pool or limit slots goes through the queue: claim.lua takes them
-  if redis.call('HEXISTS', T, TF_LIMITS .. c) == 1 then return false end
-  if redis.call('HEXISTS', T, TF_MAP_ARG .. c) == 1 then return false end -- expands, never runs
+  if take_left <= 0 then return false end
+  -- everything this needs of the child, in one read
+  local f = redis.call('HMGET', T, TF_QUEUE .. c, TF_LIMITS .. c, TF_MAP_ARG .. c,
+    TF_PRIORITY .. c, TF_RANK .. c, TF_CHILDREN .. c, TF_ATTEMPTS .. c, TF_PAYLOAD .. c,
+    TF_INPUTS .. c, TF_MAP_OF .. c, TF_ERROR .. c, TF_FINISHED_AT .. c, TF_PROGRESS .. c)
+  local qname = f[1] or META.queue
+  -- a child with pool or limit slots goes through the queue (claim.lua takes them); a
+  -- mapped one expands, never runs
+  if not served[qname] or f[2] or f[3] then return false end
+  local priority, member = tonumber(f[4]) or META.priority, queue_member(c, f[5], false)
   local head = redis.call('ZRANGE', QUEUES[qname].ready, 0, 0, 'WITHSCORES')
   if head[1] then
-    local score, head_score = -task_priority(c), tonumber(head[2])
-    if score > head_score or (score == head_score and queue_member(c) > head[1]) then
+    local score, head_score = -priority, tonumber(head[2])
+    if score > head_score or (score == head_score and member > head[1]) then
       return false
     end
   end
 
-  local has_children = redis.call('HEXISTS', T, TF_CHILDREN .. c) == 1
+  local has_children = f[6] ~= false
   if not NEXT.may_take(has_children, true) then return false end
   take_left = take_left - 1
-  local attempt = redis.call('HINCRBY', T, TF_ATTEMPTS .. c, 1)
-  redis.call('HSET', T, TF_STATE .. c, T_RUNNING, TF_HANDLER .. c, handler, TF_QUEUED_AT .. c, now,
-    TF_STARTED_AT .. c, now, TF_UPDATED_AT .. c, now)
-  redis.call('HDEL', T, TF_ERROR .. c, TF_FINISHED_AT .. c, TF_PROGRESS .. c) -- a fresh attempt
+  local attempt = tonumber(f[7] or 0) + 1
+  redis.call('HSET', T, TF_STATE .. c, T_RUNNING, TF_ATTEMPTS .. c, attempt, TF_HANDLER .. c, handler,
+    TF_QUEUED_AT .. c, now, TF_STARTED_AT .. c, now, TF_UPDATED_AT .. c, now)
+  NEXT.clear(c, f[11], f[12], f[13]) -- a fresh attempt
+  call_chunked('HDEL', T, NEXT.clears)
+  NEXT.clears = {}
   redis.call('ZADD', LEASES, now + lease_ms, lease_member(c))
   OBS.emit(EV.STARTED, c, {EF.ATTEMPT, attempt, EF.HANDLER, handler})
   OBS.observe_wait(qname, now, nil, now) -- started the moment it was released
-  taken[#taken + 1] = {tonumber(c), attempt, redis.call('HGET', T, TF_PAYLOAD .. c), task_inputs(c),
-    OBS.run_order(c), has_children and 1 or 0}
+  taken[#taken + 1] = {tonumber(c), attempt, f[8], task_inputs(c, f[9], f[10]),
+    OBS.run_order(c, priority, member), has_children and 1 or 0}
   return true
+end
+
+-- A fresh attempt of task i: the last one's error, finish time and progress are history
+-- now; those it has (error, finished, progress: as read) go into NEXT.clears.
+function NEXT.clear(i, error, finished, progress)
+  if error then NEXT.clears[#NEXT.clears + 1] = TF_ERROR .. i end
+  if finished then NEXT.clears[#NEXT.clears + 1] = TF_FINISHED_AT .. i end
+  if progress then NEXT.clears[#NEXT.clears + 1] = TF_PROGRESS .. i end
 end
 
 -- Take the next ready tasks of this job from the head of the queues this worker serves, as
@@ -141,7 +161,7 @@ function NEXT.take_queued()
       for _, member in ipairs(head) do
         local job, index, rest = string.match(member, '^%d+|([^|]+)|(%d+)(.*)$')
         NEXT.stopped = job ~= JOB_ID or rest ~= '' -- another job's task, or one with slots
-        NEXT.stopped = NEXT.stopped or not NEXT.start(tostring(tonumber(index)), ARGV[k])
+        NEXT.stopped = NEXT.stopped or not NEXT.start(tostring(tonumber(index)), ARGV[k], member)
         if NEXT.stopped then break end
         popped[#popped + 1] = member
       end
@@ -153,7 +173,7 @@ function NEXT.take_queued()
   call_chunked('HSET', T, NEXT.writes)
   call_chunked('HDEL', T, NEXT.clears)
   call_chunked('ZADD', LEASES, NEXT.leases)
-  redis.call('HSET', J, JF.UPDATED_AT, now)
+  if META.updated_at ~= now then redis.call('HSET', J, JF.UPDATED_AT, now) end
   OBS.emit_many(EV.STARTED, NEXT.indexes, NEXT.attempts, {EF.HANDLER, handler})
   OBS.flush_counts()
 end
@@ -183,12 +203,13 @@ function NEXT.may_take(has_children, released)
   return true
 end
 
--- A new attempt of queued task i, as start.lua makes one; a stale entry (its task no
--- longer queued: cancelled, or running through a duplicate entry) is only dropped. False
--- when the task may not be taken (NEXT.may_take): it stays queued.
-function NEXT.start(i, qname)
+-- A new attempt of queued task i (its queue member: member), as start.lua makes one; a
+-- stale entry (its task no longer queued: cancelled, or running through a duplicate entry)
+-- is only dropped. False when the task may not be taken (NEXT.may_take): it stays queued.
+function NEXT.start(i, qname, member)
   local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i,
-    TF_QUEUED_AT .. i, TF_FINISHED_AT .. i, TF_CHILDREN .. i)
+    TF_QUEUED_AT .. i, TF_FINISHED_AT .. i, TF_CHILDREN .. i, TF_PRIORITY .. i, TF_INPUTS .. i,
+    TF_MAP_OF .. i, TF_ERROR .. i, TF_PROGRESS .. i)
   if f[1] ~= T_QUEUED and f[1] ~= T_RETRY_WAIT then return true end
   if not NEXT.may_take(f[6] ~= false, NEXT.released[i]) then return false end
   take_left = take_left - 1
@@ -197,15 +218,14 @@ function NEXT.start(i, qname)
                       TF_STARTED_AT .. i, now, TF_UPDATED_AT .. i, now}) do
     NEXT.writes[#NEXT.writes + 1] = v
   end
-  for _, field in ipairs({TF_ERROR .. i, TF_FINISHED_AT .. i, TF_PROGRESS .. i}) do
-    NEXT.clears[#NEXT.clears + 1] = field
-  end
+  NEXT.clear(i, f[10], f[5], f[11])
   NEXT.leases[#NEXT.leases + 1] = now + lease_ms
   NEXT.leases[#NEXT.leases + 1] = lease_member(i)
   NEXT.indexes[#NEXT.indexes + 1] = i
   NEXT.attempts[#NEXT.attempts + 1] = attempt
   OBS.observe_wait(qname, f[4], f[5], now)
-  taken[#taken + 1] = {tonumber(i), attempt, f[3], task_inputs(i), OBS.run_order(i), f[6] and 1 or 0}
+  taken[#taken + 1] = {tonumber(i), attempt, f[3], task_inputs(i, f[8], f[9]),
+    OBS.run_order(i, tonumber(f[7]) or META.priority, member), f[6] and 1 or 0}
   return true
 end
 
@@ -216,7 +236,8 @@ OBS.succeeded = {indexes = {}, attempts = {}} -- one event entry for the batch
 for k = first_triple, #ARGV, 3 do
   local i, attempt, result = ARGV[k], ARGV[k + 1], ARGV[k + 2]
   local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
-    TF_STARTED_AT .. i, TF_CHILDREN .. i, TF_PAYLOAD .. i, TF_ID .. i, TF_QUEUE .. i)
+    TF_STARTED_AT .. i, TF_CHILDREN .. i, TF_PAYLOAD .. i, TF_ID .. i, TF_QUEUE .. i,
+    TF_LIMITS .. i, TF_ERROR .. i, TF_PROGRESS .. i, TF_WAITING_FOR .. i, TF_GATE_WAIT .. i)
   local code = ITEM_OK
   if META.packed then
     code = ITEM_STALE_TOKEN -- its job finished and was compacted: no attempt of it is current
@@ -235,10 +256,14 @@ for k = first_triple, #ARGV, 3 do
       writes[#writes + 1] = TF_RESULT .. i
       writes[#writes + 1] = result
     end
-    clears[#clears + 1] = TF_ERROR .. i
-    clears[#clears + 1] = TF_PROGRESS .. i
-    clears[#clears + 1] = TF_WAITING_FOR .. i -- it ran: no longer waiting for a worker with its code
-    clears[#clears + 1] = TF_GATE_WAIT .. i -- nor for a gate
+    -- the fields it has of: error, progress, waiting for a worker with its code (it ran),
+    -- waiting for a gate
+    if f[10] then clears[#clears + 1] = TF_ERROR .. i end
+    if f[11] then clears[#clears + 1] = TF_PROGRESS .. i end
+    if f[12] then clears[#clears + 1] = TF_WAITING_FOR .. i end
+    if f[13] then clears[#clears + 1] = TF_GATE_WAIT .. i end
+    -- only a task with limits holds pool or limit slots (claim.lua)
+    if f[9] then NEXT.slotted[#NEXT.slotted + 1] = i end
     leases[#leases + 1] = lease_member(i)
     history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', now, ''}, '\t')
     if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
@@ -258,7 +283,7 @@ if #leases > 0 then
   call_chunked('HSET', T, writes)
   call_chunked('HDEL', T, clears)
   call_chunked('ZREM', LEASES, leases)
-  for i in pairs(done) do SL.free_slots(i) end
+  for _, i in ipairs(NEXT.slotted) do SL.free_slots(i) end
   OBS.emit_many(EV.SUCCEEDED, OBS.succeeded.indexes, OBS.succeeded.attempts, {EF.HANDLER, handler})
   append_history(history)
   call_chunked('RPUSH', F, frontier)

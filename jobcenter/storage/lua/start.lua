@@ -27,14 +27,19 @@ for k = A + 1, #ARGV do
     seen[i] = true
     mine[#mine + 1] = lease
     local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i,
-      TF_QUEUE .. i, TF_QUEUED_AT .. i, TF_FINISHED_AT .. i, TF_CHILDREN .. i)
+      TF_QUEUE .. i, TF_QUEUED_AT .. i, TF_FINISHED_AT .. i, TF_CHILDREN .. i, TF_PRIORITY .. i,
+      TF_RANK .. i, TF_LIMITS .. i, TF_INPUTS .. i, TF_MAP_OF .. i, TF_ERROR .. i, TF_PROGRESS .. i)
     if f[1] == T_QUEUED or f[1] == T_RETRY_WAIT then
       local attempt = tonumber(f[2] or 0) + 1
       for _, v in ipairs({TF_STATE .. i, T_RUNNING, TF_ATTEMPTS .. i, attempt, TF_HANDLER .. i, handler,
                           TF_STARTED_AT .. i, now, TF_UPDATED_AT .. i, now}) do writes[#writes + 1] = v end
-      -- a fresh attempt: the last one's error, finish time and progress are history now
-      for _, f in ipairs({TF_ERROR .. i, TF_FINISHED_AT .. i, TF_PROGRESS .. i}) do clears[#clears + 1] = f end
-      started[#started + 1] = {tonumber(i), attempt, f[3], task_inputs(i), OBS.run_order(i),
+      -- a fresh attempt: the last one's error, finish time and progress (those it has) are
+      -- history now
+      if f[13] then clears[#clears + 1] = TF_ERROR .. i end
+      if f[6] then clears[#clears + 1] = TF_FINISHED_AT .. i end
+      if f[14] then clears[#clears + 1] = TF_PROGRESS .. i end
+      local order = OBS.run_order(i, tonumber(f[8]) or META.priority, queue_member(i, f[9], f[10]))
+      started[#started + 1] = {tonumber(i), attempt, f[3], task_inputs(i, f[11], f[12]), order,
         f[7] and 1 or 0}
       started_indexes[#started_indexes + 1] = i
       started_attempts[#started_attempts + 1] = attempt
@@ -52,4 +57,4 @@ call_chunked('HDEL', T, clears)
 if #started > 0 then redis.call('HSET', J, JF.UPDATED_AT, now) end
 OBS.emit_many(EV.STARTED, started_indexes, started_attempts, {EF.HANDLER, handler})
 OBS.flush_counts()
-return {OK, started, META.queues, redis.call('HGET', J, JF.IDEMPOTENCY_KEY) or ''}
+return {OK, started, META.queues, META.idem or ''}
