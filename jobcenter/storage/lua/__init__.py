@@ -93,11 +93,21 @@ _TOKEN = re.compile(
     r"|(?<![\w.:])([A-Za-z_]\w*)(?:\.(\w+))?(\s*=(?!=))?",
     re.S,
 )
-# Names a script declares: locals, function parameters, loop variables.
+# Names a script declares: locals, functions (`function T.f` names none: it sets a field)
+# and their parameters, loop variables.
 _DECLARED = re.compile(
-    r"\blocal\s+(?:function\s+)?(\w+(?:\s*,\s*\w+)*)"
-    r"|\bfunction\b[\w.:\s]*\(([^)]*)\)|\bfor\s+(\w+(?:\s*,\s*\w+)*)\s+(?:in\b|=)"
+    r"\blocal\s+(?!function\b)(?P<locals>\w+(?:\s*,\s*\w+)*)"
+    r"|\bfunction\s*(?P<function>[\w.:]*)\s*\((?P<params>[^)]*)\)"
+    r"|\bfor\s+(?P<loop>\w+(?:\s*,\s*\w+)*)\s+(?:in\b|=)"
 )
+
+
+def _declared(code: str) -> set[str]:
+    names: set[str] = set()
+    for m in _DECLARED.finditer(code):
+        function = m["function"] if _WORD.fullmatch(m["function"] or "") else ""
+        names.update(_WORD.findall(" ".join(filter(None, [*m.group(1, 3, 4), function]))))
+    return names
 
 
 def _inline_constants(prelude: str, body: str) -> str:
@@ -108,10 +118,9 @@ def _inline_constants(prelude: str, body: str) -> str:
     values = {m[1]: m[2] for m in _SCALAR.finditer(prelude)}
     tables = {m[1]: dict(_ENTRY.findall(m[2])) for m in _TABLE.finditer(prelude)}
     code = _TOKEN.sub(lambda m: "''" if m[1] else m.group(), body)  # no comment, no string
-    for names in _DECLARED.findall(code):
-        shadowed = set(re.findall(r"\w+", " ".join(names))) & (values.keys() | tables.keys())
-        if shadowed:
-            raise ValueError(f"Lua declares a local named like the constant {shadowed.pop()}")
+    shadowed = _declared(code) & (values.keys() | tables.keys())
+    if shadowed:
+        raise ValueError(f"Lua declares a local named like the constant {shadowed.pop()}")
 
     def literal(match: re.Match[str]) -> str:
         kept, name, field, assigned = match.groups()

@@ -1,0 +1,109 @@
+"""What the task path's scripts cost Redis per call: the Redis commands a claim, a completion
+that takes the next task, and a chain's hop run (counted on a server of the test's own, so
+nothing else counts), and the script text the loader sends. Each command a script runs is
+Redis CPU on every task; these budgets keep the path from growing one back unnoticed."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import redis
+
+from jobcenter.config import Settings
+from jobcenter.model.spec import spec_from_any
+from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.lua import _inline_constants, source
+from jobcenter.storage.store import StartedTask, Store
+
+HANDLER = "handler-one"
+QUEUES = ["default"]
+# Commands run inside the scripts (events and metrics on, as a worker's defaults). The code
+# this was written against ran 28, 37 and 42.
+CLAIM_AND_START_MAX = 23
+FLAT_COMPLETION_MAX = 28
+CHAIN_HOP_MAX = 28
+
+
+def flat(n: int) -> dict[str, Any]:
+    return {"name": "flat", "tasks": [{"id": f"t{i}", "task": "t.x"} for i in range(n)]}
+
+
+def chain(n: int) -> dict[str, Any]:
+    tasks: list[dict[str, Any]] = [{"id": "c0", "task": "t.x"}]
+    tasks += [{"id": f"c{i}", "task": "t.x", "depends_on": [f"c{i - 1}"]} for i in range(1, n)]
+    return {"name": "chain", "tasks": tasks}
+
+
+def commands_run(r: redis.Redis) -> int:
+    """Commands the server ran so far, but the script calls themselves and INFO."""
+    stats = r.info("commandstats")
+    skipped = {"cmdstat_evalsha", "cmdstat_info"}
+    return sum(v["calls"] for name, v in stats.items() if name not in skipped)
+
+
+@pytest.fixture
+def own_store(private_redis: RedisServer) -> Store:
+    return Store.from_settings(Settings(redis_url=private_redis.url, namespace="cost"))
+
+
+def complete_taking_one(store: Store, task: StartedTask) -> StartedTask | None:
+    codes, taken = store.complete(
+        HANDLER, [(task.job_id, task.index, task.attempt)], take_queues=QUEUES, take_max=1
+    )
+    assert set(codes.values()) == {0}
+    return taken[0] if taken else None
+
+
+@pytest.mark.parametrize(
+    ("spec", "budget"),
+    [(flat(8), FLAT_COMPLETION_MAX), (chain(8), CHAIN_HOP_MAX)],
+    ids=["flat", "chain"],
+)
+def test_a_completion_that_takes_the_next_task_runs_few_redis_commands(
+    own_store: Store, spec: dict[str, Any], budget: int
+) -> None:
+    own_store.submit(spec_from_any(spec))
+    before = commands_run(own_store.redis)
+    (task,) = own_store.claim(HANDLER, QUEUES, max_tasks=1, max_leader=0).tasks
+    claimed = commands_run(own_store.redis)
+    assert claimed - before <= CLAIM_AND_START_MAX
+    # the first completion learns the task name's estimate; the next ones are alike
+    next_task = complete_taking_one(own_store, task)
+    for _ in range(3):
+        assert next_task is not None
+        before = commands_run(own_store.redis)
+        next_task = complete_taking_one(own_store, next_task)
+        assert commands_run(own_store.redis) - before <= budget
+
+
+def test_the_loader_writes_the_preludes_constants_as_literals() -> None:
+    """A constant kept as a local would make each function that names it capture it, and
+    every call rebuilds those captures: the values are written in place instead."""
+    text = source("complete")
+    assert not re.search(r"^local (TF_|JF |EV |MF |OK |ITEM_OK )", text, re.M)
+    assert "'s:' .. i" in text and "{(-4)}" in text  # TF_STATE .. i, {JOB_GONE}
+
+
+def test_inlining_leaves_comments_strings_and_other_names_alone() -> None:
+    prelude = "local TF_STATE = 's:'\nlocal GONE = -4\nlocal JF = {STATE = 'state'}\n"
+    body = (
+        "-- TF_STATE in a comment\n"
+        "local s = 'TF_STATE' .. TF_STATE .. i\n"
+        "if x == GONE then return {GONE, JF.STATE, JF.OTHER, OBS.TF_STATE} end\n"
+    )
+    assert _inline_constants(prelude, body) == (
+        "-- TF_STATE in a comment\n"
+        "local s = 'TF_STATE' .. 's:' .. i\n"
+        "if x == (-4) then return {(-4), 'state', JF.OTHER, OBS.TF_STATE} end\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["local GONE = 1", "local a, GONE = 1, 2", "local function f(x, GONE) end", "GONE = 2"],
+)
+def test_inlining_refuses_a_script_that_reuses_a_constants_name(body: str) -> None:
+    with pytest.raises(ValueError, match="GONE"):
+        _inline_constants("local GONE = -4\n", body)
