@@ -61,14 +61,23 @@ local function be_uint(s, at, n)
   return v
 end
 
+-- The msgpack header sizes, built on the first use (a map expansion), not by every call.
+local MSGPACK = {}
+function MSGPACK.sizes()
+  if not MSGPACK.fixed then
+    MSGPACK.fixed = {[0xca] = 5, [0xcb] = 9, [0xcc] = 2, [0xcd] = 3, [0xce] = 5, [0xcf] = 9,
+      [0xd0] = 2, [0xd1] = 3, [0xd2] = 5, [0xd3] = 9, [0xd4] = 3, [0xd5] = 4, [0xd6] = 6,
+      [0xd7] = 10, [0xd8] = 18, [0xc0] = 1, [0xc2] = 1, [0xc3] = 1}
+    MSGPACK.sized = {[0xc4] = 1, [0xd9] = 1, [0xc5] = 2, [0xda] = 2, [0xc6] = 4, [0xdb] = 4} -- bin, str
+    MSGPACK.ext = {[0xc7] = 1, [0xc8] = 2, [0xc9] = 4}
+  end
+  return MSGPACK.fixed, MSGPACK.sized, MSGPACK.ext
+end
+
 -- The msgpack item at pos: the bytes of its own header and payload, and how many values it
 -- holds (containers). nil: not msgpack (0xc1, or past the end).
-local FIXED_SIZES = {[0xca] = 5, [0xcb] = 9, [0xcc] = 2, [0xcd] = 3, [0xce] = 5, [0xcf] = 9,
-  [0xd0] = 2, [0xd1] = 3, [0xd2] = 5, [0xd3] = 9, [0xd4] = 3, [0xd5] = 4, [0xd6] = 6,
-  [0xd7] = 10, [0xd8] = 18, [0xc0] = 1, [0xc2] = 1, [0xc3] = 1}
-local SIZED = {[0xc4] = 1, [0xd9] = 1, [0xc5] = 2, [0xda] = 2, [0xc6] = 4, [0xdb] = 4} -- bin, str
-local EXT = {[0xc7] = 1, [0xc8] = 2, [0xc9] = 4}
 local function msgpack_item(s, pos)
+  local FIXED_SIZES, SIZED, EXT = MSGPACK.sizes()
   local b = string.byte(s, pos)
   if not b then return nil end
   if b <= 0x7f or b >= 0xe0 then return 1, 0 end

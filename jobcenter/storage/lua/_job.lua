@@ -156,7 +156,10 @@ function OBS.count(field, n)
   if OBS.metrics_on then OBS.counts[field] = (OBS.counts[field] or 0) + (n or 1) end
 end
 function OBS.flush_counts()
-  for field, n in pairs(OBS.counts) do redis.call('HINCRBY', OBS.metrics, field, n) end
+  for field, n in pairs(OBS.counts) do
+    -- adding 0 changes nothing a scrape sees: an absent field reads as 0
+    if n ~= 0 then redis.call('HINCRBY', OBS.metrics, field, n) end
+  end
   OBS.counts = {}
 end
 
