@@ -182,7 +182,7 @@ for k = 9, #KEYS, 3 do
   local wanted = want > 0
   local rate = wanted and rate_window(qname)
   local rate_left = rate and rate.left or want
-  local before = want
+  local before, emptied = want, false
   while want > 0 and rate_left > 0 and parked_left > 0 do
     local asked = math.min(want, rate_left)
     local popped = redis.call('ZPOPMIN', ready, asked)
@@ -205,15 +205,16 @@ for k = 9, #KEYS, 3 do
     end
     call_chunked('ZADD', LEASES, leases)
     call_chunked('HSET', CLAIMS, claims)
-    if #popped < 2 * asked then break end -- the queue is empty
+    emptied = #popped < 2 * asked
+    if emptied then break end -- the queue is empty
   end
   if rate and before > want then
     redis.call('HSET', LIMITS, LF.RATE_WINDOW .. qname, rate.start .. '|' .. rate.count + before - want)
   end
-  local rate_blocked = rate and rate_left <= 0 and redis.call('EXISTS', ready) == 1
-  if rate_blocked then -- the queue waits for the window's end: say when, so workers wake then
-    due_in(rate.ends - now)
-  elseif wanted and redis.call('EXISTS', ready) == 1 then
+  local more = wanted and not emptied and redis.call('EXISTS', ready) == 1
+  if rate and rate_left <= 0 and more then -- the queue waits for the window's end: say when,
+    due_in(rate.ends - now) -- so workers wake then
+  elseif more then
     wake(wake_key, 1) -- more is ready: wake another idle worker rather than leave it asleep
   end
   local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
