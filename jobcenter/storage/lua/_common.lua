@@ -34,7 +34,7 @@ local WAKE_LIST_MAX = 64 -- tokens kept while nobody sleeps, so the list stays s
 -- Push wake-up tokens that idle workers BLPOP instead of polling (one RPUSH).
 local function wake(key, n)
   local tokens = {}
-  for k = 1, math.min(n, WAKE_TOKENS_MAX) do tokens[k] = 1 end
+  for k = 1, math.min(n, WAKE_TOKENS_MAX) do tokens[k] = '1' end -- text: no formatting
   if #tokens == 0 then return end
   if redis.call('RPUSH', key, unpack(tokens)) > WAKE_LIST_MAX then
     redis.call('LTRIM', key, -WAKE_LIST_MAX, -1)

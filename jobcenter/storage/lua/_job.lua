@@ -31,6 +31,7 @@ SL.keys = {limits = KEYS[15 + #JOB_STATES], slots = KEYS[16 + #JOB_STATES],
 -- Events and metrics (one table, for the same reason).
 OBS.events, OBS.metrics = KEYS[20 + #JOB_STATES], KEYS[21 + #JOB_STATES]
 OBS.maxlen, OBS.metrics_on, OBS.counts = tonumber(ARGV[3]), ARGV[4] == '1', {}
+OBS.maxlen_arg = ARGV[3] -- as XADD gets it: a number would be formatted by each call
 local QK = 21 + #JOB_STATES -- the queue keys follow
 local QUEUES = {}
 for qi = 1, NQ do
@@ -121,7 +122,7 @@ function OBS.emit(kind, i, extra)
     entry[6] = i
   end
   for _, v in ipairs(extra or {}) do entry[#entry + 1] = v end
-  redis.call('XADD', OBS.events, 'MAXLEN', '~', OBS.maxlen, '*', unpack(entry))
+  redis.call('XADD', OBS.events, 'MAXLEN', '~', OBS.maxlen_arg, '*', unpack(entry))
 end
 
 -- Many tasks' events of one kind in one entry, as the hot path makes them (a batch of
@@ -135,7 +136,7 @@ function OBS.emit_many(kind, indexes, attempts, extra)
     entry[8] = table.concat(attempts, ',')
   end
   for _, v in ipairs(extra or {}) do entry[#entry + 1] = v end
-  redis.call('XADD', OBS.events, 'MAXLEN', '~', OBS.maxlen, '*', unpack(entry))
+  redis.call('XADD', OBS.events, 'MAXLEN', '~', OBS.maxlen_arg, '*', unpack(entry))
 end
 
 -- An attempt's fields for an event (attempt, handler) and, when given, its error, short.

@@ -33,6 +33,8 @@ if not load_job() then return {JOB_GONE} end
 if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
+-- the times it writes, as text once: a number sent to Redis is formatted by every call
+NEXT.now, NEXT.lease_until = tostring(now), tostring(now + lease_ms)
 -- the learned estimates, in one table (the main chunk may hold at most 200 locals):
 -- weight: of the newest run in the moving average, a few runs adapt it; max: fields per
 -- shard, past this only known ones are updated
@@ -120,11 +122,11 @@ local function take(c)
   take_left = take_left - 1
   local attempt = tonumber(f[7] or 0) + 1
   redis.call('HSET', T, TF_STATE .. c, T_RUNNING, TF_ATTEMPTS .. c, attempt, TF_HANDLER .. c, handler,
-    TF_QUEUED_AT .. c, now, TF_STARTED_AT .. c, now, TF_UPDATED_AT .. c, now)
+    TF_QUEUED_AT .. c, NEXT.now, TF_STARTED_AT .. c, NEXT.now, TF_UPDATED_AT .. c, NEXT.now)
   NEXT.clear(c, f[11], f[12], f[13]) -- a fresh attempt
   call_chunked('HDEL', T, NEXT.clears)
   NEXT.clears = {}
-  redis.call('ZADD', LEASES, now + lease_ms, lease_member(c))
+  redis.call('ZADD', LEASES, NEXT.lease_until, lease_member(c))
   OBS.emit(EV.STARTED, c, {EF.ATTEMPT, attempt, EF.HANDLER, handler})
   OBS.observe_wait(qname, now, nil, now) -- started the moment it was released
   taken[#taken + 1] = {tonumber(c), attempt, f[8], task_inputs(c, f[9], f[10]),
@@ -173,7 +175,7 @@ function NEXT.take_queued()
   call_chunked('HSET', T, NEXT.writes)
   call_chunked('HDEL', T, NEXT.clears)
   call_chunked('ZADD', LEASES, NEXT.leases)
-  if META.updated_at ~= now then redis.call('HSET', J, JF.UPDATED_AT, now) end
+  if META.updated_at ~= now then redis.call('HSET', J, JF.UPDATED_AT, NEXT.now) end
   OBS.emit_many(EV.STARTED, NEXT.indexes, NEXT.attempts, {EF.HANDLER, handler})
   OBS.flush_counts()
 end
@@ -215,11 +217,11 @@ function NEXT.start(i, qname, member)
   take_left = take_left - 1
   local attempt = tonumber(f[2] or 0) + 1
   for _, v in ipairs({TF_STATE .. i, T_RUNNING, TF_ATTEMPTS .. i, attempt, TF_HANDLER .. i, handler,
-                      TF_STARTED_AT .. i, now, TF_UPDATED_AT .. i, now}) do
+                      TF_STARTED_AT .. i, NEXT.now, TF_UPDATED_AT .. i, NEXT.now}) do
     NEXT.writes[#NEXT.writes + 1] = v
   end
   NEXT.clear(i, f[10], f[5], f[11])
-  NEXT.leases[#NEXT.leases + 1] = now + lease_ms
+  NEXT.leases[#NEXT.leases + 1] = NEXT.lease_until
   NEXT.leases[#NEXT.leases + 1] = lease_member(i)
   NEXT.indexes[#NEXT.indexes + 1] = i
   NEXT.attempts[#NEXT.attempts + 1] = attempt
@@ -251,7 +253,7 @@ for k = first_triple, #ARGV, 3 do
     done[i] = true
     local n = #writes -- no loop here: its hidden locals would pass the 200 (see EST)
     writes[n + 1], writes[n + 2], writes[n + 3] = TF_STATE .. i, T_SUCCEEDED, TF_FINISHED_AT .. i
-    writes[n + 4], writes[n + 5], writes[n + 6] = now, TF_UPDATED_AT .. i, now
+    writes[n + 4], writes[n + 5], writes[n + 6] = NEXT.now, TF_UPDATED_AT .. i, NEXT.now
     if result ~= '' then -- '': it returned None, which is stored as no result at all
       writes[#writes + 1] = TF_RESULT .. i
       writes[#writes + 1] = result
@@ -265,7 +267,7 @@ for k = first_triple, #ARGV, 3 do
     -- only a task with limits holds pool or limit slots (claim.lua)
     if f[9] then NEXT.slotted[#NEXT.slotted + 1] = i end
     leases[#leases + 1] = lease_member(i)
-    history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', now, ''}, '\t')
+    history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', NEXT.now, ''}, '\t')
     if f[5] then frontier[#frontier + 1] = {'r', i, i, f[5]} end -- its children hear of it
     local name = OBS.payload_task_name(f[6])
     EST.learn_run(i, f[4], name, f[7])

@@ -16,6 +16,7 @@ if not load_job() then
 end
 
 local now = now_ms()
+local now_text = tostring(now) -- written as text: a number is formatted by each call
 local leases = {}
 for k = A + 1, #ARGV do leases[#leases + 1] = lease_member(ARGV[k]) end
 local holders = redis.call('HMGET', CLAIMS, unpack(leases))
@@ -32,7 +33,7 @@ for k = A + 1, #ARGV do
     if f[1] == T_QUEUED or f[1] == T_RETRY_WAIT then
       local attempt = tonumber(f[2] or 0) + 1
       for _, v in ipairs({TF_STATE .. i, T_RUNNING, TF_ATTEMPTS .. i, attempt, TF_HANDLER .. i, handler,
-                          TF_STARTED_AT .. i, now, TF_UPDATED_AT .. i, now}) do writes[#writes + 1] = v end
+                          TF_STARTED_AT .. i, now_text, TF_UPDATED_AT .. i, now_text}) do writes[#writes + 1] = v end
       -- a fresh attempt: the last one's error, finish time and progress (those it has) are
       -- history now
       if f[13] then clears[#clears + 1] = TF_ERROR .. i end
@@ -54,7 +55,7 @@ call_chunked('ZREM', LEASES, dropped)
 for _, lease in ipairs(dropped) do SL.free_slots(string.match(lease, '|(%d+)$')) end
 call_chunked('HSET', T, writes)
 call_chunked('HDEL', T, clears)
-if #started > 0 then redis.call('HSET', J, JF.UPDATED_AT, now) end
+if #started > 0 then redis.call('HSET', J, JF.UPDATED_AT, now_text) end
 OBS.emit_many(EV.STARTED, started_indexes, started_attempts, {EF.HANDLER, handler})
 OBS.flush_counts()
 return {OK, started, META.queues, META.idem or ''}
