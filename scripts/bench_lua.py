@@ -15,13 +15,22 @@ redis-server's CPU (user + system: steadier when the machine is busy, and it cou
 network and parsing too), script calls, and this process's CPU. Not part of the test
 suite; the machine is noisy, so compare figures of one run, or the best of --repeats.
 
+With --callgrind, redis-server runs under valgrind's callgrind and each case also prints
+the instructions Redis executed per task in its timed loop (thousands, kIr): a count the
+machine's load does not change, so it compares two versions where times cannot (slow: use
+a few hundred tasks, e.g. --tasks 300 --jobs 30 --repeats 1).
+
     .venv/bin/python scripts/bench_lua.py [--tasks N] [--batches 1,8,32] [--repeats 3]
+                                          [--callgrind]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +44,8 @@ from jobcenter.config import Settings
 from jobcenter.model.spec import spec_from_any
 from jobcenter.runtime.leader import Leader
 from jobcenter.storage.connection import connect
-from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.embedded import BINARY_ENV_VAR, RedisServer, find_redis_server
+from jobcenter.storage.lua import ALL_SCRIPTS
 from jobcenter.storage.store import StartedTask, Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,6 +132,48 @@ def run_slots(store: Store, slots: int, per_call: int = 2) -> int:
         n += len(done)
 
 
+def callgrind_wrapper(directory: str) -> str:
+    """An executable that runs redis-server under callgrind, counting nothing until asked
+    (callgrind_control -i on), its dumps in `directory`."""
+    real = find_redis_server()
+    wrapper = Path(directory) / "redis-server-callgrind"
+    wrapper.write_text(
+        f'#!/bin/sh\n[ "$1" = --version ] && exec {real} "$@"\n'
+        f"exec valgrind --tool=callgrind --instr-atstart=no -q "
+        f'--callgrind-out-file={directory}/callgrind.%p {real} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+class Instructions:
+    """Instructions redis-server executes between start() and stop() (callgrind), or None
+    when it does not run under callgrind."""
+
+    def __init__(self, store: Store, directory: str | None) -> None:
+        self.directory = directory
+        self.pid = str(store.redis.info("server")["process_id"])
+
+    def control(self, *args: str) -> None:
+        subprocess.run(["callgrind_control", *args, self.pid], capture_output=True, check=True)
+
+    def start(self) -> None:
+        if self.directory:
+            self.control("--zero")
+            self.control("--instr=on")
+
+    def stop(self) -> float | None:
+        if not self.directory:
+            return None
+        self.control("--instr=off")
+        self.control("--dump")
+        dumps = sorted(Path(self.directory).glob(f"callgrind.{self.pid}.*"), key=os.path.getmtime)
+        totals = [line for line in dumps[-1].read_text().splitlines() if line.startswith("totals:")]
+        for dump in dumps:
+            dump.unlink()
+        return float(totals[-1].split()[1])
+
+
 @dataclasses.dataclass
 class Case:
     name: str
@@ -129,18 +181,26 @@ class Case:
     run: Callable[[Store], int]
 
 
-def measure(url: str, settings: Settings, case: Case, run: int) -> dict[str, float]:
+def measure(
+    url: str, settings: Settings, case: Case, run: int, callgrind: str | None
+) -> dict[str, float]:
     namespace = f"lua{run}-{case.name.replace(' ', '').replace('=', '')}"
     store = Store(connect(url), dataclasses.replace(settings, namespace=namespace))
+    for name in ALL_SCRIPTS:  # loaded before the timed loop: a first call's load is no task's
+        store.scripts.load(name)
     for spec in case.specs():
         store.submit(spec_from_any(spec))
     lead(store)
+    instructions = Instructions(store, callgrind)
     usec0, calls0, redis_cpu0 = evalsha(store)
+    instructions.start()
     cpu0 = time.process_time()
     n = case.run(store)
     cpu = time.process_time() - cpu0
+    counted = instructions.stop()
     usec, calls, redis_cpu = evalsha(store)
     return {
+        "kir": 0.0 if counted is None else counted / n / 1000,
         "tasks": n,
         "redis_us": (usec - usec0) / n,
         "redis_cpu_us": (redis_cpu - redis_cpu0) * 1e6 / n,
@@ -156,10 +216,13 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=200, help="seed-000 jobs")
     parser.add_argument("--repeats", type=int, default=3, help="runs per case: the best is shown")
     parser.add_argument("--only", default="", help="comma-separated case names to run")
+    parser.add_argument(
+        "--callgrind", action="store_true", help="count Redis's instructions per task (valgrind)"
+    )
     args = parser.parse_args()
     n = args.tasks
     cases = [
-        Case(f"flat B={b}", lambda: [flat(n)], lambda s, b=b: run_batches(s, b))
+        Case(f"flat B={b}", lambda: [flat(n)], functools.partial(run_batches, batch=b))
         for b in map(int, args.batches.split(","))
     ]
     cases.append(Case("chain", lambda: [chain(n)], lambda s: run_batches(s, 1)))
@@ -168,19 +231,25 @@ def main() -> int:
         cases = [c for c in cases if c.name in args.only.split(",")]
     settings = Settings.from_env()
     with tempfile.TemporaryDirectory() as d:
+        callgrind = d if args.callgrind else None
+        if callgrind:
+            os.environ[BINARY_ENV_VAR] = callgrind_wrapper(d)
         server = RedisServer(d, appendonly=False).start()
         try:
             print(
                 f"{'case':12s} {'tasks':>6s} {'evalsha us/task':>16s} {'redis cpu us/task':>18s}"
                 f" {'calls/task':>11s} {'client us/task':>15s}"
+                + (f" {'redis kIr/task':>15s}" if callgrind else "")
             )
             for case in cases:
-                runs = [measure(server.url, settings, case, k) for k in range(args.repeats)]
+                runs = [
+                    measure(server.url, settings, case, k, callgrind) for k in range(args.repeats)
+                ]
                 best = min(runs, key=lambda r: r["redis_cpu_us"])
                 print(
                     f"{case.name:12s} {best['tasks']:6.0f} {best['redis_us']:16.1f}"
                     f" {best['redis_cpu_us']:18.1f} {best['calls']:11.2f}"
-                    f" {best['client_us']:15.1f}",
+                    f" {best['client_us']:15.1f}" + (f" {best['kir']:15.1f}" if callgrind else ""),
                     flush=True,
                 )
         finally:
