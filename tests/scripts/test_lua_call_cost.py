@@ -23,7 +23,7 @@ QUEUES = ["default"]
 # this was written against ran 28, 37 and 42.
 CLAIM_AND_START_MAX = 23
 FLAT_COMPLETION_MAX = 28
-CHAIN_HOP_MAX = 26
+CHAIN_HOP_MAX = 28
 
 
 def flat(n: int) -> dict[str, Any]:

@@ -529,40 +529,10 @@ local function store_parent_counts(c, counts)
     TF_PARENTS_FAILED .. c, counts.nf, TF_PARENTS_SKIPPED .. c, counts.nk)
 end
 
--- Tell the children of frontier entry (kind, i, origin) that their parent ended, from
--- position pos of its children list csv, while the budget lasts: returns the budget left
--- and the entry for the children not visited (nil: none).
-local function visit_children(kind, i, origin, pos, csv, budget, now, take)
-  while budget > 0 do
-    local s, e = string.find(csv, '[^,]+', pos)
-    if not s then break end
-    local c = string.sub(csv, s, e)
-    pos = e + 2
-    budget = budget - 1
-    parent_ended(kind, c, origin, now, take)
-  end
-  if string.find(csv, '[^,]+', pos) then return budget, kind .. '|' .. i .. '|' .. origin .. '|' .. pos end
-  return budget, nil
-end
-
 -- Visit children from the frontier, at most FRONTIER_BUDGET of them; what is left waits
 -- for a 'continue' leader message, so a 100,000-child fan-out never blocks Redis for long.
--- entries: {kind, i, origin, children} of tasks that just ended, which the caller did not
--- push because the frontier was empty: visited first, as if popped from it (what the
--- budget leaves of them goes to its head, in order).
-local function drain_frontier(now, take, entries)
+local function drain_frontier(now, take)
   local budget, emptied = FRONTIER_BUDGET, false
-  for k, entry in ipairs(entries or {}) do
-    local rest
-    budget, rest = visit_children(entry[1], entry[2], entry[3], 1, entry[4], budget, now, take)
-    if budget <= 0 then
-      for n = #entries, k + 1, -1 do
-        redis.call('LPUSH', F, entries[n][1] .. '|' .. entries[n][2] .. '|' .. entries[n][3] .. '|1')
-      end
-      if rest then redis.call('LPUSH', F, rest) end
-      break
-    end
-  end
   while budget > 0 do
     local entry = redis.call('LPOP', F)
     emptied = not entry
@@ -570,9 +540,18 @@ local function drain_frontier(now, take, entries)
     local kind, i, origin, pos = string.match(entry, '^(%a)|(%d+)|(%d+)|(%d+)$')
     if kind == 'x' then budget = map_expand(i, budget, now) end -- writes instances instead
     local csv = kind ~= 'x' and redis.call('HGET', T, TF_CHILDREN .. i) or ''
-    local rest
-    budget, rest = visit_children(kind, i, origin, tonumber(pos), csv, budget, now, take)
-    if rest then redis.call('LPUSH', F, rest) end
+    pos = tonumber(pos)
+    while budget > 0 do
+      local s, e = string.find(csv, '[^,]+', pos)
+      if not s then break end
+      local c = string.sub(csv, s, e)
+      pos = e + 2
+      budget = budget - 1
+      parent_ended(kind, c, origin, now, take)
+    end
+    if string.find(csv, '[^,]+', pos) then
+      redis.call('LPUSH', F, kind .. '|' .. i .. '|' .. origin .. '|' .. pos)
+    end
   end
   flush_wakes()
   if not emptied and redis.call('EXISTS', F) == 1 then

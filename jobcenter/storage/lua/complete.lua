@@ -268,7 +268,7 @@ for k = first_triple, #ARGV, 3 do
     if f[9] then NEXT.slotted[#NEXT.slotted + 1] = i end
     leases[#leases + 1] = lease_member(i)
     history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', NEXT.now, ''}, '\t')
-    if f[5] then frontier[#frontier + 1] = {'r', i, i, f[5]} end -- its children hear of it
+    if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
     local name = OBS.payload_task_name(f[6])
     EST.learn_run(i, f[4], name, f[7])
     OBS.succeeded.indexes[#OBS.succeeded.indexes + 1] = i
@@ -288,14 +288,10 @@ if #leases > 0 then
   for _, i in ipairs(NEXT.slotted) do SL.free_slots(i) end
   OBS.emit_many(EV.SUCCEEDED, OBS.succeeded.indexes, OBS.succeeded.attempts, {EF.HANDLER, handler})
   append_history(history)
-  if #frontier > 0 and redis.call('LLEN', F) > 0 then -- behind other entries: in their order
-    for k, entry in ipairs(frontier) do frontier[k] = table.concat(entry, '|', 1, 3) .. '|1' end
-    call_chunked('RPUSH', F, frontier)
-    frontier = {}
-  end
+  call_chunked('RPUSH', F, frontier)
   task_finished(now, #leases)
 end
 EST.flush()
-drain_frontier(now, take, frontier) -- the frontier was empty: these first, from memory
+drain_frontier(now, take)
 NEXT.take_queued()
 return {OK, codes, taken}
