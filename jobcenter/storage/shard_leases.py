@@ -25,6 +25,9 @@ STALE_TOKEN = schema.code("STALE_TOKEN")
 # A blocking pop ends well within the client's socket timeout (redis-py's default: 5 s), or
 # it would read as a dead connection.
 BLOCK_MAX_SECONDS = 2.0
+# Redis 6.2 cuts a blocking timeout down to whole milliseconds and reads 0 as "for ever": a
+# BLPOP of 0.001 s or less blocks until the socket times out. No pop waits less than this.
+BLOCK_MIN_SECONDS = 0.01
 NUDGE_TOKENS_MAX = 64  # a stopping worker wakes at most this many others' renewals
 OWNERS_READ_MAX = 100  # leases read per segment by owners_of (the dashboard's read)
 
@@ -109,9 +112,9 @@ class ShardLeases:
 
     def wait_for_changes(self, timeout: float) -> bool:
         """Block until a worker gives segments back (leave's nudge: True) or `timeout`
-        passes, at most BLOCK_MAX_SECONDS."""
-        timeout = min(timeout, BLOCK_MAX_SECONDS)
-        return self.redis.blpop([self.keys.segments_wake()], timeout=timeout) is not None
+        passes (held between BLOCK_MIN_SECONDS and BLOCK_MAX_SECONDS)."""
+        wake = self.keys.segments_wake()
+        return self.redis.blpop([wake], timeout=block_seconds(timeout)) is not None
 
     def pass_on_nudge(self) -> None:
         """Put back a nudge popped by a worker that has just left: its own renewal loop may
@@ -148,11 +151,16 @@ def pop_wake(redis: Any, keys: Sequence[str], timeout: float) -> str | None:
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
-        popped = redis.blpop(list(keys), timeout=max(0.001, min(left, BLOCK_MAX_SECONDS)))
+        popped = redis.blpop(list(keys), timeout=block_seconds(left))
         if popped is not None:
             return text(popped[0])
         if left <= BLOCK_MAX_SECONDS:
             return None
+
+
+def block_seconds(timeout: float) -> float:
+    """The timeout to send with a blocking pop for a wait of `timeout` seconds."""
+    return min(max(timeout, BLOCK_MIN_SECONDS), BLOCK_MAX_SECONDS)
 
 
 def push_wake(redis: Any, key: str) -> None:

@@ -11,15 +11,17 @@ from helpers import wait_until
 from lua_helpers import H1, H2, H3, decode, untouched
 
 from jobcenter.runtime.segments import Ownership
-from jobcenter.storage.connection import time_ms
+from jobcenter.storage.connection import probe_client, time_ms
 from jobcenter.storage.keys import LEADER_SEGMENT
 from jobcenter.storage.schema import code
-from jobcenter.storage.shard_leases import ShardLeases
+from jobcenter.storage.shard_leases import ShardLeases, pop_wake
 from jobcenter.storage.store import Store
 
 LONG_MS = 30_000
 SHORT_MS = 100  # a lease a test waits out on purpose
 SEG = (0, "default")
+# The socket timeout of a client that must never block longer than its wait
+QUICK_SOCKET_SECONDS = 1.0
 
 
 @pytest.fixture
@@ -178,3 +180,16 @@ def test_a_leaving_workers_own_renewal_loop_passes_its_nudge_on(store: Store) ->
     wake = store.keys.segments_wake()
     assert store.redis.blpop([wake], timeout=5) is not None, "the nudge was swallowed"
     stopped.set()
+
+
+@pytest.mark.parametrize("seconds", [0.001, 0.0004, 0.0])
+def test_a_wait_of_a_millisecond_or_less_ends_instead_of_blocking_for_ever(
+    redis_url: str, store: Store, seconds: float
+) -> None:
+    """Redis 6.2 cuts a BLPOP timeout down to whole milliseconds and blocks for ever on 0:
+    the renewal loop's last wait before a round, a sliver of a millisecond, hung until the
+    socket timed out (5 s: the round ran that late and a lease lapsed)."""
+    quick = probe_client(QUICK_SOCKET_SECONDS, redis_url)
+    leases = ShardLeases(quick, store.keys, LONG_MS)
+    assert leases.wait_for_changes(seconds) is False
+    assert pop_wake(quick, [store.keys.wake(0, "default")], seconds) is None
