@@ -132,17 +132,27 @@ class Ownership:
         log.info("gave back every owned shard")
 
     def run(self, stopped: threading.Event) -> None:
-        """Renew every interval, or at once when another worker gives its segments back."""
+        """Renew every interval, or at once when another worker gives its segments back. A
+        round Redis refused is tried again after ERROR_PAUSE_SECONDS, not an interval later:
+        the leases are that much nearer their end already."""
+        retry = False
         while not stopped.is_set() and not self.closed:
             try:
-                deadline = time.monotonic() + self.interval
-                while (left := deadline - time.monotonic()) > 0 and not stopped.is_set():
-                    if self._wait_for_changes(left):
-                        break
+                if not retry:
+                    self._wait_for_round(stopped)
+                retry = False
                 self.renew_round()
             except RedisError as exc:  # the leases outlive a few refused renewals
                 log.warning("shard leases: %s; trying again", trouble(exc))
+                retry = True
                 stopped.wait(ERROR_PAUSE_SECONDS)
+
+    def _wait_for_round(self, stopped: threading.Event) -> None:
+        """Until the next round is due: an interval, or a worker gave segments back."""
+        deadline = time.monotonic() + self.interval
+        while (left := deadline - time.monotonic()) > 0 and not stopped.is_set():
+            if self._wait_for_changes(left):
+                return
 
     def _wait_for_changes(self, timeout: float) -> bool:
         """Whether a worker gave segments back within `timeout`. Once this worker has left,

@@ -193,3 +193,32 @@ def test_a_wait_of_a_millisecond_or_less_ends_instead_of_blocking_for_ever(
     leases = ShardLeases(quick, store.keys, LONG_MS)
     assert leases.wait_for_changes(seconds) is False
     assert pop_wake(quick, [store.keys.wake(0, "default")], seconds) is None
+
+
+def test_a_round_redis_refused_is_tried_again_after_a_pause_not_an_interval_later(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refused round (here: the member list is not a zset) leaves the leases nearer their
+    end: the next try comes after ERROR_PAUSE_SECONDS, well within the interval."""
+    ownership = Ownership(store, H1, ["default"], lambda taken: None)
+    ownership.renew_round()
+    stopped = threading.Event()
+    loop = threading.Thread(target=ownership.run, args=(stopped,), daemon=True)
+    loop.start()
+    wait_until(lambda: _blocked_clients(store) == 1, message="the renewal loop never waited")
+    members = store.keys.segment_members()
+    store.redis.delete(members)
+    store.redis.set(members, "not a zset")
+    store.redis.rpush(store.keys.segments_wake(), 1)  # a round now, which Redis refuses
+    wait_until(lambda: "shard leases:" in caplog.text, message="the refused round logged nothing")
+    store.redis.delete(members)
+
+    wait_until(
+        lambda: store.redis.zscore(members, f"default|{H1}") is not None,
+        timeout=ownership.interval / 2,
+        message="the refused round was not tried again within half an interval",
+    )
+    stopped.set()
+    store.redis.rpush(store.keys.segments_wake(), 1)  # ends the loop's wait now
+    loop.join(timeout=10)
+    assert not loop.is_alive()
