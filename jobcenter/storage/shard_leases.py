@@ -41,6 +41,15 @@ class Lease:
     deadline_ms: int
 
 
+@dataclass(frozen=True)
+class Members:
+    """The live members of every segment, as one `serve` read them."""
+
+    now_ms: int  # Redis TIME of the read
+    by_segment: dict[str, list[str]]  # segment -> its live members, sorted
+    spoke_ms: dict[str, int]  # member -> the last time it said it serves (Redis ms)
+
+
 class ShardLeases:
     """The lease calls and the segment-member list of one namespace."""
 
@@ -81,21 +90,23 @@ class ShardLeases:
         replies = self._run(calls)
         return {seg for seg, reply in zip(calls, replies, strict=True) if reply[0] != LAST_OWNER}
 
-    def serve(self, handler: str, segments: Sequence[str], live_ms: int) -> dict[str, list[str]]:
+    def serve(self, handler: str, segments: Sequence[str], live_ms: int) -> Members:
         """Say (with Redis TIME) that `handler` serves `segments`, drop members silent for
-        `live_ms`, and return each segment's live members (sorted): the list its shards are
-        shared out by."""
+        `live_ms`, and return the live members: the lists the shards are shared out by."""
         now_ms = time_ms(self.redis)
         key = self.keys.segment_members()
         pipe = self.redis.pipeline(transaction=False)
         pipe.zadd(key, {f"{segment}|{handler}": now_ms for segment in segments})
         pipe.zremrangebyscore(key, "-inf", f"({now_ms - live_ms}")
-        pipe.zrange(key, 0, -1)
-        members: dict[str, list[str]] = {}
-        for raw in pipe.execute()[-1]:
+        pipe.zrange(key, 0, -1, withscores=True)
+        by_segment: dict[str, list[str]] = {}
+        spoke_ms: dict[str, int] = {}
+        for raw, score in pipe.execute()[-1]:
             segment, _, member = text(raw).rpartition("|")
-            members.setdefault(segment, []).append(member)
-        return {segment: sorted(found) for segment, found in members.items()}
+            by_segment.setdefault(segment, []).append(member)
+            spoke_ms[member] = max(spoke_ms.get(member, 0), int(score))
+        found = {segment: sorted(members) for segment, members in by_segment.items()}
+        return Members(now_ms, found, spoke_ms)
 
     def leave(self, handler: str, segments: Sequence[str], nudge: int) -> None:
         """Drop `handler` from the member list; wake up to `nudge` other workers' renewals

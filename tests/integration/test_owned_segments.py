@@ -35,8 +35,9 @@ STOPPING_LOG = "stopping (signal"
 SAMPLE_SECONDS = 0.02  # how often the owner watch reads the leases
 SUBMIT_SECONDS = 0.05  # one job submitted this often while owners die
 IDLE_SECONDS = 5.0  # the idle period whose requests are counted
-# Leases of the kill test: a takeover has a sixth of it to spare (half a lease of silence,
-# then a renewal a third of a lease apart), room for a worker slowed by a loaded machine.
+# Leases of the kill test: a takeover has a third of it to spare (half a lease of silence,
+# found by a round at most a sixth of a lease later), room for a worker slowed by a loaded
+# machine.
 KILL_TEST_LEASE_SECONDS = 5.0
 # Requests an idle worker sends each second whatever it owns: the scheduler tick's lease
 # (acquire; release) and its reads.
