@@ -26,6 +26,7 @@ from jobcenter.runtime.segments import RENEWALS_PER_LEASE, assign
 from jobcenter.storage.connection import time_ms
 from jobcenter.storage.embedded import RedisServer
 from jobcenter.storage.keys import LEADER_SEGMENT, Keys
+from jobcenter.storage.replies import text
 from jobcenter.storage.schema import TaskField
 from jobcenter.storage.shard_leases import ShardLeases
 from jobcenter.storage.store import Store
@@ -58,18 +59,22 @@ class Owners:
     def __init__(self, client: redis.Redis, namespace: str, shards: int) -> None:
         self.redis = client
         self.shards = shards
-        self.leases = ShardLeases(client, Keys(namespace, shards), 1)
+        self.keys = Keys(namespace, shards)
+        self.leases = ShardLeases(client, self.keys, 1)
 
     def live(self) -> dict[tuple[int, str], set[str]]:
-        now = time_ms(self.redis)
+        """One snapshot (MULTI): every segment's leases and the time they are judged at, so
+        no lease runs out or is taken between the reads."""
+        segments = [(shard, segment) for shard in range(self.shards) for segment in SEGMENTS]
+        pipe = self.redis.pipeline(transaction=True)
+        for shard, segment in segments:
+            pipe.zrange(self.keys.segment_owners(shard, segment), 0, -1, withscores=True)
+        pipe.time()
+        *found, (seconds, micros) = pipe.execute()
+        now = int(seconds) * 1000 + int(micros) // 1000
         return {
-            (shard, segment): {
-                lease.handler
-                for lease in self.leases.owners(shard, segment)
-                if lease.deadline_ms > now
-            }
-            for shard in range(self.shards)
-            for segment in SEGMENTS
+            segment: {text(raw).rpartition("|")[0] for raw, deadline in leases if deadline > now}
+            for segment, leases in zip(segments, found, strict=True)
         }
 
     def converged(self, handlers: list[str]) -> bool:
