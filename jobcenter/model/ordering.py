@@ -44,8 +44,9 @@ LEARNED_BY_TASK_NAME = "t\t{task}"
 def learned_fields(spec: JobSpec) -> list[str]:
     """The learned-estimate fields ranking the spec reads: for each task without an
     `estimate`, its (job name, task id) field and its task-name field; none unless the
-    rule is critical_path."""
-    if spec.order != CRITICAL_PATH:
+    rule is critical_path (and the job has more than one task: a lone task's rank is 0
+    whatever its estimate)."""
+    if spec.order != CRITICAL_PATH or len(spec.tasks) < 2:
         return []
     fields: list[str] = []
     for t in spec.tasks:

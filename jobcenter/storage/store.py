@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,6 +54,10 @@ LIST_PAGE_MIN = 100  # index entries per page when `list` checks several filters
 LIST_SCAN_MAX = 10_000  # index entries one `list` reads per shard at most
 META_CACHE_MAX = 10_000  # jobs whose queues and idempotency key a store remembers
 INLINE_SPLIT_MAX = 500  # a job this small is split by its submit script (one short call)
+# Learned run times a submit reuses before reading them again: moving averages of many runs
+# drift slowly, and a read of its own would cost a one-job submit a second round trip.
+LEARNED_CACHE_SECONDS = 10.0
+LEARNED_CACHE_MAX = 100_000  # fields kept; past this the cache starts afresh
 RESTORE_CHUNK = 5_000  # task fields + history entries written back per restore call
 # A submit waits at most this for its fsync: two of `everysec`'s fsyncs. Kept under half the
 # client's socket timeout (redis-py 8 defaults to 5 s), so the wait never reads as a dead link.
@@ -221,6 +226,10 @@ class Store:
         self._shard_keys: dict[int, tuple[list[str], list[str], list[str]]] = {}
         self._queue_keys: dict[tuple[int, str], list[str]] = {}
         self._waitaof: bool | None = None  # learnt from the server on first submit
+        # learned estimates read for submits: field -> ms (None: never learned), and when
+        self._learned: dict[str, float | None] = {}
+        self._learned_read_at = 0.0
+        self._learned_lock = threading.Lock()
         self._probe_lock = threading.Lock()
         self._group_commit = GroupCommit(self._confirm_fsync)
         self._check_shard_count()
@@ -408,7 +417,7 @@ class Store:
         """The submit calls of `specs` in one batch, not sent yet."""
         specs = [spec_from_any(spec) for spec in specs]  # a hand-built JobSpec is checked too
         origins = fired if fired is not None else [(None, None)] * len(specs)
-        learned = self.learned_estimates(specs)
+        learned = self._recent_estimates(specs)
         batch = self.scripts.batch()
         job_ids = [
             self._add_submit(batch, spec, schedule_id, fire_time, learned)
@@ -416,11 +425,33 @@ class Store:
         ]
         return PreparedSubmit(specs, job_ids, batch)
 
+    def _recent_estimates(self, specs: Sequence[JobSpec]) -> dict[str, float]:
+        """learned_estimates, as read at most LEARNED_CACHE_SECONDS ago: repeated submits
+        of the same jobs read them once."""
+        fields = {field for spec in specs for field in learned_fields(spec)}
+        with self._learned_lock:
+            now = time.monotonic()
+            if now - self._learned_read_at > LEARNED_CACHE_SECONDS:
+                self._learned.clear()
+                self._learned_read_at = now
+            known = {name: self._learned[name] for name in fields if name in self._learned}
+        missing = sorted(fields.difference(known))
+        if missing:
+            found = self._read_estimates(missing)
+            known.update({name: found.get(name) for name in missing})
+            with self._learned_lock:
+                if len(self._learned) + len(missing) > LEARNED_CACHE_MAX:
+                    self._learned.clear()
+                self._learned.update({name: known[name] for name in missing})
+        return {name: value for name, value in known.items() if value is not None}
+
     def learned_estimates(self, specs: Sequence[JobSpec]) -> dict[str, float]:
-        """The learned run times (ms) the specs' ranks need: one HMGET per shard, in one
-        round trip, none when no spec needs one; a field learned on several shards
+        """The learned run times (ms) the specs' ranks need, read now: one HMGET per shard,
+        in one round trip, none when no spec needs one; a field learned on several shards
         (jobs land on any) takes the mean."""
-        fields = sorted({field for spec in specs for field in learned_fields(spec)})
+        return self._read_estimates(sorted({f for spec in specs for f in learned_fields(spec)}))
+
+    def _read_estimates(self, fields: list[str]) -> dict[str, float]:
         if not fields:
             return {}
         pipe = self.redis.pipeline(transaction=False)

@@ -26,6 +26,7 @@ from lua_helpers import (
 
 import jobcenter.storage.store
 from jobcenter.runtime.leader import Leader
+from jobcenter.storage.events import Events
 from jobcenter.storage.store import Store
 
 SPEC = {
@@ -85,6 +86,59 @@ def test_a_small_job_is_split_by_its_submit_exactly_as_a_leader_splits_it(
     assert expected["job"]["written"] == "4" and expected["job"]["queued"] == "3"
     assert (expected["default"], expected["other"]) == ([A, E], [F])
     assert _split_state(store, inline_id) == expected
+
+
+# Every field a queue entry is made of: a task priority, a pool, ranks (critical_path: the
+# default), a second queue, a mapped task and a trigger rule that are not queued at once.
+RICH = {
+    "name": "rich",
+    "priority": 2,
+    "tasks": [
+        {"id": "src", "task": "t.src", "priority": 7, "estimate": 5},
+        {"id": "gpu", "task": "t.gpu", "pool": "gpu", "pool_slots": 2},
+        {"id": "other", "task": "t.o", "queue": "other", "retries": 1},
+        {"id": "each", "task": "t.each", "map": {"item": "src"}},
+        {"id": "any", "task": "t.any", "depends_on": ["gpu"], "trigger_rule": "all_done"},
+    ],
+}
+
+
+def _entries(store: Store, job_id: str) -> dict[str, list[tuple[str, float]]]:
+    """Each queue's entries of the job, its sequence number and id blanked (they differ)."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    for queue in ("default", "other"):
+        out[queue] = []
+        for member, score in store.redis.zrange(store.keys.queue(0, queue), 0, -1, withscores=True):
+            seq, job, *rest = member.decode().split("|")
+            if job == job_id:
+                out[queue].append(("|".join(["<seq>" + seq[12:], "<job>", *rest]), score))
+    return out
+
+
+def test_a_small_jobs_queue_entries_and_events_are_the_ones_a_leader_writes(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The submit script queues a small job's ready tasks (one read each, then one write per
+    queue) exactly as the leader's queue_roots does: same entries, scores, fields, events."""
+    events = Events(store)
+    start = events.latest()
+    inline_id = submit(store, RICH)
+    monkeypatch.setattr(jobcenter.storage.store, "INLINE_SPLIT_MAX", 0)
+    leader_id = submit(store, RICH)
+    Leader(store, LEADER).split(leader_id)
+
+    inline, leader = _entries(store, inline_id), _entries(store, leader_id)
+    assert [m.split("|")[2] for m, _ in leader["default"]] == ["000000", "000001"]
+    assert leader["default"][0][1] == -7 and leader["default"][1][0].endswith("|p:gpu=*2")
+    assert inline == leader
+    assert _split_state(store, inline_id) == _split_state(store, leader_id)
+    seen = [(e.job, e.kind, e.task) for e in events.after(start)]
+    assert [(k, t) for j, k, t in seen if j == inline_id] == [
+        ("submitted", None), ("queued", "src"), ("queued", "gpu"), ("queued", "other"),
+    ]  # fmt: skip
+    assert [(k, t) for j, k, t in seen if j == leader_id] == [
+        ("submitted", None), ("queued", "src"), ("queued", "gpu"), ("queued", "other"),
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("extra", "split"), [(0, "inline"), (1, "leader")])

@@ -15,12 +15,13 @@
 local njob = tonumber(ARGV[A])
 local ntask_at = A + 1 + njob
 local ntask = tonumber(ARGV[ntask_at])
-local digest = ''
+local digest, ntasks = '', 0
 -- the queues of an inline split are checked against the job's own list before any write
 for k = A + 1, A + njob, 2 do
   if ARGV[k] == JF.QUEUES then META.queues = ARGV[k + 1] end
   if ARGV[k] == JF.IDEMPOTENCY_KEY and IDEM == J then return {KEYS_MISSING} end
   if ARGV[k] == JF.DIGEST then digest = ARGV[k + 1] end
+  if ARGV[k] == JF.TASKS then ntasks = tonumber(ARGV[k + 1]) end
 end
 
 if IDEM ~= J then
@@ -37,12 +38,17 @@ if ntask > 0 and not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local seq = redis.call('INCR', KEYS[XK])
+local first_root = ntask_at + ntask + 1
 -- a job split here runs at once: it enters the running index directly, never pending
-local state = J_PENDING
-if ntask > 0 then state = J_RUNNING end
-redis.call('HSET', J, JF.ID, JOB_ID, JF.STATE, state, JF.SEQ, seq, JF.CREATED_AT, now,
-  JF.UPDATED_AT, now, JF.FAILED, 0, JF.CANCELLED, 0)
-call_chunked_argv('HSET', J, A + 1, A + njob)
+local state, split = J_PENDING, {}
+if ntask > 0 then
+  state = J_RUNNING
+  split = {JF.STARTED_AT, now, JF.WRITTEN, ntasks, JF.QUEUED, #ARGV - first_root + 1}
+end
+local job = {JF.ID, JOB_ID, JF.STATE, state, JF.SEQ, seq, JF.CREATED_AT, now, JF.UPDATED_AT, now,
+  JF.FAILED, 0, JF.CANCELLED, 0, unpack(split)}
+for k = A + 1, A + njob do job[#job + 1] = ARGV[k] end
+call_chunked('HSET', J, job)
 if IDEM ~= J then redis.call('SET', IDEM, JOB_ID .. '\t' .. digest) end
 redis.call('ZADD', KEYS[XK + 1], now, JOB_ID)
 redis.call('ZADD', ACTIVE, now, JOB_ID)
@@ -56,11 +62,10 @@ if ntask == 0 then
   return {OK, JOB_ID}
 end
 call_chunked_argv('HSET', T, ntask_at + 1, ntask_at + ntask)
-stamp_created(0, tonumber(redis.call('HGET', J, JF.TASKS)) - 1, now)
+stamp_created(0, ntasks - 1, now)
 load_job()
-local first_root = ntask_at + ntask + 1
-redis.call('HSET', J, JF.STARTED_AT, now, JF.WRITTEN, redis.call('HGET', J, JF.TASKS),
-  JF.QUEUED, #ARGV - first_root + 1)
-for k = first_root, #ARGV do enqueue(ARGV[k], now) end
+local roots = {}
+for k = first_root, #ARGV do roots[#roots + 1] = ARGV[k] end
+enqueue_waiting(roots, now)
 flush_wakes()
 return {OK, JOB_ID}
