@@ -81,6 +81,8 @@ def task_ranks(
     `children` are the tasks' children by index (layout.Layout.children)."""
     if spec.order == FIFO:
         return None
+    if len(children) == 1:  # a lone task is first whatever it weighs (one-task jobs: many)
+        return [0]
     if spec.order == DOWNSTREAM:
         return dense_ranks(descendant_counts(children))
     return dense_ranks(bottom_levels(children, estimates(spec, learned)))
