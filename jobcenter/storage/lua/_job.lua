@@ -45,6 +45,14 @@ local HISTORY_MAX = 200000 -- history entries kept per job (oldest trimmed)
 
 local META = {}
 
+-- Point the context at another job of the same shard (submit.lua stores several jobs per
+-- call): its id and its own keys KEYS[k..k+4] (hash, tasks hash, history, frontier,
+-- idempotency key); its fields are read again (load_job) before they are used.
+local function bind_job(k, job_id)
+  J, T, H, F, IDEM = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
+  JOB_ID, META = job_id, {}
+end
+
 -- Read the job's fields; false when the job hash does not exist.
 local function load_job()
   local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES,
