@@ -3,9 +3,10 @@ heartbeats their leases, reports completions and failures, and shuts down gracef
 
 Threads: the main thread claims tasks (blocking on wake-up lists when idle), a leader thread
 runs leader messages and sweeps expired leases (so leader steps never wait for a free task
-slot), notifier threads deliver job notifications (runtime/notifier.py), a reporter
-thread reports finished attempts in batches, a heartbeat thread renews leases; the runner's
-threads or child processes run the tasks.
+slot), notifier threads deliver job notifications (runtime/notifier.py), a heartbeat
+thread renews leases; the runner's threads or child processes run the tasks. The thread on
+which an attempt ends reports it, with whatever else ended meanwhile, unless another is
+reporting already (that one takes it along): no hand-off to a reporter thread.
 
 Every loop rides out any Redis error (unreachable, out of memory, read-only, busy): it logs
 it, backs off and goes on, and what it had to write waits and is tried again. A loop that
@@ -18,11 +19,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import queue
 import signal
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -129,7 +130,8 @@ class Worker:
         self.queues = ([node_queue(options.node)] if options.node else []) + options.queues
         self.leader = Leader(store, self.handler)
         self.running: dict[tuple[str, int], Running] = {}
-        self.outcomes: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
+        self.outcomes: deque[Outcome] = deque()  # ended attempts waiting to be reported
+        self.reporting = threading.Lock()  # held by the one thread reporting them
         self.lock = threading.Condition()
         self.stopping = threading.Event()
         self.stopped = threading.Event()
@@ -269,7 +271,6 @@ class Worker:
         self.pulse.beat(ok=True)
         self._supervise_recovery()
         threads = [
-            self._thread(self._report_loop, "reporter"),
             self._thread(self._heartbeat_loop, "heartbeat"),
             self._thread(lambda: self.ownership.run(self.stopped), "shard-leases"),
         ]
@@ -313,8 +314,6 @@ class Worker:
                 # process: not a normal exit here (it would say 0), unless it hangs
                 threading.Event().wait(FORCED_STOP_MAX_SECONDS)
                 os._exit(EXIT_LOOP_FAILED)
-            self.outcomes.put(None)
-            threads[0].join()
             self.stopped.set()
             self._stop_polling()
             self.leader_waits.close()
@@ -465,7 +464,7 @@ class Worker:
     def _submit(self, tasks: list[StartedTask]) -> None:
         """Hand tasks registered in `running` to the runner."""
         for task in tasks:
-            self.runner.submit(task, self._report_progress, self.outcomes.put)
+            self.runner.submit(task, self._report_progress, self._ended)
 
     def _report_progress(self, task: StartedTask, message: str) -> None:
         """Store the message; send it at once unless this task sent one under a second ago
@@ -486,22 +485,24 @@ class Worker:
 
     # -- reporting -------------------------------------------------------------------------
 
-    def _report_loop(self) -> None:
-        while True:
-            first = self.outcomes.get()
-            if first is None:
-                return
-            batch = [first]
-            while len(batch) < REPORT_BATCH_MAX:
+    def _ended(self, outcome: Outcome) -> None:
+        """An attempt ended: report it from this thread (the one that ran it, or the runner's
+        timeout watcher), with every other outcome waiting, unless a thread is reporting
+        already; that one reports it with its next batch. Whoever lets go of the reporting
+        looks again, so no outcome is left behind in between."""
+        self.outcomes.append(outcome)
+        try:
+            while self.outcomes and self.reporting.acquire(blocking=False):
                 try:
-                    item = self.outcomes.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    self.outcomes.put(None)
-                    break
-                batch.append(item)
-            self._report_with_retry(batch)
+                    while self.outcomes:
+                        batch = [self.outcomes.popleft()]
+                        while self.outcomes and len(batch) < REPORT_BATCH_MAX:
+                            batch.append(self.outcomes.popleft())
+                        self._report_with_retry(batch)
+                finally:
+                    self.reporting.release()
+        except BaseException:
+            self._die("reporter")
 
     def _report_with_retry(self, batch: list[Outcome]) -> None:
         """Report a batch until Redis has taken all of it. What Redis refuses (unreachable,

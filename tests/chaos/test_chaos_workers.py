@@ -255,3 +255,45 @@ def test_a_process_pool_attempt_dies_with_its_kill9d_worker(
     result = check_converged(cluster, job_id, spec, "succeeded")
     assert not result.problems, result.problems
     assert not any(e["token"] == started["token"] for e in cluster.events("finish", job_id))
+
+
+def test_a_prefetched_task_held_by_a_killed_worker_is_recovered_like_any_other(
+    cluster: Cluster, client: Client
+) -> None:
+    """One slot: completing "quick" takes "held" into the slot and "after" beyond it (a
+    prefetch: started and leased for this worker, waiting for its thread). kill -9 then: the
+    prefetched attempt's lease runs out like a running one's, and it runs once, elsewhere."""
+    first = cluster.start(name="first", concurrency=1)
+    spec = {
+        "name": "prefetched",
+        "tasks": [
+            {"id": "quick", "task": "chaos.step"},
+            {"id": "held", "task": "chaos.step", "kwargs": {"gate": "held"}, "retries": 3},
+            {"id": "after", "task": "chaos.step", "retries": 3},
+        ],
+    }
+    job_id = client.submit(spec)
+    wait_until(lambda: cluster.starts(job_id, "held"), message="held never started")
+    after = client.status(job_id)["tasks"]["after"]
+    assert after["state"] == "running" and not cluster.starts(job_id, "after"), (
+        "after was not prefetched (taken for the worker, not begun)",
+        after,
+    )
+
+    cluster.power_off(first)
+    second = cluster.start(name="second")
+    wait_until(
+        lambda: cluster.starts(job_id, "after"),
+        timeout=TAKEOVER_BOUND_SECONDS + 5,
+        message="the prefetched task was never recovered",
+    )
+    cluster.open_gate("held")
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
+
+    result = check_converged(cluster, job_id, spec, "succeeded")
+    assert not result.problems, result.problems
+    assert result.starts == {"quick": 1, "held": 2, "after": 1}
+    (ran,) = cluster.starts(job_id, "after")
+    assert ran["worker"] == "second" and ran["token"] == f"2:{second.handler}"
+    history = [(h["task"], h["attempt"], h["state"]) for h in client.history(job_id)]
+    assert ("after", 1, "timed_out") in history and ("after", 2, "succeeded") in history
