@@ -8,9 +8,10 @@ same split: with fewer workers than shards each owns several, with more each own
 shards are shared. A worker takes the leases of the shards assigned to it, renews what it
 holds, and gives back what is no longer its own only once another live owner has it (so a
 rebalance never leaves a segment unowned). A member silent for half a lease drops out of the
-list, so its shards are taken over (within another third of a lease) before its leases
-expire: a killed worker's shards are owned again within one lease. A stopping worker gives
-its leases back at once and wakes the others' renewals.
+list, so its shards are taken over before its leases expire: a worker that sees another miss
+its renewal runs its next round as that one turns silent, so a killed worker's shards are
+owned again within two thirds of a lease of its last word (a third of a lease to spare). A
+stopping worker gives its leases back at once and wakes the others' renewals.
 
 An idle loop waits per owned shard (`ShardWaits`): one listener thread per shard blocks on
 that shard's wake-up lists alone (one hash slot per blocking call, as Redis Cluster needs)
@@ -26,15 +27,17 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from jobcenter.storage.errors import RedisError, trouble
-from jobcenter.storage.shard_leases import Segment, ShardLeases, pop_wake, push_wake
+from jobcenter.storage.shard_leases import Members, Segment, ShardLeases, pop_wake, push_wake
 from jobcenter.storage.store import Store
 
 log = logging.getLogger(__name__)
 
 RENEWALS_PER_LEASE = 3  # a lease is renewed this often per lease length
-# A member silent for this part of a lease is gone: the next renewal of another worker (a
-# third of a lease at most later) shares its shards out again before its leases expire.
+# A member silent for this part of a lease is gone: the next renewal of another worker shares
+# its shards out again before its leases expire.
 MEMBER_LEASE_FRACTION = 0.5
+# A round due when a member turns silent runs this much after, so Redis has it silent then.
+SILENT_SLACK_SECONDS = 0.05
 LISTEN_SECONDS = 2.0  # a listener's blocking pop, renewed while its loop waits
 ERROR_PAUSE_SECONDS = 0.5  # a listener or renewal Redis refused tries again after this
 
@@ -69,6 +72,7 @@ class Ownership:
         self.segments = list(segments)
         self.interval = settings.segment_lease_seconds / RENEWALS_PER_LEASE
         self.member_ms = int(settings.segment_lease_ms * MEMBER_LEASE_FRACTION)
+        self.next_round = self.interval  # seconds from the end of a round to the next
         self.on_change = on_change  # called with the segments newly taken
         self.held: dict[Segment, int] = {}  # segment -> fencing token; changed by rounds only
         self.snapshot: frozenset[Segment] = frozenset()  # what the loops read, never locked
@@ -97,11 +101,12 @@ class Ownership:
             if self.closed:
                 return
             members = self.leases.serve(self.handler, self.segments, self.member_ms)
-            self.peers = len({h for found in members.values() for h in found} - {self.handler})
+            self.peers = len(members.spoke_ms.keys() - {self.handler})
+            self.next_round = self._next_round_in(members)
             wanted = {
                 (shard, segment)
                 for segment in self.segments
-                for shard in assign(self.shards, members.get(segment, []), self.handler)
+                for shard in assign(self.shards, members.by_segment.get(segment, []), self.handler)
             }
             for segment in self.leases.renew(self.handler, self.held):
                 log.warning("lost the lease on shard %d (%s): taking it again", *segment)
@@ -116,6 +121,20 @@ class Ownership:
         if changed:
             log.info("owned shards now %s", self._describe())
         self.on_change(set(taken))
+
+    def _next_round_in(self, members: Members) -> float:
+        """An interval; or, when another worker has missed its renewal, the moment it turns
+        silent: that round drops it and takes its shards half a lease after its last word,
+        not up to a third of a lease later (a third of a lease to spare, not a sixth)."""
+        missed = [
+            spoke_ms
+            for member, spoke_ms in members.spoke_ms.items()
+            if member != self.handler and members.now_ms - spoke_ms > self.interval * 1000
+        ]
+        if not missed:
+            return self.interval
+        silent_in = (min(missed) + self.member_ms - members.now_ms) / 1000
+        return min(self.interval, max(silent_in, 0.0) + SILENT_SLACK_SECONDS)
 
     def give_back_all(self) -> None:
         """A stopping worker: give back every lease at once, leave the member lists and
@@ -132,17 +151,27 @@ class Ownership:
         log.info("gave back every owned shard")
 
     def run(self, stopped: threading.Event) -> None:
-        """Renew every interval, or at once when another worker gives its segments back."""
+        """Renew every interval, or at once when another worker gives its segments back. A
+        round Redis refused is tried again after ERROR_PAUSE_SECONDS, not an interval later:
+        the leases are that much nearer their end already."""
+        retry = False
         while not stopped.is_set() and not self.closed:
             try:
-                deadline = time.monotonic() + self.interval
-                while (left := deadline - time.monotonic()) > 0 and not stopped.is_set():
-                    if self._wait_for_changes(left):
-                        break
+                if not retry:
+                    self._wait_for_round(stopped)
+                retry = False
                 self.renew_round()
             except RedisError as exc:  # the leases outlive a few refused renewals
                 log.warning("shard leases: %s; trying again", trouble(exc))
+                retry = True
                 stopped.wait(ERROR_PAUSE_SECONDS)
+
+    def _wait_for_round(self, stopped: threading.Event) -> None:
+        """Until the next round is due (`next_round`), or a worker gave segments back."""
+        deadline = time.monotonic() + self.next_round
+        while (left := deadline - time.monotonic()) > 0 and not stopped.is_set():
+            if self._wait_for_changes(left):
+                return
 
     def _wait_for_changes(self, timeout: float) -> bool:
         """Whether a worker gave segments back within `timeout`. Once this worker has left,

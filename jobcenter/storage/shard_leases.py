@@ -25,6 +25,9 @@ STALE_TOKEN = schema.code("STALE_TOKEN")
 # A blocking pop ends well within the client's socket timeout (redis-py's default: 5 s), or
 # it would read as a dead connection.
 BLOCK_MAX_SECONDS = 2.0
+# Redis 6.2 cuts a blocking timeout down to whole milliseconds and reads 0 as "for ever": a
+# BLPOP of 0.001 s or less blocks until the socket times out. No pop waits less than this.
+BLOCK_MIN_SECONDS = 0.01
 NUDGE_TOKENS_MAX = 64  # a stopping worker wakes at most this many others' renewals
 OWNERS_READ_MAX = 100  # leases read per segment by owners_of (the dashboard's read)
 
@@ -36,6 +39,15 @@ class Lease:
     handler: str
     token: int
     deadline_ms: int
+
+
+@dataclass(frozen=True)
+class Members:
+    """The live members of every segment, as one `serve` read them."""
+
+    now_ms: int  # Redis TIME of the read
+    by_segment: dict[str, list[str]]  # segment -> its live members, sorted
+    spoke_ms: dict[str, int]  # member -> the last time it said it serves (Redis ms)
 
 
 class ShardLeases:
@@ -78,21 +90,23 @@ class ShardLeases:
         replies = self._run(calls)
         return {seg for seg, reply in zip(calls, replies, strict=True) if reply[0] != LAST_OWNER}
 
-    def serve(self, handler: str, segments: Sequence[str], live_ms: int) -> dict[str, list[str]]:
+    def serve(self, handler: str, segments: Sequence[str], live_ms: int) -> Members:
         """Say (with Redis TIME) that `handler` serves `segments`, drop members silent for
-        `live_ms`, and return each segment's live members (sorted): the list its shards are
-        shared out by."""
+        `live_ms`, and return the live members: the lists the shards are shared out by."""
         now_ms = time_ms(self.redis)
         key = self.keys.segment_members()
         pipe = self.redis.pipeline(transaction=False)
         pipe.zadd(key, {f"{segment}|{handler}": now_ms for segment in segments})
         pipe.zremrangebyscore(key, "-inf", f"({now_ms - live_ms}")
-        pipe.zrange(key, 0, -1)
-        members: dict[str, list[str]] = {}
-        for raw in pipe.execute()[-1]:
+        pipe.zrange(key, 0, -1, withscores=True)
+        by_segment: dict[str, list[str]] = {}
+        spoke_ms: dict[str, int] = {}
+        for raw, score in pipe.execute()[-1]:
             segment, _, member = text(raw).rpartition("|")
-            members.setdefault(segment, []).append(member)
-        return {segment: sorted(found) for segment, found in members.items()}
+            by_segment.setdefault(segment, []).append(member)
+            spoke_ms[member] = max(spoke_ms.get(member, 0), int(score))
+        found = {segment: sorted(members) for segment, members in by_segment.items()}
+        return Members(now_ms, found, spoke_ms)
 
     def leave(self, handler: str, segments: Sequence[str], nudge: int) -> None:
         """Drop `handler` from the member list; wake up to `nudge` other workers' renewals
@@ -109,9 +123,9 @@ class ShardLeases:
 
     def wait_for_changes(self, timeout: float) -> bool:
         """Block until a worker gives segments back (leave's nudge: True) or `timeout`
-        passes, at most BLOCK_MAX_SECONDS."""
-        timeout = min(timeout, BLOCK_MAX_SECONDS)
-        return self.redis.blpop([self.keys.segments_wake()], timeout=timeout) is not None
+        passes (held between BLOCK_MIN_SECONDS and BLOCK_MAX_SECONDS)."""
+        wake = self.keys.segments_wake()
+        return self.redis.blpop([wake], timeout=block_seconds(timeout)) is not None
 
     def pass_on_nudge(self) -> None:
         """Put back a nudge popped by a worker that has just left: its own renewal loop may
@@ -148,11 +162,16 @@ def pop_wake(redis: Any, keys: Sequence[str], timeout: float) -> str | None:
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
-        popped = redis.blpop(list(keys), timeout=max(0.001, min(left, BLOCK_MAX_SECONDS)))
+        popped = redis.blpop(list(keys), timeout=block_seconds(left))
         if popped is not None:
             return text(popped[0])
         if left <= BLOCK_MAX_SECONDS:
             return None
+
+
+def block_seconds(timeout: float) -> float:
+    """The timeout to send with a blocking pop for a wait of `timeout` seconds."""
+    return min(max(timeout, BLOCK_MIN_SECONDS), BLOCK_MAX_SECONDS)
 
 
 def push_wake(redis: Any, key: str) -> None:

@@ -26,6 +26,7 @@ from jobcenter.runtime.segments import RENEWALS_PER_LEASE, assign
 from jobcenter.storage.connection import time_ms
 from jobcenter.storage.embedded import RedisServer
 from jobcenter.storage.keys import LEADER_SEGMENT, Keys
+from jobcenter.storage.replies import text
 from jobcenter.storage.schema import TaskField
 from jobcenter.storage.shard_leases import ShardLeases
 from jobcenter.storage.store import Store
@@ -35,8 +36,9 @@ STOPPING_LOG = "stopping (signal"
 SAMPLE_SECONDS = 0.02  # how often the owner watch reads the leases
 SUBMIT_SECONDS = 0.05  # one job submitted this often while owners die
 IDLE_SECONDS = 5.0  # the idle period whose requests are counted
-# Leases of the kill test: a takeover has a sixth of it to spare (half a lease of silence,
-# then a renewal a third of a lease apart), room for a worker slowed by a loaded machine.
+# Leases of the kill test: a takeover has a third of it to spare (half a lease of silence,
+# found by a round at most a sixth of a lease later), room for a worker slowed by a loaded
+# machine.
 KILL_TEST_LEASE_SECONDS = 5.0
 # Requests an idle worker sends each second whatever it owns: the scheduler tick's lease
 # (acquire; release) and its reads.
@@ -57,18 +59,22 @@ class Owners:
     def __init__(self, client: redis.Redis, namespace: str, shards: int) -> None:
         self.redis = client
         self.shards = shards
-        self.leases = ShardLeases(client, Keys(namespace, shards), 1)
+        self.keys = Keys(namespace, shards)
+        self.leases = ShardLeases(client, self.keys, 1)
 
     def live(self) -> dict[tuple[int, str], set[str]]:
-        now = time_ms(self.redis)
+        """One snapshot (MULTI): every segment's leases and the time they are judged at, so
+        no lease runs out or is taken between the reads."""
+        segments = [(shard, segment) for shard in range(self.shards) for segment in SEGMENTS]
+        pipe = self.redis.pipeline(transaction=True)
+        for shard, segment in segments:
+            pipe.zrange(self.keys.segment_owners(shard, segment), 0, -1, withscores=True)
+        pipe.time()
+        *found, (seconds, micros) = pipe.execute()
+        now = int(seconds) * 1000 + int(micros) // 1000
         return {
-            (shard, segment): {
-                lease.handler
-                for lease in self.leases.owners(shard, segment)
-                if lease.deadline_ms > now
-            }
-            for shard in range(self.shards)
-            for segment in SEGMENTS
+            segment: {text(raw).rpartition("|")[0] for raw, deadline in leases if deadline > now}
+            for segment, leases in zip(segments, found, strict=True)
         }
 
     def converged(self, handlers: list[str]) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -21,8 +22,10 @@ def make_store(redis_url: str, namespace: str) -> Iterator[Callable[..., Store]]
     """Build Stores on this test's namespace (each with its own connection pool)."""
     made: list[Store] = []
 
-    def make(lease_seconds: float = LONG_LEASE_SECONDS) -> Store:
-        settings = Settings(redis_url=redis_url, namespace=namespace, lease_seconds=lease_seconds)
+    def make(lease_seconds: float = LONG_LEASE_SECONDS, **overrides: Any) -> Store:
+        settings = Settings(
+            redis_url=redis_url, namespace=namespace, lease_seconds=lease_seconds, **overrides
+        )
         store = Store.from_settings(settings)
         made.append(store)
         return store

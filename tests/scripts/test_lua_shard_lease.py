@@ -4,6 +4,8 @@ back) and its fencing token; every refusal leaves Redis untouched."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -11,15 +13,17 @@ from helpers import wait_until
 from lua_helpers import H1, H2, H3, decode, untouched
 
 from jobcenter.runtime.segments import Ownership
-from jobcenter.storage.connection import time_ms
+from jobcenter.storage.connection import probe_client, time_ms
 from jobcenter.storage.keys import LEADER_SEGMENT
 from jobcenter.storage.schema import code
-from jobcenter.storage.shard_leases import ShardLeases
+from jobcenter.storage.shard_leases import ShardLeases, pop_wake
 from jobcenter.storage.store import Store
 
 LONG_MS = 30_000
 SHORT_MS = 100  # a lease a test waits out on purpose
 SEG = (0, "default")
+# The socket timeout of a client that must never block longer than its wait
+QUICK_SOCKET_SECONDS = 1.0
 
 
 @pytest.fixture
@@ -155,6 +159,21 @@ def test_renew_reports_the_leases_lost_and_renews_the_others(
     assert owners(leases) == {H3: kept}
 
 
+@contextmanager
+def renewal_loop(ownership: Ownership, store: Store) -> Iterator[None]:
+    """`ownership`'s renewal loop runs in a thread for the block, and ends after it."""
+    stopped = threading.Event()
+    loop = threading.Thread(target=ownership.run, args=(stopped,), daemon=True)
+    loop.start()
+    try:
+        yield
+    finally:
+        stopped.set()
+        store.redis.rpush(store.keys.segments_wake(), 1)  # ends the loop's wait now
+        loop.join(timeout=10)
+    assert not loop.is_alive()
+
+
 def _blocked_clients(store: Store) -> int:
     """Clients of this server blocked in a command (BLPOP here), from CLIENT LIST."""
     return sum("b" in c["flags"] for c in store.redis.client_list())
@@ -178,3 +197,68 @@ def test_a_leaving_workers_own_renewal_loop_passes_its_nudge_on(store: Store) ->
     wake = store.keys.segments_wake()
     assert store.redis.blpop([wake], timeout=5) is not None, "the nudge was swallowed"
     stopped.set()
+
+
+@pytest.mark.parametrize("seconds", [0.001, 0.0004, 0.0])
+def test_a_wait_of_a_millisecond_or_less_ends_instead_of_blocking_for_ever(
+    redis_url: str, store: Store, seconds: float
+) -> None:
+    """Redis 6.2 cuts a BLPOP timeout down to whole milliseconds and blocks for ever on 0:
+    the renewal loop's last wait before a round, a sliver of a millisecond, hung until the
+    socket timed out (5 s: the round ran that late and a lease lapsed)."""
+    quick = probe_client(QUICK_SOCKET_SECONDS, redis_url)
+    leases = ShardLeases(quick, store.keys, LONG_MS)
+    assert leases.wait_for_changes(seconds) is False
+    assert pop_wake(quick, [store.keys.wake(0, "default")], seconds) is None
+
+
+def test_a_round_redis_refused_is_tried_again_after_a_pause_not_an_interval_later(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refused round (here: the member list is not a zset) leaves the leases nearer their
+    end: the next try comes after ERROR_PAUSE_SECONDS, well within the interval."""
+    ownership = Ownership(store, H1, ["default"], lambda taken: None)
+    ownership.renew_round()
+    with renewal_loop(ownership, store):
+        wait_until(lambda: _blocked_clients(store) == 1, message="the renewal loop never waited")
+        members = store.keys.segment_members()
+        store.redis.delete(members)
+        store.redis.set(members, "not a zset")
+        store.redis.rpush(store.keys.segments_wake(), 1)  # a round now, which Redis refuses
+        wait_until(
+            lambda: "shard leases:" in caplog.text, message="the refused round logged nothing"
+        )
+        store.redis.delete(members)
+
+        wait_until(
+            lambda: store.redis.zscore(members, f"default|{H1}") is not None,
+            timeout=ownership.interval / 2,
+            message="the refused round was not tried again within half an interval",
+        )
+
+
+def test_a_worker_that_missed_its_renewal_has_its_shards_taken_as_it_turns_silent(
+    make_store: Callable[..., Store],
+) -> None:
+    """Worker two (no loop: killed after its last round) last spoke 12 s ago, past its
+    renewal (every 10 s of a 30 s lease); it turns silent at 15 s. Worker one's loop runs its
+    next round then, 3 s on, and takes its shard, not an interval (10 s) on: a dead owner's
+    shards are taken half a lease after its last word, a third of a lease before its leases
+    run out."""
+    store = make_store(shards=2, segment_lease_seconds=30.0)
+    one = Ownership(store, H1, ["default"], lambda taken: None)
+    two = Ownership(store, H2, ["default"], lambda taken: None)
+    one.renew_round()
+    two.renew_round()
+    one.renew_round()  # hands shard 1 over to worker two, which holds it
+    assert (one.owned("default"), two.owned("default")) == ([0], [1])
+    spoke_ms = time_ms(store.redis) - 12_000
+    store.redis.zadd(store.keys.segment_members(), {f"default|{H2}": spoke_ms}, xx=True)
+    one.renew_round()  # sees worker two past its renewal
+
+    with renewal_loop(one, store):
+        wait_until(
+            lambda: one.owned("default") == [0, 1],
+            timeout=one.interval / 2,
+            message="worker two's shard was not taken as it turned silent",
+        )
