@@ -44,8 +44,9 @@ LEARNED_BY_TASK_NAME = "t\t{task}"
 def learned_fields(spec: JobSpec) -> list[str]:
     """The learned-estimate fields ranking the spec reads: for each task without an
     `estimate`, its (job name, task id) field and its task-name field; none unless the
-    rule is critical_path."""
-    if spec.order != CRITICAL_PATH:
+    rule is critical_path (and the job has more than one task: a lone task's rank is 0
+    whatever its estimate)."""
+    if spec.order != CRITICAL_PATH or len(spec.tasks) < 2:
         return []
     fields: list[str] = []
     for t in spec.tasks:
@@ -80,6 +81,8 @@ def task_ranks(
     `children` are the tasks' children by index (layout.Layout.children)."""
     if spec.order == FIFO:
         return None
+    if len(children) == 1:  # a lone task is first whatever it weighs (one-task jobs: many)
+        return [0]
     if spec.order == DOWNSTREAM:
         return dense_ranks(descendant_counts(children))
     return dense_ranks(bottom_levels(children, estimates(spec, learned)))

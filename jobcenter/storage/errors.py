@@ -51,6 +51,13 @@ def cluster_errors_as_redis_errors() -> Iterator[None]:
         raise ClusterUnavailable(str(exc)) from exc
     except RedisClusterException as exc:
         raise ClusterClientError(f"{type(exc).__name__}: {exc}") from exc
+    except RuntimeError as exc:
+        # redis-py's cluster client iterates its node maps while another thread's call
+        # updates them in a failover (valkey-py#332 fixes the same code): that call failed,
+        # as one whose link dropped would, and the next finds the maps settled
+        if "during iteration" not in str(exc):
+            raise
+        raise ClusterClientError(f"RuntimeError: {exc}") from exc
 
 
 __all__ = [

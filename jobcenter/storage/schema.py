@@ -53,7 +53,7 @@ class TaskField(StrEnum):
 
     def of(self, index: int | str) -> str:
         """The field of task `index`: TaskField.STATE.of(3) == "s:3"."""
-        return f"{self.value}{index}"
+        return f"{self._value_}{index}"  # not .value: a property, and this runs per field
 
     @property
     def lua_name(self) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,6 +54,15 @@ LIST_PAGE_MIN = 100  # index entries per page when `list` checks several filters
 LIST_SCAN_MAX = 10_000  # index entries one `list` reads per shard at most
 META_CACHE_MAX = 10_000  # jobs whose queues and idempotency key a store remembers
 INLINE_SPLIT_MAX = 500  # a job this small is split by its submit script (one short call)
+# One submit call stores jobs of one shard while it writes at most this many tasks (one job
+# of INLINE_SPLIT_MAX at most, or many small ones) and at most SUBMIT_CALL_JOBS jobs: the
+# job context's cost is paid once a call, and a call stays as short as one inline split.
+SUBMIT_CALL_TASKS = INLINE_SPLIT_MAX
+SUBMIT_CALL_JOBS = 100
+# Learned run times a submit reuses before reading them again: moving averages of many runs
+# drift slowly, and a read of its own would cost a one-job submit a second round trip.
+LEARNED_CACHE_SECONDS = 10.0
+LEARNED_CACHE_MAX = 100_000  # fields kept; past this the cache starts afresh
 RESTORE_CHUNK = 5_000  # task fields + history entries written back per restore call
 # A submit waits at most this for its fsync: two of `everysec`'s fsyncs. Kept under half the
 # client's socket timeout (redis-py 8 defaults to 5 s), so the wait never reads as a dead link.
@@ -182,17 +192,62 @@ class JobMeta:
 
 
 @dataclass
+class SubmitJob:
+    """One job's part of a submit.lua call: its keys and arguments after the job context."""
+
+    job_id: str
+    shard: int
+    meta: JobMeta
+    tasks: int  # tasks its submit writes (0: a leader splits it)
+    keys: list[str]
+    args: list[Any]
+
+    @property
+    def cost(self) -> int:
+        """Its share of a call's bound: the tasks it writes; a job a leader splits stores
+        its whole spec instead, and goes alone."""
+        return self.tasks or SUBMIT_CALL_TASKS
+
+
+@dataclass
+class SubmitCall:
+    """Jobs of one shard stored by one submit.lua call, in order."""
+
+    shard: int
+    indexes: list[int] = field(default_factory=list)  # the jobs' places among the specs
+    jobs: list[SubmitJob] = field(default_factory=list)
+    tasks: int = 0
+
+    def has_room(self, job: SubmitJob) -> bool:
+        """Whether `job` may join (the first job of a call always may)."""
+        return not self.jobs or (
+            self.tasks + job.cost <= SUBMIT_CALL_TASKS and len(self.jobs) < SUBMIT_CALL_JOBS
+        )
+
+    def add(self, index: int, job: SubmitJob) -> None:
+        self.indexes.append(index)
+        self.jobs.append(job)
+        self.tasks += job.cost
+
+
+@dataclass
 class PreparedSubmit:
     """A batch of submit calls (Store._prepare_submit) and what reads their replies."""
 
     specs: Sequence[JobSpec]
     job_ids: list[str]
+    calls: list[SubmitCall]
     batch: Batch
 
     def results(self, replies: list[Any]) -> list[tuple[str, bool]]:
         """(job id, created) per spec; raises for the first refused one."""
+        outcomes: dict[int, tuple[int, Any]] = {}
+        for call, reply in zip(self.calls, replies, strict=True):
+            for n, index in enumerate(call.indexes):
+                outcomes[index] = (int(reply[2 * n]), reply[2 * n + 1])
         results = []
-        for spec, job_id, (code, returned) in zip(self.specs, self.job_ids, replies, strict=True):
+        for index, (spec, job_id) in enumerate(zip(self.specs, self.job_ids, strict=True)):
+            code, returned = outcomes[index]
             if code == IDEMPOTENCY_CONFLICT:
                 raise IdempotencyConflict(
                     f"idempotency key {spec.idempotency_key!r} names job {text(returned)}, "
@@ -221,6 +276,10 @@ class Store:
         self._shard_keys: dict[int, tuple[list[str], list[str], list[str]]] = {}
         self._queue_keys: dict[tuple[int, str], list[str]] = {}
         self._waitaof: bool | None = None  # learnt from the server on first submit
+        # learned estimates read for submits: field -> ms (None: never learned), and when
+        self._learned: dict[str, float | None] = {}
+        self._learned_read_at = 0.0
+        self._learned_lock = threading.Lock()
         self._probe_lock = threading.Lock()
         self._group_commit = GroupCommit(self._confirm_fsync)
         self._check_shard_count()
@@ -408,19 +467,58 @@ class Store:
         """The submit calls of `specs` in one batch, not sent yet."""
         specs = [spec_from_any(spec) for spec in specs]  # a hand-built JobSpec is checked too
         origins = fired if fired is not None else [(None, None)] * len(specs)
-        learned = self.learned_estimates(specs)
+        learned = self._recent_estimates(specs)
+        calls: list[SubmitCall] = []
+        open_calls: dict[int, SubmitCall] = {}  # by shard: the call its next job may join
+        job_ids = []
+        for index, (spec, (schedule_id, fire_time)) in enumerate(zip(specs, origins, strict=True)):
+            job = self._submit_job(spec, schedule_id, fire_time, learned)
+            call = open_calls.get(job.shard)
+            if call is None or not call.has_room(job):
+                call = open_calls[job.shard] = SubmitCall(job.shard)
+                calls.append(call)
+            call.add(index, job)
+            job_ids.append(job.job_id)
         batch = self.scripts.batch()
-        job_ids = [
-            self._add_submit(batch, spec, schedule_id, fire_time, learned)
-            for spec, (schedule_id, fire_time) in zip(specs, origins, strict=True)
-        ]
-        return PreparedSubmit(specs, job_ids, batch)
+        for call in calls:
+            first = call.jobs[0]
+            queues = sorted({queue for job in call.jobs for queue in job.meta.queues})
+            script_keys, argv = self._context(first.job_id, JobMeta(tuple(queues), first.meta.idem))
+            script_keys += [self.keys.seq(call.shard), self.keys.jobs(call.shard)]
+            argv += [len(call.jobs)]
+            for job in call.jobs:
+                script_keys += job.keys
+                argv += job.args
+            batch.add("submit", script_keys, argv)
+        return PreparedSubmit(specs, job_ids, calls, batch)
+
+    def _recent_estimates(self, specs: Sequence[JobSpec]) -> dict[str, float]:
+        """learned_estimates, as read at most LEARNED_CACHE_SECONDS ago: repeated submits
+        of the same jobs read them once."""
+        fields = {field for spec in specs for field in learned_fields(spec)}
+        with self._learned_lock:
+            now = time.monotonic()
+            if now - self._learned_read_at > LEARNED_CACHE_SECONDS:
+                self._learned.clear()
+                self._learned_read_at = now
+            known = {name: self._learned[name] for name in fields if name in self._learned}
+        missing = sorted(fields.difference(known))
+        if missing:
+            found = self._read_estimates(missing)
+            known.update({name: found.get(name) for name in missing})
+            with self._learned_lock:
+                if len(self._learned) + len(missing) > LEARNED_CACHE_MAX:
+                    self._learned.clear()
+                self._learned.update({name: known[name] for name in missing})
+        return {name: value for name, value in known.items() if value is not None}
 
     def learned_estimates(self, specs: Sequence[JobSpec]) -> dict[str, float]:
-        """The learned run times (ms) the specs' ranks need: one HMGET per shard, in one
-        round trip, none when no spec needs one; a field learned on several shards
+        """The learned run times (ms) the specs' ranks need, read now: one HMGET per shard,
+        in one round trip, none when no spec needs one; a field learned on several shards
         (jobs land on any) takes the mean."""
-        fields = sorted({field for spec in specs for field in learned_fields(spec)})
+        return self._read_estimates(sorted({f for spec in specs for f in learned_fields(spec)}))
+
+    def _read_estimates(self, fields: list[str]) -> dict[str, float]:
         if not fields:
             return {}
         pipe = self.redis.pipeline(transaction=False)
@@ -433,14 +531,14 @@ class Store:
                     found[name].append(float(value))
         return {name: sum(v) / len(v) for name, v in found.items()}
 
-    def _add_submit(
+    def _submit_job(
         self,
-        batch: Batch,
         spec: JobSpec,
         schedule_id: str | None,
         fire_time: float | None,
         learned: Mapping[str, float] | None = None,
-    ) -> str:
+    ) -> SubmitJob:
+        """A new job's id, and its keys and arguments in a submit.lua call."""
         keys = self.keys
         shard = keys.shard_of(spec.idempotency_key) if spec.idempotency_key else None
         job_id = keys.new_job_id(shard)
@@ -477,14 +575,13 @@ class Store:
         if inline:  # small: written and queued by the submit script itself
             task_args, roots = layout.pairs(0, len(layout)), layout.roots
         meta = self._remember(job_id, JobMeta(tuple(queues), spec.idempotency_key))
-        job_key = keys.job_own(job_id)[0]
+        job_key, tasks_key, history, frontier, _ = keys.job_own(job_id)
+        idem = keys.idempotency(shard, spec.idempotency_key) if spec.idempotency_key else job_key
         owner_key = keys.owner_jobs(shard, spec.owner) if spec.owner else job_key
         schedule_key = keys.schedule_jobs(shard, schedule_id) if schedule_id else job_key
-        extra = [keys.seq(shard), keys.jobs(shard), owner_key, schedule_key]
-        args = [len(job_args), *job_args, len(task_args), *task_args, *roots]
-        script_keys, argv = self._context(job_id, meta)
-        batch.add("submit", script_keys + extra, argv + args)
-        return job_id
+        own_keys = [job_key, tasks_key, history, frontier, idem, owner_key, schedule_key]
+        args = [job_id, len(job_args), *job_args, len(task_args), *task_args, len(roots), *roots]
+        return SubmitJob(job_id, shard, meta, len(spec.tasks) if inline else 0, own_keys, args)
 
     def wait_durable(self) -> bool:
         """With durability `fsynced`, where the server has WAITAOF (Redis >= 7.2) and AOF on

@@ -140,9 +140,9 @@ def run_job_script(
 def submit_call(store: Store, spec: dict[str, Any]) -> tuple[str, list[str], list[Any]]:
     """The submit.lua call Store.submit would make for `spec`, not run: the new job's id,
     and the script's own KEYS and ARGV (after the job context)."""
-    batch = store.scripts.batch()
-    job_id = store._add_submit(batch, parse_spec(spec), None, None)
-    ((name, keys, argv),) = batch.calls
+    prepared = store._prepare_submit([parse_spec(spec)], None)
+    (job_id,) = prepared.job_ids
+    ((name, keys, argv),) = prepared.batch.calls
     assert name == "submit"
     context_keys, context_argv = store._context(job_id, store.job_meta(job_id))
     return job_id, keys[len(context_keys) :], argv[len(context_argv) :]

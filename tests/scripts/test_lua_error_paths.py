@@ -292,11 +292,12 @@ def test_cancel_of_a_finished_job_changes_nothing(store: Store) -> None:
         assert store.finalize(job_id) == (1, "succeeded")
 
 
-# submit.lua's own ARGV after the job context: job-hash pairs, then task-hash pairs (none:
-# a leader splits the job; some: split at once), then the ready tasks' indexes.
+# submit.lua's own ARGV after the job context, for one job: its job-hash pairs, then its
+# task-hash pairs (none: a leader splits the job; some: split at once), then its ready
+# tasks' indexes.
 RESUBMIT_ARGS = {
-    "leader-split": [4, "name", "again", "queues", "default,other", 0],
-    "inline": [4, "name", "again", "queues", "default,other", 2, "s:0", "waiting", 0],
+    "leader-split": [4, "name", "again", "queues", "default,other", 0, 0],
+    "inline": [4, "name", "again", "queues", "default,other", 2, "s:0", "waiting", 1, 0],
 }
 
 
@@ -307,10 +308,12 @@ def test_submit_over_an_existing_job_id_returns_minus_3_and_changes_nothing(
     job_id, _ = busy
     keys = store.keys
     script_keys, argv = job_context(store, job_id)
-    script_keys += [keys.seq(0), keys.jobs(0), keys.job(job_id).job]
+    jk = keys.job(job_id)
+    script_keys += [keys.seq(0), keys.jobs(0), jk.job, jk.tasks, jk.history, jk.frontier]
+    script_keys += [jk.job] * 3  # no idempotency key, owner or schedule
     with untouched(store):
-        reply = store.scripts.run("submit", script_keys, argv + RESUBMIT_ARGS[split])
-        assert decode(reply) == [-3]
+        reply = store.scripts.run("submit", script_keys, [*argv, 1, job_id, *RESUBMIT_ARGS[split]])
+        assert decode(reply) == [-3, job_id]
 
 
 @pytest.mark.parametrize("passed", [[], ["default"], ["other"]], ids=["none", "one", "other"])
@@ -321,7 +324,7 @@ def test_a_small_submit_without_all_its_queue_keys_returns_minus_5_and_changes_n
     job_id, own_keys, own_args = submit_call(store, BUSY)
     keys, argv = job_context(store, job_id, queues=passed)
     with untouched(store):
-        assert decode(store.scripts.run("submit", keys + own_keys, argv + own_args)) == [-5]
+        assert decode(store.scripts.run("submit", keys + own_keys, argv + own_args)) == [-5, job_id]
     keys, argv = job_context(store, job_id)
     assert decode(store.scripts.run("submit", keys + own_keys, argv + own_args)) == [0, job_id]
     assert job_field(store, job_id, "state") == "running"
@@ -335,8 +338,11 @@ def test_a_submit_without_its_idempotency_key_returns_minus_5_and_changes_nothin
         monkeypatch.setattr(jobcenter.storage.store, "INLINE_SPLIT_MAX", 0)
     job_id, own_keys, own_args = submit_call(store, IDEM_BUSY)
     keys, argv = job_context(store, job_id, without_idem=True)
+    job_key, idem_at = store.keys.job(job_id).job, 2 + 4  # after seq and jobs: the job's 5th
+    assert own_keys[idem_at] == store.keys.idempotency(0, IDEM_BUSY["idempotency_key"])
+    own_keys[idem_at] = job_key  # its idempotency key not passed: the job hash instead
     with untouched(store):
-        assert decode(store.scripts.run("submit", keys + own_keys, argv + own_args)) == [-5]
+        assert decode(store.scripts.run("submit", keys + own_keys, argv + own_args)) == [-5, job_id]
 
 
 def test_start_skips_a_task_another_handler_reserved_and_changes_nothing(

@@ -25,7 +25,10 @@ from lua_helpers import (
 )
 
 import jobcenter.storage.store
+from jobcenter.errors import IdempotencyConflict
+from jobcenter.model.spec import parse_spec
 from jobcenter.runtime.leader import Leader
+from jobcenter.storage.events import Events
 from jobcenter.storage.store import Store
 
 SPEC = {
@@ -85,6 +88,59 @@ def test_a_small_job_is_split_by_its_submit_exactly_as_a_leader_splits_it(
     assert expected["job"]["written"] == "4" and expected["job"]["queued"] == "3"
     assert (expected["default"], expected["other"]) == ([A, E], [F])
     assert _split_state(store, inline_id) == expected
+
+
+# Every field a queue entry is made of: a task priority, a pool, ranks (critical_path: the
+# default), a second queue, a mapped task and a trigger rule that are not queued at once.
+RICH = {
+    "name": "rich",
+    "priority": 2,
+    "tasks": [
+        {"id": "src", "task": "t.src", "priority": 7, "estimate": 5},
+        {"id": "gpu", "task": "t.gpu", "pool": "gpu", "pool_slots": 2},
+        {"id": "other", "task": "t.o", "queue": "other", "retries": 1},
+        {"id": "each", "task": "t.each", "map": {"item": "src"}},
+        {"id": "any", "task": "t.any", "depends_on": ["gpu"], "trigger_rule": "all_done"},
+    ],
+}
+
+
+def _entries(store: Store, job_id: str) -> dict[str, list[tuple[str, float]]]:
+    """Each queue's entries of the job, its sequence number and id blanked (they differ)."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    for queue in ("default", "other"):
+        out[queue] = []
+        for member, score in store.redis.zrange(store.keys.queue(0, queue), 0, -1, withscores=True):
+            seq, job, *rest = member.decode().split("|")
+            if job == job_id:
+                out[queue].append(("|".join(["<seq>" + seq[12:], "<job>", *rest]), score))
+    return out
+
+
+def test_a_small_jobs_queue_entries_and_events_are_the_ones_a_leader_writes(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The submit script queues a small job's ready tasks (one read each, then one write per
+    queue) exactly as the leader's queue_roots does: same entries, scores, fields, events."""
+    events = Events(store)
+    start = events.latest()
+    inline_id = submit(store, RICH)
+    monkeypatch.setattr(jobcenter.storage.store, "INLINE_SPLIT_MAX", 0)
+    leader_id = submit(store, RICH)
+    Leader(store, LEADER).split(leader_id)
+
+    inline, leader = _entries(store, inline_id), _entries(store, leader_id)
+    assert [m.split("|")[2] for m, _ in leader["default"]] == ["000000", "000001"]
+    assert leader["default"][0][1] == -7 and leader["default"][1][0].endswith("|p:gpu=*2")
+    assert inline == leader
+    assert _split_state(store, inline_id) == _split_state(store, leader_id)
+    seen = [(e.job, e.kind, e.task) for e in events.after(start)]
+    assert [(k, t) for j, k, t in seen if j == inline_id] == [
+        ("submitted", None), ("queued", "src"), ("queued", "gpu"), ("queued", "other"),
+    ]  # fmt: skip
+    assert [(k, t) for j, k, t in seen if j == leader_id] == [
+        ("submitted", None), ("queued", "src"), ("queued", "gpu"), ("queued", "other"),
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("extra", "split"), [(0, "inline"), (1, "leader")])
@@ -216,3 +272,78 @@ def test_a_large_succeeded_job_is_compacted_by_a_leader(store: Store) -> None:
     assert store.records(job_id).values(["p:1199", "s:1199"]) == [None, b"succeeded"]
     assert store.redis.zscore(store.keys.leader(0), f"compact|{job_id}") is None
     assert store.status(job_id)["tasks"]["t1199"]["state"] == "succeeded"
+
+
+def _one_call_each(store: Store, spec: dict[str, Any], count: int) -> list[str]:
+    """`count` jobs of `spec` submitted one submit call each (as single submits go)."""
+    return [job_id for job_id, _ in (store.submit(parse_spec(spec)) for _ in range(count))]
+
+
+def test_jobs_stored_by_one_submit_call_are_each_the_job_a_call_of_their_own_stores(
+    store: Store,
+) -> None:
+    """submit_many stores a shard's small jobs many per submit.lua call (the job context's
+    cost paid once): each job's fields, tasks, queue entries and events are those of a job
+    submitted alone, in the order given."""
+    events = Events(store)
+    start = events.latest()
+    alone = _one_call_each(store, RICH, 2)
+    specs = [parse_spec(RICH) for _ in range(3)] + [parse_spec({**SPEC, "idempotency_key": None})]
+    prepared = store._prepare_submit(specs, None)
+    assert len(prepared.batch.calls) == 1  # 3 x 5 + 4 tasks, one shard: one call
+    grouped = [job_id for job_id, _ in prepared.results(prepared.batch.execute())]
+    assert grouped == prepared.job_ids
+
+    expected = _split_state(store, alone[0])
+    for job_id in grouped[:3]:
+        assert _split_state(store, job_id) == expected
+        assert _entries(store, job_id) == _entries(store, alone[0])
+    assert task_states(store, grouped[3]) == {"a": "queued", "b": "waiting", "e": "queued",
+                                              "f": "queued"}  # fmt: skip
+    seqs = [int(job_field(store, job_id, "seq") or 0) for job_id in alone + grouped]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)  # submit order kept
+    seen = [(e.job, e.kind, e.task) for e in events.after(start)]
+    per_job = [[(k, t) for j, k, t in seen if j == job_id] for job_id in alone + grouped[:3]]
+    assert all(kinds == per_job[0] for kinds in per_job)
+    assert [j for j, k, _ in seen if k == "submitted"] == alone + grouped
+
+
+def test_a_submit_call_holds_a_bounded_number_of_tasks_and_jobs(store: Store) -> None:
+    """At most SUBMIT_CALL_TASKS tasks written and SUBMIT_CALL_JOBS jobs per call: a call
+    stays as short as one inline split; a job a leader splits goes alone."""
+    store_module = jobcenter.storage.store
+    one = parse_spec({"name": "one", "tasks": [{"id": "a", "task": "t.a"}]})
+    big = parse_spec({"name": "big", "tasks": [
+        {"id": f"t{k}", "task": "t.t"} for k in range(store_module.INLINE_SPLIT_MAX)
+    ]})  # fmt: skip
+    huge = parse_spec({"name": "huge", "tasks": [
+        {"id": f"t{k}", "task": "t.t"} for k in range(store_module.INLINE_SPLIT_MAX + 1)
+    ]})  # fmt: skip
+    jobs_max = store_module.SUBMIT_CALL_JOBS
+    cases = [
+        ([one] * (jobs_max + 1), [jobs_max, 1]),
+        ([one, big, one], [1, 1, 1]),
+        ([one, one, huge, one], [2, 1, 1]),
+    ]
+    for specs, sizes in cases:
+        prepared = store._prepare_submit(specs, None)
+        assert [len(call.jobs) for call in prepared.calls] == sizes
+        results = prepared.results(prepared.batch.execute())
+        assert [job_id for job_id, _ in results] == prepared.job_ids
+        assert all(created for _, created in results)
+    assert job_field(store, prepared.job_ids[2], "state") == "pending"  # huge: a leader's
+
+
+def test_a_repeated_idempotency_key_within_one_submit_call_returns_the_first_job(
+    store: Store,
+) -> None:
+    keyed = parse_spec({**SPEC, "idempotency_key": "once"})
+    other = parse_spec({**SPEC, "idempotency_key": "once", "name": "changed"})
+    prepared = store._prepare_submit([keyed, keyed], None)
+    assert len(prepared.batch.calls) == 1
+    (first, created), (again, created_again) = prepared.results(prepared.batch.execute())
+    assert (again, created, created_again) == (first, True, False)
+    assert not store.redis.exists(store.keys.job(prepared.job_ids[1]).job)
+    prepared = store._prepare_submit([other], None)
+    with pytest.raises(IdempotencyConflict, match=f"names job {first}"):
+        prepared.results(prepared.batch.execute())

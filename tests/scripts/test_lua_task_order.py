@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from lua_helpers import H1, claim, complete_one, job_field, submit_and_split, task_field
 
+import jobcenter.storage.store
 from jobcenter.model.spec import parse_spec
 from jobcenter.storage.store import INLINE_SPLIT_MAX, Store
 
@@ -70,7 +71,32 @@ def test_a_success_folds_its_run_time_into_the_learned_estimates(store: Store) -
     assert float(learned[b"j\tlearn\ta"]) == pytest.approx(1000 + 0.3 * (ran_ms - 1000), abs=0.1)
     assert float(learned[b"t\tt.learned"]) == ran_ms  # first run of that task name
     assert b"j\tlearn\tb" not in learned  # b never succeeded
-    unseen = parse_spec({"name": "learn", "tasks": [{"id": "a", "task": "t.unseen"}]})
+    unseen = parse_spec(  # two tasks: a lone task's rank needs no estimate, so reads none
+        {
+            "name": "learn",
+            "tasks": [{"id": "a", "task": "t.unseen"}, {"id": "z", "task": "t.unseen"}],
+        }
+    )
     assert store.learned_estimates([unseen]) == {
         "j\tlearn\ta": pytest.approx(1000 + 0.3 * (ran_ms - 1000), abs=0.1)
     }
+
+
+def test_submits_reuse_the_learned_estimates_read_within_the_cache_time(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submit reads the learned run times its ranks need once per LEARNED_CACHE_SECONDS,
+    not once per call: a one-job submit makes one round trip, not two."""
+    estimates = store.keys.estimates(0)
+    spec = {"name": "cached", "tasks": [{"id": "a", "task": "t.a"}, {"id": "b", "task": "t.b"}]}
+    store.redis.hset(estimates, mapping={"j\tcached\ta": 1000.0, "j\tcached\tb": 5000.0})
+    first, _ = submit_and_split(store, spec)
+    assert (task_field(store, first, "o", 0), task_field(store, first, "o", 1)) == ("1", "0")
+
+    store.redis.hset(estimates, "j\tcached\ta", 9000.0)  # a completion learned more meanwhile
+    again, _ = submit_and_split(store, spec)
+    assert (task_field(store, again, "o", 0), task_field(store, again, "o", 1)) == ("1", "0")
+
+    monkeypatch.setattr(jobcenter.storage.store, "LEARNED_CACHE_SECONDS", 0.0)
+    later, _ = submit_and_split(store, spec)  # read again: a now outweighs b
+    assert (task_field(store, later, "o", 0), task_field(store, later, "o", 1)) == ("0", "1")

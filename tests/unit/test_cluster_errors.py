@@ -54,6 +54,22 @@ def test_every_cluster_client_error_arrives_as_a_redis_error(name: str) -> None:
     assert isinstance(translated.__cause__, REDIS_PY_ERRORS[name])
 
 
+@pytest.mark.parametrize(
+    "message",
+    ["dictionary changed size during iteration", "dictionary keys changed during iteration"],
+)
+def test_the_cluster_clients_node_map_race_in_a_failover_is_a_redis_error(message: str) -> None:
+    """Threads sharing redis-py's cluster client race on its node maps while a failover
+    updates them: that call fails like one whose link dropped; the loop waits it out."""
+    translated = _translated(RuntimeError(message))
+    assert isinstance(translated, RedisError) and message in str(translated)
+
+
+def test_any_other_runtime_error_stays_a_bug() -> None:
+    exc = RuntimeError("a bug of ours")
+    assert _translated(exc) is exc
+
+
 @pytest.mark.parametrize("name", WAIT_IT_OUT)
 def test_a_cluster_settling_counts_as_unreachable(name: str) -> None:
     exc = REDIS_PY_ERRORS[name]("CLUSTERDOWN The cluster is down")

@@ -115,3 +115,10 @@ def test_order_and_estimate_round_trip_and_old_specs_keep_their_digest() -> None
     assert spec.to_dict()["order"] == "fifo"
     plain = parse_spec({"name": "j", "tasks": [{"id": "a", "task": "t.a"}]})
     assert plain.to_dict() == {"name": "j", "tasks": [{"id": "a", "task": "t.a"}]}
+
+
+def test_a_lone_task_needs_no_learned_estimate() -> None:
+    """Its rank is 0 whatever it is estimated at: its submit reads nothing first."""
+    lone = parse_spec({"name": "n", "tasks": [{"id": "a", "task": "t.a"}]})
+    assert learned_fields(lone) == []
+    assert ranks_of({"name": "n", "tasks": [{"id": "a", "task": "t.a"}]}) == [0]

@@ -46,6 +46,14 @@ local HISTORY_MAX = 200000 -- history entries kept per job (oldest trimmed)
 
 local META = {}
 
+-- Point the context at another job of the same shard (submit.lua stores several jobs per
+-- call): its id and its own keys KEYS[k..k+4] (hash, tasks hash, history, frontier,
+-- idempotency key); its fields are read again (load_job) before they are used.
+local function bind_job(k, job_id)
+  J, T, H, F, IDEM = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
+  JOB_ID, META = job_id, {}
+end
+
 -- Read the job's fields; false when the job hash does not exist.
 local function load_job()
   local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES,
@@ -197,12 +205,7 @@ local function lease_member(i) return JOB_ID .. '|' .. i end
 -- sequence number: within a priority, jobs keep their submit order and the rank orders one
 -- job's tasks. (Every task of a job has a rank or none does, so the two forms never meet.)
 -- A task with pool or limit slots to take has them at the end (_slots.lua), for claim.lua.
--- (rank, limits: task i's fields, when the caller read them: false for none.)
-local function queue_member(i, rank, limits)
-  if rank == nil then
-    local f = redis.call('HMGET', T, TF_RANK .. i, TF_LIMITS .. i)
-    rank, limits = f[1], f[2]
-  end
+local function member_of(i, rank, limits)
   local member
   if rank then
     member = string.format('%012d%06d|%s|%06d', META.seq, rank, JOB_ID, i)
@@ -211,6 +214,10 @@ local function queue_member(i, rank, limits)
   end
   if limits then return member .. '|' .. limits end
   return member
+end
+local function queue_member(i)
+  local f = redis.call('HMGET', T, TF_RANK .. i, TF_LIMITS .. i)
+  return member_of(i, f[1], f[2])
 end
 -- A queued task leaving its queue without a claim (cancel, abandon) leaves the parked zset
 -- too, if it waits there for a full limit.
@@ -285,9 +292,35 @@ local function enqueue(i, now)
   local qname = f[2] or META.queue
   redis.call('HSET', T, TF_STATE .. i, T_QUEUED, TF_QUEUED_AT .. i, now, TF_UPDATED_AT .. i, now)
   local priority = tonumber(f[3]) or META.priority
-  redis.call('ZADD', QUEUES[qname].ready, -priority, queue_member(i, f[4], f[5]))
+  redis.call('ZADD', QUEUES[qname].ready, -priority, member_of(i, f[4], f[5]))
   pending_wakes[qname] = (pending_wakes[qname] or 0) + 1
   OBS.queued[#OBS.queued + 1] = i
+end
+-- enqueue() for those of tasks `indexes` still waiting (a split's ready tasks): one read
+-- per task, then one HSET for them all and one ZADD per queue.
+local function enqueue_waiting(indexes, now)
+  local fields, entries = {}, {}
+  for _, i in ipairs(indexes) do
+    local f = redis.call('HMGET', T, TF_STATE .. i, TF_MAP_ARG .. i, TF_QUEUE .. i,
+      TF_PRIORITY .. i, TF_RANK .. i, TF_LIMITS .. i)
+    if f[1] == T_WAITING and f[2] then
+      enqueue(i, now) -- a mapped task: expanded or joined, never queued
+    elseif f[1] == T_WAITING then
+      local qname = f[3] or META.queue
+      local n = #fields
+      fields[n + 1], fields[n + 2] = TF_STATE .. i, T_QUEUED
+      fields[n + 3], fields[n + 4] = TF_QUEUED_AT .. i, now
+      fields[n + 5], fields[n + 6] = TF_UPDATED_AT .. i, now
+      local queued = entries[qname] or {}
+      entries[qname] = queued
+      queued[#queued + 1] = -(tonumber(f[4]) or META.priority)
+      queued[#queued + 1] = member_of(i, f[5], f[6])
+      pending_wakes[qname] = (pending_wakes[qname] or 0) + 1
+      OBS.queued[#OBS.queued + 1] = i
+    end
+  end
+  call_chunked('HSET', T, fields)
+  for qname, queued in pairs(entries) do call_chunked('ZADD', QUEUES[qname].ready, queued) end
 end
 -- After enqueue(): wake idle workers, say which tasks were queued, write the counts.
 local function flush_wakes()

@@ -108,7 +108,7 @@ local function take(c)
   -- a child with pool or limit slots goes through the queue (claim.lua takes them); a
   -- mapped one expands, never runs
   if not served[qname] or f[2] or f[3] then return false end
-  local priority, member = tonumber(f[4]) or META.priority, queue_member(c, f[5], false)
+  local priority, member = tonumber(f[4]) or META.priority, member_of(c, f[5], false)
   local head = redis.call('ZRANGE', QUEUES[qname].ready, 0, 0, 'WITHSCORES')
   if head[1] then
     local score, head_score = -priority, tonumber(head[2])

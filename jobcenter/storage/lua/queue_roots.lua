@@ -19,9 +19,9 @@ if META.state == J_PENDING then
   set_job_state(J_RUNNING)
   redis.call('HSET', J, JF.STARTED_AT, now)
 end
-for k = A + 5, #ARGV do
-  if task_state(ARGV[k]) == T_WAITING then enqueue(ARGV[k], now) end
-end
+local chunk = {}
+for k = A + 5, #ARGV do chunk[#chunk + 1] = ARGV[k] end
+enqueue_waiting(chunk, now)
 flush_wakes()
 redis.call('HSET', J, JF.QUEUED, ARGV[A + 3], JF.LEADER, ARGV[A], JF.UPDATED_AT, now)
 if ARGV[A + 4] == '1' then

@@ -39,7 +39,7 @@ for k = A + 1, #ARGV do
       if f[13] then clears[#clears + 1] = TF_ERROR .. i end
       if f[6] then clears[#clears + 1] = TF_FINISHED_AT .. i end
       if f[14] then clears[#clears + 1] = TF_PROGRESS .. i end
-      local order = OBS.run_order(i, tonumber(f[8]) or META.priority, queue_member(i, f[9], f[10]))
+      local order = OBS.run_order(i, tonumber(f[8]) or META.priority, member_of(i, f[9], f[10]))
       started[#started + 1] = {tonumber(i), attempt, f[3], task_inputs(i, f[11], f[12]), order,
         f[7] and 1 or 0}
       started_indexes[#started_indexes + 1] = i

@@ -1,66 +1,92 @@
---[[ submit: store a validated job. A small job is split here at once (its tasks written,
-  its ready tasks queued: it starts running with no leader round trip); a larger one is
-  handed to a leader, which splits it in bounded chunks.
-  KEYS: the job context (_job.lua), then KEYS[XK] shard sequence counter  KEYS[XK+1] jobs
-  zset  KEYS[XK+2] owner's jobs zset (the job hash again when there is no owner)
-  KEYS[XK+3] the firing schedule's jobs zset (the job hash again when no schedule fired it)
-  ARGV[A] number of job-hash arguments, then those field, value pairs (with an idempotency
-  key, 'spec_digest' among them: the key's value is "<job id>\t<digest>")
-  then the number of tasks-hash arguments (0: a leader splits the job), then those pairs,
-  then the indexes of the ready tasks
-  Returns {0, job id} created | {1, job id} the idempotency key names an existing job of
-          the same spec | {-7, job id} it names a job of a different spec
-          | {-3} a job with this id exists already | {-5} queues not passed ]]
+--[[ submit: store validated jobs of one shard, in order, each as its own transition (one
+  call for many: the job context is paid for once). A small job is split here at once (its
+  tasks written, its ready tasks queued: it starts running with no leader round trip); a
+  larger one is handed to a leader, which splits it in bounded chunks.
+  KEYS: the job context (_job.lua) of the first job, with the queues of every job of the
+  call; then KEYS[XK] shard sequence counter  KEYS[XK+1] jobs zset; then 7 per job: its
+  hash, tasks hash, history, frontier, idempotency key (its hash again when it has none),
+  owner's jobs zset (its hash again when no owner), the firing schedule's jobs zset (its
+  hash again when no schedule fired it)
+  ARGV[A] number of jobs, then per job: its id, the number of job-hash arguments, those
+  field, value pairs (with an idempotency key, 'spec_digest' among them: the key's value is
+  "<job id>\t<digest>"), the number of tasks-hash arguments (0: a leader splits the job),
+  those pairs, the number of ready tasks, their indexes
+  Returns per job, in order, its code and a job id, one flat list: {0, job id} created
+          | {1, id} the idempotency key names an existing job of the same spec | {-7, id} it
+          names a job of a different spec | {-3, job id} a job with this id exists already
+          | {-5, job id} queues or idempotency key not passed ]]
 
-local njob = tonumber(ARGV[A])
-local ntask_at = A + 1 + njob
-local ntask = tonumber(ARGV[ntask_at])
-local digest = ''
--- the queues of an inline split are checked against the job's own list before any write
-for k = A + 1, A + njob, 2 do
-  if ARGV[k] == JF.QUEUES then META.queues = ARGV[k + 1] end
-  if ARGV[k] == JF.IDEMPOTENCY_KEY and IDEM == J then return {KEYS_MISSING} end
-  if ARGV[k] == JF.DIGEST then digest = ARGV[k + 1] end
-end
+local SEQ, JOBS = KEYS[XK], KEYS[XK + 1]
 
-if IDEM ~= J then
-  local existing = redis.call('GET', IDEM)
-  if existing then
-    -- a key stored before digests were kept ("<job id>" alone) matches any spec
-    local id, stored = string.match(existing, '^([^\t]*)\t?(.*)$')
-    if stored ~= '' and stored ~= digest then return {IDEMPOTENCY_CONFLICT, id} end
-    return {ALREADY, id}
+-- The job bound at KEYS[k..], its arguments from ARGV[at] (its number of job-hash
+-- arguments) on: checked, then stored; returns its code and id.
+local function submit_job(k, at)
+  local njob = tonumber(ARGV[at])
+  local ntask_at = at + 1 + njob
+  local ntask = tonumber(ARGV[ntask_at])
+  local roots_at = ntask_at + ntask + 1
+  local digest, ntasks = '', 0
+  -- the queues of an inline split are checked against the job's own list before any write
+  for f = at + 1, at + njob, 2 do
+    if ARGV[f] == JF.QUEUES then META.queues = ARGV[f + 1] end
+    if ARGV[f] == JF.IDEMPOTENCY_KEY and IDEM == J then return KEYS_MISSING, JOB_ID end
+    if ARGV[f] == JF.DIGEST then digest = ARGV[f + 1] end
+    if ARGV[f] == JF.TASKS then ntasks = tonumber(ARGV[f + 1]) end
   end
-end
-if redis.call('EXISTS', J) == 1 then return {WRONG_STATE} end
-if ntask > 0 and not queues_passed() then return {KEYS_MISSING} end
 
-local now = now_ms()
-local seq = redis.call('INCR', KEYS[XK])
--- a job split here runs at once: it enters the running index directly, never pending
-local state = J_PENDING
-if ntask > 0 then state = J_RUNNING end
-redis.call('HSET', J, JF.ID, JOB_ID, JF.STATE, state, JF.SEQ, seq, JF.CREATED_AT, now,
-  JF.UPDATED_AT, now, JF.FAILED, 0, JF.CANCELLED, 0)
-call_chunked_argv('HSET', J, A + 1, A + njob)
-if IDEM ~= J then redis.call('SET', IDEM, JOB_ID .. '\t' .. digest) end
-redis.call('ZADD', KEYS[XK + 1], now, JOB_ID)
-redis.call('ZADD', ACTIVE, now, JOB_ID)
-if KEYS[XK + 2] ~= J then redis.call('ZADD', KEYS[XK + 2], now, JOB_ID) end
-if KEYS[XK + 3] ~= J then redis.call('ZADD', KEYS[XK + 3], now, JOB_ID) end
-redis.call('ZADD', STATE_INDEX[state], now, JOB_ID)
-OBS.emit(EV.SUBMITTED, false)
+  if IDEM ~= J then
+    local existing = redis.call('GET', IDEM)
+    if existing then
+      -- a key stored before digests were kept ("<job id>" alone) matches any spec
+      local id, stored = string.match(existing, '^([^\t]*)\t?(.*)$')
+      if stored ~= '' and stored ~= digest then return IDEMPOTENCY_CONFLICT, id end
+      return ALREADY, id
+    end
+  end
+  if redis.call('EXISTS', J) == 1 then return WRONG_STATE, JOB_ID end
+  if ntask > 0 and not queues_passed() then return KEYS_MISSING, JOB_ID end
 
-if ntask == 0 then
-  leader_message('split', now)
-  return {OK, JOB_ID}
+  local now = now_ms()
+  local seq = redis.call('INCR', SEQ)
+  -- a job split here runs at once: it enters the running index directly, never pending
+  local state, split = J_PENDING, {}
+  if ntask > 0 then
+    state = J_RUNNING
+    split = {JF.STARTED_AT, now, JF.WRITTEN, ntasks, JF.QUEUED, tonumber(ARGV[roots_at])}
+  end
+  local job = {JF.ID, JOB_ID, JF.STATE, state, JF.SEQ, seq, JF.CREATED_AT, now,
+    JF.UPDATED_AT, now, JF.FAILED, 0, JF.CANCELLED, 0, unpack(split)}
+  for f = at + 1, at + njob do job[#job + 1] = ARGV[f] end
+  call_chunked('HSET', J, job)
+  if IDEM ~= J then redis.call('SET', IDEM, JOB_ID .. '\t' .. digest) end
+  redis.call('ZADD', JOBS, now, JOB_ID)
+  redis.call('ZADD', ACTIVE, now, JOB_ID)
+  if KEYS[k + 5] ~= J then redis.call('ZADD', KEYS[k + 5], now, JOB_ID) end
+  if KEYS[k + 6] ~= J then redis.call('ZADD', KEYS[k + 6], now, JOB_ID) end
+  redis.call('ZADD', STATE_INDEX[state], now, JOB_ID)
+  OBS.emit(EV.SUBMITTED, false)
+
+  if ntask == 0 then
+    leader_message('split', now)
+    return OK, JOB_ID
+  end
+  call_chunked_argv('HSET', T, ntask_at + 1, ntask_at + ntask)
+  stamp_created(0, ntasks - 1, now)
+  load_job()
+  local roots = {}
+  for f = roots_at + 1, roots_at + tonumber(ARGV[roots_at]) do roots[#roots + 1] = ARGV[f] end
+  enqueue_waiting(roots, now)
+  flush_wakes()
+  return OK, JOB_ID
 end
-call_chunked_argv('HSET', T, ntask_at + 1, ntask_at + ntask)
-stamp_created(0, tonumber(redis.call('HGET', J, JF.TASKS)) - 1, now)
-load_job()
-local first_root = ntask_at + ntask + 1
-redis.call('HSET', J, JF.STARTED_AT, now, JF.WRITTEN, redis.call('HGET', J, JF.TASKS),
-  JF.QUEUED, #ARGV - first_root + 1)
-for k = first_root, #ARGV do enqueue(ARGV[k], now) end
-flush_wakes()
-return {OK, JOB_ID}
+
+local replies, k, at = {}, XK + 2, A + 1
+for _ = 1, tonumber(ARGV[A]) do
+  bind_job(k, ARGV[at])
+  local njob = tonumber(ARGV[at + 1])
+  local ntask = tonumber(ARGV[at + 2 + njob])
+  local nroots = tonumber(ARGV[at + 3 + njob + ntask])
+  replies[#replies + 1], replies[#replies + 2] = submit_job(k, at + 1)
+  k, at = k + 7, at + 4 + njob + ntask + nroots
+end
+return replies
