@@ -241,16 +241,15 @@ def _chunks(file: str, text: str, forward: set[str]) -> list[_Chunk]:
     depth = start = i = 0
     while i < len(lines):
         match = _DEFINITION.match(code[i]) if depth == 0 else None
-        name = match and next(n for n in match.groups() if n)
+        name = next(n for n in match.groups() if n) if match else ""
         if match and (match["local"] or match["field"] or name in forward):
             first = i  # with its comment lines
             while first > start and lines[first - 1].startswith("--") and not code[first - 1]:
                 first -= 1
             last = _definition_end(file, code, i, name)
-            chunks += [
-                _Chunk("\n".join(lines[start:first])),
-                _Chunk("\n".join(lines[first : last + 1]), name),
-            ]
+            if start < first:
+                chunks.append(_Chunk("\n".join(lines[start:first])))
+            chunks.append(_Chunk("\n".join(lines[first : last + 1]), name))
             start = i = last + 1
             continue
         if depth and _FUNCTION_AT_COLUMN_0.match(code[i]):
@@ -263,21 +262,21 @@ def _chunks(file: str, text: str, forward: set[str]) -> list[_Chunk]:
         if depth < 0:
             raise ValueError(f"{file}.lua line {i + 1}: closes a block nothing opened")
         i += 1
-    chunks.append(_Chunk("\n".join(lines[start:])))
+    if start < len(lines):
+        chunks.append(_Chunk("\n".join(lines[start:])))
     return chunks
 
 
-def _needs(text: str, tables: set[str]) -> set[str]:
-    """The names and table fields (`TBL.f`) the code names. Every function of a table the
-    code uses otherwise than by a field (`TBL[k]`, `pairs(TBL)`, `TBL:f` methods' `self`) counts
-    as named."""
+def _needs(text: str) -> set[str]:
+    """The names and table fields (`TBL.f`) the code names; a table passed as a value
+    (`TBL[k]`, `pairs(TBL)`, `TBL:f()` passing it as `self`) names itself, `TBL`."""
     code = _LOCAL_NAMES.sub("", "\n".join(_code_lines(text)))
     needs = set()
     for match in _NAME.finditer(code):
         table, field = match.groups()
         needs.add(f"{table}.{field}" if field else table)
-        if field and table in tables and code[match.end(1) : match.start(2)].strip() == ":":
-            needs.add(table + ".*")  # a method: its `self` may reach any field
+        if field and code[match.end(1) : match.start(2)].strip() == ":":
+            needs.add(table)
     return needs
 
 
@@ -301,14 +300,12 @@ def _shake(preludes: dict[str, str], script: str) -> str:
         if k in kept:
             continue
         kept.add(k)
-        for need in _needs(chunks[k].text, tables):
-            table = need.split(".")[0]
+        for need in _needs(chunks[k].text):
             if need in definitions:
                 pending += definitions[need]
-            elif table in tables and (need == table or need.endswith(".*")):
-                # a table used as a value, or a method's: keep all its functions
+            elif need in tables:  # used as a value: any of its functions may be called
                 pending += [
-                    d for n, ds in definitions.items() if n.startswith(table + ".") for d in ds
+                    d for n, ds in definitions.items() if n.startswith(need + ".") for d in ds
                 ]
     return "\n".join(chunk.text for k, chunk in enumerate(chunks) if k in kept)
 
