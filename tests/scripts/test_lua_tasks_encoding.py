@@ -1,7 +1,9 @@
-"""A job of TASKS_HASHTABLE_MIN_TASKS tasks or more has its tasks hash as a hash table from
-the moment it is written (submit's split, a retry's restore, a map's expansion), not a
-listpack whose every field read scans the whole hash; a smaller job keeps the compact form.
-What Redis reports (OBJECT ENCODING) is the proof; the fields are the tasks' own only."""
+"""The hashes the task path reads are hash tables, not listpacks whose every field read scans
+the whole hash (schema.py, HASHTABLE_FIELD): a job of TASKS_HASHTABLE_MIN_TASKS tasks or more
+has its tasks hash as one from the moment it is written (submit's split, a retry's restore,
+a map's expansion), while a smaller job keeps the compact form; a shard's metrics and
+learned-estimates hashes once a recovery pass ran (rule 10). What Redis reports (OBJECT
+ENCODING) is the proof; no hash keeps the field that converted it."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from lua_helpers import H1, LEADER, NO_RETRY, claim, complete_one, job_field, su
 
 from jobcenter.model import codec
 from jobcenter.runtime.leader import Leader
+from jobcenter.runtime.recovery import Recovery
 from jobcenter.storage.schema import TASKS_HASHTABLE_MIN_TASKS
 from jobcenter.storage.store import Store
 
@@ -87,3 +90,25 @@ def test_a_map_that_makes_a_small_job_large_turns_its_tasks_hash_into_a_hashtabl
         store.continue_frontier(job_id)
     assert job_field(store, job_id, "n") == str(2 + len(elements))
     assert tasks_encoding(store, job_id) == b"hashtable"
+
+
+def test_a_recovery_pass_makes_the_shards_metrics_and_estimates_hashes_hashtables(
+    store: Store,
+) -> None:
+    hashes = [store.keys.metrics(0), store.keys.estimates(0)]
+    Recovery(store, "test-recovery").run()
+    assert store.redis.exists(*hashes) == 0  # a hash not there yet is left so
+
+    job_id = submit(store, flat(1))
+    (t,) = claim(store, H1)
+    assert complete_one(store, H1, job_id, t.index, t.attempt) == 0
+    assert store.keys.job_shard(job_id) == 0
+    # written by the task path (or loaded from disk after a restart): listpacks so far
+    assert {store.redis.object("encoding", key) for key in hashes} <= COMPACT
+    fields = {key: store.redis.hgetall(key) for key in hashes}
+
+    Recovery(store, "test-recovery").run()
+
+    for key in hashes:
+        assert store.redis.object("encoding", key) == b"hashtable", key
+        assert store.redis.hgetall(key) == fields[key], key  # no field added or left

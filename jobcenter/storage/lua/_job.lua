@@ -66,13 +66,9 @@ local function load_job()
   return true
 end
 
--- A job of n tasks: its tasks hash as a hash table, not a listpack, where every field read
--- would scan all its fields (schema.py, TASKS_HASHTABLE_MIN_TASKS says why and when). A
--- value too long for a listpack converts the hash for as long as Redis runs; it goes again.
+-- A job of n tasks: its tasks hash as a hash table once n is large enough (schema.py).
 local function tasks_as_hashtable(n)
-  if n < TASKS_HASHTABLE_MIN_TASKS then return end
-  redis.call('HSET', T, TASKS_HASHTABLE_FIELD, TASKS_HASHTABLE_VALUE)
-  redis.call('HDEL', T, TASKS_HASHTABLE_FIELD)
+  if n >= TASKS_HASHTABLE_MIN_TASKS then as_hashtable(T) end
 end
 
 -- Every queue the job's tasks may enter, and its idempotency key, were passed in KEYS
