@@ -7,6 +7,9 @@ plus the keyspace tables), per finished task: everything a finished job keeps (i
 entries in the job indexes and the expiring zset, new learned estimates); and MEMORY USAGE
 of one job's own keys. The bench's own per-job lists are deleted before the second reading.
 The README's capacity table is computed from the `bytes per finished task` column.
+
+Then the bytes a live task takes in a small job (seed 000's 9 tasks, and one task): jobs
+submitted to a queue no worker serves, so they stay queued, then cancelled and dropped.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import Bench, ran_key, seed000_spec
+from bench import IDLE_QUEUE, Bench, ran_key, seed000_spec
 
 FINISH_TIMEOUT_S = 300.0  # every job of a shape ends within this, or the bench gives up
 POLL_S = 0.05
@@ -102,6 +105,27 @@ def measure(bench: Bench, spec: dict[str, Any], count: int) -> dict[str, Any]:
     }
 
 
+def measure_live(bench: Bench, spec: dict[str, Any], count: int) -> dict[str, Any]:
+    """Submit `count` jobs of `spec` to a queue no worker serves: the memory they take while
+    live (queued), per task; then they are cancelled and dropped."""
+    spec = {**spec, "queue": IDLE_QUEUE}
+    tasks = len(spec["tasks"]) * count
+    before = _kept_bytes(bench)
+    job_ids = bench.client.submit_many([spec] * count)
+    after = _kept_bytes(bench)
+    usage = _key_usage(bench, job_ids[0])
+    for job_id in job_ids:
+        bench.client.cancel(job_id)
+    bench.purge(job_ids)
+    n = len(spec["tasks"])
+    return {
+        "shape": spec["name"],
+        "jobs": count,
+        "bytes_per_task": (after - before) / tasks,
+        "key_bytes_per_task": {k: v / n for k, v in usage.items()},
+    }
+
+
 def capacity(bytes_per_task: float) -> dict[int, float]:
     """GiB of Redis memory that TASKS_PER_DAY finished tasks take, per retention in days."""
     return {days: bytes_per_task * TASKS_PER_DAY * days / 2**30 for days in RETENTION_DAYS}
@@ -121,6 +145,13 @@ def run(bench: Bench, jobs: int, say: Callable[[str], None]) -> list[dict[str, A
         say(
             f"  {row['shape']} x {count} ({', '.join(row['states'])}): "
             f"{row['bytes_per_task']:,.0f} B per finished task (one job's keys per task: {keys})"
+        )
+    for spec in (seed000_spec(), _flat(1)):
+        live = measure_live(bench, spec, jobs)
+        keys = ", ".join(f"{k} {v:,.0f}" for k, v in live["key_bytes_per_task"].items())
+        say(
+            f"  live {live['shape']} x {jobs}: {live['bytes_per_task']:,.0f} B per live task "
+            f"(one job's keys per task: {keys})"
         )
     return rows
 

@@ -53,6 +53,7 @@ class Recovery:
             for shard in range(self.store.keys.shards):
                 self._expired_leases(shard)
                 self._slots(shard)
+                self.store.keep_hashtables(shard)  # rule 10
                 self._leader_messages(shard)
                 for job_id in self.store.active_job_ids(shard):
                     self._job(job_id)

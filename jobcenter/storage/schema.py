@@ -82,6 +82,23 @@ WORKING_FIELDS = (
 )
 
 
+# A hash of at most hash-max-listpack-entries fields (512 by default; "ziplist" before Redis
+# 7), none longer than hash-max-listpack-value (64 bytes), is a listpack, where every field
+# read is a scan of the whole hash: a missing one (most tasks have no error, progress,
+# limits ...) walks all of it. On a 9-task job's tasks hash (~10 fields a task) that was a
+# third of Redis's instructions. So the hashes read on the task path that grow are made hash
+# tables: a job's tasks hash when it is written, once the job has TASKS_HASHTABLE_MIN_TASKS
+# tasks (a smaller job keeps the compact form: its scans are short, a hash table costs ~550
+# bytes a task more), and a shard's metrics and estimates hashes by each recovery pass
+# (hashtables.lua). A value longer than hash-max-listpack-value converts a hash at once, and
+# a running Redis never converts one back, so the field (HASHTABLE_FIELD) is deleted again in
+# the same script. Only speed depends on it: a server whose hash-max-listpack-value was
+# raised past HASHTABLE_VALUE, or that loaded the hash from disk since, keeps the listpack.
+HASHTABLE_FIELD = "~"  # no hash it goes into has a field so named
+HASHTABLE_VALUE = "." * 65  # longer than hash-max-listpack-value's default
+TASKS_HASHTABLE_MIN_TASKS = 4
+
+
 class JobField(StrEnum):
     """The fields of a job hash."""
 
@@ -376,7 +393,7 @@ RETURN_CODES = (
         "OK",
         0,
         f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove notify_attempt "
-        "notify_done pool_set rate_set reconcile_slots shard_lease",
+        "notify_done pool_set rate_set reconcile_slots shard_lease hashtables",
         "done",
     ),
     _code(
@@ -471,6 +488,11 @@ def lua_prelude() -> str:
     lines = [f"local {f.lua_name} = '{f.value}'" for f in TaskField]
     names = ", ".join(f.lua_name for f in WORKING_FIELDS)
     lines.append(f"local WORKING_FIELDS = {{{names}}}")
+    lines += [
+        f"local HASHTABLE_FIELD = '{HASHTABLE_FIELD}'",
+        f"local HASHTABLE_VALUE = '{HASHTABLE_VALUE}'",
+        f"local TASKS_HASHTABLE_MIN_TASKS = {TASKS_HASHTABLE_MIN_TASKS}",
+    ]
     for table, fields in LUA_TABLES.items():
         entries = ", ".join(f"{f.name} = '{f.value}'" for f in fields)
         lines.append(f"local {table} = {{{entries}}}")

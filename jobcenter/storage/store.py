@@ -1191,6 +1191,12 @@ class Store:
         members = self.redis.zrangebyscore(key, "-inf", self.now_ms(), 0, limit)
         return [(j, int(i)) for j, i in (m.decode().split("|") for m in members)]
 
+    def keep_hashtables(self, shard: int) -> None:
+        """Make the shard's metrics and learned-estimates hashes hash tables, not listpacks
+        whose every field read scans them whole (hashtables.lua; recovery rule 10)."""
+        keys = [self.keys.metrics(shard), self.keys.estimates(shard)]
+        self.scripts.run("hashtables", keys, [])
+
     def has_frontier(self, job_id: str) -> bool:
         """Whether the job has tasks released but not yet published (a `continue` is due)."""
         return bool(self.redis.exists(self.keys.job(job_id).frontier))

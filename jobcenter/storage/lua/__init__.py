@@ -56,6 +56,7 @@ SHARD_SCRIPTS = frozenset(
         "rate_set",
         "reconcile_slots",
         "shard_lease",
+        "hashtables",
     }
 )
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS

@@ -26,6 +26,14 @@ local function call_chunked_argv(command, key, first, last)
   end
 end
 
+-- Hash `key` as a hash table, not a listpack, where every field read scans the whole hash
+-- (schema.py, HASHTABLE_FIELD): a value too long for a listpack converts it for as long as
+-- Redis runs; the field goes again at once.
+local function as_hashtable(key)
+  redis.call('HSET', key, HASHTABLE_FIELD, HASHTABLE_VALUE)
+  redis.call('HDEL', key, HASHTABLE_FIELD)
+end
+
 -- tokens pushed per burst: one per task queued, up to this many idle workers (or shard
 -- listeners) woken at once; each claims up to its free slots
 local WAKE_TOKENS_MAX = 32

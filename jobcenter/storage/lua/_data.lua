@@ -188,6 +188,7 @@ local function start_expansion(m, list, source, now)
   redis.call('HSET', J, JF.TASKS, first + count)
   redis.call('HSET', T, TF_MAP_INSTANCES .. m, table.concat({first, count, 0, offset}, '|'),
     TF_DEPS_LEFT .. m, count, TF_UPDATED_AT .. m, now)
+  tasks_as_hashtable(first + count)
   if count == 0 then join_mapped(m, now) end
   return true
 end

@@ -66,6 +66,11 @@ local function load_job()
   return true
 end
 
+-- A job of n tasks: its tasks hash as a hash table once n is large enough (schema.py).
+local function tasks_as_hashtable(n)
+  if n >= TASKS_HASHTABLE_MIN_TASKS then as_hashtable(T) end
+end
+
 -- Every queue the job's tasks may enter, and its idempotency key, were passed in KEYS
 -- (checked before any write).
 local function queues_passed()

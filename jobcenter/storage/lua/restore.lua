@@ -16,7 +16,10 @@ if tonumber(redis.call('HGET', J, JF.RESTORE_CURSOR) or 0) ~= before then return
 
 local last, npairs = ARGV[A + 1] == '1', tonumber(ARGV[A + 2])
 local first_pair, first_entry = A + 3, A + 3 + 2 * npairs
-if npairs > 0 then call_chunked_argv('HSET', T, first_pair, first_entry - 1) end
+if npairs > 0 then
+  call_chunked_argv('HSET', T, first_pair, first_entry - 1)
+  tasks_as_hashtable(META.n)
+end
 if first_entry <= #ARGV then call_chunked_argv('RPUSH', H, first_entry, #ARGV) end
 local ttl = redis.call('PTTL', J)
 if ttl > 0 then
