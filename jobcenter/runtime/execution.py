@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import forkserver
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 from jobcenter.config import DEFAULT_RESULT_MAX_BYTES
 from jobcenter.errors import Fatal, Retry, SpecError
@@ -59,7 +59,14 @@ CHILD_EXIT_WAIT_SECONDS = 5.0  # a child whose pipe closed has this long to exit
 
 STOP_ORDER = b"\xff"  # sorts after every run order (they are ASCII)
 Progress = Callable[[StartedTask, str], None]
-Done = Callable[["Outcome"], None]
+
+
+class Done(Protocol):
+    """Where a runner sends the outcomes of the attempts it was given: one or more at a time."""
+
+    def __call__(self, *outcomes: Outcome) -> None: ...
+
+
 AttemptKey = tuple[str, int, int]  # job id, task index, attempt
 
 
@@ -338,13 +345,24 @@ class RunOrderInbox:
         self.running = 0  # handed out and not released
         self.sleeping = 0  # threads in get() with no wake sent to them
 
-    def put(self, run_order: bytes, attempt: _Attempt | None) -> None:
-        """Queue an attempt (None: a thread's stop, which needs no slot)."""
+    def put(self, run_order: bytes, attempt: _Attempt | None) -> _Attempt | None:
+        """Queue an attempt (None: a thread's stop, which needs no slot). An attempt for the
+        event loop that can start now is not queued but returned, its slot taken, for the
+        caller to start on the loop (no thread in between)."""
         with self.lock:
+            if (
+                attempt is not None
+                and attempt.on_loop
+                and self.running < self.slots
+                and (not self.heap or run_order < self.heap[0][0])
+            ):
+                self.running += 1
+                return attempt
             heapq.heappush(self.heap, (run_order, next(self.arrivals), attempt))
             wake = self._wake_one()
         if wake:
             self.wakes.put(None)
+        return None
 
     def get(self) -> _Attempt | None:
         """The next attempt to run (its slot taken), or None for a thread to stop."""
@@ -384,15 +402,19 @@ class RunOrderInbox:
 
 class EventLoop:
     """An asyncio event loop on a thread of its own: the attempts of coroutine functions run
-    on it side by side (no thread each), as many as the runner has free slots."""
+    on it side by side (no thread each), as many as the runner has free slots. Their
+    outcomes are reported from another thread, so the loop runs on during a report, and what
+    ends meanwhile goes out with the next report, in one batch."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
+        self.ended: queue.SimpleQueue[tuple[Done, Outcome]] = queue.SimpleQueue()
         self.thread = threading.Thread(
             target=self.loop.run_forever, name="jobcenter-event-loop", daemon=True
         )
         self.thread.start()
+        threading.Thread(target=self._report, name="jobcenter-loop-reports", daemon=True).start()
 
     def start(self, coroutine: Coroutine[Any, Any, None]) -> None:
         """Run `coroutine` as a task of the loop (from any thread)."""
@@ -405,6 +427,17 @@ class EventLoop:
         task = self.loop.create_task(coroutine)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    def _report(self) -> None:
+        while True:
+            ended = [self.ended.get()]
+            while not self.ended.empty():
+                ended.append(self.ended.get())
+            by_done: dict[Done, list[Outcome]] = {}
+            for done, outcome in ended:
+                by_done.setdefault(done, []).append(outcome)
+            for done, outcomes in by_done.items():
+                done(*outcomes)
 
 
 class ThreadRunner:
@@ -456,7 +489,8 @@ class ThreadRunner:
             self.active[attempt_key(task)] = attempt
             if attempt.on_loop and self.event_loop is None:
                 self.event_loop = EventLoop()
-        self.inbox.put(task.run_order, attempt)
+        if self.inbox.put(task.run_order, attempt) is not None:
+            self._start_on_loop(attempt)
 
     def withdraw_waiting(self) -> list[StartedTask]:
         """Take back the attempts no thread has begun (a worker's prefetched tasks, when it
@@ -498,7 +532,11 @@ class ThreadRunner:
         with self.lock:
             self.busy -= 1
         if outcome is not None and self._settle(attempt):
-            attempt.done(outcome)
+            if attempt.on_loop:
+                assert self.event_loop is not None
+                self.event_loop.ended.put((attempt.done, outcome))
+            else:
+                attempt.done(outcome)
         elif outcome is not None:
             task = attempt.task
             log.warning(
@@ -542,14 +580,16 @@ class ThreadRunner:
         finally:
             next_attempt = self.inbox.release(take_on_loop=True)
             if next_attempt is not None:
-                assert self.event_loop is not None
-                self.event_loop.start(self._run_on_loop(next_attempt))
+                self._start_on_loop(next_attempt)
+
+    def _start_on_loop(self, attempt: _Attempt) -> None:
+        assert self.event_loop is not None  # started by submit()
+        self.event_loop.start(self._run_on_loop(attempt))
 
     def _serve(self) -> None:
         while (attempt := self.inbox.get()) is not None:
             if attempt.on_loop:
-                assert self.event_loop is not None  # started by submit()
-                self.event_loop.start(self._run_on_loop(attempt))
+                self._start_on_loop(attempt)
                 continue
             try:
                 self._run(attempt)

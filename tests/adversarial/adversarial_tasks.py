@@ -202,6 +202,13 @@ async def async_overlap(path: str, side_by_side: int) -> None:
         OVERLAP["inside"] -= 1
 
 
+@task(name="adversarial.async_add")
+async def async_add(x: int, y: int = 0) -> int:
+    """x + y, after an await (a result the next async task receives as an input)."""
+    await asyncio.sleep(0)
+    return x + y
+
+
 @task(name="adversarial.async_fail")
 async def async_fail(message: str) -> None:
     await asyncio.sleep(0)

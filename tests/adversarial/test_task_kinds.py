@@ -53,8 +53,12 @@ class Pool:
         payload = {"t": name, "a": list(args), "id": f"t{index}", "to": timeout,
                    "rb": 0.01, "rm": 0.01}  # fmt: skip
         started = StartedTask("job", index, 1, codec.pack(payload), run_order=run_order)
-        self.runner.submit(started, lambda _, m: self.progress.append(m), self.outcomes.put)
+        self.runner.submit(started, lambda _, m: self.progress.append(m), self.ended)
         return started
+
+    def ended(self, *outcomes: Outcome) -> None:
+        for outcome in outcomes:
+            self.outcomes.put(outcome)
 
     def outcome(self) -> Outcome:
         try:
@@ -251,7 +255,7 @@ def test_progress_the_worker_cannot_send_does_not_fail_the_attempt(
     path = str(tmp_path / "marks")
     started = StartedTask("job", 0, 1, codec.pack({"t": "adversarial.non_utf8_progress",
                                                     "a": [path], "to": None}))  # fmt: skip
-    pool.runner.submit(started, refuse, pool.outcomes.put)
+    pool.runner.submit(started, refuse, pool.ended)
 
     assert pool.outcome().ok
     assert marks(path) == ["reported"]
