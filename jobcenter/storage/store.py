@@ -120,13 +120,11 @@ def _unpack_input(value: InputValue) -> Any:
     return None if value is None else codec.unpack(value)
 
 
-def started_tasks(job_id: str, reply: bytes | Sequence[Any]) -> list[StartedTask]:
+def started_tasks(job_id: str, reply: Any) -> list[StartedTask]:
     """The StartedTasks of a script's list of {index, attempt, payload, inputs, run order,
     has children} items: one msgpack string (MSGPACK.tasks in _data.lua: Lua's false comes as
     False), or the list itself from a server whose Lua has no cmsgpack (false as None)."""
-    items: Sequence[Sequence[Any]] = (
-        msgpack.unpackb(reply, raw=True) if isinstance(reply, bytes) else reply
-    )
+    items = msgpack.unpackb(reply, raw=True) if isinstance(reply, bytes) else reply
     return [_started_task(job_id, item) for item in items]
 
 
