@@ -4,6 +4,8 @@ Starts a redis-server of its own (jobcenter.storage.embedded.RedisServer) and tw
 bench_tasks` processes (each with its rq recovery child), then measures:
 
   W1  one job of 20,000 independent tasks               tasks/s
+  W1-async  the same with a coroutine-function task (an asyncio RPUSH), run on each worker's
+      event loop: what I/O-bound tasks cost without a thread each
   W1-pool  the same with every task in a pool of 64 slots  tasks/s (what the claim-time
       pool check and the slot give-back cost; 64 of the workers' slots run at once)
   W1-observe  W1 with events and metrics off, events on, both on (workers restarted for
@@ -129,6 +131,7 @@ class Target:
 
 TARGETS = {
     "W1": Target(">=", 10_000, ">= 10,000 tasks/s"),
+    "W1-async": Target(">=", 10_000, ">= 10,000 tasks/s"),
     "W1-pool": Target(">=", 10_000, ">= 10,000 tasks/s"),
     "W2": Target("<", 0.5, "< 0.5 s"),
     "W3": Target("<", 0.5, "< 0.5 ms/hop"),
@@ -140,6 +143,7 @@ TARGETS = {
 }
 PEERS = {
     "W1": "300 (RQ) - 2,600 (Dramatiq) tasks/s",
+    "W1-async": "-",
     "W1-pool": "-",
     "W2": "8 - 19 s",
     "W3": "5 - 17 ms/hop",
@@ -1134,6 +1138,10 @@ def workloads(sizes: Sizes) -> dict[str, tuple[str, Workload]]:
             f"flat {sizes.flat:,} tasks (events + metrics on)",
             lambda b: run_one_job(b, flat_spec(sizes.flat)),
         ),
+        "W1-async": (
+            f"flat {sizes.flat:,} async tasks (on the worker's event loop)",
+            lambda b: run_one_job(b, flat_spec(sizes.flat, task="bench.async_noop")),
+        ),
         "W1-pool": (
             f"flat {sizes.flat:,} tasks in a pool of {POOL_SLOTS}",
             lambda b: run_one_job(b, pooled_flat(b, sizes.flat)),
@@ -1321,10 +1329,11 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, s
         r = w["W1"]["median"]
         headline("W1", "tasks/s", r["tasks_per_s"], fmt(r["tasks_per_s"]))
         common("W1", rate=False)
-    if "W1-pool" in w:
-        r = w["W1-pool"]["median"]
-        headline("W1-pool", "tasks/s", r["tasks_per_s"], fmt(r["tasks_per_s"]))
-        common("W1-pool", rate=False)
+    for key in ("W1-async", "W1-pool"):
+        if key in w:
+            r = w[key]["median"]
+            headline(key, "tasks/s", r["tasks_per_s"], fmt(r["tasks_per_s"]))
+            common(key, rate=False)
     if "W1-observe" in w:
         r = w["W1-observe"]["median"]
         runs = len(w["W1-observe"]["runs"])
@@ -1647,7 +1656,7 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated: W1,W1-pool,W1-observe,W2,W3,W4,W5,wake,big-fan,big-chain,"
+        help="comma-separated: W1,W1-async,W1-pool,W1-observe,W2,W3,W4,W5,wake,big-fan,big-chain,"
         "big-follow; or `order` alone: the task-order rules on DAGs where order matters (one "
         "worker, --concurrency slots); "
         "or `cluster` alone: W1 and W4 on one Redis and on a local 3-master Redis Cluster; "

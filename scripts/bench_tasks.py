@@ -13,6 +13,8 @@ import threading
 import time
 from typing import Any
 
+import redis.asyncio
+
 from jobcenter import Fatal, current_task, task
 from jobcenter.storage.connection import client_for
 
@@ -23,6 +25,7 @@ RESULT = b"r" * 97  # packs to 100 bytes (msgpack bin 8: 3 bytes of header)
 
 _client: Any = None
 _client_lock = threading.Lock()
+_async_client: Any = None  # bench.async_noop's, on the worker's event loop
 
 
 def ran_key(job_id: str) -> str:
@@ -52,6 +55,17 @@ def _record() -> None:
 def noop() -> None:
     """The benchmark's unit of work: record that this attempt ran, nothing else."""
     _record()
+
+
+@task(name="bench.async_noop")
+async def async_noop() -> None:
+    """bench.noop as a coroutine function (W1-async): it records with an asyncio client, on
+    the worker's event loop, the way an I/O-bound async task does its I/O."""
+    global _async_client
+    if _async_client is None:  # one per process, made on the event loop it serves
+        _async_client = redis.asyncio.Redis.from_url(os.environ[REDIS_URL_ENV])
+    ctx = current_task()
+    await _async_client.rpush(ran_key(ctx.job_id), f"{ctx.task_id}|{ctx.token}")
 
 
 @task(name="bench.fail")

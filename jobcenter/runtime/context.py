@@ -31,7 +31,7 @@ class TaskContext:
     attempt: int
     handler: str
     report: Callable[[str], None] = field(repr=False, default=lambda _: None)
-    _stopped: threading.Event = field(default_factory=threading.Event, repr=False)
+    _stopped: bool = field(default=False, repr=False)  # set once, under _lock
     _on_stop: list[Callable[[], object]] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -48,7 +48,7 @@ class TaskContext:
         """True once this attempt was stopped: its job was cancelled, or (in the thread pool,
         which cannot stop a thread) it ran past its timeout. Its result is discarded either
         way, so a long task should check this and return early, freeing its slot."""
-        return self._stopped.is_set()
+        return self._stopped
 
     def check_cancelled(self) -> None:
         """Raise TaskCancelled if this attempt was stopped (see `cancelled`)."""
@@ -61,7 +61,7 @@ class TaskContext:
     def stop(self) -> None:
         """Mark the attempt stopped and run the stop hooks (the runner calls this)."""
         with self._lock:
-            self._stopped.set()
+            self._stopped = True
             hooks, self._on_stop[:] = list(self._on_stop), []
         for hook in hooks:
             _run_hook(hook)
@@ -69,7 +69,7 @@ class TaskContext:
     def on_stop(self, hook: Callable[[], object]) -> None:
         """Call `hook` when the attempt is stopped (at once if it is already)."""
         with self._lock:
-            if not self._stopped.is_set():
+            if not self._stopped:
                 self._on_stop.append(hook)
                 return
         _run_hook(hook)

@@ -2,13 +2,14 @@
 
 Every way an attempt can end is an Outcome: a return, any exception (BaseException too:
 SystemExit, KeyboardInterrupt, ...), a child process that exits or is killed, a pipe that
-breaks. A coroutine function runs to its end on an event loop of its own (`asyncio.run` per
-attempt, in the pool's thread or child process).
+breaks.
 
-Two runners. `ThreadRunner` runs tasks in threads: a thread cannot be stopped, so an attempt
-past its timeout or cancelled is told so (`current_task().cancelled`; a coroutine is
-cancelled at its next await), its outcome is settled at once (a late result is discarded),
-and its slot stays busy until the thread returns. `ProcessRunner` runs each attempt in a
+Two runners. `ThreadRunner` runs tasks in threads, and coroutine functions side by side on
+one event loop of its own: a thread cannot be stopped, so an attempt past its timeout or
+cancelled is told so (`current_task().cancelled`; a coroutine is cancelled at its next
+await), its outcome is settled at once (a late result is discarded), and its slot stays busy
+until the thread returns. (In a child process, a coroutine function runs on an event loop of
+its own, `asyncio.run`.) `ProcessRunner` runs each attempt in a
 child process, killed at its timeout or cancel; progress reports travel back over a pipe."""
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ import threading
 import time
 import traceback
 import types
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import forkserver
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 from jobcenter.config import DEFAULT_RESULT_MAX_BYTES
 from jobcenter.errors import Fatal, Retry, SpecError
@@ -58,7 +59,14 @@ CHILD_EXIT_WAIT_SECONDS = 5.0  # a child whose pipe closed has this long to exit
 
 STOP_ORDER = b"\xff"  # sorts after every run order (they are ASCII)
 Progress = Callable[[StartedTask, str], None]
-Done = Callable[["Outcome"], None]
+
+
+class Done(Protocol):
+    """Where a runner sends the outcomes of the attempts it was given: one or more at a time."""
+
+    def __call__(self, *outcomes: Outcome) -> None: ...
+
+
 AttemptKey = tuple[str, int, int]  # job id, task index, attempt
 
 
@@ -174,36 +182,79 @@ def execute(
     result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
 ) -> Outcome:
     """Run one attempt and turn what happened into an Outcome; never raises."""
-    closed = closed_gate(payload.get("g", ()))
+    closed = gate_outcome(task, payload)
     if closed is not None:
-        return Outcome(
-            task,
-            False,
-            f"gate {closed.name!r} said no",
-            gate=closed.name,
-            gate_backoff_ms=int(closed.backoff * 1000),
-            gate_give_up_ms=int(closed.give_up_after * 1000),
-        )
+        return closed
     set_current(ctx)
     try:
         value = _call(registry.lookup(payload["t"]), payload, ctx)
         return Outcome(task, True, result=pack_result(payload["t"], value, result_max_bytes))
-    except ResultRefused as exc:
-        return Outcome(task, False, str(exc))
-    except registry.UnknownTask as exc:  # not a failure of the task: a worker with it may come
-        return Outcome(task, False, str(exc), missing_task=payload["t"])
-    except Fatal as exc:
-        return Outcome(task, False, describe(exc))
-    except Retry as exc:
-        delay = exc.delay if exc.delay is not None else payload.get("rb", DEFAULT_BACKOFF)
-        return Outcome(task, False, describe(exc), int(delay * 1000))
-    except Exception as exc:
-        return Outcome(task, False, describe(exc), retry_delay(task, payload))
-    except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit, CancelledError...
-        note = "(raised by the task: it fails this attempt; a task cannot stop its worker)"
-        return Outcome(task, False, describe(exc, note), retry_delay(task, payload))
+    except BaseException as exc:
+        return failed(task, payload, exc)
     finally:
         set_current(None)
+
+
+async def execute_async(
+    task: StartedTask,
+    payload: dict[str, Any],
+    ctx: TaskContext,
+    result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
+) -> Outcome:
+    """execute() for a coroutine function's attempt, awaited on the runner's event loop (as
+    an asyncio task: current_task() is its own); never raises."""
+    closed = gate_outcome(task, payload)
+    if closed is not None:
+        return closed
+    set_current(ctx)
+    try:
+        fn = registry.lookup(payload["t"])
+        value = await _until_stopped(fn(*payload.get("a", ()), **payload.get("k", {})), ctx)
+        return Outcome(task, True, result=pack_result(payload["t"], value, result_max_bytes))
+    except BaseException as exc:
+        return failed(task, payload, exc)
+
+
+def gate_outcome(task: StartedTask, payload: dict[str, Any]) -> Outcome | None:
+    """The outcome of an attempt one of whose gates says no (it does not run), or None."""
+    closed = closed_gate(payload.get("g", ()))
+    if closed is None:
+        return None
+    return Outcome(
+        task,
+        False,
+        f"gate {closed.name!r} said no",
+        gate=closed.name,
+        gate_backoff_ms=int(closed.backoff * 1000),
+        gate_give_up_ms=int(closed.give_up_after * 1000),
+    )
+
+
+def failed(task: StartedTask, payload: dict[str, Any], exc: BaseException) -> Outcome:
+    """The outcome of an attempt whose task raised `exc`."""
+    if isinstance(exc, ResultRefused):
+        return Outcome(task, False, str(exc))
+    if isinstance(exc, registry.UnknownTask):  # not the task failing: a worker with it may come
+        return Outcome(task, False, str(exc), missing_task=payload["t"])
+    if isinstance(exc, Fatal):
+        return Outcome(task, False, describe(exc))
+    if isinstance(exc, Retry):
+        delay = exc.delay if exc.delay is not None else payload.get("rb", DEFAULT_BACKOFF)
+        return Outcome(task, False, describe(exc), int(delay * 1000))
+    if isinstance(exc, Exception):
+        return Outcome(task, False, describe(exc), retry_delay(task, payload))
+    # SystemExit, KeyboardInterrupt, GeneratorExit, CancelledError...
+    note = "(raised by the task: it fails this attempt; a task cannot stop its worker)"
+    return Outcome(task, False, describe(exc, note), retry_delay(task, payload))
+
+
+def is_async_task(name: str) -> bool:
+    """Whether task `name` is a coroutine function (an unknown one is not: execute() says
+    it is unknown)."""
+    try:
+        return inspect.iscoroutinefunction(registry.lookup(name))
+    except registry.UnknownTask:
+        return False
 
 
 def closed_gate(names: Iterable[str]) -> registry.Gate | None:
@@ -272,39 +323,131 @@ class _Attempt:
     payload: dict[str, Any]
     done: Done
     context: TaskContext
+    on_loop: bool = False  # a coroutine function's attempt: it runs on the runner's event loop
     stopped: str = ""  # why its outcome was settled before it returned: timed out, cancelled
     began: bool = False  # a thread took it (until then it may be withdrawn)
     withdrawn: bool = False  # given back before a thread took it: it never runs here
 
 
 class RunOrderInbox:
-    """What waits for a thread, handed out in run order (then arrival order). A heap under a
-    plain lock, and one token per entry in a C-level queue the threads block on: a put and a
-    get cost two C calls each, where queue.PriorityQueue's Python Condition cost a few tens
-    of microseconds per task. Each token stands for one entry, so a get always finds one."""
+    """The attempts waiting for a slot, handed out in run order (then arrival order), while
+    fewer than `slots` handed out are running. A heap under a plain lock; threads that find
+    nothing to take sleep on a C-level queue, and a put or a freed slot wakes one of them only
+    when one sleeps and something can start (queue.PriorityQueue's Python Condition cost a few
+    tens of microseconds per task)."""
+
+    def __init__(self, slots: int) -> None:
+        self.heap: list[tuple[bytes, int, _Attempt | None]] = []
+        self.lock = threading.Lock()
+        self.wakes: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self.arrivals = itertools.count()  # equal run orders: first come, first run
+        self.slots = slots
+        self.running = 0  # handed out and not released
+        self.sleeping = 0  # threads in get() with no wake sent to them
+
+    def put(self, run_order: bytes, attempt: _Attempt | None) -> _Attempt | None:
+        """Queue an attempt (None: a thread's stop, which needs no slot). An attempt for the
+        event loop that can start now is not queued but returned, its slot taken, for the
+        caller to start on the loop (no thread in between)."""
+        with self.lock:
+            if (
+                attempt is not None
+                and attempt.on_loop
+                and self.running < self.slots
+                and (not self.heap or run_order < self.heap[0][0])
+            ):
+                self.running += 1
+                return attempt
+            heapq.heappush(self.heap, (run_order, next(self.arrivals), attempt))
+            wake = self._wake_one()
+        if wake:
+            self.wakes.put(None)
+        return None
+
+    def get(self) -> _Attempt | None:
+        """The next attempt to run (its slot taken), or None for a thread to stop."""
+        while True:
+            with self.lock:
+                if self.heap and (self.heap[0][2] is None or self.running < self.slots):
+                    attempt = heapq.heappop(self.heap)[2]
+                    self.running += attempt is not None
+                    return attempt
+                self.sleeping += 1
+            self.wakes.get()
+
+    def release(self, take_on_loop: bool = False, wake: bool = True) -> _Attempt | None:
+        """An attempt handed out ended: its slot is free. `take_on_loop` (the event loop's
+        thread): the next attempt, taken, if it is one for the loop; `wake`: whether a sleeping
+        thread is to take what can start now (not when the caller calls get() next)."""
+        with self.lock:
+            self.running -= 1
+            head = self.heap[0][2] if self.heap else None
+            if take_on_loop and head is not None and head.on_loop:
+                self.running += 1
+                return heapq.heappop(self.heap)[2]
+            woken = wake and self._wake_one()
+        if woken:
+            self.wakes.put(None)
+        return None
+
+    def _wake_one(self) -> bool:
+        """Under the lock: whether to wake a sleeping thread for the head of the heap."""
+        if not self.sleeping or not self.heap:
+            return False
+        if self.heap[0][2] is not None and self.running >= self.slots:
+            return False
+        self.sleeping -= 1
+        return True
+
+
+class EventLoop:
+    """An asyncio event loop on a thread of its own: the attempts of coroutine functions run
+    on it side by side (no thread each), as many as the runner has free slots. Their
+    outcomes are reported from another thread, so the loop runs on during a report, and what
+    ends meanwhile goes out with the next report, in one batch."""
 
     def __init__(self) -> None:
-        self.heap: list[tuple[bytes, int, Callable[[], None] | None]] = []
-        self.lock = threading.Lock()
-        self.tokens: queue.SimpleQueue[None] = queue.SimpleQueue()
-        self.arrivals = itertools.count()  # equal run orders: first come, first run
+        self.loop = asyncio.new_event_loop()
+        self.tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
+        self.ended: queue.SimpleQueue[tuple[Done, Outcome]] = queue.SimpleQueue()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="jobcenter-event-loop", daemon=True
+        )
+        self.thread.start()
+        threading.Thread(target=self._report, name="jobcenter-loop-reports", daemon=True).start()
 
-    def put(self, run_order: bytes, run: Callable[[], None] | None) -> None:
-        with self.lock:
-            heapq.heappush(self.heap, (run_order, next(self.arrivals), run))
-        self.tokens.put(None)
+    def start(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        """Run `coroutine` as a task of the loop (from any thread)."""
+        if threading.current_thread() is self.thread:
+            self._spawn(coroutine)
+        else:
+            self.loop.call_soon_threadsafe(self._spawn, coroutine)
 
-    def get(self) -> Callable[[], None] | None:
-        self.tokens.get()
-        with self.lock:
-            return heapq.heappop(self.heap)[2]
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = self.loop.create_task(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _report(self) -> None:
+        while True:
+            ended = [self.ended.get()]
+            while not self.ended.empty():
+                ended.append(self.ended.get())
+            by_done: dict[Done, list[Outcome]] = {}
+            for done, outcome in ended:
+                by_done.setdefault(done, []).append(outcome)
+            for done, outcomes in by_done.items():
+                done(*outcomes)
 
 
 class ThreadRunner:
     """Tasks on `concurrency` long-lived threads fed by one queue (no Future per task: this
     is the hot path); a watcher thread enforces timeouts. The queue hands out the attempts
-    waiting for a thread in their tasks' run order (priority, then queue order), so a task
-    held beyond the free threads (prefetched) never runs before a higher one taken after it."""
+    waiting for a slot in their tasks' run order (priority, then queue order), so a task
+    held beyond the free slots (prefetched) never runs before a higher one taken after it.
+    A coroutine function's attempt takes a slot the same way and then runs on one shared
+    event loop, not on the thread: I/O-bound async tasks share a thread, with no hand-over of
+    the GIL between tasks at each of their I/O calls."""
 
     def __init__(
         self,
@@ -316,14 +459,16 @@ class ThreadRunner:
         self.handler = handler
         self.on_slot_free = on_slot_free
         self.result_max_bytes = result_max_bytes
-        self.inbox = RunOrderInbox()
+        self.inbox = RunOrderInbox(concurrency)
         self.threads = [
             threading.Thread(target=self._serve, name=f"jobcenter-task-{i}", daemon=True)
             for i in range(concurrency)
         ]
         for thread in self.threads:
             thread.start()
-        self.lock = threading.Condition()
+        self.event_loop: EventLoop | None = None  # started by the first async attempt
+        self.lock = threading.Lock()
+        self.deadline_added = threading.Condition(self.lock)  # the timeout watcher waits on it
         self.busy = 0  # threads occupied, including ones still running past a timeout or cancel
         # attempts whose outcome has not gone out: whoever removes one settles its outcome
         self.active: dict[AttemptKey, _Attempt] = {}
@@ -338,11 +483,14 @@ class ThreadRunner:
             done(Outcome(task, False, f"unreadable task payload: {exc}"))
             return
         context = context_for(task, payload, self.handler, lambda m: relay(progress, task, m))
-        attempt = _Attempt(task, payload, done, context)
+        attempt = _Attempt(task, payload, done, context, on_loop=is_async_task(payload["t"]))
         with self.lock:
             self.busy += 1
             self.active[attempt_key(task)] = attempt
-        self.inbox.put(task.run_order, lambda: self._run(attempt))
+            if attempt.on_loop and self.event_loop is None:
+                self.event_loop = EventLoop()
+        if self.inbox.put(task.run_order, attempt) is not None:
+            self._start_on_loop(attempt)
 
     def withdraw_waiting(self) -> list[StartedTask]:
         """Take back the attempts no thread has begun (a worker's prefetched tasks, when it
@@ -366,29 +514,31 @@ class ThreadRunner:
             attempt.stopped = stopped
             return True
 
-    def _run(self, attempt: _Attempt) -> None:
-        payload = attempt.payload
+    def _begin(self, attempt: _Attempt) -> bool:
+        """Mark the attempt begun (its timeout counts from now); False if it was withdrawn."""
         with self.lock:
             if attempt.withdrawn:
-                return
+                return False
             attempt.began = True
-            if payload.get("to"):  # its timeout counts from now, not from when it was taken
-                deadline = time.monotonic() + float(payload["to"])
+            if attempt.payload.get("to"):
+                deadline = time.monotonic() + float(attempt.payload["to"])
                 heapq.heappush(self.deadlines, (deadline, next(self.ids), attempt))
-                self.lock.notify()
-        task = attempt.task
-        outcome = None
-        began = time.monotonic()
-        try:
-            if not attempt.context.cancelled:  # not cancelled while it waited for a thread
-                outcome = execute(task, payload, attempt.context, self.result_max_bytes)
-                outcome.seconds = time.monotonic() - began
-        finally:
-            with self.lock:
-                self.busy -= 1
+                self.deadline_added.notify()
+        return True
+
+    def _end(self, attempt: _Attempt, outcome: Outcome | None) -> None:
+        """The attempt returned (outcome: None if it never ran): send its outcome, unless it
+        was settled already (timed out, cancelled), and free its thread."""
+        with self.lock:
+            self.busy -= 1
         if outcome is not None and self._settle(attempt):
-            attempt.done(outcome)
+            if attempt.on_loop:
+                assert self.event_loop is not None
+                self.event_loop.ended.put((attempt.done, outcome))
+            else:
+                attempt.done(outcome)
         elif outcome is not None:
+            task = attempt.task
             log.warning(
                 "job %s task %d returned after it %s; its result was discarded",
                 task.job_id,
@@ -397,39 +547,84 @@ class ThreadRunner:
             )
         self.on_slot_free()
 
+    def _run(self, attempt: _Attempt) -> None:
+        if not self._begin(attempt):
+            return
+        outcome = None
+        began = time.monotonic()
+        try:
+            if not attempt.context.cancelled:  # not cancelled while it waited for a thread
+                outcome = execute(
+                    attempt.task, attempt.payload, attempt.context, self.result_max_bytes
+                )
+                outcome.seconds = time.monotonic() - began
+        finally:
+            self._end(attempt, outcome)
+
+    async def _run_on_loop(self, attempt: _Attempt) -> None:
+        """_run for a coroutine function's attempt, as a task of the event loop; it releases
+        its slot, and the next attempt, if it is one for the loop too, starts from here
+        (no thread in between)."""
+        try:
+            if self._begin(attempt):
+                outcome = None
+                began = time.monotonic()
+                try:
+                    if not attempt.context.cancelled:  # not cancelled while it waited
+                        outcome = await execute_async(
+                            attempt.task, attempt.payload, attempt.context, self.result_max_bytes
+                        )
+                        outcome.seconds = time.monotonic() - began
+                finally:
+                    self._end(attempt, outcome)
+        finally:
+            next_attempt = self.inbox.release(take_on_loop=True)
+            if next_attempt is not None:
+                self._start_on_loop(next_attempt)
+
+    def _start_on_loop(self, attempt: _Attempt) -> None:
+        assert self.event_loop is not None  # started by submit()
+        self.event_loop.start(self._run_on_loop(attempt))
+
     def _serve(self) -> None:
-        while (run := self.inbox.get()) is not None:
-            run()
+        while (attempt := self.inbox.get()) is not None:
+            if attempt.on_loop:
+                self._start_on_loop(attempt)
+                continue
+            try:
+                self._run(attempt)
+            finally:
+                self.inbox.release(wake=False)  # this thread takes what is next itself
 
     def _watch(self) -> None:
         while True:
             with self.lock:
                 if not self.deadlines:
-                    self.lock.wait()
+                    self.deadline_added.wait()
                     continue
                 deadline, _, attempt = self.deadlines[0]
                 if deadline > time.monotonic():
-                    self.lock.wait(deadline - time.monotonic())
+                    self.deadline_added.wait(deadline - time.monotonic())
                     continue
                 heapq.heappop(self.deadlines)
             if not self._settle(attempt, "ran past its timeout"):
                 continue  # it finished in time, or was cancelled
             task = attempt.task
             attempt.context.stop()
-            log.warning(
-                "job %s task %d ran past its timeout; its thread cannot be stopped "
-                "and keeps its slot until it returns",
-                task.job_id,
-                task.index,
-            )
-            attempt.done(
-                timed_out(
-                    task,
-                    attempt.payload,
+            if attempt.on_loop:
+                note = "its coroutine is cancelled at its next await; its result will be discarded"
+            else:
+                note = (
                     "the thread pool cannot stop a thread: it runs on, "
-                    "keeping its slot busy, and its result will be discarded",
+                    "keeping its slot busy, and its result will be discarded"
                 )
-            )
+                log.warning(
+                    "job %s task %d ran past its timeout; its thread cannot be stopped "
+                    "and keeps its slot until it returns",
+                    task.job_id,
+                    task.index,
+                )
+            attempt.done(timed_out(task, attempt.payload, note))
 
     def cancel(self, key: AttemptKey) -> bool:
         """Stop an attempt whose job was cancelled: tell the task (`current_task().cancelled`,

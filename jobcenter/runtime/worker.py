@@ -485,12 +485,12 @@ class Worker:
 
     # -- reporting -------------------------------------------------------------------------
 
-    def _ended(self, outcome: Outcome) -> None:
-        """An attempt ended: report it from this thread (the one that ran it, or the runner's
-        timeout watcher), with every other outcome waiting, unless a thread is reporting
-        already; that one reports it with its next batch. Whoever lets go of the reporting
-        looks again, so no outcome is left behind in between."""
-        self.outcomes.append(outcome)
+    def _ended(self, *outcomes: Outcome) -> None:
+        """Attempts ended: report them from this thread (the one that ran them, the runner's
+        timeout watcher, or its event loop's reporter), with every other outcome waiting,
+        unless a thread is reporting already; that one reports them with its next batch.
+        Whoever lets go of the reporting looks again, so no outcome is left behind."""
+        self.outcomes.extend(outcomes)
         try:
             while self.outcomes and self.reporting.acquire(blocking=False):
                 try:

@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+import msgpack
 import redis
 from redis import Redis
 
@@ -119,14 +120,27 @@ def _unpack_input(value: InputValue) -> Any:
     return None if value is None else codec.unpack(value)
 
 
-def started_task(job_id: str, reply: Sequence[Any]) -> StartedTask:
-    """A StartedTask from a script's {index, attempt, payload, inputs, run order, has
-    children} reply item."""
-    index, attempt, payload, raw, run_order, has_children = reply
-    pairs = tuple((text(raw[k]) or "", raw[k + 1]) for k in range(0, len(raw), 2))
+def started_tasks(job_id: str, reply: Any) -> list[StartedTask]:
+    """The StartedTasks of a script's list of {index, attempt, payload, inputs, run order,
+    has children} items: one msgpack string (MSGPACK.tasks in _data.lua: Lua's false comes as
+    False), or the list itself from a server whose Lua has no cmsgpack (false as None)."""
+    items = msgpack.unpackb(reply, raw=True) if isinstance(reply, bytes) else reply
+    return [_started_task(job_id, item) for item in items]
+
+
+def _started_task(job_id: str, item: Sequence[Any]) -> StartedTask:
+    index, attempt, payload, raw, run_order, has_children = item
+    pairs = tuple((text(raw[k]) or "", _input_value(raw[k + 1])) for k in range(0, len(raw), 2))
     return StartedTask(
         job_id, int(index), int(attempt), payload, pairs, run_order, has_children == 1
     )
+
+
+def _input_value(value: Any) -> InputValue:
+    """A parent's result as a script gives it: bytes, none (false), or a mapped parent's list."""
+    if isinstance(value, list):
+        return [item or None for item in value]
+    return value or None
 
 
 class RefusedInPart(redis.ResponseError):
@@ -725,7 +739,7 @@ class Store:
                 continue  # the job is gone; the script dropped its reservations
             if job_id not in self._meta:
                 self._remember(job_id, JobMeta.stored(reply[2], reply[3]))
-            started += [started_task(job_id, item) for item in reply[1]]
+            started += started_tasks(job_id, reply[1])
         return started
 
     def complete(
@@ -766,7 +780,7 @@ class Store:
             codes.update(_task_codes(job_id, [item[0] for item in items], reply))
             if reply[0] < 0:
                 continue
-            taken += [started_task(job_id, item) for item in reply[2]]
+            taken += started_tasks(job_id, reply[2])
         if refused is not None:
             raise RefusedInPart(refused, codes, taken)
         return codes, taken

@@ -184,6 +184,31 @@ async def async_mark(path: str, text: str) -> str:
     return text
 
 
+OVERLAP = {"inside": 0, "peak": 0}  # async_overlap's attempts running now, and at most
+
+
+@task(name="adversarial.async_overlap")
+async def async_overlap(path: str, side_by_side: int) -> None:
+    """Marks its thread, then awaits until `side_by_side` attempts of it ran at once (or its
+    deadline): they can only if they share the event loop, each awaiting."""
+    OVERLAP["inside"] += 1
+    OVERLAP["peak"] = max(OVERLAP["peak"], OVERLAP["inside"])
+    mark(path, f"thread {threading.get_ident()}")
+    deadline = time.monotonic() + STOP_DEADLINE_SECONDS
+    try:
+        while OVERLAP["peak"] < side_by_side and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_SECONDS)
+    finally:
+        OVERLAP["inside"] -= 1
+
+
+@task(name="adversarial.async_add")
+async def async_add(x: int, y: int = 0) -> int:
+    """x + y, after an await (a result the next async task receives as an input)."""
+    await asyncio.sleep(0)
+    return x + y
+
+
 @task(name="adversarial.async_fail")
 async def async_fail(message: str) -> None:
     await asyncio.sleep(0)

@@ -78,6 +78,10 @@ def test_text_in_another_encoding_is_refused_as_not_utf8(
 def test_a_broken_spec_file_is_refused_naming_the_field(
     tmp_path_factory: pytest.TempPathFactory, broken: Broken, suffix: str
 ) -> None:
+    if broken.unknown and suffix == ".yaml":
+        # PyYAML writes a few keys it reads back as others: a NEL (U+0085) in a quoted key
+        # folds into a space, so the file holds another key than the one drawn
+        assume(broken.field in yaml.safe_load(dump({broken.field: None}, suffix)))
     path = write(tmp_path_factory.mktemp("spec"), suffix, dump(broken.spec, suffix))
     try:
         load_spec_file(path)

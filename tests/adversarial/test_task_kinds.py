@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import queue
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,13 +46,19 @@ class Pool:
     progress: list[str] = field(default_factory=list)
     indexes: Iterator[int] = field(default_factory=lambda: iter(range(1_000_000)))
 
-    def submit(self, name: str, *args: Any, timeout: float | None = None) -> StartedTask:
+    def submit(
+        self, name: str, *args: Any, timeout: float | None = None, run_order: bytes = b""
+    ) -> StartedTask:
         index = next(self.indexes)
         payload = {"t": name, "a": list(args), "id": f"t{index}", "to": timeout,
                    "rb": 0.01, "rm": 0.01}  # fmt: skip
-        started = StartedTask("job", index, 1, codec.pack(payload))
-        self.runner.submit(started, lambda _, m: self.progress.append(m), self.outcomes.put)
+        started = StartedTask("job", index, 1, codec.pack(payload), run_order=run_order)
+        self.runner.submit(started, lambda _, m: self.progress.append(m), self.ended)
         return started
+
+    def ended(self, *outcomes: Outcome) -> None:
+        for outcome in outcomes:
+            self.outcomes.put(outcome)
 
     def outcome(self) -> Outcome:
         try:
@@ -248,7 +255,7 @@ def test_progress_the_worker_cannot_send_does_not_fail_the_attempt(
     path = str(tmp_path / "marks")
     started = StartedTask("job", 0, 1, codec.pack({"t": "adversarial.non_utf8_progress",
                                                     "a": [path], "to": None}))  # fmt: skip
-    pool.runner.submit(started, refuse, pool.outcomes.put)
+    pool.runner.submit(started, refuse, pool.ended)
 
     assert pool.outcome().ok
     assert marks(path) == ["reported"]
@@ -287,6 +294,49 @@ def test_an_async_task_runs_to_its_end_before_it_is_reported(pool: Pool, tmp_pat
     assert pool.run("adversarial.async_mark", path, "ran").ok
 
     assert marks(path) == ["ran t0"]
+
+
+def test_async_attempts_run_side_by_side_on_one_event_loop_thread_within_the_slots(
+    thread_pool: Pool, tmp_path: Path
+) -> None:
+    """The thread pool runs coroutine functions on one event loop of its own (no thread per
+    attempt), and no more of them at once than it has slots (two)."""
+    path = str(tmp_path / "marks")
+    hostile.OVERLAP.update(inside=0, peak=0)
+
+    for _ in range(5):
+        thread_pool.submit("adversarial.async_overlap", path, 2)
+    outcomes = [thread_pool.outcome() for _ in range(5)]
+
+    assert all(outcome.ok for outcome in outcomes), [o.error for o in outcomes]
+    assert hostile.OVERLAP["peak"] == 2, "more attempts ran at once than the pool has slots"
+    threads = {line.split()[1] for line in marks(path)}
+    assert len(threads) == 1, f"async attempts ran on {len(threads)} threads"
+    assert str(threading.get_ident()) not in threads  # not on the submitting thread
+    thread_pool.idle()
+
+
+def test_a_waiting_attempt_starts_in_run_order_whether_it_is_async_or_not(
+    thread_pool: Pool, tmp_path: Path
+) -> None:
+    """Attempts waiting for a slot start in run order across both kinds: a low one taken
+    first (an async one, for the event loop) never starts before a higher one taken after it
+    (a plain one, for a thread)."""
+    running = [str(tmp_path / f"running{k}") for k in range(2)]
+    started = [thread_pool.submit("adversarial.wait_until_cancelled", path) for path in running]
+    for path in running:
+        started_pid(path)  # both slots busy: what comes next waits for one
+    order = str(tmp_path / "order")
+    thread_pool.submit("adversarial.async_mark", order, "low", run_order=b"9")
+    # a plain function (for a thread) that marks "awaited"
+    thread_pool.submit("adversarial.returns_a_coroutine", order, run_order=b"1")
+
+    assert thread_pool.runner.cancel(attempt_key(started[0]))  # one slot frees
+    wait_until(lambda: marks(order), timeout=OUTCOME_SECONDS, message="nothing started")
+    assert marks(order)[0] == "awaited", "the lower attempt started first"
+    assert thread_pool.runner.cancel(attempt_key(started[1]))
+    wait_until(lambda: len(marks(order)) == 2, timeout=OUTCOME_SECONDS, message="low never ran")
+    thread_pool.idle()
 
 
 def test_an_async_task_that_raises_is_a_failure_with_its_error(pool: Pool) -> None:

@@ -116,6 +116,28 @@ def test_async_tasks_run_before_they_succeed_and_their_failures_are_failures(
         assert "cancelled" in marks(path)
 
 
+def test_async_tasks_on_a_workers_event_loop_pass_their_results_on(
+    client: Client, workers: Workers
+) -> None:
+    """A wide level of async tasks, more than the slots, on the thread pool's event loop:
+    each succeeds once with its own result, reported in batches, and the join gets them all."""
+    workers.start(concurrency=4, modules=MODULES)
+    width = 40
+    level = [{"id": f"add{i}", "task": "adversarial.async_add", "args": [i, 1]}
+             for i in range(width)]  # fmt: skip
+    join = {"id": "sum", "task": "adversarial.async_add",
+            "depends_on": ["add0", "add1"], "inputs": {"x": "add0", "y": "add1"}}  # fmt: skip
+    job_id = client.submit({"name": "async-level", "tasks": [*level, join]})
+
+    status = client.wait(job_id, JOB_SECONDS)
+
+    failed = {k: t.get("error") for k, t in status["tasks"].items() if t["state"] != "succeeded"}
+    assert status["state"] == "succeeded", failed
+    assert all(t["attempts"] == 1 for t in status["tasks"].values())
+    assert [client.result(job_id, f"add{i}") for i in range(width)] == [i + 1 for i in range(width)]
+    assert client.result(job_id, "sum") == 1 + 2
+
+
 @pytest.mark.parametrize("pool", ["thread", "process"])
 def test_errors_and_progress_over_the_limits_are_stored_bounded_and_escaped(
     pool: str, client: Client, workers: Workers, tmp_path: Path

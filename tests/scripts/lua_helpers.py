@@ -6,6 +6,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import msgpack
 import redis
 
 from jobcenter.model.spec import parse_spec
@@ -134,7 +135,14 @@ def run_job_script(
     if batch is not None:
         batch.add(name, keys, argv)
         return None
-    return decode(store.scripts.run(name, keys, argv))
+    reply = store.scripts.run(name, keys, argv)
+    tasks_at = TASK_LISTS.get(name)
+    if tasks_at is not None and reply[0] == 0:  # its task list comes as one msgpack string
+        reply[tasks_at] = msgpack.unpackb(reply[tasks_at], raw=True)
+    return decode(reply)
+
+
+TASK_LISTS = {"start": 1, "complete": 2}  # where a script's reply has its task list
 
 
 def submit_call(store: Store, spec: dict[str, Any]) -> tuple[str, list[str], list[Any]]:

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 import redis
+from lua_helpers import job_context
 
 from jobcenter.config import Settings
 from jobcenter.model.spec import spec_from_any
 from jobcenter.storage.embedded import RedisServer
 from jobcenter.storage.lua import _inline_constants, source
-from jobcenter.storage.store import StartedTask, Store
+from jobcenter.storage.store import NO_RESULT, StartedTask, Store, started_tasks
 
 HANDLER = "handler-one"
 QUEUES = ["default"]
@@ -107,3 +108,20 @@ def test_inlining_leaves_comments_strings_and_other_names_alone() -> None:
 def test_inlining_refuses_a_script_that_reuses_a_constants_name(body: str) -> None:
     with pytest.raises(ValueError, match="GONE"):
         _inline_constants("local GONE = -4\n", body)
+
+
+def test_the_tasks_a_completion_hands_over_come_as_one_string(own_store: Store) -> None:
+    """Redis 6.2 writes each nested array of a script's reply with a write() of its own (a
+    task, its inputs: seven for a chain's hop): the task list comes as one msgpack string,
+    which the store decodes into the same tasks."""
+    own_store.submit(spec_from_any(chain(2)))
+    (task,) = own_store.claim(HANDLER, QUEUES, max_tasks=1, max_leader=0).tasks
+    script_keys, argv = job_context(own_store, task.job_id)
+    estimates = own_store.keys.estimates(own_store.keys.job_shard(task.job_id))
+    args = [HANDLER, 30_000, 1, len(QUEUES), *QUEUES, task.index, task.attempt, NO_RESULT]
+
+    reply = own_store.scripts.run("complete", [*script_keys, estimates], [*argv, *args])
+
+    assert reply[0] == 0 and isinstance(reply[2], bytes)
+    (taken,) = started_tasks(task.job_id, reply[2])
+    assert (taken.index, taken.attempt, taken.inputs, taken.has_children) == (1, 1, (), False)

@@ -173,7 +173,8 @@ def test_start_returns_the_jobs_queues_and_idempotency_key(store: Store) -> None
         script_keys, argv = job_context(store, job, queues=[], without_idem=True)
         reply = store.scripts.run("start", script_keys, [*argv, H1, F])  # payloads stay bytes
         assert reply[0] == 0
-        assert [(index, attempt) for index, attempt, *_ in reply[1]] == [(F, 1)]
+        started = jobcenter.storage.store.started_tasks(job, reply[1])
+        assert [(task.index, task.attempt) for task in started] == [(F, 1)]
         assert decode(reply[2:]) == ["default,other", idem]
 
     other = jobcenter.storage.store.Store(store.redis, store.settings)  # knows no job yet

@@ -63,6 +63,16 @@ end
 
 -- The msgpack header sizes, built on the first use (a map expansion), not by every call.
 local MSGPACK = {}
+
+-- The tasks a script hands the worker ({index, attempt, payload, inputs, run order, has
+-- children} each) as one msgpack string: Redis 6.2 sends each nested array of a reply with a
+-- write() of its own (up to seven a task), one string goes out in one. Lua's false stays
+-- false. (Where the server's Lua has no cmsgpack, as fakeredis', the list as it is.)
+function MSGPACK.tasks(list)
+  local cmsgpack = rawget(_G, 'cmsgpack')
+  if cmsgpack then return cmsgpack.pack(list) end
+  return list
+end
 function MSGPACK.sizes()
   if not MSGPACK.fixed then
     MSGPACK.fixed = {[0xca] = 5, [0xcb] = 9, [0xcc] = 2, [0xcd] = 3, [0xce] = 5, [0xcf] = 9,

@@ -12,7 +12,7 @@
   then triples: task index, attempt, its result (msgpack bytes, stored with the success;
   '' for None: nothing stored)
   Returns {0, {code per triple}, {{index, attempt, payload, inputs, run order, has children} per taken
-          task}} | {-4}
+          task} (as one msgpack string: MSGPACK.tasks)} | {-4}
           | {-5}
   Codes: 0 completed | 1 this attempt completed already | -2 stale token | -3 not running ]]
 
@@ -294,4 +294,4 @@ end
 EST.flush()
 drain_frontier(now, take)
 NEXT.take_queued()
-return {OK, codes, taken}
+return {OK, codes, MSGPACK.tasks(taken)}

@@ -1,8 +1,8 @@
 --[[ start: reserved -> running: a new attempt of each task this handler reserved.
   KEYS: the job context (_job.lua)
   ARGV[A] handler id  ARGV[A+1..] task indexes
-  Returns {0, {{index, attempt, payload, inputs, run order, has children}...}, the job's
-  queues, its idempotency key} (inputs: _data.lua task_inputs, the parents' results the task
+  Returns {0, {{index, attempt, payload, inputs, run order, has children}...} (as one msgpack
+  string: MSGPACK.tasks), the job's queues, its idempotency key} (inputs: _data.lua task_inputs, the parents' results the task
   receives; run order: OBS.run_order, where it stands in its queue's order; has children:
   1 when it releases others as it ends)
           | {-4} job gone (its reservations are dropped)
@@ -58,4 +58,4 @@ call_chunked('HDEL', T, clears)
 if #started > 0 then redis.call('HSET', J, JF.UPDATED_AT, now_text) end
 OBS.emit_many(EV.STARTED, started_indexes, started_attempts, {EF.HANDLER, handler})
 OBS.flush_counts()
-return {OK, started, META.queues, META.idem or ''}
+return {OK, MSGPACK.tasks(started), META.queues, META.idem or ''}
