@@ -82,18 +82,19 @@ WORKING_FIELDS = (
 )
 
 
-# A hash of at most hash-max-listpack-entries fields (512 by default; "ziplist" before Redis
-# 7), none longer than hash-max-listpack-value (64 bytes), is a listpack, where every field
-# read is a scan of the whole hash: a missing one (most tasks have no error, progress,
-# limits ...) walks all of it. On a 9-task job's tasks hash (~10 fields a task) that was a
-# third of Redis's instructions. So the hashes read on the task path that grow are made hash
-# tables: a job's tasks hash when it is written, once the job has TASKS_HASHTABLE_MIN_TASKS
-# tasks (a smaller job keeps the compact form: its scans are short, a hash table costs ~550
-# bytes a task more), and a shard's metrics and estimates hashes by each recovery pass
-# (hashtables.lua). A value longer than hash-max-listpack-value converts a hash at once, and
-# a running Redis never converts one back, so the field (HASHTABLE_FIELD) is deleted again in
-# the same script. Only speed depends on it: a server whose hash-max-listpack-value was
-# raised past HASHTABLE_VALUE, or that loaded the hash from disk since, keeps the listpack.
+# A hash of at most hash-max-listpack-entries fields (512 by default; "ziplist" before Redis 7),
+# none longer than hash-max-listpack-value (64 bytes), is a listpack, where every field read is a
+# scan of the whole hash: a missing one (most tasks have no error, progress, limits ...) walks all
+# of it. On a 9-task job's tasks hash (~10 fields a task) that was a third of Redis's instructions.
+# So the hashes read on the task path that grow are made hash tables: a job's tasks hash from its
+# first start (start.lua, while none of its tasks ended; a retry's restore and a map's expansion
+# too), once the job has TASKS_HASHTABLE_MIN_TASKS tasks (a smaller job keeps the compact form: its
+# scans are short, a hash table costs ~550 bytes a task more; a job waiting to run keeps it too, so
+# a backlog stays compact), and a shard's metrics and estimates hashes by each recovery pass
+# (hashtables.lua). A value longer than hash-max-listpack-value converts a hash at once, and a
+# running Redis never converts one back, so the field (HASHTABLE_FIELD) is deleted again in the same
+# script. Only speed depends on it: a server whose hash-max-listpack-value was raised past
+# HASHTABLE_VALUE, or that loaded the hash from disk since, keeps the listpack.
 HASHTABLE_FIELD = "~"  # no hash it goes into has a field so named
 HASHTABLE_VALUE = "." * 65  # longer than hash-max-listpack-value's default
 TASKS_HASHTABLE_MIN_TASKS = 4

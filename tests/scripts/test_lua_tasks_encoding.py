@@ -1,7 +1,7 @@
 """The hashes the task path reads are hash tables, not listpacks whose every field read scans
 the whole hash (schema.py, HASHTABLE_FIELD): a job of TASKS_HASHTABLE_MIN_TASKS tasks or more
-has its tasks hash as one from the moment it is written (submit's split, a retry's restore,
-a map's expansion), while a smaller job keeps the compact form; a shard's metrics and
+has its tasks hash as one from its first start (or a retry's restore, a map's expansion), while
+a smaller job, or one still waiting to run, keeps the compact form; a shard's metrics and
 learned-estimates hashes once a recovery pass ran (rule 10). What Redis reports (OBJECT
 ENCODING) is the proof; no hash keeps the field that converted it."""
 
@@ -38,10 +38,17 @@ def tasks_encoding(store: Store, job_id: str) -> bytes:
     return encoding
 
 
-def test_a_seed000_job_has_its_tasks_hash_as_a_hashtable_once_submitted(store: Store) -> None:
+def test_a_seed000_job_keeps_its_compact_tasks_hash_until_its_first_task_starts(
+    store: Store,
+) -> None:
+    """A job waiting in a backlog costs the compact form's memory; its first start converts
+    its tasks hash, before any of its tasks reads it on the task path."""
     job_id = submit(store, yaml.safe_load(SEED000.read_text()))
-
     assert job_field(store, job_id, "state") == "running"  # split by its submit
+    assert tasks_encoding(store, job_id) in COMPACT
+
+    claim(store, H1, n=1)
+
     assert tasks_encoding(store, job_id) == b"hashtable"
 
 
@@ -53,6 +60,7 @@ def test_only_a_job_of_enough_tasks_gives_up_the_compact_tasks_hash(
     store: Store, tasks: int, hashtable: bool
 ) -> None:
     job_id = submit(store, flat(tasks))
+    claim(store, H1, n=1)
 
     assert tasks_encoding(store, job_id) in ({b"hashtable"} if hashtable else COMPACT)
 

@@ -57,16 +57,19 @@ end
 -- Read the job's fields; false when the job hash does not exist.
 local function load_job()
   local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES,
-    JF.TRIGGER_RULES, JF.PACKED, JF.TASKS, JF.NAME, JF.IDEMPOTENCY_KEY)
+    JF.TRIGGER_RULES, JF.PACKED, JF.TASKS, JF.NAME, JF.IDEMPOTENCY_KEY, JF.LEFT)
   if not m[1] then return false end
   -- packed: finished and compacted, so its tasks hash is gone and no task of it runs
   META = {state = m[1], queue = m[2], priority = tonumber(m[3]), seq = tonumber(m[4]),
           queues = m[5] or '', rules = m[6] ~= false, packed = m[7] and true or false,
-          n = tonumber(m[8] or 0), name = m[9] or '', idem = m[10] or false}
+          n = tonumber(m[8] or 0), name = m[9] or '', idem = m[10] or false,
+          left = tonumber(m[11] or 0)}
   return true
 end
 
--- A job of n tasks: its tasks hash as a hash table once n is large enough (schema.py).
+-- A job of n tasks: its tasks hash as a hash table once n is large enough (schema.py). A
+-- job's first starts (start.lua, while none of its tasks ended) convert it, not its submit:
+-- a job waiting in a backlog keeps the compact form until it runs.
 local function tasks_as_hashtable(n)
   if n >= TASKS_HASHTABLE_MIN_TASKS then as_hashtable(T) end
 end

@@ -53,6 +53,8 @@ end
 call_chunked('HDEL', CLAIMS, mine)
 call_chunked('ZREM', LEASES, dropped)
 for _, lease in ipairs(dropped) do SL.free_slots(string.match(lease, '|(%d+)$')) end
+-- the job's first starts (none of its tasks ended yet): the tasks hash as a hash table now
+if #started > 0 and META.left == META.n then tasks_as_hashtable(META.n) end
 call_chunked('HSET', T, writes)
 call_chunked('HDEL', T, clears)
 if #started > 0 then redis.call('HSET', J, JF.UPDATED_AT, now_text) end

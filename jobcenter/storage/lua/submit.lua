@@ -71,7 +71,6 @@ local function submit_job(k, at)
     return OK, JOB_ID
   end
   call_chunked_argv('HSET', T, ntask_at + 1, ntask_at + ntask)
-  tasks_as_hashtable(ntasks)
   stamp_created(0, ntasks - 1, now)
   load_job()
   local roots = {}
