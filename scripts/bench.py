@@ -78,6 +78,7 @@ TERMINAL = {"succeeded", "failed", "cancelled"}
 
 POLL_SECONDS = 0.005  # job-state poll while one job runs: adds at most this to wall time
 MANY_POLL_SECONDS = 0.01  # poll of the active-jobs count while many jobs run
+COMPACTED_POLL = 200  # jobs whose packed marker one poll reads (wait_compacted)
 WORKER_START_SECONDS = 30.0  # two workers register within this or the bench gives up
 WORKER_STOP_SECONDS = 15.0  # a stopping worker gets this long before kill -9
 JOB_TIMEOUT_MIN = 60.0  # a workload that has not finished by then is reported as failed
@@ -683,6 +684,26 @@ def wait_active_below(bench: Bench, baseline: int, timeout: float) -> None:
         time.sleep(MANY_POLL_SECONDS)
 
 
+def wait_compacted(bench: Bench, job_ids: Sequence[str], timeout: float) -> None:
+    """Until a leader packed each finished job (compaction trails the jobs' ends: the
+    workers' CPU figures of a run count it only when the run waits for it). Polls the
+    first COMPACTED_POLL of those left (they are packed about in order), so the poll costs
+    Redis little."""
+    deadline = time.monotonic() + timeout
+    left = list(job_ids)
+    while left:
+        head = left[:COMPACTED_POLL]
+        pipe = bench.redis.pipeline(transaction=False)
+        for job_id in head:
+            pipe.hmget(bench.job_key(job_id), ["packed", "state"])
+        waiting = [j for j, (p, state) in zip(head, pipe.execute(), strict=True) if state and not p]
+        left = waiting + left[len(head) :]
+        if waiting and time.monotonic() > deadline:
+            raise TimeoutError(f"{len(left)} finished jobs not compacted after {timeout:.0f} s")
+        if waiting:
+            time.sleep(MANY_POLL_SECONDS)
+
+
 def job_timeout(tasks: int) -> float:
     return max(JOB_TIMEOUT_MIN, tasks / 200)
 
@@ -809,6 +830,8 @@ def run_many_jobs(
     submit_s = time.perf_counter() - w0
     wait_active_below(bench, baseline, job_timeout(n * count))
     wall_s = time.perf_counter() - w0
+    wait_compacted(bench, job_ids, job_timeout(n * count))
+    compacted_s = time.perf_counter() - w0
     pipe = bench.redis.pipeline(transaction=False)
     for job_id in job_ids:
         pipe.hmget(bench.job_key(job_id), ["state", "created_at", "finished_at"])
@@ -829,22 +852,13 @@ def run_many_jobs(
             problems += more
             latencies += lat
     else:  # one-task jobs: the job's own state and one bench entry each
-        names = ["s:0", "tq:0", "ts:0"]
-        pipe = bench.redis.pipeline(transaction=True)  # a job's hash or record, not neither
+        pipe = bench.redis.pipeline(transaction=False)
         for job_id in job_ids:
-            jk = bench.client.store.keys.job(job_id)
             pipe.llen(ran_key(job_id))
-            pipe.hmget(jk.tasks, names)
-            pipe.get(jk.packed)  # once a leader compacted the finished job
-        replies = pipe.execute()
-        ran = replies[0::3]
-        wrong = sum(1 for r in ran if r != n)
+        wrong = sum(1 for r in pipe.execute() if r != n)
         if wrong:
             problems.append(f"{wrong} jobs did not run exactly {n} task(s)")
-        for values, record in zip(replies[1::3], replies[2::3], strict=True):
-            if record is not None:
-                values = [decode_record(record).fields.get(name) for name in names]
-            state, queued, started = values
+        for state, queued, started in first_task_times(bench, job_ids):
             if state != b"succeeded":
                 problems.append(f"a task ended {state!r}")
             elif queued and started:
@@ -860,6 +874,7 @@ def run_many_jobs(
         "wall_s": wall_s,
         "submit_s": submit_s,
         "submit_jobs_per_s": count / submit_s,
+        "compacted_jobs_per_s": count / compacted_s,
         "jobs_per_s": count / total_s,
         "tasks_per_s": n * count / total_s,
         "hop_ms": statistics.median(job_ms) / depth_of(deps) if job_ms else None,
@@ -892,6 +907,25 @@ def run_single_submits(bench: Bench, spec: dict[str, Any], count: int) -> dict[s
     }
 
 
+def first_task_times(bench: Bench, job_ids: Sequence[str]) -> list[list[bytes | None]]:
+    """State, queued and started time of each job's task 0: from its tasks hash, or from its
+    packed record once a leader compacted the finished job (one transaction: the one or the
+    other, never neither)."""
+    names = ["s:0", "tq:0", "ts:0"]
+    pipe = bench.redis.pipeline(transaction=True)
+    for job_id in job_ids:
+        jk = bench.client.store.keys.job(job_id)
+        pipe.hmget(jk.tasks, names)
+        pipe.get(jk.packed)
+    replies = pipe.execute()
+    out = []
+    for values, record in zip(replies[0::2], replies[1::2], strict=True):
+        if record is not None:
+            values = [decode_record(record).fields.get(name) for name in names]
+        out.append(values)
+    return out
+
+
 WAKE_GAP_SECONDS = 0.02  # between the wake workload's submits: the workers are idle again
 
 
@@ -908,12 +942,9 @@ def run_wakeups(bench: Bench, count: int) -> dict[str, Any]:
         time.sleep(WAKE_GAP_SECONDS)
     wait_active_below(bench, baseline, job_timeout(count))
     wall_s = time.perf_counter() - w0
-    pipe = bench.redis.pipeline(transaction=False)
-    for job_id in job_ids:
-        pipe.hmget(bench.client.store.keys.job(job_id).tasks, ["s:0", "tq:0", "ts:0"])
     problems: list[str] = []
     waits: list[float] = []
-    for state, queued, started in pipe.execute():
+    for state, queued, started in first_task_times(bench, job_ids):
         if state != b"succeeded" or not queued or not started:
             problems.append(f"a task ended {state!r}")
         else:
@@ -1420,6 +1451,9 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str, s
     if "W5" in w:
         r = w["W5"]["median"]
         headline("W5", "jobs/s, submit to last finished", r["jobs_per_s"], fmt(r["jobs_per_s"]))
+        rows.append(
+            ("", "jobs/s, submit to all compacted", fmt(r["compacted_jobs_per_s"]), "", "", "")
+        )
         ok = meets(TARGETS["W5"], r["submit_jobs_per_s"])
         rows.append(
             (

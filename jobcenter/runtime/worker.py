@@ -398,7 +398,8 @@ class Worker:
             log.info("expired leases: %s", self.store.expire(expired))
 
     def _leader_loop(self) -> None:
-        """Leader messages (split, continue, cancel, finalize) and expired-lease sweeps."""
+        """Leader messages (split, continue, cancel, finalize, compact) and expired-lease
+        sweeps. The compactions a claim took go together, after the others."""
         backoff = Backoff()
         while not self.stopped.is_set():
             try:
@@ -408,7 +409,9 @@ class Worker:
                         self.handler, [], max_tasks=0, max_leader=LEADER_BATCH, shard=shard
                     )
                     for kind, job_id in result.leader:
-                        self._lead(kind, job_id)
+                        if kind != "compact":
+                            self._lead(kind, job_id)
+                    self._compact([job_id for kind, job_id in result.leader if kind == "compact"])
                     self._expire(result.expired)
                     found = found or bool(result.leader or result.expired)
                 if not found:
@@ -424,6 +427,16 @@ class Worker:
             raise
         except Exception:  # one bad job must not take the worker down; its message comes back
             log.exception("leader step %s of job %s failed", kind, job_id)
+
+    def _compact(self, job_ids: list[str]) -> None:
+        if not job_ids:
+            return
+        try:
+            self.leader.compact_many(job_ids)
+        except RedisError:
+            raise
+        except Exception:  # as in _lead: their messages come back
+            log.exception("compaction of jobs %s failed", ", ".join(job_ids))
 
     def _wait_for_work(self) -> None:
         with self.lock:

@@ -211,6 +211,87 @@ def test_a_large_record_is_written_in_parts_and_read_as_the_hash_until_the_last(
     assert updated_at == store.redis.hget(jk.job, "updated_at")
 
 
+def _finished(store: Store, fail: Collection[str] = ()) -> str:
+    """A job of DAG run to its end (_run), its compaction message pending."""
+    job_id = submit(store, DAG)
+    _run(store, job_id, fail)
+    return job_id
+
+
+def _round_trips(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the store's round trips from now on: one send per command or pipeline."""
+    sends: list[int] = []
+    connection = store.redis.connection_pool.connection_class
+    send = connection.send_packed_command
+
+    def counted(self: Any, command: Any, check_health: bool = True) -> None:
+        sends.append(1)
+        send(self, command, check_health)
+
+    monkeypatch.setattr(connection, "send_packed_command", counted)
+    return sends
+
+
+def test_small_finished_jobs_are_compacted_together_in_three_round_trips(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader's batch of compactions reads every small job in one pipeline and writes
+    their records in another; a bigger job, and one with nothing to do, go alone."""
+    small = [_finished(store) for _ in range(3)]
+    failed = _finished(store, fail={"right"})
+    big = submit(
+        store, {"name": "big", "tasks": [{"id": f"t{k}", "task": "t.x"} for k in range(5)]}
+    )
+    while started := claim_by_index(store, H2, 10):
+        store.complete(H2, [(big, i, t.attempt) for i, t in started.items()])
+    running = submit(store, DAG)  # a stray message for a job still running: dropped
+    store.redis.zadd(store.keys.job(running).leader, {f"compact|{running}": 0})
+    jobs = [*small, failed]
+    as_they_were = {job_id: _reads(store, job_id) for job_id in [*jobs, big]}
+
+    sends = _round_trips(store, monkeypatch)
+    Leader(store, LEADER).compact_many(jobs)
+    assert len(sends) == 3
+    monkeypatch.setattr(jobcenter.storage.store, "COMPACT_BATCH_TASKS_MAX", 4)
+    Leader(store, LEADER).compact_many([big, running])
+
+    for job_id in [*jobs, big]:
+        assert job_field(store, job_id, "packed") == "1"
+        assert leader_messages(store, job_id) == set()
+        packed = _reads(store, job_id)
+        assert packed["status"] == as_they_were[job_id]["status"]
+        assert packed["history"] == as_they_were[job_id]["history"]
+    assert _reads(store, failed) == as_they_were[failed]  # a failed job keeps every field
+    assert job_field(store, running, "packed") is None
+    assert leader_messages(store, running) == set()
+
+
+def test_a_job_changed_between_the_batched_read_and_write_is_read_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compact.lua refuses the batch's record of a job that changed since the batch read it
+    (here: its updated_at moves, as a retry moves it); that job is read again alone."""
+    changed, other = _finished(store, fail={"left"}), _finished(store)
+    encode = jobcenter.storage.store.packed_encode
+    moved: list[bytes] = []
+
+    def encode_then_change(*args: Any) -> bytes:
+        if not moved:  # the first job's record is made from what is no longer so
+            moved.append(store.redis.hget(store.keys.job(changed).job, "updated_at"))
+            store.redis.hset(store.keys.job(changed).job, "updated_at", "1")
+        return encode(*args)
+
+    monkeypatch.setattr(jobcenter.storage.store, "packed_encode", encode_then_change)
+    as_it_was = _reads(store, changed)
+    Leader(store, LEADER).compact_many([changed, other])
+
+    assert moved and job_field(store, changed, "updated_at") == "1"  # the refusal came first
+    for job_id in (changed, other):
+        assert job_field(store, job_id, "packed") == "1"
+        assert leader_messages(store, job_id) == set()
+    assert _reads(store, changed) == as_it_was
+
+
 def test_a_record_written_for_a_job_that_changed_since_is_refused(store: Store) -> None:
     job_id = submit(store, DAG)
     _run(store, job_id, fail={"left"})
