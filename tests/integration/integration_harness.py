@@ -69,8 +69,14 @@ class Scratch:
         self.namespace = namespace
 
     def runs(self) -> list[dict[str, Any]]:
+        """The entries the tasks recorded, in order; one pushed twice (tried again after a
+        reply lost in a failover) counts once."""
         raw = self.redis.lrange(scratch_key(self.namespace, "runs"), 0, -1)
-        return [json.loads(r) for r in raw]
+        entries: dict[str, dict[str, Any]] = {}
+        for line in raw:
+            entry = json.loads(line)
+            entries.setdefault(entry["entry"], entry)
+        return list(entries.values())
 
     def events(self, event: str, task: str | None = None) -> list[dict[str, Any]]:
         return [
