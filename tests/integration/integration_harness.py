@@ -109,9 +109,14 @@ def worker_pool(
     redis_url: str, namespace: str, log_dir: Path, pool_class: type[Workers] = Workers
 ) -> Iterator[Workers]:
     """Workers for one test; at its end each must stop on SIGTERM with exit 0 and without a
-    traceback in its log, or the test fails."""
+    traceback in its log, or the test fails. A test that failed has its workers stopped
+    too (not left running after it), and its own error stands."""
     pool = pool_class(redis_url, namespace, log_dir)
-    yield pool
+    try:
+        yield pool
+    except BaseException:
+        pool.close()
+        raise
     problems = pool.close()
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
