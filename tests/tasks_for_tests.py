@@ -5,6 +5,11 @@ Each task reports what it did into Redis keys of its own (never jobcenter's), un
 a Redis Cluster), so a test can see which worker ran what, how often, and wait on it.
 A task that must keep running until the test says so polls a *gate* key the test sets: no
 task sleeps for longer than a demo step.
+
+These writes ride out a failover of the Redis that holds them (`_scratch`): to jobcenter, a
+task whose own Redis call raises has failed, like any task whose store is down, and that
+attempt counts against its retries. A test that kills a master must see what jobcenter does
+through the failover, not attempts the test's own bookkeeping failed.
 """
 
 from __future__ import annotations
@@ -13,16 +18,24 @@ import json
 import logging
 import os
 import time
+import uuid
+from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from jobcenter import Fatal, Retry, current_task, gate, task
 from jobcenter.storage.connection import client_for
+from jobcenter.storage.errors import ClusterClientError, ReadOnlyError, RedisError, unreachable
 
 # A gate that is never opened must not keep a worker busy forever once its test has failed.
 GATE_DEADLINE_SECONDS = 60.0
 GATE_POLL_SECONDS = 0.01  # short: a test waits this long at most after opening a gate
 WORKER_NAME_ENV = "JOBCENTER_TEST_WORKER_NAME"  # set per worker process by the fixture
+# A failover (node timeout 3 s, a promotion 5 - 6 s on a loaded machine) ends well within this.
+SCRATCH_OUTAGE_SECONDS = 60.0
+SCRATCH_RETRY_SECONDS = 0.05  # pause between tries of a scratch call while Redis fails over
+
+T = TypeVar("T")
 
 
 @cache
@@ -33,6 +46,25 @@ def _redis() -> Any:
 def scratch_key(namespace: str, what: str) -> str:
     """A key of the tests' own; the fixtures use the same function."""
     return f"jctest:{{{namespace}}}:{what}"
+
+
+def _waits_out(exc: RedisError) -> bool:
+    """Whether `exc` is Redis failing over (unreachable, no node for the slot yet, a demoted
+    primary refusing writes) rather than a wrong call."""
+    return unreachable(exc) or isinstance(exc, ClusterClientError | ReadOnlyError)
+
+
+def _scratch(call: Callable[[Any], T]) -> T:
+    """`call` on the scratch client, tried again while Redis fails over (see the module's
+    doc), for SCRATCH_OUTAGE_SECONDS at most."""
+    deadline = time.monotonic() + SCRATCH_OUTAGE_SECONDS
+    while True:
+        try:
+            return call(_redis())
+        except RedisError as exc:
+            if not _waits_out(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(SCRATCH_RETRY_SECONDS)  # a pause between tries, not a wait for an event
 
 
 def _key(what: str) -> str:
@@ -49,9 +81,12 @@ def _record(event: str, **extra: object) -> None:
         "handler": ctx.handler,
         "worker": os.environ.get(WORKER_NAME_ENV, ""),
         "pid": os.getpid(),
+        # a push tried again after a lost reply may land twice: Scratch.runs drops the copy
+        "entry": uuid.uuid4().hex,
         **extra,
     }
-    _redis().rpush(_key("runs"), json.dumps(entry))
+    line = json.dumps(entry)
+    _scratch(lambda r: r.rpush(_key("runs"), line))
 
 
 @task(name="tasks_for_tests.record")
@@ -89,10 +124,10 @@ def licence_server() -> bool:
 def block(gate: str) -> str:
     """Records that it started, then runs until the test sets the gate key."""
     _record("started", gate=gate)
-    r = _redis()
     deadline = time.monotonic() + GATE_DEADLINE_SECONDS
+    gates = (_key(f"gate:{gate}"), _key("gate-all"))
     # "gate-all" is set by the fixture at teardown, so a failed test leaves no task blocked
-    while not r.exists(_key(f"gate:{gate}"), _key("gate-all")):
+    while not _scratch(lambda r: r.exists(*gates)):
         if time.monotonic() >= deadline:
             raise TimeoutError(f"gate {gate!r} never opened")
         time.sleep(GATE_POLL_SECONDS)

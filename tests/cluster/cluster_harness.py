@@ -9,10 +9,13 @@ from typing import Any
 
 from helpers import wait_until
 from integration_harness import Workers, parents_finished_first
+from tasks_for_tests import scratch_key
 from test_ordering_random_dags import random_dag
 
 from jobcenter import Client
 from jobcenter.errors import NotFound
+from jobcenter.model.states import TaskState
+from jobcenter.storage.embedded_cluster import LocalCluster
 from jobcenter.storage.errors import RedisError
 
 SHARDS = 6  # two shards per master, so every master holds jobs
@@ -59,6 +62,13 @@ def wait_through_failover(client: Client, job_id: str, timeout: float) -> dict[s
     return wait_until(finished, timeout=timeout, message=f"job {job_id} never ended")
 
 
+def master_of_scratch(cluster: LocalCluster, client: Any, namespace: str) -> int:
+    """The index of the master that holds the test's scratch keys (one hash tag): the one a
+    failover test kills, so the tasks' own writes meet the outage too."""
+    port = client.get_node_from_key(scratch_key(namespace, "runs")).port
+    return next(i for i, master in enumerate(cluster.masters) if master.port == port)
+
+
 def spec_deps(spec: dict[str, Any]) -> dict[str, list[str]]:
     """task id -> the ids it depends on."""
     return {t["id"]: list(t.get("depends_on", [])) for t in spec["tasks"]}
@@ -83,6 +93,9 @@ class FailoverOutcome:
     problems: list[str] = field(default_factory=list)  # not succeeded, or out of order
     lost: list[str] = field(default_factory=list)  # acknowledged, gone with the primary
     retried: int = 0  # attempts beyond each task's first
+    # attempts that ended failed, not by a lease running out: what a task raised. The
+    # tasks raise nothing of their own, so each is an outage turned into a task failure
+    raised: list[str] = field(default_factory=list)
 
     def report(self, jobs: int, promoted_after: float, ended_after: float, extra: str = "") -> str:
         """The line a failover test prints and records: what was lost or run again, and
@@ -109,4 +122,9 @@ def outcome_after_failover(
             outcome.problems.append(f"{job_id} ended {status['state']}")
         outcome.problems += parents_finished_first(status, spec_deps(spec))
         outcome.retried += sum(t["attempts"] - 1 for t in status["tasks"].values())
+        outcome.raised += [
+            f"{job_id} {h['task']} attempt {h['attempt']}: {h['error'].splitlines()[0]}"
+            for h in client.history(job_id)
+            if h["state"] in (TaskState.RETRY_WAIT, TaskState.FAILED)
+        ]
     return outcome

@@ -69,8 +69,14 @@ class Scratch:
         self.namespace = namespace
 
     def runs(self) -> list[dict[str, Any]]:
+        """The entries the tasks recorded, in order; one pushed twice (tried again after a
+        reply lost in a failover) counts once."""
         raw = self.redis.lrange(scratch_key(self.namespace, "runs"), 0, -1)
-        return [json.loads(r) for r in raw]
+        entries: dict[str, dict[str, Any]] = {}
+        for line in raw:
+            entry = json.loads(line)
+            entries.setdefault(entry["entry"], entry)
+        return list(entries.values())
 
     def events(self, event: str, task: str | None = None) -> list[dict[str, Any]]:
         return [
@@ -103,9 +109,14 @@ def worker_pool(
     redis_url: str, namespace: str, log_dir: Path, pool_class: type[Workers] = Workers
 ) -> Iterator[Workers]:
     """Workers for one test; at its end each must stop on SIGTERM with exit 0 and without a
-    traceback in its log, or the test fails."""
+    traceback in its log, or the test fails. A test that failed has its workers stopped
+    too (not left running after it), and its own error stands."""
     pool = pool_class(redis_url, namespace, log_dir)
-    yield pool
+    try:
+        yield pool
+    except BaseException:
+        pool.close()
+        raise
     problems = pool.close()
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
