@@ -222,3 +222,38 @@ def test_a_failure_cascades_through_a_wide_fan_out_in_bounded_chunks(
     )
     print(report)
     record_property("cascade_timing", report)  # type: ignore[operator]
+
+
+COMPLETE_FRONTIER_BUDGET = 100  # _job.lua: children a completion releases itself
+FRONTIER_BUDGET = 300  # _job.lua: children each 'continue' step (or a failure) visits
+
+
+def test_a_completion_releases_the_first_of_a_burst_and_continue_steps_the_rest(
+    store: Store,
+) -> None:
+    """A completion's script holds up every other worker's claim of what it released, so it
+    releases only the first COMPLETE_FRONTIER_BUDGET children (taking what it may into its
+    free slots) and leaves the rest to 'continue' steps of FRONTIER_BUDGET."""
+    width = COMPLETE_FRONTIER_BUDGET + FRONTIER_BUDGET + 50
+    children = [{"id": f"c{k}", "task": "t.child", "depends_on": ["root"]} for k in range(width)]
+    job_id, _ = submit_and_split(
+        store, {"name": "burst", "tasks": [{"id": "root", "task": "t.root"}, *children]}
+    )
+    (root,) = claim_by_index(store, H1).values()
+
+    codes, taken = store.complete(
+        H1, [(job_id, root.index, root.attempt)], take_queues=["default"], take_max=8
+    )
+    assert codes == {(job_id, root.index): 0} and len(taken) == 8
+
+    def released() -> int:
+        states = Counter(task_states(store, job_id).values())
+        return states["queued"] + states["running"]
+
+    assert released() == COMPLETE_FRONTIER_BUDGET
+    assert "continue" in leader_messages(store, job_id)
+    assert store.continue_frontier(job_id) > 0
+    assert released() == COMPLETE_FRONTIER_BUDGET + FRONTIER_BUDGET
+    assert store.continue_frontier(job_id) == 0
+    assert released() == width
+    assert "continue" not in leader_messages(store, job_id)

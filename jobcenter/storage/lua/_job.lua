@@ -42,6 +42,10 @@ local A = 6 + NQ
 local XK = QK + 1 + NQ * 3
 
 local FRONTIER_BUDGET = 300 -- child visits per call: a few ms, well under 50 ms under load
+-- ... but a completion's own: until its script ends, no other worker can claim the tasks it
+-- released (their wake-ups wait too), so it releases a burst's first ones and hands the rest
+-- to 'continue' steps of FRONTIER_BUDGET
+local COMPLETE_FRONTIER_BUDGET = 100
 local HISTORY_MAX = 200000 -- history entries kept per job (oldest trimmed)
 
 local META = {}
@@ -570,10 +574,12 @@ local function store_parent_counts(c, counts)
     TF_PARENTS_FAILED .. c, counts.nf, TF_PARENTS_SKIPPED .. c, counts.nk)
 end
 
--- Visit children from the frontier, at most FRONTIER_BUDGET of them; what is left waits
--- for a 'continue' leader message, so a 100,000-child fan-out never blocks Redis for long.
-local function drain_frontier(now, take)
-  local budget, emptied = FRONTIER_BUDGET, false
+-- Visit children from the frontier, at most `budget` of them (default FRONTIER_BUDGET); what
+-- is left waits for a 'continue' leader message, so a 100,000-child fan-out never blocks
+-- Redis for long.
+local function drain_frontier(now, take, budget)
+  local emptied = false
+  budget = budget or FRONTIER_BUDGET
   while budget > 0 do
     local entry = redis.call('LPOP', F)
     emptied = not entry

@@ -292,6 +292,6 @@ if #leases > 0 then
   task_finished(now, #leases)
 end
 EST.flush()
-drain_frontier(now, take)
+drain_frontier(now, take, COMPLETE_FRONTIER_BUDGET)
 NEXT.take_queued()
 return {OK, codes, MSGPACK.tasks(taken)}
