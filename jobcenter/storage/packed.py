@@ -60,7 +60,10 @@ def _column(name: str, values: Sequence[bytes | None]) -> Any:
     """A column in the smallest of three forms, or None when every value is absent:
     {b: base, v: [value - base]} for an integer column (times, counters: INTEGER_FIELDS);
     {d: [distinct values], x: [index]} when few values repeat (states, handlers);
-    else the values themselves. Absent values are nil in each form."""
+    else the values themselves. Absent values are nil in each form. A single value (a
+    one-task job's) is kept as itself: no form is smaller, and a leader packs many such."""
+    if len(values) == 1:
+        return None if values[0] is None else list(values)
     present = [v for v in values if v is not None]
     if not present:
         return None
