@@ -72,6 +72,13 @@ def test_a_worker_killed_mid_cascade_leaves_every_task_in_its_one_correct_state(
     assert stalled["left"] > 0  # mid-cascade: the rest is still in the frontier
     assert cluster.redis.llen(cluster.keys.job(job_id).frontier) > 0
     wait_until(lambda: cluster.starts(job_id, "slow"), message="slow never started")
+    # the cascades' roots have ended (the stall may come from either cascade first): killed
+    # while still running, `ok` (no retries) would fail and turn the skips into runs
+    wait_until(
+        lambda: [client.task_states(job_id)[t] for t in ("boom", "ok")] == ["failed", "succeeded"],
+        timeout=JOB_SECONDS,
+        message="boom and ok did not end before the kill",
+    )
     waiting = [t for t, s in client.task_states(job_id).items() if s == "waiting"]
     assert waiting, "the cascade ended before the kill"  # (slow runs on the victim)
 
