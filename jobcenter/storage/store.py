@@ -124,6 +124,12 @@ def _unpack_input(value: InputValue) -> Any:
     return None if value is None else codec.unpack(value)
 
 
+def _record(fields: dict[str, bytes], history: list[bytes], tasks: int, state: bytes) -> bytes:
+    """A finished job's packed record; a succeeded one's without its working fields."""
+    working = state != JobState.SUCCEEDED.value.encode()
+    return packed_encode(fields, history, tasks, working)
+
+
 def started_tasks(job_id: str, reply: Any) -> list[StartedTask]:
     """The StartedTasks of a script's list of {index, attempt, payload, inputs, run order,
     has children} items: one msgpack string (MSGPACK.tasks in _data.lua: Lua's false comes as
@@ -965,8 +971,7 @@ class Store:
                 history += page
                 if len(page) < HISTORY_PAGE:
                     break
-            working = state != JobState.SUCCEEDED.value.encode()
-            record = packed_encode(records.every_field(), history, int(n or 0), working)
+            record = _record(records.every_field(), history, int(n or 0), state)
             code = self._write_record(job_id, updated_at, record)
             if code != CURSOR_MOVED:
                 return code == 0
@@ -978,34 +983,29 @@ class Store:
         another. A job that is bigger (a longer history, a record of several parts), not
         ready or changed between the read and the write (compact.lua checks, as for one
         job) goes through compact() alone."""
-        jks = [self.keys.job(job_id) for job_id in job_ids]
+        jks = {job_id: self.keys.job(job_id) for job_id in job_ids}
         pipe = self.redis.pipeline(transaction=False)
-        for jk in jks:
+        for jk in jks.values():
             pipe.hmget(jk.job, "state", "updated_at", "n", *STAMP_FIELDS)
-        alone: list[str] = []
+        alone: list[str] = []  # compact() also drops the message of a job with nothing to do
         small: list[tuple[str, bytes, bytes, int]] = []
         for job_id, (state, updated_at, n, packed, _) in zip(job_ids, pipe.execute(), strict=True):
             tasks = int(n or 0)
-            if state is None or packed or tasks > COMPACT_BATCH_TASKS_MAX:
-                alone.append(job_id)  # compact() drops the message of a job with nothing to do
-            elif JobState(state.decode()).terminal:
+            finished = state is not None and JobState(state.decode()).terminal
+            if finished and not packed and tasks <= COMPACT_BATCH_TASKS_MAX:
                 small.append((job_id, state, updated_at, tasks))
             else:
                 alone.append(job_id)
         pipe = self.redis.pipeline(transaction=False)
         for job_id, *_ in small:
-            jk = self.keys.job(job_id)
-            pipe.hgetall(jk.tasks)
-            pipe.lrange(jk.history, 0, HISTORY_PAGE - 1)
+            pipe.hgetall(jks[job_id].tasks)
+            pipe.lrange(jks[job_id].history, 0, HISTORY_PAGE - 1)
         read = pipe.execute()
         batch = self.scripts.batch()
         writing: list[str] = []
         for k, (job_id, state, updated_at, tasks) in enumerate(small):
             fields, history = read[2 * k], read[2 * k + 1]
-            working = state != JobState.SUCCEEDED.value.encode()
-            record = packed_encode(
-                {f.decode(): v for f, v in fields.items()}, history, tasks, working
-            )
+            record = _record({f.decode(): v for f, v in fields.items()}, history, tasks, state)
             if len(history) >= HISTORY_PAGE or len(record) > RECORD_PART:
                 alone.append(job_id)  # read in pages, written in parts
                 continue
