@@ -17,6 +17,7 @@ back, so a supervisor restarts it: never a live process that does no work.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -408,10 +409,18 @@ class Worker:
                     result = self.store.claim(
                         self.handler, [], max_tasks=0, max_leader=LEADER_BATCH, shard=shard
                     )
+                    compactions = [job_id for kind, job_id in result.leader if kind == "compact"]
                     for kind, job_id in result.leader:
                         if kind != "compact":
-                            self._lead(kind, job_id)
-                    self._compact([job_id for kind, job_id in result.leader if kind == "compact"])
+                            self._lead(
+                                functools.partial(self.leader.handle, kind, job_id),
+                                f"leader step {kind} of job {job_id}",
+                            )
+                    if compactions:
+                        self._lead(
+                            functools.partial(self.leader.compact_many, compactions),
+                            f"compaction of jobs {', '.join(compactions)}",
+                        )
                     self._expire(result.expired)
                     found = found or bool(result.leader or result.expired)
                 if not found:
@@ -420,23 +429,14 @@ class Worker:
             except RedisError as exc:  # the message comes back when its lease ends
                 backoff.wait(self.stopped, f"leader: {trouble(exc)}")
 
-    def _lead(self, kind: str, job_id: str) -> None:
+    def _lead(self, step: Callable[[], object], what: str) -> None:
+        """Run one leader step (or a batch of compactions): a step that fails is logged."""
         try:
-            self.leader.handle(kind, job_id)
+            step()
         except RedisError:
             raise
         except Exception:  # one bad job must not take the worker down; its message comes back
-            log.exception("leader step %s of job %s failed", kind, job_id)
-
-    def _compact(self, job_ids: list[str]) -> None:
-        if not job_ids:
-            return
-        try:
-            self.leader.compact_many(job_ids)
-        except RedisError:
-            raise
-        except Exception:  # as in _lead: their messages come back
-            log.exception("compaction of jobs %s failed", ", ".join(job_ids))
+            log.exception("%s failed", what)
 
     def _wait_for_work(self) -> None:
         with self.lock:
