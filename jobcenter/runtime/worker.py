@@ -71,10 +71,11 @@ REPORT_RETRY_MAX_SECONDS = 1.0  # a refused report is tried again at least this 
 # takes writes again each lease is renewed well within the grace a timed-out attempt gets.
 HEARTBEAT_RETRIES_PER_INTERVAL = 4
 PROGRESS_MIN_INTERVAL_SECONDS = 1.0  # a task's progress goes out at once at most this often
+GATE_GAVE_UP = schema.code("ITEM_ALREADY")  # gate_wait.lua: the task failed
 # A task this worker has no code for waits this long at least before it is claimed again (no
 # hot loop on the worker that lacks it), and at most this long (a worker that has the code,
-# once started, gets it soon); in between, a quarter of the time it has waited so far.
-GATE_GAVE_UP = schema.code("ITEM_ALREADY")  # gate_wait.lua: the task failed
+# once started, gets it soon); in between, a quarter of the time it has waited so far, and
+# the least while a live worker serves it.
 GIVE_BACK_DELAY_MIN_MS = 500
 GIVE_BACK_DELAY_MAX_MS = 10_000
 GIVE_BACK_WAIT_SECONDS = 5.0  # a forced stop waits this long at most for a claim under way
@@ -674,10 +675,14 @@ class Worker:
         attempts = [
             (o.task.job_id, o.task.index, o.task.attempt, o.missing_task) for o in given_back
         ]
+        # a live worker that has the code takes the task after the shortest delay, not after
+        # one grown with the wait (which only keeps a hot loop off while nobody has it)
+        live_since = self.store.now_ms() - int(self.store.settings.worker_timeout_seconds * 1000)
+        served = self.store.served_since(live_since)
         refused: RefusedInPart | None = None
         try:
             codes = self.store.give_back(
-                self.handler, attempts, GIVE_BACK_DELAY_MIN_MS, GIVE_BACK_DELAY_MAX_MS
+                self.handler, attempts, GIVE_BACK_DELAY_MIN_MS, GIVE_BACK_DELAY_MAX_MS, served
             )
         except RefusedInPart as exc:
             codes, refused = exc.codes, exc

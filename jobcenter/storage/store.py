@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -841,17 +841,21 @@ class Store:
         attempts: Sequence[tuple[str, int, int, str]],
         delay_min_ms: int,
         delay_max_ms: int,
+        served: Collection[str] = (),
     ) -> dict[tuple[str, int], int]:
         """Hand back (job, index, attempt, task name) attempts this worker has no code for:
-        unused, queued again after a delay (give_back.lua); a code per task.
+        unused, queued again after a delay (give_back.lua); a code per task. `served`: the
+        served_member()s of live workers; a task one of them serves waits the shortest delay.
         RefusedInPart when Redis refused some jobs' calls (their tasks have no code)."""
         by_job: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
         for job_id, index, attempt, name in attempts:
             by_job[job_id].append((index, attempt, name))
+        names = {name for _, _, _, name in attempts}
+        served_text = "".join(f"{m}\n" for m in sorted(served) if m.partition("|")[2] in names)
         batch = self.scripts.batch()
         for job_id, items in by_job.items():
             triples = [x for item in items for x in item]
-            args = [handler, delay_min_ms, delay_max_ms, *triples]
+            args = [handler, delay_min_ms, delay_max_ms, served_text, *triples]
             self._job_call("give_back", job_id, args, batch=batch)
         codes: dict[tuple[str, int], int] = {}
         answered, refused = _run_per_job(batch, by_job)

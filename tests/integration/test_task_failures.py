@@ -19,9 +19,10 @@ NO_WORKER_LIMIT_ENV = {
 }
 WAITED_SECONDS = 2.0  # long enough for a task to be given back and claimed again a few times
 # The worker without the module goes on claiming the given-back tasks in a race with the one
-# that has it, each loss a give-back of up to GIVE_BACK_DELAY_MAX_MS (10 s): a few losses in a
-# row passed 30 s on a loaded CI machine, so the hand-over gets room for several.
-HANDOVER_SECONDS = 90.0
+# that has it; each loss costs GIVE_BACK_DELAY_MIN_MS once the full worker has published what
+# it serves. Before that fix, each cost up to 10 s, and two CI runs passed 30 s: the bound
+# keeps room for a loaded machine.
+HANDOVER_SECONDS = 60.0
 
 
 def test_a_task_no_live_worker_has_fails_after_the_limit_naming_it_and_cascades(

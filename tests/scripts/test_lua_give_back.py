@@ -163,3 +163,31 @@ def test_recovery_fails_a_given_back_task_only_once_no_live_worker_has_its_name(
     assert tasks["a"]["error"].startswith(f"no live worker has task '{NAME}' registered")
     assert tasks["b"]["state"] == "upstream_failed"
     store.redis.close()
+
+
+def test_a_task_a_live_worker_serves_waits_the_shortest_delay_however_long_it_waited(
+    store: Store,
+) -> None:
+    """The delay grows with the wait only while nobody has the code: with a live worker
+    serving the name on the task's queue, a worker that lacks it and keeps winning the
+    claim race gives it back for the shortest delay each time (rolling deploys)."""
+    job_id, _ = submit_and_split(store, SPEC)
+    (first,) = claim(store, H1)
+    long_ago = redis_now_ms(store) - 100 * DELAY_MAX_MS
+    store.redis.hset(store.keys.job(job_id).tasks, f"wf:{A}", f"{long_ago}|{NAME}")
+
+    def handed_back(served: list[str]) -> float:
+        before = redis_now_ms(store)
+        codes = store.give_back(H1, [(job_id, A, first.attempt, NAME)], DELAY_MIN_MS,
+                                DELAY_MAX_MS, served)  # fmt: skip
+        assert codes == {(job_id, A): 0}
+        due = due_ms(store)
+        assert due is not None
+        return due - before
+
+    assert handed_back(["other|t.a", "default|t.b"]) >= DELAY_MAX_MS  # not its queue or name
+    delayed = store.keys.delayed(0, "default")
+    ((member, _),) = store.redis.zrange(delayed, 0, -1, withscores=True)
+    store.redis.zadd(delayed, {member: 0})  # due now: the same worker takes it again
+    (first,) = claim(store, H1)
+    assert DELAY_MIN_MS <= handed_back(["default|t.a"]) < DELAY_MAX_MS

@@ -1,25 +1,29 @@
 --[[ give_back: a worker that lacks a task's code hands its attempt back unused. The task
   goes back to its queue after a delay (so that worker does not take it straight back): a
   quarter of the time it has waited for a worker with the code so far, within the bounds
-  given. The attempt does not count: the attempt number goes back to what it was, and the
+  given; the shortest delay when a live worker serves the task's name on its queue (that
+  worker takes it soon: a longer delay would only make it wait). The attempt does not count: the attempt number goes back to what it was, and the
   handler is cleared, so no token of this or an earlier attempt matches any more. The task
   records the name it waits for and since when ('wf:' field "<since ms>|<name>", kept over
   repeated give-backs) for status, and for recovery, which fails it once no live worker has
   had the name for too long.
   KEYS: the job context (_job.lua)
   ARGV[A] handler id  ARGV[A+1] shortest delay ms  ARGV[A+2] longest delay ms
+  ARGV[A+3] what live workers serve: "queue|name" entries, each followed by a newline
   then triples: task index, attempt, task name
   Returns {0, {code per triple}} | {-4} job gone | {-5} queues not passed
   Codes: 0 given back | -2 stale token (not this handler's attempt) | -3 not running ]]
 
 local handler = ARGV[A]
 local delay_min, delay_max = tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2])
+local served = {}
+for member in string.gmatch(ARGV[A + 3], '([^\n]+)\n') do served[member] = true end
 if not load_job() then return {JOB_GONE} end
 if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local codes, woken = {}, {}
-for k = A + 3, #ARGV, 3 do
+for k = A + 4, #ARGV, 3 do
   local i, attempt, name = ARGV[k], ARGV[k + 1], ARGV[k + 2]
   local state = task_state(i)
   local code = ITEM_OK
@@ -30,14 +34,18 @@ for k = A + 3, #ARGV, 3 do
   else
     local waiting = redis.call('HGET', T, TF_WAITING_FOR .. i)
     local since = tonumber(waiting and string.match(waiting, '^(%d+)|') or now)
-    local delay = math.min(delay_max, math.max(delay_min, math.floor((now - since) / 4)))
+    local queue_name = task_queue(i)
+    local delay = delay_min
+    if not served[queue_name .. '|' .. name] then
+      delay = math.min(delay_max, math.max(delay_min, math.floor((now - since) / 4)))
+    end
     OBS.emit(EV.GIVEN_BACK, i, {EF.ATTEMPT, attempt, EF.HANDLER, handler, EF.DETAIL, name})
     redis.call('HSET', T, TF_STATE .. i, T_QUEUED, TF_ATTEMPTS .. i, tonumber(attempt) - 1,
       TF_WAITING_FOR .. i, since .. '|' .. name, TF_UPDATED_AT .. i, now)
     redis.call('HDEL', T, TF_HANDLER .. i, TF_STARTED_AT .. i)
     redis.call('ZREM', LEASES, lease_member(i))
     SL.free_slots(i)
-    local queue = QUEUES[task_queue(i)]
+    local queue = QUEUES[queue_name]
     redis.call('ZADD', queue.delayed, now + delay, task_priority(i) .. '|' .. queue_member(i))
     woken[queue.wake] = true
   end
