@@ -375,7 +375,7 @@ class Bench:
                 "--format",
                 "raw",
                 "-r",
-                "200",
+                os.environ.get("BENCH_SPY_RATE", "200"),
                 "--threads",
                 *(["--gil"] if self.profile_gil else []),
             ]

@@ -12,8 +12,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
+from ..connection import is_cluster
 from ..schema import lua_prelude
 
 # Scripts that run in the context of one job (_job.lua, then _data.lua: results, inputs,
@@ -321,6 +322,8 @@ class Scripts:
 
     def __init__(self, redis: Any) -> None:
         self.redis = redis
+        # a Cluster routes each call to its slot's node: it keeps redis-py's own pipeline
+        self.direct = not is_cluster(redis)
 
     def load(self, name: str) -> None:
         self.redis.script_load(source(name))
@@ -328,10 +331,29 @@ class Scripts:
     def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """Run script `name` now and return its reply."""
         try:
-            return self.redis.evalsha(sha(name), len(keys), *keys, *args)
+            return self._evalsha(name, keys, args)
         except NoScriptError:
             self.load(name)
+            return self._evalsha(name, keys, args)
+
+    def _evalsha(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        if not self.direct:
             return self.redis.evalsha(sha(name), len(keys), *keys, *args)
+        (reply,) = round_trip(self.redis, [("EVALSHA", sha(name), len(keys), *keys, *args)])
+        if isinstance(reply, ResponseError):
+            raise reply
+        return reply
+
+    def send(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """The replies of `commands`, sent in one round trip; a refused one's error stands in
+        its place."""
+        if self.direct:
+            return round_trip(self.redis, commands)
+        pipe = self.redis.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        return replies
 
     def batch(self) -> Batch:
         return Batch(self)
@@ -353,10 +375,9 @@ class Batch:
         so the caller can keep what the other calls did."""
         if not self.calls:
             return []
-        pipe = self.scripts.redis.pipeline(transaction=False)
-        for name, keys, args in self.calls:
-            pipe.execute_command("EVALSHA", sha(name), len(keys), *keys, *args)
-        replies = pipe.execute(raise_on_error=False)
+        replies = self.scripts.send(
+            [("EVALSHA", sha(name), len(keys), *keys, *args) for name, keys, args in self.calls]
+        )
         for i, reply in enumerate(replies):
             if isinstance(reply, NoScriptError):  # that call did not run: load, run it again
                 try:
@@ -366,3 +387,34 @@ class Batch:
             if raise_on_error and isinstance(reply, Exception):
                 raise reply
         return replies
+
+
+def round_trip(client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """What a pipeline of `commands` on a single Redis (or a Sentinel's master) replies, sent
+    on one of the client's connections without redis-py's bookkeeping per command (pipeline
+    objects, command stacks, observability hooks: a tenth of a worker's CPU per task). A
+    refused command's ResponseError stands in its reply's place; a lost connection is retried
+    as the client retries its own commands."""
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    try:
+        replies: list[Any] = connection.retry.call_with_retry(
+            lambda: _send_and_read(connection, commands), lambda _: connection.disconnect()
+        )
+        return replies
+    except BaseException:
+        connection.disconnect()  # replies may be left unread on it
+        raise
+    finally:
+        pool.release(connection)
+
+
+def _send_and_read(connection: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    connection.send_packed_command(connection.pack_commands(commands))
+    replies: list[Any] = []
+    for _ in commands:
+        try:
+            replies.append(connection.read_response())
+        except ResponseError as exc:
+            replies.append(exc)
+    return replies
