@@ -345,10 +345,11 @@ class RunOrderInbox:
         self.running = 0  # handed out and not released
         self.sleeping = 0  # threads in get() with no wake sent to them
 
-    def put(self, run_order: bytes, attempt: _Attempt | None) -> _Attempt | None:
+    def put(self, run_order: bytes, attempt: _Attempt | None, wake: bool = True) -> _Attempt | None:
         """Queue an attempt (None: a thread's stop, which needs no slot). An attempt for the
         event loop that can start now is not queued but returned, its slot taken, for the
-        caller to start on the loop (no thread in between)."""
+        caller to start on the loop (no thread in between). `wake` off: the calling thread
+        takes it itself next (get()), or calls wake() if it cannot."""
         with self.lock:
             if (
                 attempt is not None
@@ -359,10 +360,17 @@ class RunOrderInbox:
                 self.running += 1
                 return attempt
             heapq.heappush(self.heap, (run_order, next(self.arrivals), attempt))
-            wake = self._wake_one()
-        if wake:
+            woken = wake and self._wake_one()
+        if woken:
             self.wakes.put(None)
         return None
+
+    def wake(self) -> None:
+        """Wake a sleeping thread if something can start now."""
+        with self.lock:
+            woken = self._wake_one()
+        if woken:
+            self.wakes.put(None)
 
     def get(self) -> _Attempt | None:
         """The next attempt to run (its slot taken), or None for a thread to stop."""
@@ -474,6 +482,10 @@ class ThreadRunner:
         self.active: dict[AttemptKey, _Attempt] = {}
         self.deadlines: list[tuple[float, int, _Attempt]] = []
         self.ids = itertools.count()  # breaks ties between equal deadlines
+        # per task thread: `free`, while its attempt's outcome goes out, for the first attempt
+        # that outcome's report takes (the thread runs it next itself: no other thread is
+        # woken for it, as in a chain); `deferred`, once it took one
+        self.serving = threading.local()
         threading.Thread(target=self._watch, name="jobcenter-timeouts", daemon=True).start()
 
     def submit(self, task: StartedTask, progress: Progress, done: Done) -> None:
@@ -489,8 +501,18 @@ class ThreadRunner:
             self.active[attempt_key(task)] = attempt
             if attempt.on_loop and self.event_loop is None:
                 self.event_loop = EventLoop()
-        if self.inbox.put(task.run_order, attempt) is not None:
+        mine = not attempt.on_loop and getattr(self.serving, "free", False)
+        if mine:
+            self.serving.free, self.serving.deferred = False, True
+        if self.inbox.put(task.run_order, attempt, wake=not mine) is not None:
             self._start_on_loop(attempt)
+
+    def hand_over_deferred(self) -> None:
+        """The calling thread reports more outcomes before it goes back for an attempt: the
+        one it kept for itself goes to a sleeping thread now."""
+        if getattr(self.serving, "deferred", False):
+            self.serving.deferred = False
+            self.inbox.wake()
 
     def withdraw_waiting(self) -> list[StartedTask]:
         """Take back the attempts no thread has begun (a worker's prefetched tasks, when it
@@ -591,9 +613,11 @@ class ThreadRunner:
             if attempt.on_loop:
                 self._start_on_loop(attempt)
                 continue
+            self.serving.free = True
             try:
                 self._run(attempt)
             finally:
+                self.serving.free = self.serving.deferred = False
                 self.inbox.release(wake=False)  # this thread takes what is next itself
 
     def _watch(self) -> None:
@@ -810,6 +834,9 @@ class ProcessRunner:
     def withdraw_waiting(self) -> list[StartedTask]:
         """No prefetching with child processes: nothing waits that could be taken back."""
         return []
+
+    def hand_over_deferred(self) -> None:
+        """Nothing to hand over: every attempt has a child of its own at once."""
 
     def cancel(self, key: AttemptKey) -> bool:
         """Kill the child of an attempt whose job was cancelled; its outcome is dropped.

@@ -509,6 +509,9 @@ class Worker:
             while self.outcomes and self.reporting.acquire(blocking=False):
                 try:
                     while self.outcomes:
+                        # a task thread that kept a taken attempt for itself reports on
+                        # first: another thread runs it
+                        self.runner.hand_over_deferred()
                         batch = [self.outcomes.popleft()]
                         while self.outcomes and len(batch) < REPORT_BATCH_MAX:
                             batch.append(self.outcomes.popleft())
