@@ -541,6 +541,8 @@ class Worker:
         done = [o for o in left if o.ok]
         if done:
             self._complete(done, left)
+            if left:  # more round trips before this thread is free: not with a task kept
+                self.runner.hand_over_deferred()
         given_back = [o for o in left if o.missing_task]
         if given_back:
             self._give_back(given_back, left)
