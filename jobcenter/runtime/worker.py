@@ -570,10 +570,12 @@ class Worker:
         one) run next: released children, then the next queued tasks of the same job."""
         with self.lock:
             take_max = prefetch = 0
+            before: bytes | None = None
             if not self.stopping.is_set():
                 free = self._free_slots(len(done))  # below 0: that many held beyond the slots
                 take_max = max(0, min(CLAIM_BATCH_MAX, free))
-                prefetch = self._prefetch(done) + min(0, free)  # what the prefetch has left
+                prefetch, before = self._prefetch(done)
+                prefetch += min(0, free)  # what the prefetch has left
                 prefetch = max(0, min(CLAIM_BATCH_MAX - take_max, prefetch))
             self.taking += take_max + prefetch  # held from the claim loop until the reply is in
         attempts = [(o.task.job_id, o.task.index, o.task.attempt, o.result) for o in done]
@@ -585,6 +587,7 @@ class Worker:
                 take_queues=self.queues,
                 take_max=take_max,
                 prefetch=prefetch,
+                prefetch_before=before,
             )
         except RefusedInPart as exc:
             codes, taken, refused = exc.codes, exc.taken, exc
@@ -620,21 +623,28 @@ class Worker:
             self.taking -= slots
             self.lock.notify_all()
 
-    def _prefetch(self, done: list[Outcome]) -> int:
-        """Tasks a worker may hold beyond its slots (called with the lock held):
-        none unless every task it reports was short (a long task would keep a prefetched
-        one waiting for a thread while another worker idles); none while a task held here
-        has children (a thread it frees would start a prefetched task before its children,
-        which may come first: the thread pool runs what it holds in run order); none with
-        child processes (nothing to take back on stop)."""
+    def _prefetch(self, done: list[Outcome]) -> tuple[int, bytes | None]:
+        """Tasks a worker may hold beyond its slots (called with the lock held), and the run
+        order they must sort before (None: any): none unless every task it reports was
+        short (a long task would keep a prefetched one waiting for a thread while another
+        worker idles); only ones before the first child of every task held here (a thread
+        that task frees would start a prefetched one before its children, which are
+        released only once it ended: the thread pool runs what it holds in run order);
+        none with child processes (nothing to take back on stop)."""
         if self.options.pool != "thread":
-            return 0
+            return 0, None
         if any(o.seconds >= PREFETCH_RUN_MAX_SECONDS for o in done):
-            return 0
+            return 0, None
         reporting = {(o.task.job_id, o.task.index) for o in done}
-        if any(r.task.has_children for k, r in self.running.items() if k not in reporting):
-            return 0
-        return self.options.concurrency * PREFETCH_PER_SLOT
+        firsts = [
+            r.task.first_child
+            for k, r in self.running.items()
+            if k not in reporting and r.task.first_child is not None
+        ]
+        before = min(firsts, default=None)
+        if before == b"":  # a held task with too many children to order
+            return 0, None
+        return self.options.concurrency * PREFETCH_PER_SLOT, before
 
     def _give_back_prefetched(self) -> None:
         """A stopping worker finishes what runs; tasks it took but no thread has begun go

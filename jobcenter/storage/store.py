@@ -111,6 +111,9 @@ class StartedTask:
     # order a worker runs the tasks it holds in
     run_order: bytes = field(default=b"", compare=False)
     has_children: bool = field(default=True, compare=False)  # it releases others as it ends
+    # the run order of its first child (None: it has none; b"": too many to order): what
+    # the worker holding it may prefetch sorts before it (complete.lua, NEXT.may_take)
+    first_child: bytes | None = field(default=b"", compare=False)
 
     def input_kwargs(self) -> dict[str, Any]:
         """The inputs decoded: kwarg -> the parent's return value (a mapped parent's: the
@@ -139,10 +142,12 @@ def started_tasks(job_id: str, reply: Any) -> list[StartedTask]:
 
 
 def _started_task(job_id: str, item: Sequence[Any]) -> StartedTask:
-    index, attempt, payload, raw, run_order, has_children = item
+    index, attempt, payload, raw, run_order, children = item
     pairs = tuple((text(raw[k]) or "", _input_value(raw[k + 1])) for k in range(0, len(raw), 2))
+    # children (OBS.children_after): 0 none, 1 too many to order, else the first one's order
+    first_child = None if children == 0 else children if isinstance(children, bytes) else b""
     return StartedTask(
-        job_id, int(index), int(attempt), payload, pairs, run_order, has_children == 1
+        job_id, int(index), int(attempt), payload, pairs, run_order, children != 0, first_child
     )
 
 
@@ -760,12 +765,14 @@ class Store:
         take_queues: Sequence[str] = (),
         take_max: int = 0,
         prefetch: int = 0,
+        prefetch_before: bytes | None = None,
     ) -> tuple[dict[tuple[str, int], int], list[StartedTask]]:
         """Complete (job, index, attempt[, result]) attempts, each result (msgpack; default
         NO_RESULT) stored with its success; returns a code per task and the tasks this
         worker took to run at once, from `take_queues`: released children, then the next
         queued tasks of the same jobs (at most `take_max` for its free slots, and up to
-        `prefetch` more without children: complete.lua). The budget is shared between the
+        `prefetch` more, queued before the call and sorting before `prefetch_before` and
+        before the first child of what it takes: complete.lua). The budget is shared between the
         jobs' calls. RefusedInPart when Redis refused some jobs' calls (their tasks have no
         code)."""
         by_job: dict[str, list[tuple[int, int, bytes]]] = defaultdict(list)
@@ -777,7 +784,11 @@ class Store:
             triples = [x for item in items for x in item]
             share = _share(take_max, calls, n)
             extra = _share(prefetch, calls, n)
-            take = f"{share}+{extra}" if extra else share
+            take: int | str = share
+            if extra:
+                take = f"{share}+{extra}"
+                if prefetch_before is not None:
+                    take += "@" + prefetch_before.decode()
             args = [handler, self.settings.lease_ms, take, len(take_queues), *take_queues]
             estimates_key = self.keys.estimates(self.keys.job_shard(job_id))
             self._job_call(

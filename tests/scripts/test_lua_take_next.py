@@ -6,10 +6,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from lua_helpers import H1, H2, claim, queued_indexes, submit_and_split, task_field, task_states
+from lua_helpers import (
+    H1,
+    H2,
+    claim,
+    queue_members,
+    queued_indexes,
+    submit_and_split,
+    task_field,
+    task_states,
+)
 
 from jobcenter.storage import limits
 from jobcenter.storage.store import StartedTask, Store
+
+CHILDREN_ORDERED = 8  # OBS.CHILDREN_ORDERED: a task with more children bounds prefetch to none
+
+
+def queued_order(store: Store, job_id: str, index: int, like: StartedTask) -> bytes:
+    """The run order of queued task `index` of a job with one priority: its queue member
+    after the priority part of a started task's run order (`like`)."""
+    (member,) = [m for m in queue_members(store, job_id=job_id) if m.endswith(f"|{index:06d}")]
+    return like.run_order.split(b"|")[0] + b"|" + member.encode()
+
+
+def child_order(job_id: str, index: int) -> bytes:
+    """How a run order of task `index` of the job ends (OBS.run_order)."""
+    return f"|{job_id}|{index:06d}".encode()
 
 
 def flat(n: int, name: str = "flat", **job: Any) -> dict[str, Any]:
@@ -189,17 +212,19 @@ def test_a_prefetch_takes_tasks_beyond_the_free_slots_in_queue_order(store: Stor
     assert [t.run_order for t in taken] == sorted(t.run_order for t in taken)
 
 
-def test_a_task_with_children_is_never_prefetched(store: Store) -> None:
-    """Beyond the free slots a completion takes only tasks that release no others: a
-    thread freed while such a task ran would start a prefetched one before its children,
-    which may come first."""
+def test_a_prefetch_stops_before_the_first_child_of_a_task_it_took(store: Store) -> None:
+    """Beyond the free slots a completion takes only tasks that sort before the first child
+    of every task it took: a thread freed while such a task ran would start a prefetched one
+    before its children, which come first (fifo: c before d)."""
     dag, index = submit_and_split(store, DAG)
     (a,) = claim(store, H1, 1)
     _, taken = store.complete(
         H1, [(dag, a.index, a.attempt)], take_queues=["default"], take_max=0, prefetch=2
     )
-    assert taken == []  # b has a child: not prefetched, nor anything after it
-    assert queued_indexes(store, dag) == [index["b"], index["d"]]
+    assert [t.index for t in taken] == [index["b"]]  # b sorts before c; d after it
+    first_child = taken[0].first_child
+    assert first_child is not None and first_child.endswith(child_order(dag, index["c"]))
+    assert queued_indexes(store, dag) == [index["d"]]
 
 
 def test_no_prefetch_follows_a_task_with_children_taken_into_a_free_slot(store: Store) -> None:
@@ -210,6 +235,60 @@ def test_no_prefetch_follows_a_task_with_children_taken_into_a_free_slot(store: 
     )
     assert [(t.index, t.has_children) for t in taken] == [(index["b"], True)]
     assert queued_indexes(store, dag) == [index["d"]]
+
+
+FAN_IN = {  # W2's middle: tasks whose one child comes after all of them
+    "name": "fan-in",
+    "tasks": [{"id": f"m{i}", "task": "t.x"} for i in range(6)]
+    + [{"id": "join", "task": "t.x", "depends_on": [f"m{i}" for i in range(6)]}],
+}
+
+
+def test_tasks_with_children_are_prefetched_when_every_child_comes_after_them(
+    store: Store,
+) -> None:
+    job_id, _ = submit_and_split(store, FAN_IN)
+    (first,) = claim(store, H1, 1)
+    _, taken = store.complete(
+        H1, [(job_id, first.index, first.attempt)], take_queues=["default"], take_max=1,
+        prefetch=2,
+    )  # fmt: skip
+    assert [t.index for t in taken] == [first.index + 1, first.index + 2, first.index + 3]
+    joins = {t.first_child for t in taken}
+    (join,) = joins
+    assert join is not None and join.endswith(child_order(job_id, 6))
+    assert all(t.has_children and t.run_order < join for t in taken)
+
+
+def test_a_prefetch_sorts_before_the_first_child_of_what_the_worker_holds(store: Store) -> None:
+    """The worker's own bound (the first child of the tasks it holds) stops the prefetch as
+    the bound of what the call took does."""
+    job_id, _ = submit_and_split(store, FAN_IN)
+    (first,) = claim(store, H1, 1)
+    bound = queued_order(store, job_id, first.index + 3, first)  # a held task's child there
+    _, taken = store.complete(
+        H1, [(job_id, first.index, first.attempt)], take_queues=["default"], take_max=1,
+        prefetch=4, prefetch_before=bound,
+    )  # fmt: skip
+    assert [t.index for t in taken] == [first.index + 1, first.index + 2]
+
+
+def test_a_task_with_more_children_than_are_ordered_stops_every_prefetch(store: Store) -> None:
+    wide = {
+        "name": "wide",
+        "order": "fifo",
+        "tasks": [{"id": tid, "task": "t.x"} for tid in ("p", "q", "r")]
+        + [
+            {"id": f"c{i}", "task": "t.x", "depends_on": ["q"]} for i in range(CHILDREN_ORDERED + 1)
+        ],
+    }
+    job_id, index = submit_and_split(store, wide)
+    (p,) = claim(store, H1, 1)
+    _, taken = store.complete(
+        H1, [(job_id, p.index, p.attempt)], take_queues=["default"], take_max=1, prefetch=2
+    )
+    assert [(t.index, t.first_child) for t in taken] == [(index["q"], b"")]
+    assert queued_indexes(store, job_id) == [index["r"]]
 
 
 def test_children_a_completion_releases_fill_free_slots_only_never_a_prefetch(

@@ -247,6 +247,24 @@ function OBS.run_order(i, priority, member)
   return string.format('%010d', 1000000000 - (priority or task_priority(i))) .. '|'
     .. (member or queue_member(i))
 end
+-- What a worker holding task i must know of its children (csv: its TF_CHILDREN, false for
+-- none): 0, none; else the run order of its first child, before which the worker may prefetch
+-- (a thread freed while i runs starts what it holds in run order, so nothing held may come
+-- after a child i releases later); 1 past OBS.CHILDREN_ORDERED children (not read: the
+-- worker prefetches nothing while it holds i).
+OBS.CHILDREN_ORDERED = 8
+function OBS.children_after(csv)
+  if not csv then return 0 end
+  local first, n = nil, 0
+  for c in string.gmatch(csv, '[^,]+') do
+    n = n + 1
+    if n > OBS.CHILDREN_ORDERED then return 1 end
+    local f = redis.call('HMGET', T, TF_PRIORITY .. c, TF_RANK .. c, TF_LIMITS .. c)
+    local order = OBS.run_order(c, tonumber(f[1]) or META.priority, member_of(c, f[2], f[3]))
+    if not first or order < first then first = order end
+  end
+  return first or 0
+end
 local function max_attempts(i) return tonumber(redis.call('HGET', T, TF_MAX_ATTEMPTS .. i) or 1) end
 local function token_of(i)
   local a = redis.call('HMGET', T, TF_ATTEMPTS .. i, TF_HANDLER .. i)

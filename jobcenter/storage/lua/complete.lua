@@ -7,11 +7,12 @@
   its job name + task id and of its task name.
   KEYS: the job context (_job.lua), then KEYS[XK] the shard's learned-estimates hash
   ARGV[A] handler id  ARGV[A+1] lease ms  ARGV[A+2] tasks to take (released children, then queued
-  ones): "<free>" into free slots, or "<free>+<extra>" with a prefetch (NEXT.may_take)
+  ones): "<free>" into free slots, or "<free>+<extra>" with a prefetch (NEXT.may_take), then
+  "@<run order>" when the worker holds tasks with children: it prefetches only tasks before it
   ARGV[A+3] number of queues the worker serves  ARGV[A+4..] their names
   then triples: task index, attempt, its result (msgpack bytes, stored with the success;
   '' for None: nothing stored)
-  Returns {0, {code per triple}, {{index, attempt, payload, inputs, run order, has children} per taken
+  Returns {0, {code per triple}, {{index, attempt, payload, inputs, run order, children} per taken
           task} (as one msgpack string: MSGPACK.tasks)} | {-4}
           | {-5}
   Codes: 0 completed | 1 this attempt completed already | -2 stale token | -3 not running ]]
@@ -22,7 +23,8 @@ local lease_ms = tonumber(ARGV[A + 1])
 local NEXT = {writes = {}, clears = {}, leases = {}, indexes = {}, attempts = {}, released = {},
   slotted = {}}
 local take_left = tonumber(string.match(ARGV[A + 2], '^%d+'))
-NEXT.extra = tonumber(string.match(ARGV[A + 2], '%+(%d+)$') or 0)
+NEXT.extra = tonumber(string.match(ARGV[A + 2], '^%d+%+(%d+)') or 0)
+NEXT.before = string.match(ARGV[A + 2], '@(.+)$') -- nil: no bound
 take_left = take_left + NEXT.extra
 local nserved = tonumber(ARGV[A + 3])
 local served = {}
@@ -117,8 +119,8 @@ local function take(c)
     end
   end
 
-  local has_children = f[6] ~= false
-  if not NEXT.may_take(has_children, true) then return false end
+  local children = OBS.children_after(f[6])
+  if not NEXT.may_take(children, true, nil) then return false end
   take_left = take_left - 1
   local attempt = tonumber(f[7] or 0) + 1
   redis.call('HSET', T, TF_STATE .. c, T_RUNNING, TF_ATTEMPTS .. c, attempt, TF_HANDLER .. c, handler,
@@ -130,7 +132,7 @@ local function take(c)
   OBS.emit(EV.STARTED, c, {EF.ATTEMPT, attempt, EF.HANDLER, handler})
   OBS.observe_wait(qname, now, nil, now) -- started the moment it was released
   taken[#taken + 1] = {tonumber(c), attempt, f[8], task_inputs(c, f[9], f[10]),
-    OBS.run_order(c, priority, member), has_children and 1 or 0}
+    OBS.run_order(c, priority, member), children}
   return true
 end
 
@@ -187,20 +189,23 @@ function NEXT.held_back(qname, q)
   return due[2] ~= nil and tonumber(due[2]) <= now
 end
 
--- Whether one more task may be taken (has_children: it releases others when it ends;
--- released: by this call). Into the free slots, any; once one of them has children, no
--- prefetch: a thread freed while it runs would start a prefetched task before its children,
--- which may come first. Beyond the free slots, only tasks without children that were queued
--- before this call: a burst it releases goes to the free slots of every worker (wake-ups).
-function NEXT.may_take(has_children, released)
+-- Whether one more task may be taken (children: OBS.children_after; released: by this
+-- call; order: its run order, nil when released). Into the free slots, any. Beyond them (a
+-- prefetch), only tasks queued before this call (a burst it releases goes to the free slots
+-- of every worker, through their wake-ups) that sort before the first child of every task
+-- the worker holds, those taken here included (NEXT.before): a thread freed while such a
+-- task runs starts what it holds in run order, and must not start one before children
+-- that come first. (A task with too many children to order bounds it to nothing.)
+function NEXT.may_take(children, released, order)
   if take_left <= 0 then return false end
-  if take_left > NEXT.extra then
-    if has_children then take_left, NEXT.extra = take_left - NEXT.extra, 0 end
-    return true
-  end
-  if has_children or released then
+  if take_left <= NEXT.extra and (released or (NEXT.before and order >= NEXT.before)) then
     take_left = 0
     return false
+  end
+  if children == 1 then
+    NEXT.before = ''
+  elseif children ~= 0 and (not NEXT.before or children < NEXT.before) then
+    NEXT.before = children
   end
   return true
 end
@@ -213,7 +218,9 @@ function NEXT.start(i, qname, member)
     TF_QUEUED_AT .. i, TF_FINISHED_AT .. i, TF_CHILDREN .. i, TF_PRIORITY .. i, TF_INPUTS .. i,
     TF_MAP_OF .. i, TF_ERROR .. i, TF_PROGRESS .. i)
   if f[1] ~= T_QUEUED and f[1] ~= T_RETRY_WAIT then return true end
-  if not NEXT.may_take(f[6] ~= false, NEXT.released[i]) then return false end
+  local order = OBS.run_order(i, tonumber(f[7]) or META.priority, member)
+  local children = OBS.children_after(f[6])
+  if not NEXT.may_take(children, NEXT.released[i], order) then return false end
   take_left = take_left - 1
   local attempt = tonumber(f[2] or 0) + 1
   for _, v in ipairs({TF_STATE .. i, T_RUNNING, TF_ATTEMPTS .. i, attempt, TF_HANDLER .. i, handler,
@@ -226,8 +233,7 @@ function NEXT.start(i, qname, member)
   NEXT.indexes[#NEXT.indexes + 1] = i
   NEXT.attempts[#NEXT.attempts + 1] = attempt
   OBS.observe_wait(qname, f[4], f[5], now)
-  taken[#taken + 1] = {tonumber(i), attempt, f[3], task_inputs(i, f[8], f[9]),
-    OBS.run_order(i, tonumber(f[7]) or META.priority, member), f[6] and 1 or 0}
+  taken[#taken + 1] = {tonumber(i), attempt, f[3], task_inputs(i, f[8], f[9]), order, children}
   return true
 end
 

@@ -1,10 +1,10 @@
 --[[ start: reserved -> running: a new attempt of each task this handler reserved.
   KEYS: the job context (_job.lua)
   ARGV[A] handler id  ARGV[A+1..] task indexes
-  Returns {0, {{index, attempt, payload, inputs, run order, has children}...} (as one msgpack
+  Returns {0, {{index, attempt, payload, inputs, run order, children}...} (as one msgpack
   string: MSGPACK.tasks), the job's queues, its idempotency key} (inputs: _data.lua task_inputs, the parents' results the task
-  receives; run order: OBS.run_order, where it stands in its queue's order; has children:
-  1 when it releases others as it ends)
+  receives; run order: OBS.run_order, where it stands in its queue's order; children:
+  OBS.children_after, 0 when it releases no others as it ends)
           | {-4} job gone (its reservations are dropped)
   A task reserved by another handler is skipped untouched; one no longer queued (cancelled)
   has its reservation dropped. ]]
@@ -41,7 +41,7 @@ for k = A + 1, #ARGV do
       if f[14] then clears[#clears + 1] = TF_PROGRESS .. i end
       local order = OBS.run_order(i, tonumber(f[8]) or META.priority, member_of(i, f[9], f[10]))
       started[#started + 1] = {tonumber(i), attempt, f[3], task_inputs(i, f[11], f[12]), order,
-        f[7] and 1 or 0}
+        OBS.children_after(f[7])}
       started_indexes[#started_indexes + 1] = i
       started_attempts[#started_attempts + 1] = attempt
       OBS.observe_wait(f[4] or META.queue, f[5], f[6], now)
