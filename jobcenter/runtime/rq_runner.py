@@ -23,6 +23,8 @@ import threading
 import time
 from typing import Any
 
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
 from rq import SimpleWorker, get_current_job
 from rq.exceptions import DuplicateJobError
 from rq.serializers import JSONSerializer
@@ -43,6 +45,9 @@ log = logging.getLogger(__name__)
 RECOVERY_FUNC = "jobcenter.runtime.rq_runner.run_recovery_job"
 RQ_STOP_SECONDS = 10  # an rq child finishing a recovery run gets this long at shutdown
 ROUND_RETRY_MS = 1_000  # on a cluster: a round Redis refused is tried again this soon
+# A command of the rq child meeting a lost connection tries again for about this long (a
+# Sentinel failover or a Redis restart) before rq sees the error.
+OUTAGE_RETRY = Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), retries=60)
 ROUND_WAIT_MIN_MS = 50  # ... and the next round is waited for at least this long
 
 
@@ -143,10 +148,12 @@ def stop_rq_worker(
 
 def _connect_when_up(url: str) -> Any:
     """A connection, once Redis answers: a child started while no primary answers (a
-    failover under way) waits for one instead of failing."""
+    failover under way) waits for one instead of failing. Its commands ride an outage out
+    too (OUTAGE_RETRY): rq's loop quits, with a traceback, on a connection error outside its
+    dequeue (its suspension check), and logs one there."""
     while True:
         try:
-            return connect(url)
+            return connect(url, retry=OUTAGE_RETRY)
         except RedisUnavailable as exc:
             log.warning("rq worker: %s; trying again", exc)
             time.sleep(ROUND_RETRY_MS / 1000)
