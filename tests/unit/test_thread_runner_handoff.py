@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from helpers import wait_until
 
 from jobcenter import task
 from jobcenter.model import codec
@@ -34,6 +35,9 @@ def started(index: int) -> StartedTask:
 def runner() -> Iterator[ThreadRunner]:
     made = ThreadRunner(SLOTS, "h1", lambda: None)
     ran_on.clear()
+    # every thread asleep in the inbox: a submit then wakes one (none, were one still
+    # on its way there: it would find the attempt itself)
+    wait_until(lambda: made.inbox.sleeping == SLOTS, WAIT_SECONDS, message="threads not idle")
     yield made
     made.shutdown()
 
