@@ -119,8 +119,9 @@ local function take(c)
     end
   end
 
+  if not NEXT.may_take(true, nil) then return false end
   local children = OBS.children_after(f[6])
-  if not NEXT.may_take(children, true, nil) then return false end
+  NEXT.bound_by(children)
   take_left = take_left - 1
   local attempt = tonumber(f[7] or 0) + 1
   redis.call('HSET', T, TF_STATE .. c, T_RUNNING, TF_ATTEMPTS .. c, attempt, TF_HANDLER .. c, handler,
@@ -189,25 +190,29 @@ function NEXT.held_back(qname, q)
   return due[2] ~= nil and tonumber(due[2]) <= now
 end
 
--- Whether one more task may be taken (children: OBS.children_after; released: by this
--- call; order: its run order, nil when released). Into the free slots, any. Beyond them (a
--- prefetch), only tasks queued before this call (a burst it releases goes to the free slots
--- of every worker, through their wake-ups) that sort before the first child of every task
--- the worker holds, those taken here included (NEXT.before): a thread freed while such a
--- task runs starts what it holds in run order, and must not start one before children
--- that come first. (A task with too many children to order bounds it to nothing.)
-function NEXT.may_take(children, released, order)
+-- Whether one more task may be taken (released: by this call; order: its run order, nil
+-- when released). Into the free slots, any. Beyond them (a prefetch), only tasks queued
+-- before this call (a burst it releases goes to the free slots of every worker, through
+-- their wake-ups) that sort before the first child of every task the worker holds, those
+-- taken here included (NEXT.before): a thread freed while such a task runs starts what it
+-- holds in run order, and must not start one before children that come first.
+function NEXT.may_take(released, order)
   if take_left <= 0 then return false end
   if take_left <= NEXT.extra and (released or (NEXT.before and order >= NEXT.before)) then
     take_left = 0
     return false
   end
+  return true
+end
+
+-- A task taken with these children (OBS.children_after) lowers the prefetch's bound to its
+-- first child; one with too many to order bounds it to nothing.
+function NEXT.bound_by(children)
   if children == 1 then
     NEXT.before = ''
   elseif children ~= 0 and (not NEXT.before or children < NEXT.before) then
     NEXT.before = children
   end
-  return true
 end
 
 -- A new attempt of queued task i (its queue member: member), as start.lua makes one; a
@@ -219,8 +224,9 @@ function NEXT.start(i, qname, member)
     TF_MAP_OF .. i, TF_ERROR .. i, TF_PROGRESS .. i)
   if f[1] ~= T_QUEUED and f[1] ~= T_RETRY_WAIT then return true end
   local order = OBS.run_order(i, tonumber(f[7]) or META.priority, member)
+  if not NEXT.may_take(NEXT.released[i], order) then return false end
   local children = OBS.children_after(f[6])
-  if not NEXT.may_take(children, NEXT.released[i], order) then return false end
+  NEXT.bound_by(children)
   take_left = take_left - 1
   local attempt = tonumber(f[2] or 0) + 1
   for _, v in ipairs({TF_STATE .. i, T_RUNNING, TF_ATTEMPTS .. i, attempt, TF_HANDLER .. i, handler,

@@ -2,8 +2,9 @@
   goes back to its queue after a delay (so that worker does not take it straight back): a
   quarter of the time it has waited for a worker with the code so far, within the bounds
   given; the shortest delay when a live worker serves the task's name on its queue (that
-  worker takes it soon: a longer delay would only make it wait). The attempt does not count: the attempt number goes back to what it was, and the
-  handler is cleared, so no token of this or an earlier attempt matches any more. The task
+  worker takes it soon: a longer delay would only make it wait). The attempt does not
+  count: the attempt number goes back to what it was, and the handler is cleared, so no
+  token of this or an earlier attempt matches any more. The task
   records the name it waits for and since when ('wf:' field "<since ms>|<name>", kept over
   repeated give-backs) for status, and for recovery, which fails it once no live worker has
   had the name for too long.
