@@ -134,3 +134,26 @@ def test_a_slot_given_back_wakes_the_worker_of_the_queue_its_parked_task_waits_i
 
     assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
     assert [run["worker"] for run in scratch.events("run", "b")] == ["w2"]
+
+
+def test_a_prefetch_stops_before_the_first_child_of_a_task_the_worker_holds(
+    redis_url: str, namespace: str
+) -> None:
+    """The worker passes the first child of what it holds as the prefetch's bound: holding b,
+    whose child c comes after e and before f (fifo), a completion prefetches e, never f (a
+    thread freed while b runs would start f before c)."""
+    store = Store(connect(redis_url), Settings(redis_url=redis_url, namespace=namespace))
+    worker = Worker(store, Options(leader=False, recovery=False, concurrency=2))
+    worker.runner = RecordingRunner()  # type: ignore[assignment]
+    tasks = [{"id": t, "task": "t.x"} for t in ("a", "b", "d", "e")]
+    tasks += [{"id": "c", "task": "t.x", "depends_on": ["b"]}, {"id": "f", "task": "t.x"}]
+    store.submit(parse_spec({"name": "held", "order": "fifo", "tasks": tasks}))
+    a, b = store.claim(worker.handler, ["default"], max_tasks=2, max_leader=0).tasks
+    for task in (a, b):
+        worker.running[(task.job_id, task.index)] = Running(task)
+
+    worker._report_with_retry([Outcome(a, True)])
+
+    started = worker.runner.started  # type: ignore[attr-defined]
+    assert [t.index for t in started] == [2, 3], "d into a's slot, e prefetched, f left"
+    worker.store.redis.close()
