@@ -1715,7 +1715,8 @@ def main() -> int:
         type=Path,
         default=None,
         metavar="DIR",
-        help="py-spy each worker and log every Redis call per workload, into DIR",
+        help="py-spy each worker and log every Redis call per workload, into DIR (py-spy's "
+        "samples per second: BENCH_SPY_RATE, default 200)",
     )
     parser.add_argument(
         "--profile-gil",
