@@ -97,6 +97,7 @@ BENCH_COMMANDS = {"SLOWLOG", "CONFIG", "INFO"}  # the bench's own calls, not job
 DRAIN_SECONDS = 0.2  # SLOWLOG read and reset this often while every command is logged
 DEFAULT_SLOTS = 64  # task threads per worker
 BURST_SLOTS = 32  # `--only=burst`: the issue's 2 x 32 slots
+FLOOR_SLOTS = 8  # `--only=floor`: the side-by-side's 2 x 8 slots
 FOLLOWER_NAME = "jobcenter-bench-follow"  # the client name `submit --wait` runs under
 
 
@@ -1660,6 +1661,21 @@ def memory_bench(jobs: int, workers: int, concurrency: int, say: Callable[[str],
     return 0
 
 
+def floor_bench(workers: int, concurrency: int, repeats: int, say: Callable[[str], None]) -> int:
+    """`--only=floor`: jobcenter beside the least any Python worker can do (bench_floor.py)."""
+    import bench_floor
+
+    say(f"the floor beside jobcenter: {workers} workers x {concurrency} slots, {repeats} runs")
+    with bench_on_own_server(workers, concurrency) as bench:
+        rows = bench_floor.run(bench, workers, repeats, say)
+    say()
+    say(bench_floor.render(rows, f"{workers} x {concurrency}"))
+    problems = [p for row in rows for p in row["problems"]]
+    for p in problems[:10]:
+        say("PROBLEM: " + p)
+    return 1 if problems else 0
+
+
 def burst_bench(workers: int, concurrency: int, repeats: int, say: Callable[[str], None]) -> int:
     """`--only=burst`: ready -> started of tasks that had a free slot (scripts/bench_burst.py)."""
     import bench_burst
@@ -1696,7 +1712,9 @@ def main() -> int:
         "or `cluster` alone: W1 and W4 on one Redis and on a local 3-master Redis Cluster; "
         "or `memory` alone: the Redis bytes a finished task keeps (--seed-jobs jobs per shape); "
         "or `burst` alone: ready -> started of tasks released in bursts while a slot was free "
-        "(2 workers x 32 slots unless --concurrency says)",
+        "(2 workers x 32 slots unless --concurrency says); "
+        "or `floor` alone: W1 and W3 beside a bare Python worker doing nothing but the task's "
+        "body and one Lua call a task (2 workers x 8 slots unless --concurrency says)",
     )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
@@ -1732,6 +1750,7 @@ def main() -> int:
         )
     args = parser.parse_args()
     burst_slots = args.concurrency or BURST_SLOTS  # the issue's bursts are measured at 2 x 32
+    floor_slots = args.concurrency or FLOOR_SLOTS
     args.concurrency = args.concurrency or DEFAULT_SLOTS
     base = QUICK if args.quick else FULL
     sizes = Sizes(**{k: getattr(args, k) or v for k, v in vars(base).items()})
@@ -1743,6 +1762,8 @@ def main() -> int:
 
     if args.only == "burst":
         return burst_bench(args.workers, burst_slots, repeats, say)
+    if args.only == "floor":
+        return floor_bench(args.workers, floor_slots, repeats, say)
     if args.only == "order":
         return order_bench(args.concurrency, say)
     if args.only == "memory":
