@@ -90,14 +90,16 @@ WORKING_FIELDS = (
 # first start (start.lua, while none of its tasks ended; a retry's restore and a map's expansion
 # too), once the job has TASKS_HASHTABLE_MIN_TASKS tasks (a smaller job keeps the compact form: its
 # scans are short, a hash table costs ~550 bytes a task more; a job waiting to run keeps it too, so
-# a backlog stays compact), and a shard's metrics and estimates hashes by each recovery pass
-# (hashtables.lua). A value longer than hash-max-listpack-value converts a hash at once, and a
-# running Redis never converts one back, so the field (HASHTABLE_FIELD) is deleted again in the same
-# script. Only speed depends on it: a server whose hash-max-listpack-value was raised past
-# HASHTABLE_VALUE, or that loaded the hash from disk since, keeps the listpack.
+# a backlog stays compact), and a shard's metrics and estimates hashes by the task path when it adds
+# a field to one of at most LISTPACK_ENTRIES_MAX fields (a new hash, or one loaded from disk) and by
+# each recovery pass (hashtables.lua). A value longer than hash-max-listpack-value converts a hash
+# at once, and a running Redis never converts one back, so the field (HASHTABLE_FIELD) is deleted
+# again in the same script. Only speed depends on it: a server whose hash-max-listpack-value was
+# raised past HASHTABLE_VALUE, or that loaded the hash from disk since, keeps the listpack.
 HASHTABLE_FIELD = "~"  # no hash it goes into has a field so named
 HASHTABLE_VALUE = "." * 65  # longer than hash-max-listpack-value's default
 TASKS_HASHTABLE_MIN_TASKS = 4
+LISTPACK_ENTRIES_MAX = 512  # hash-max-listpack-entries' default: past it, Redis converts a hash
 
 
 class JobField(StrEnum):
@@ -493,6 +495,7 @@ def lua_prelude() -> str:
         f"local HASHTABLE_FIELD = '{HASHTABLE_FIELD}'",
         f"local HASHTABLE_VALUE = '{HASHTABLE_VALUE}'",
         f"local TASKS_HASHTABLE_MIN_TASKS = {TASKS_HASHTABLE_MIN_TASKS}",
+        f"local LISTPACK_ENTRIES_MAX = {LISTPACK_ENTRIES_MAX}",
     ]
     for table, fields in LUA_TABLES.items():
         entries = ", ".join(f"{f.name} = '{f.value}'" for f in fields)

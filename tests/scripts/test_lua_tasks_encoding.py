@@ -2,7 +2,8 @@
 the whole hash (schema.py, HASHTABLE_FIELD): a job of TASKS_HASHTABLE_MIN_TASKS tasks or more
 has its tasks hash as one from its first start (or a retry's restore, a map's expansion), while
 a smaller job, or one still waiting to run, keeps the compact form; a shard's metrics and
-learned-estimates hashes once a recovery pass ran (rule 10). What Redis reports (OBJECT
+learned-estimates hashes from the task path's first write of a field to them, and once a
+recovery pass ran (rule 10) for those loaded from disk. What Redis reports (OBJECT
 ENCODING) is the proof; no hash keeps the field that converted it."""
 
 from __future__ import annotations
@@ -100,20 +101,65 @@ def test_a_map_that_makes_a_small_job_large_turns_its_tasks_hash_into_a_hashtabl
     assert tasks_encoding(store, job_id) == b"hashtable"
 
 
+def shard_hashes(store: Store) -> list[str]:
+    return [store.keys.metrics(0), store.keys.estimates(0)]
+
+
+def run_one(store: Store, task: str = "x") -> None:
+    """A one-task job of `task` on shard 0, claimed and completed: the task path's writes to the
+    shard's metrics and estimates hashes."""
+    job_id = submit(store, {"name": f"enc-{task}", "tasks": [{"id": "t", "task": task}]})
+    assert store.keys.job_shard(job_id) == 0
+    (t,) = claim(store, H1)
+    assert complete_one(store, H1, job_id, t.index, t.attempt) == 0
+
+
+def reload_compact(store: Store, key: str) -> dict[bytes, bytes]:
+    """The hash written again field by field, as Redis loads a small one from disk after a
+    restart or a failover: a listpack again. Its fields."""
+    fields: dict[bytes, bytes] = store.redis.hgetall(key)
+    store.redis.delete(key)
+    store.redis.hset(key, mapping=fields)
+    assert store.redis.object("encoding", key) in COMPACT
+    return fields
+
+
+def test_the_task_path_makes_a_new_shards_metrics_and_estimates_hashes_hashtables(
+    store: Store,
+) -> None:
+    assert store.redis.exists(*shard_hashes(store)) == 0
+
+    run_one(store)
+
+    for key in shard_hashes(store):
+        assert store.redis.object("encoding", key) == b"hashtable", key
+        assert b"~" not in store.redis.hkeys(key), key  # the converting field is gone
+
+
+def test_a_hash_loaded_compact_becomes_a_hashtable_when_the_task_path_adds_a_field(
+    store: Store,
+) -> None:
+    run_one(store)
+    fields = {key: reload_compact(store, key) for key in shard_hashes(store)}
+
+    run_one(store, "y")  # another task name: new counters and estimates
+
+    for key in shard_hashes(store):
+        assert store.redis.object("encoding", key) == b"hashtable", key
+        now = store.redis.hgetall(key)
+        assert set(now) > set(fields[key]) and b"~" not in now, key
+
+
 def test_a_recovery_pass_makes_the_shards_metrics_and_estimates_hashes_hashtables(
     store: Store,
 ) -> None:
-    hashes = [store.keys.metrics(0), store.keys.estimates(0)]
+    hashes = shard_hashes(store)
     Recovery(store, "test-recovery").run()
     assert store.redis.exists(*hashes) == 0  # a hash not there yet is left so
 
-    job_id = submit(store, flat(1))
-    (t,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, t.index, t.attempt) == 0
-    assert store.keys.job_shard(job_id) == 0
-    # written by the task path (or loaded from disk after a restart): listpacks so far
-    assert {store.redis.object("encoding", key) for key in hashes} <= COMPACT
-    fields = {key: store.redis.hgetall(key) for key in hashes}
+    run_one(store)
+    # loaded from disk after a restart, and no new field written since: listpacks
+    fields = {key: reload_compact(store, key) for key in hashes}
 
     Recovery(store, "test-recovery").run()
 

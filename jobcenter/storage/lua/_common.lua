@@ -34,6 +34,14 @@ local function as_hashtable(key)
   redis.call('HDEL', key, HASHTABLE_FIELD)
 end
 
+-- A shard hash the task path reads on every call (metrics, estimates) that just got a new
+-- field, now `fields` long: a hash table, unless it is past a listpack's size (Redis converted
+-- it then). A new hash, or one loaded from disk after a restart or a failover, would otherwise
+-- scan whole on every read until recovery's pass (hashtables.lua).
+local function keep_hashtable(key, fields)
+  if fields <= LISTPACK_ENTRIES_MAX then as_hashtable(key) end
+end
+
 -- tokens pushed per burst: one per task queued, up to this many idle workers (or shard
 -- listeners) woken at once; each claims up to its free slots
 local WAKE_TOKENS_MAX = 32

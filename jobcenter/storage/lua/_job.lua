@@ -177,11 +177,13 @@ function OBS.count(field, n)
   if OBS.metrics_on then OBS.counts[field] = (OBS.counts[field] or 0) + (n or 1) end
 end
 function OBS.flush_counts()
+  local added = false -- a field new to the hash: a counter is only ever raised, so it reads n
   for field, n in pairs(OBS.counts) do
     -- adding 0 changes nothing a scrape sees: an absent field reads as 0
-    if n ~= 0 then redis.call('HINCRBY', OBS.metrics, field, n) end
+    if n ~= 0 then added = redis.call('HINCRBY', OBS.metrics, field, n) == n or added end
   end
   OBS.counts = {}
+  if added then keep_hashtable(OBS.metrics, redis.call('HLEN', OBS.metrics)) end
 end
 
 -- One observation (ms) of a histogram: its bucket's counter and the sum (schema.py).
