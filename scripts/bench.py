@@ -436,10 +436,10 @@ class Bench:
         workers = [w.pid for w in self.workers]
         children = [pid for pid, ppid in _processes() if ppid in workers]
         return {
-            "workers": sum(_cpu(pid) for pid in workers),
-            "rq_children": sum(_cpu(pid) for pid in children),
-            "redis": _cpu(self.server.pid or 0),
-            "bench": _cpu(os.getpid()),
+            "workers": sum(process_cpu_seconds(pid) for pid in workers),
+            "rq_children": sum(process_cpu_seconds(pid) for pid in children),
+            "redis": process_cpu_seconds(self.server.pid or 0),
+            "bench": process_cpu_seconds(os.getpid()),
         }
 
     def commandstats(self) -> dict[str, Any]:
@@ -564,7 +564,7 @@ class SlowlogDrain(threading.Thread):
                 self.longest[who] = e
 
 
-def _cpu(pid: int) -> float:
+def process_cpu_seconds(pid: int) -> float:
     """CPU seconds of a live process from /proc (0 where there is no /proc or no process)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()

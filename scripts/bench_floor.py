@@ -70,27 +70,22 @@ def bare_worker(url: str, threads: int) -> None:
         t.join()
 
 
-def _cpu(pid: int) -> float:
-    """User + system CPU seconds of a process (its threads included)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _bare_run(bench: Any, workers: list[subprocess.Popen[bytes]], first: list[str]) -> dict:
     """Push `first`, wait until `expect` bodies ran; the run's figures."""
+    from bench import process_cpu_seconds as cpu
+
     r = bench.redis
     r.delete(RAN, DONE)
     expect = FLAT if len(first) > 1 else CHAIN
-    cpu0 = [_cpu(w.pid) for w in workers], _cpu(bench.server.pid)
+    cpu0 = [cpu(w.pid) for w in workers], cpu(bench.server.pid)
     w0 = time.perf_counter()
     for k in range(0, len(first), 1000):
         r.rpush(QUEUE, *first[k : k + 1000])
     while r.llen(RAN) < expect:
         time.sleep(0.001)
     wall = time.perf_counter() - w0
-    workers_cpu = sum(_cpu(w.pid) for w in workers) - sum(cpu0[0])
-    redis_cpu = _cpu(bench.server.pid) - cpu0[1]
+    workers_cpu = sum(cpu(w.pid) for w in workers) - sum(cpu0[0])
+    redis_cpu = cpu(bench.server.pid) - cpu0[1]
     ran = r.lrange(RAN, 0, -1)
     problems = []
     if len(ran) != expect or len(set(ran)) != expect:
