@@ -65,7 +65,7 @@ function EST.flush()
     value[field] = tonumber(old[k]) or false
     if not (value[field] or room) then room = EST.max - redis.call('HLEN', EST.key) end
   end
-  local length = room and EST.max - room -- the hash's, counted only when a field is new
+  local added = room ~= nil -- room is counted only when a field is new
   room = room or 0
   for k = 1, #EST.runs, 2 do
     local field, ms = EST.runs[k], EST.runs[k + 1]
@@ -85,7 +85,7 @@ function EST.flush()
     end
   end
   call_chunked('HSET', EST.key, writes)
-  if length then keep_hashtable(EST.key, length + #writes / 2) end
+  if added then keep_hashtable(EST.key, EST.max - room) end -- room: what is left now
 end
 
 function EST.learn_run(i, started, task_name, task_id)
