@@ -70,13 +70,14 @@ def bare_worker(url: str, threads: int) -> None:
         t.join()
 
 
-def _bare_run(bench: Any, workers: list[subprocess.Popen[bytes]], first: list[str]) -> dict:
+def _bare_run(
+    bench: Any, workers: list[subprocess.Popen[bytes]], first: list[str], expect: int
+) -> dict:
     """Push `first`, wait until `expect` bodies ran; the run's figures."""
     from bench import process_cpu_seconds as cpu
 
     r = bench.redis
     r.delete(RAN, DONE)
-    expect = FLAT if len(first) > 1 else CHAIN
     cpu0 = [cpu(w.pid) for w in workers], cpu(bench.server.pid)
     w0 = time.perf_counter()
     for k in range(0, len(first), 1000):
@@ -126,13 +127,13 @@ def run(bench: Any, workers: int, repeats: int, say: Callable[[str], None]) -> l
     shapes = {
         "flat": (
             f"flat {FLAT:,} tasks: tasks/s",
-            lambda: _bare_run(bench, bare, [f"f{i}" for i in range(FLAT)]),
+            lambda: _bare_run(bench, bare, [f"f{i}" for i in range(FLAT)], FLAT),
             lambda: _jobcenter_run(bench, flat_spec(FLAT)),
             "tasks_per_s",
         ),
         "chain": (
             f"chain of {CHAIN:,}: ms a hop",
-            lambda: _bare_run(bench, bare, ["c0"]),
+            lambda: _bare_run(bench, bare, ["c0"], CHAIN),
             lambda: _jobcenter_run(bench, chain_spec(CHAIN)),
             "hop_ms",
         ),
@@ -140,7 +141,7 @@ def run(bench: Any, workers: int, repeats: int, say: Callable[[str], None]) -> l
     runs: dict[str, dict[str, list[dict]]] = {k: {"bare": [], "jobcenter": []} for k in shapes}
     try:
         _jobcenter_run(bench, flat_spec(200))  # warm-up: scripts loaded, pools filled
-        _bare_run(bench, bare, [f"f{i}" for i in range(FLAT)])
+        _bare_run(bench, bare, [f"f{i}" for i in range(FLAT)], FLAT)
         for rep in range(repeats):
             for key, (label, bare_fn, jc_fn, figure) in shapes.items():
                 for system, fn in (("bare", bare_fn), ("jobcenter", jc_fn)):
