@@ -4,14 +4,21 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench lint clean lock test-latest
+
+# The versions CI last passed with: every install of `make` takes them from the lock
+# (constraints.txt, written by pip-tools' pip-compile from pyproject.toml's ranges), so a fresh
+# machine gets the same set whatever the registry has released since. The package itself keeps
+# its ranges for users who `pip install` it.
+LOCK := constraints.txt
 
 # One line of our own while installing; pip's output (warnings included) goes to a log,
 # printed in full if the install fails.
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	@echo "installing jobcenter into $(VENV) (log: $(VENV)/install.log) ..."
 	@$(PYTHON) -m venv $(VENV)
-	@{ $(PY) -m pip install --upgrade pip && $(PY) -m pip install -e '.[test]'; } \
+	@{ $(PY) -m pip install --upgrade pip \
+		&& $(PY) -m pip install -c $(LOCK) -e '.[test]'; } \
 		> $(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log >&2; echo "install failed; its log: $(VENV)/install.log" >&2; exit 1; }
 	@touch $@
@@ -30,5 +37,27 @@ lint: $(VENV)/.installed  ## what CI checks besides the tests: lint rules, forma
 	$(VENV)/bin/ruff format --check jobcenter tests scripts
 	$(VENV)/bin/mypy jobcenter
 
+LOCK_VENV := .venv-lock
+lock:  ## resolve the newest versions pyproject.toml allows into the lock (LOCK_ARGS="--upgrade-package NAME" for one)
+	@test -x $(LOCK_VENV)/bin/pip-compile || { $(PYTHON) -m venv $(LOCK_VENV) \
+		&& $(LOCK_VENV)/bin/python -m pip install -q --upgrade pip pip-tools; }
+	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile -q --upgrade --strip-extras --allow-unsafe --no-emit-find-links \
+		--no-emit-index-url --no-emit-trusted-host \
+		--extra test --extra dashboard --extra testing -o $(LOCK) $(LOCK_ARGS) pyproject.toml
+
+# The suite against the newest versions the registry serves, in a venv of its own, without
+# the lock: it names each package that moved from the lock first. Run it before `make lock`
+# (and weekly, or before a release) to see a new release break something on purpose.
+LATEST_VENV := .venv-latest
+test-latest:  ## the whole suite on the newest versions of every dependency, naming what moved
+	@rm -rf $(LATEST_VENV) && $(PYTHON) -m venv $(LATEST_VENV)
+	@echo "installing the newest versions into $(LATEST_VENV) (log: $(LATEST_VENV)/install.log) ..."
+	@{ $(LATEST_VENV)/bin/python -m pip install --upgrade pip \
+		&& $(LATEST_VENV)/bin/python -m pip install --upgrade --upgrade-strategy eager -e '.[test,dashboard,testing]'; } \
+		> $(LATEST_VENV)/install.log 2>&1 \
+		|| { cat $(LATEST_VENV)/install.log >&2; exit 1; }
+	@$(LATEST_VENV)/bin/python scripts/lock_drift.py $(LOCK)
+	$(LATEST_VENV)/bin/python -m pytest -q $(TEST_ARGS)
+
 clean:
-	rm -rf $(VENV) .jobcenter build *.egg-info
+	rm -rf $(VENV) $(LOCK_VENV) $(LATEST_VENV) .jobcenter build *.egg-info

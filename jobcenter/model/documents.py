@@ -100,13 +100,31 @@ def _parse_json(text: str, where: str) -> object:
 
 def _parse_yaml(text: str, where: str, max_depth: int) -> object:
     try:
-        loader = _Loader(text, max_depth)
         try:
-            return loader.get_single_data()
-        finally:
-            loader.dispose()
+            return _compose(_Loader, text, max_depth)
+        except yaml.YAMLError as exc:
+            if not _refused_as_too_deep(exc):
+                raise
+            # libyaml looks up to 1,024 characters ahead and refuses a flow nested deeper
+            # than its own limit (PyYAML 6.0.4's wheels) before our composer sees the level
+            # past ours. The pure-Python parser has no such limit, so our depth check decides
+            # and names its own place, whichever PyYAML is installed.
+            return _compose(_PythonLoader, text, max_depth)
     except yaml.YAMLError as exc:
         raise SpecError(f"{where} is not valid YAML: {_yaml_problem(exc)}") from None
+
+
+def _compose(loader_class: type[_BoundedComposer], text: str, max_depth: int) -> object:
+    loader: Any = loader_class(text, max_depth)  # type: ignore[call-arg]
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _refused_as_too_deep(exc: yaml.YAMLError) -> bool:
+    """Whether the parser refused the text for nesting past a limit of its own."""
+    return "nesting depth" in str(getattr(exc, "problem", "") or "")
 
 
 def _key(key: str) -> str:
@@ -152,26 +170,36 @@ class _BoundedComposer(Composer):
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *defaults` may repeat keys on purpose
 
-if yaml.__with_libyaml__:  # libyaml's parser (events) when PyYAML was built with it: faster
-    from yaml.cyaml import CParser as _EventParser  # type: ignore[attr-defined]
-else:  # pragma: no cover
 
-    class _EventParser(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser):  # type: ignore[no-redef]
-        def __init__(self, stream: str) -> None:
-            yaml.reader.Reader.__init__(self, stream)
-            yaml.scanner.Scanner.__init__(self)
-            yaml.parser.Parser.__init__(self)
+class _PythonEventParser(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser):
+    """PyYAML's own parser (events), in Python: slower than libyaml's, with no depth limit."""
+
+    def __init__(self, stream: str) -> None:
+        yaml.reader.Reader.__init__(self, stream)
+        yaml.scanner.Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
 
 
-class _Loader(_BoundedComposer, _EventParser, SafeConstructor, Resolver):
-    """Safe YAML (plain data only) through the bounded composer."""
+# libyaml's parser (events) when PyYAML was built with it: faster
+_EventParser: type = yaml.cyaml.CParser if yaml.__with_libyaml__ else _PythonEventParser  # type: ignore[attr-defined]
 
-    def __init__(self, stream: str, max_depth: int) -> None:
-        _EventParser.__init__(self, stream)
-        _BoundedComposer.__init__(self)
-        SafeConstructor.__init__(self)
-        Resolver.__init__(self)
-        self.max_depth = max_depth
+
+def _bounded_loader(event_parser: type) -> type[_BoundedComposer]:
+    """Safe YAML (plain data only) through the bounded composer, on `event_parser`."""
+
+    class Loader(_BoundedComposer, event_parser, SafeConstructor, Resolver):  # type: ignore[misc]
+        def __init__(self, stream: str, max_depth: int) -> None:
+            event_parser.__init__(self, stream)  # type: ignore[misc]
+            _BoundedComposer.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+            self.max_depth = max_depth
+
+    return Loader
+
+
+_Loader = _bounded_loader(_EventParser)
+_PythonLoader = _bounded_loader(_PythonEventParser)
 
 
 def _position(mark: yaml.Mark) -> str:

@@ -120,7 +120,12 @@ def test_deep_nesting_is_refused(
     text = '{"name": "j", "tasks": [{"id": "a", "task": "t", "args": ' + opening * depth
     message = refusal(write(tmp_path, suffix, text + "1" + closing * depth + "}]}"))
     if suffix == ".yaml":
-        assert f" nests deeper than {SPEC_MAX_DEPTH} levels (line 1, column " in message
+        # The spec, its task list and the task hold 3 levels: the place is the args' level
+        # past the limit, whatever limit the installed libyaml has of its own.
+        column = len(text) - len(opening) * (depth - (SPEC_MAX_DEPTH - 3)) + 1
+        assert message.endswith(
+            f" nests deeper than {SPEC_MAX_DEPTH} levels (line 1, column {column})"
+        ), message
     elif depth == 100_000:
         assert message.endswith(f" nests deeper than {SPEC_MAX_DEPTH} levels")
 
