@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import builtins
+import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Unpack
 
 from jobcenter.model.spec import JobSpec, spec_from_any
 from jobcenter.model.states import JobState
+from jobcenter.storage.embedded import local_url
 from jobcenter.storage.events import Events
 from jobcenter.storage.schema import TaskField
 from jobcenter.storage.store import JobProgress, JobQuery, Store
@@ -35,10 +37,20 @@ class Client:
     def from_url(
         cls, url: str | None = None, namespace: str | None = None, **settings: Any
     ) -> Client:
-        """A client for Redis at `url` (default: JOBCENTER_REDIS_URL)."""
+        """A client for Redis at `url`. Without one, it finds the server as the CLI does:
+        JOBCENTER_REDIS_URL, else the one a running `jobcenter up` recorded in the nearest
+        .jobcenter/ here or above (else the one this user started last), else
+        redis://127.0.0.1:6379/0."""
+        if url is None and not os.environ.get("JOBCENTER_REDIS_URL"):
+            url, _ = local_url()
         return cls(
             Store.from_settings(Settings.from_env(redis_url=url, namespace=namespace, **settings))
         )
+
+    @classmethod
+    def from_env(cls, namespace: str | None = None, **settings: Any) -> Client:
+        """A client for the server the CLI would use here (see from_url)."""
+        return cls.from_url(None, namespace, **settings)
 
     @property
     def settings(self) -> Settings:

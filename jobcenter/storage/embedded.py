@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from jobcenter.config import DEFAULT_REDIS_URL
 from jobcenter.errors import JobcenterError, Refused
 
 from .connection import probe_client
@@ -31,6 +32,9 @@ BINARY_NAME = "redis-server"
 HOST = "127.0.0.1"
 DEFAULT_DATA_DIR = Path(".jobcenter")
 URL_FILE_NAME = "redis.url"
+# The port the last server of a data dir listened on, kept after it stops: the next `up`
+# takes it again when it is free, so workers and dashboards holding the URL reconnect.
+LAST_PORT_FILE_NAME = "redis.port"
 CONF_FILE_NAME = "redis.conf"
 LOG_FILE_NAME = "redis.log"
 PID_FILE_NAME = "redis.pid"
@@ -93,6 +97,16 @@ def redis_version(binary: str) -> tuple[int, int, int]:
         raise JobcenterError(f"cannot tell the version of {binary}: {out.strip()!r}")
     major, minor, patch = (int(part) for part in match.groups())
     return major, minor, patch
+
+
+def port_is_free(port: int) -> bool:
+    """Whether a server could listen on `port` of the loopback address now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port() -> int:
@@ -336,6 +350,16 @@ def find_recorded_url(start: Path | None = None) -> tuple[str, Path] | None:
     return None
 
 
+def local_url(start: Path | None = None) -> tuple[str, str]:
+    """The Redis URL to use when none is given, and how it was found: the server a running
+    `jobcenter up` recorded (see find_recorded_url), else the default."""
+    found = find_recorded_url(start)
+    if found is None:
+        return DEFAULT_REDIS_URL, "the default"
+    url, place = found
+    return url, f"recorded by `jobcenter up` in {place}"
+
+
 def recorded_url(data_dir: Path | str = DEFAULT_DATA_DIR) -> str | None:
     """The URL recorded in data_dir, if its server process is still alive; else None."""
     try:
@@ -382,7 +406,7 @@ def run_up(data_dir: Path, port: int | None, echo: Callable[[str], None]) -> Non
     def on_signal(signum: int, frame: object) -> None:
         stop_requested.set()
 
-    server = RedisServer(data_dir, port)
+    server = RedisServer(data_dir, port, pick_port=_last_port_then_any(data_dir))
     state_dir = user_state_dir()
     pid = None
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -392,6 +416,7 @@ def run_up(data_dir: Path, port: int | None, echo: Callable[[str], None]) -> Non
             raise JobcenterError(f"redis-server exited right after starting; see {server.log_path}")
         record_url(data_dir, server.url, pid)
         record_url(state_dir, server.url, pid)
+        (data_dir / LAST_PORT_FILE_NAME).write_text(f"{server.port}\n")
         echo(f"redis running at {server.url} (data in {data_dir}); Ctrl-C to stop")
         echo(f"its URL is recorded in {data_dir} and {state_dir} for jobcenter commands")
 
@@ -411,3 +436,23 @@ def run_up(data_dir: Path, port: int | None, echo: Callable[[str], None]) -> Non
             clear_recorded_url(state_dir, pid)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _last_port_then_any(data_dir: Path) -> Callable[[], int]:
+    """A port picker for `up`: the port this data dir's last server had, if it is free, and
+    a free port after that (or when it is not)."""
+    tried = False
+
+    def pick() -> int:
+        nonlocal tried
+        if not tried:
+            tried = True
+            try:
+                last = int((data_dir / LAST_PORT_FILE_NAME).read_text())
+            except (OSError, ValueError):
+                last = 0
+            if 0 < last < 65536 and port_is_free(last):
+                return last
+        return free_port()
+
+    return pick

@@ -281,6 +281,29 @@ def test_run_up_serves_until_signalled_then_stops_cleanly(tmp_path: Path, signum
         _stop_up_process(proc)
 
 
+def _up_once(data_dir: Path) -> str:
+    """The URL an `up` in data_dir listens on; it is stopped (SIGTERM) before returning."""
+    proc = _start_up_process(data_dir)
+    try:
+        url = _read_line(proc, SUBPROCESS_TIMEOUT_SECONDS).split()[3]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT_SECONDS)
+        assert proc.returncode == 0, err
+        return url
+    finally:
+        _stop_up_process(proc)
+
+
+def test_run_up_takes_its_last_port_again_when_it_is_free(tmp_path: Path) -> None:
+    """Workers and dashboards hold the URL: after a restart of `up` they reconnect."""
+    first = _up_once(tmp_path)
+    assert _up_once(tmp_path) == first
+    port = int(first.rsplit(":", 1)[1].split("/")[0])
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", port))  # someone else has it now: any free port will do
+        assert _up_once(tmp_path) != first
+
+
 def test_run_up_fails_loudly_when_redis_dies_under_it(tmp_path: Path) -> None:
     proc = _start_up_process(tmp_path)
     try:
@@ -359,6 +382,14 @@ def test_commands_find_the_server_up_runs_from_below_its_directory_and_from_anyw
         listed = _jobcenter(below, "list", "--json", "--namespace", "lookup")
         assert listed.returncode == 0, listed.stderr
         assert [(r["id"], r["state"]) for r in json.loads(listed.stdout)] == [(job_id, "succeeded")]
+        # The Python client finds it the same way, with no URL given.
+        for make_client in ("Client.from_env('lookup')", "Client.from_url(namespace='lookup')"):
+            code = f"from jobcenter import Client; print({make_client}.state({job_id!r}))"
+            found = subprocess.run(
+                [sys.executable, "-c", code], cwd=below, env=_cli_env(),
+                capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_SECONDS,
+            )  # fmt: skip
+            assert (found.returncode, found.stdout) == (0, "succeeded\n"), found.stderr
 
         up.send_signal(signal.SIGTERM)
         up.communicate(timeout=SUBPROCESS_TIMEOUT_SECONDS)
