@@ -38,10 +38,13 @@ lint: $(VENV)/.installed  ## what CI checks besides the tests: lint rules, forma
 	$(VENV)/bin/mypy jobcenter
 
 LOCK_VENV := .venv-lock
-lock:  ## resolve the newest versions pyproject.toml allows into the lock (LOCK_ARGS="--upgrade-package NAME" for one)
+# By default every pin moves to the newest version; LOCK_ARGS="--upgrade-package NAME" moves
+# one, and LOCK_ARGS= keeps the pins and only adds what pyproject.toml gained.
+LOCK_ARGS ?= --upgrade
+lock:  ## write the lock: the newest versions pyproject.toml allows (see LOCK_ARGS)
 	@test -x $(LOCK_VENV)/bin/pip-compile || { $(PYTHON) -m venv $(LOCK_VENV) \
 		&& $(LOCK_VENV)/bin/python -m pip install -q --upgrade pip pip-tools; }
-	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile -q --upgrade --strip-extras --allow-unsafe --no-emit-find-links \
+	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile -q --strip-extras --allow-unsafe --no-emit-find-links \
 		--no-emit-index-url --no-emit-trusted-host \
 		--extra test --extra dashboard --extra testing -o $(LOCK) $(LOCK_ARGS) pyproject.toml
 
