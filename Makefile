@@ -30,7 +30,7 @@ test: $(VENV)/.installed  ## the whole suite, against Redis servers it starts it
 	$(PY) -m pytest -q $(TEST_ARGS)
 
 bench: $(VENV)/.installed  ## throughput benchmark (prints its figures)
-	$(PY) scripts/bench.py $(BENCH_ARGS)
+	PYTHONPATH=scripts $(PY) -m bench $(BENCH_ARGS)
 
 lint: $(VENV)/.installed  ## what CI checks besides the tests: lint rules, formatting, types
 	$(VENV)/bin/ruff check jobcenter tests scripts

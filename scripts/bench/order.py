@@ -19,6 +19,8 @@ from jobcenter.model.ordering import CRITICAL_PATH, DOWNSTREAM, FIFO, task_ranks
 from jobcenter.model.spec import parse_spec
 from jobcenter.storage.layout import Layout
 
+from .common import job_timeout, wait_job
+
 UNIT_S = 0.02  # one duration unit, in seconds of sleep
 SEED = 16
 RUNS = (  # (label, order rule, whether the learned estimates are wiped first)
@@ -127,8 +129,6 @@ def sim_ranks(spec: dict[str, Any], learned: dict[str, float]) -> list[int]:
 
 def run(bench: Any, slots: int, say: Callable[[str], None]) -> list[tuple[str, ...]]:
     """Every shape under every rule; returns the table rows (the header first)."""
-    from bench import job_timeout, wait_job  # the bench's own helpers (scripts/bench.py)
-
     store = bench.client.store
     estimates_key = store.keys.estimates(0)
     rows: list[tuple[str, ...]] = [

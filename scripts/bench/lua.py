@@ -20,7 +20,7 @@ the instructions Redis executed per task in its timed loop (thousands, kIr): a c
 machine's load does not change, so it compares two versions where times cannot (slow: use
 a few hundred tasks, e.g. --tasks 300 --jobs 30 --repeats 1).
 
-    .venv/bin/python scripts/bench_lua.py [--tasks N] [--batches 1,8,32] [--repeats 3]
+    PYTHONPATH=scripts .venv/bin/python -m bench.lua [--tasks N] [--batches 1,8,32] [--repeats 3]
                                           [--callgrind]
 """
 
@@ -48,7 +48,7 @@ from jobcenter.storage.embedded import BINARY_ENV_VAR, RedisServer, find_redis_s
 from jobcenter.storage.lua import ALL_SCRIPTS
 from jobcenter.storage.store import StartedTask, Store
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HANDLER = "bench-lua"
 QUEUES = ["default"]
 

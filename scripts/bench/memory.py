@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import IDLE_QUEUE, Bench, ran_key, seed000_spec
+from .common import IDLE_QUEUE, Bench, ran_key, seed000_spec
 
 FINISH_TIMEOUT_S = 300.0  # every job of a shape ends within this, or the bench gives up
 POLL_S = 0.05

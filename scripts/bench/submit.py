@@ -20,7 +20,7 @@ On a private redis-server (appendonly, everysec, as `make bench`), it measures:
 `--repeats` runs each phase that often (interleaved) and prints every run: the machine is
 noisy, compare figures within one run. Not part of the test suite.
 
-    .venv/bin/python scripts/bench_submit.py --jobs 20000 --repeats 3
+    PYTHONPATH=scripts .venv/bin/python -m bench.submit --jobs 20000 --repeats 3
 """
 
 from __future__ import annotations
@@ -36,12 +36,13 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-from bench import seed000_spec
 
 from jobcenter import Client
 from jobcenter.runtime.leader import Leader
 from jobcenter.storage.embedded import RedisServer
 from jobcenter.storage.store import INLINE_SPLIT_MAX
+
+from .common import seed000_spec
 
 NAMESPACE = "bench-submit"
 

@@ -1,4 +1,4 @@
-"""No-op tasks for scripts/bench.py (`jobcenter worker bench_tasks`, with scripts/ on PYTHONPATH).
+"""No-op tasks for `make bench` (`jobcenter worker bench.tasks`, with scripts/ on PYTHONPATH).
 
 Each task does one Redis RPUSH of "<task id>|<fencing token>" to its job's bench list. The
 list proves every task ran (its length, one entry per attempt), and its order proves no

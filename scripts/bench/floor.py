@@ -13,7 +13,7 @@ with jobcenter's W1 and W3 on the same workers x slots:
 with the CPU microseconds per task of the workers and of redis-server. A target above the
 floor's figure cannot be met by any worker of this shape on this machine, whatever it skips.
 
-The bare workers are this file run as a script: `bench_floor.py REDIS_URL THREADS`.
+The bare workers are this module run on its own: `python -m bench.floor REDIS_URL THREADS`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+
+from .common import chain_spec, flat_spec, process_cpu_seconds, run_one_job
+from .report import cpu_per_task
 
 FLAT = 20_000
 CHAIN = 1_000
@@ -74,19 +77,17 @@ def _bare_run(
     bench: Any, workers: list[subprocess.Popen[bytes]], first: list[str], expect: int
 ) -> dict:
     """Push `first`, wait until `expect` bodies ran; the run's figures."""
-    from bench import process_cpu_seconds as cpu
-
     r = bench.redis
     r.delete(RAN, DONE)
-    cpu0 = [cpu(w.pid) for w in workers], cpu(bench.server.pid)
+    cpu0 = [process_cpu_seconds(w.pid) for w in workers], process_cpu_seconds(bench.server.pid)
     w0 = time.perf_counter()
     for k in range(0, len(first), 1000):
         r.rpush(QUEUE, *first[k : k + 1000])
     while r.llen(RAN) < expect:
         time.sleep(0.001)
     wall = time.perf_counter() - w0
-    workers_cpu = sum(cpu(w.pid) for w in workers) - sum(cpu0[0])
-    redis_cpu = cpu(bench.server.pid) - cpu0[1]
+    workers_cpu = sum(process_cpu_seconds(w.pid) for w in workers) - sum(cpu0[0])
+    redis_cpu = process_cpu_seconds(bench.server.pid) - cpu0[1]
     ran = r.lrange(RAN, 0, -1)
     problems = []
     if len(ran) != expect or len(set(ran)) != expect:
@@ -103,8 +104,6 @@ def _bare_run(
 
 
 def _jobcenter_run(bench: Any, spec: dict[str, Any]) -> dict:
-    from bench import cpu_per_task, run_one_job
-
     before = bench.cpu_seconds()
     run = run_one_job(bench, spec)
     after = bench.cpu_seconds()
@@ -119,10 +118,8 @@ def _jobcenter_run(bench: Any, spec: dict[str, Any]) -> dict:
 
 def run(bench: Any, workers: int, repeats: int, say: Callable[[str], None]) -> list[dict]:
     """Each shape, bare and jobcenter, interleaved `repeats` times; one row per shape."""
-    from bench import chain_spec, flat_spec
-
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    command = [sys.executable, __file__, bench.server.url, str(bench.concurrency)]
+    command = [sys.executable, "-m", "bench.floor", bench.server.url, str(bench.concurrency)]
     bare = [subprocess.Popen(command, env=env) for _ in range(workers)]
     shapes = {
         "flat": (

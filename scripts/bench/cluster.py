@@ -16,22 +16,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import (
-    NAMESPACE,
-    Bench,
-    Sizes,
-    flat_spec,
-    fmt,
-    run_many_jobs,
-    run_one_job,
-    seed000_spec,
-)
-from bench_tasks import ran_key
-
 from jobcenter import Client
 from jobcenter.storage.connection import connect
 from jobcenter.storage.embedded import RedisServer
 from jobcenter.storage.embedded_cluster import LocalCluster
+
+from .common import (
+    NAMESPACE,
+    Bench,
+    Sizes,
+    flat_spec,
+    run_one_job,
+    seed000_spec,
+)
+from .report import fmt
+from .tasks import ran_key
+from .workloads import run_many_jobs
 
 MASTERS = 3
 CLUSTER_SHARDS = 12  # four hash tags per master: the slots of 12 tags spread over 3 masters

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench import Bench, check_job, job_timeout, pct, wait_job
+from .common import Bench, check_job, job_timeout, pct, wait_job
 
 WIDTH = 1_000  # tasks per burst level
 DEEP_LEVELS = 10
