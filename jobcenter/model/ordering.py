@@ -16,14 +16,8 @@ same priority are never behind a newer job's, and no job starves.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # spec.py imports this module for its rule names
-    from jobcenter.model.spec import JobSpec
-
-FIFO, DOWNSTREAM, CRITICAL_PATH = "fifo", "downstream", "critical_path"
-ORDER_RULES = (FIFO, DOWNSTREAM, CRITICAL_PATH)
-DEFAULT_ORDER = CRITICAL_PATH  # the measured best when nothing is known (README: Task order)
+from jobcenter.model.spec import CRITICAL_PATH, DOWNSTREAM, FIFO, JobSpec
 
 # Seconds assumed for a task nothing is known about, when none of the job's tasks has an
 # estimate either (else their mean): with all tasks equal, critical_path is the longest

@@ -17,12 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from jobcenter.errors import SpecError
-from jobcenter.model.ordering import DEFAULT_ORDER, ORDER_RULES
 
 from . import codec, documents
 from .dag import check_dag
 from .notify import Notify, parse_notify
 from .trigger_rules import DEFAULT_TRIGGER_RULE, TriggerRule
+
+# The rules for the order of a job's ready tasks (the `order` key; model/ordering.py ranks).
+FIFO, DOWNSTREAM, CRITICAL_PATH = "fifo", "downstream", "critical_path"
+ORDER_RULES = (FIFO, DOWNSTREAM, CRITICAL_PATH)
+DEFAULT_ORDER = CRITICAL_PATH  # the measured best when nothing is known (README: Task order)
 
 # A job is one set of Redis hashes, split and published in bounded chunks; past this the
 # per-job hashes get large enough to slow every script that touches them.

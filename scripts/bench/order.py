@@ -15,8 +15,8 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jobcenter.model.ordering import CRITICAL_PATH, DOWNSTREAM, FIFO, task_ranks
-from jobcenter.model.spec import parse_spec
+from jobcenter.model.ordering import task_ranks
+from jobcenter.model.spec import CRITICAL_PATH, DOWNSTREAM, FIFO, parse_spec
 from jobcenter.storage.layout import Layout
 
 from .common import job_timeout, wait_job
