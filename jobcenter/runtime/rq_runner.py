@@ -23,15 +23,13 @@ import threading
 import time
 from typing import Any
 
-from redis.backoff import ExponentialWithJitterBackoff
-from redis.retry import Retry
 from rq import SimpleWorker, get_current_job
 from rq.exceptions import DuplicateJobError
 from rq.serializers import JSONSerializer
 
 from jobcenter.config import Settings
 from jobcenter.errors import RedisUnavailable
-from jobcenter.storage.connection import CLUSTER_SCHEME, connect
+from jobcenter.storage.connection import CLUSTER_SCHEME, OUTAGE_RETRY, connect
 from jobcenter.storage.errors import REDIS_TROUBLE
 from jobcenter.storage.store import Store
 from jobcenter.storage.system_queue import current_round, recovery_job_id, system_queue
@@ -45,9 +43,6 @@ log = logging.getLogger(__name__)
 RECOVERY_FUNC = "jobcenter.runtime.rq_runner.run_recovery_job"
 RQ_STOP_SECONDS = 10  # an rq child finishing a recovery run gets this long at shutdown
 ROUND_RETRY_MS = 1_000  # on a cluster: a round Redis refused is tried again this soon
-# A command of the rq child meeting a lost connection tries again for about this long (a
-# Sentinel failover or a Redis restart) before rq sees the error.
-OUTAGE_RETRY = Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), retries=60)
 ROUND_WAIT_MIN_MS = 50  # ... and the next round is waited for at least this long
 
 

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from jobcenter.storage.errors import RedisError, trouble
-from jobcenter.storage.shard_leases import Members, Segment, ShardLeases, pop_wake, push_wake
+from jobcenter.storage.shard_leases import Members, Segment
 from jobcenter.storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class Ownership:
         on_change: Callable[[set[Segment]], None],
     ) -> None:
         settings = store.settings
-        self.leases = ShardLeases(store.redis, store.keys, settings.segment_lease_ms)
+        self.leases = store.shard_leases()
         self.shards = store.keys.shards
         self.handler = handler
         self.segments = list(segments)
@@ -206,7 +206,7 @@ class ShardWaits:
         spawn: Callable[[Callable[[], None], str], threading.Thread],
         name: str,
     ) -> None:
-        self.redis = store.redis
+        self.store = store
         self.keys = store.keys
         self.handler = handler
         self.keys_of = keys_of
@@ -256,7 +256,7 @@ class ShardWaits:
                 rung, self.rung = self.rung, set()
                 return rung
         own = self.keys.worker_wake(alone, self.handler)  # poked when the worker stops
-        popped = pop_wake(self.redis, [*self.keys_of(alone), own], timeout)
+        popped = self.store.pop_wake([*self.keys_of(alone), own], timeout)
         return {alone} if popped is not None and popped != own else set()
 
     def close(self) -> None:
@@ -277,7 +277,7 @@ class ShardWaits:
                 if done.is_set():
                     return
             try:
-                popped = pop_wake(self.redis, [*self.keys_of(shard), own], LISTEN_SECONDS)
+                popped = self.store.pop_wake([*self.keys_of(shard), own], LISTEN_SECONDS)
             except RedisError as exc:  # the loop's own wait times out and it claims anyway
                 log.debug("wake-up wait on shard %d: %s", shard, exc)
                 done.wait(ERROR_PAUSE_SECONDS)
@@ -292,6 +292,6 @@ class ShardWaits:
             # the loop got busy meanwhile: leave the token to another idle worker (or to
             # this loop's next wait), as a loop that is not waiting takes none
             try:
-                push_wake(self.redis, popped)
+                self.store.push_wake(popped)
             except RedisError as exc:  # claim.lua wakes another worker when it leaves work
                 log.debug("wake-up token of shard %d not handed on: %s", shard, exc)

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from redis import Redis
-from redis.backoff import NoBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.retry import Retry
 from redis.sentinel import Sentinel
@@ -29,6 +29,9 @@ from .errors import UNREACHABLE, ClusterClientError, cluster_errors_as_redis_err
 
 CLUSTER_SCHEME = "redis+cluster"
 SENTINEL_SCHEME = "redis+sentinel"
+# For `connect(url, retry=OUTAGE_RETRY)`: a command meeting a lost connection tries again for
+# about a minute (a Sentinel failover or a Redis restart) before its caller sees the error.
+OUTAGE_RETRY = Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), retries=60)
 
 
 @dataclass(frozen=True)

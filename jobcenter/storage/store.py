@@ -43,6 +43,7 @@ from .packed import HISTORY_PAGE, STAMP_FIELDS, JobRecords, Stamp
 from .packed import encode as packed_encode
 from .replies import seconds, text
 from .schema import JobField, TaskField
+from .shard_leases import ShardLeases, pop_wake, push_wake
 from .upgrade import ensure_schema
 
 log = logging.getLogger(__name__)
@@ -1176,6 +1177,18 @@ class Store:
             pipe.rpush(key, *["stop"] * tokens)
             pipe.expire(key, 60)
         pipe.execute()
+
+    def shard_leases(self) -> ShardLeases:
+        """The leases of owned segments (shards), at the settings' lease length."""
+        return ShardLeases(self.redis, self.keys, self.settings.segment_lease_ms)
+
+    def pop_wake(self, keys: Sequence[str], timeout: float) -> str | None:
+        """Block up to `timeout` s on wake-up lists of one shard; the key that woke, if any."""
+        return pop_wake(self.redis, keys, timeout)
+
+    def push_wake(self, key: str) -> None:
+        """Put back a wake-up a listener took for a loop that was not waiting."""
+        push_wake(self.redis, key)
 
     def idle(self, queues: Sequence[str]) -> bool:
         """Nothing ready, waiting out a backoff, or waiting for a leader, in any shard."""
