@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+from ipaddress import ip_address
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,6 +21,8 @@ from integration_harness import JOB_SECONDS, Workers
 from webhook_server import ALLOW, ALLOW_ENV, raw_server, webhook_server
 
 from jobcenter import Client, SpecError
+from jobcenter.model.webhook_targets import TargetRules, parse_allow
+from jobcenter.runtime import webhook
 
 ONE_ATTEMPT = {"JOBCENTER_NOTIFY_ATTEMPTS": "1", "JOBCENTER_NOTIFY_TIMEOUT_SECONDS": "5"}
 SECRET_WORDS = "secret-marker"  # what a target says; none of it may reach the record
@@ -140,3 +143,20 @@ def test_a_failed_delivery_records_a_status_or_connection_failed_never_what_the_
     for job_id in jobs.values():
         (attempt,) = client.status(job_id)["notifications"]["attempts"]
         assert SECRET_WORDS not in attempt["detail"] and "Errno" not in attempt["detail"]
+
+
+def test_a_post_connects_to_the_address_it_checked_not_to_a_second_lookup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The worker's one lookup says 127.0.0.1; a `.invalid` name never resolves (RFC 6761), so
+    # the post can only arrive if the connection went to the checked address itself.
+    monkeypatch.setattr(webhook, "resolve", lambda host, port: [ip_address("127.0.0.1")])
+    rules = TargetRules(parse_allow([ALLOW]))
+    with webhook_server([204]) as server:
+        port = urlsplit(server.url).port
+        url = f"http://rebound.invalid:{port}/hooks/jobcenter?to=ü"
+
+        outcome = webhook.post(url, b"{}", {"Content-Type": "application/json"}, 5.0, rules)
+
+    assert outcome == (True, "HTTP 204")
+    assert server.received[0].headers["host"] == f"rebound.invalid:{port}"  # the name kept
