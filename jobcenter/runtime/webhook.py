@@ -36,7 +36,7 @@ class _PinnedHTTP(http.client.HTTPConnection):
             try:
                 self.sock = socket.create_connection((str(address), self.port), self.timeout)
                 return
-            except TimeoutError:
+            except TimeoutError:  # the attempt's time is spent: no next address
                 raise
             except OSError as exc:
                 failure = exc
