@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from jobcenter.model.spec import check_name
+from jobcenter.model.webhook_targets import parse_allow
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_NAMESPACE = "default"
@@ -125,6 +126,10 @@ class Settings:
     notify_timeout_seconds: float = 5.0
     notify_attempts: int = 8
     notify_backoff_seconds: float = 2.0
+    # The hosts, addresses and networks (each with an optional :port) a webhook may go to
+    # beyond public addresses: loopback, private and link-local ones are refused otherwise
+    # (jobcenter/model/webhook_targets.py). A string is split at commas.
+    webhook_allow: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # both end up inside every key name and hash tag
@@ -140,6 +145,10 @@ class Settings:
                 f"durability (JOBCENTER_DURABILITY) must be one of "
                 f"{', '.join(DURABILITY_MODES)}, got {self.durability!r}"
             )
+        allow: Any = self.webhook_allow  # a string too, as the variable has it
+        entries = allow.split(",") if isinstance(allow, str) else allow
+        object.__setattr__(self, "webhook_allow", tuple(e.strip() for e in entries if e.strip()))
+        parse_allow(self.webhook_allow)  # a ValueError names a bad entry
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -165,6 +174,7 @@ class Settings:
             "notify_timeout_seconds": _env_float("JOBCENTER_NOTIFY_TIMEOUT_SECONDS", 5.0),
             "notify_attempts": _env_int("JOBCENTER_NOTIFY_ATTEMPTS", 8),
             "notify_backoff_seconds": _env_float("JOBCENTER_NOTIFY_BACKOFF_SECONDS", 2.0),
+            "webhook_allow": os.environ.get("JOBCENTER_WEBHOOK_ALLOW", ""),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -1,21 +1,35 @@
 """A real local HTTP endpoint for the notification tests: http.server in a thread, answering
 each POST with the next scripted answer (a status code, or HANG: no answer until the test
-releases it), recording every request it got."""
+releases it), recording every request it got. It listens on loopback, where a worker posts
+only when the allow-list says so: the tests that use it set ALLOW_ENV (workers) and
+ALLOW (a client's webhook_allow) explicitly. `raw_server` answers with whatever bytes it is
+given, as a port that speaks no HTTP does."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import json
+import socket
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from jobcenter import Client
+from jobcenter.storage.store import Store
+
 HANG = 0  # a scripted answer: hold the request without answering until released
 HANG_MAX_SECONDS = 60.0  # a held request is let go at last, so no thread outlives its test
+ALLOW = "127.0.0.1"  # the allow-list entry that lets a worker post to these servers
+ALLOW_ENV = {"JOBCENTER_WEBHOOK_ALLOW": ALLOW}
+
+
+def allowing(client: Client) -> Client:
+    """`client` with these loopback servers allow-listed, to submit jobs that notify them."""
+    return Client(Store(client.store.redis, replace(client.settings, webhook_allow=(ALLOW,))))
 
 
 @dataclass(frozen=True)
@@ -91,3 +105,33 @@ def webhook_server(answers: Sequence[int]) -> Iterator[WebhookServer]:
         server.released.set()
         server.httpd.shutdown()
         server.httpd.server_close()
+
+
+@contextmanager
+def raw_server(reply: bytes) -> Iterator[str]:
+    """A loopback port that answers every connection with `reply` and closes it; its URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(HANG_MAX_SECONDS)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return  # closed: the test is over
+            with conn:
+                conn.settimeout(HANG_MAX_SECONDS)
+                try:
+                    conn.recv(65536)
+                    conn.sendall(reply)
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/hooks/jobcenter"
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (Linux)
+        listener.close()
+        thread.join(HANG_MAX_SECONDS)

@@ -151,9 +151,25 @@ def worker(
     "token; without it the dashboard is read-only [env JOBCENTER_DASHBOARD_TOKEN, "
     "which `ps` does not show].",
 )
+@click.option(
+    "--allowed-hosts",
+    envvar="JOBCENTER_ALLOWED_HOSTS",
+    default="",
+    help="Comma-separated names the dashboard is reached by, beside localhost, 127.0.0.1, "
+    "[::1] and --host: a request for any other Host is refused (400), so that no other "
+    "site's page can read it; *.example.com for a domain, * for any "
+    "[env JOBCENTER_ALLOWED_HOSTS].",
+)
 @log_format_option
 @redis_options
-def dashboard(settings: Settings, host: str, port: int, token: str | None, log_format: str) -> None:
+def dashboard(
+    settings: Settings,
+    host: str,
+    port: int,
+    token: str | None,
+    allowed_hosts: str,
+    log_format: str,
+) -> None:
     """Serve the web dashboard: jobs, each job's live DAG, workers, queues, dead letters,
     schedules and recovery."""
     from jobcenter.runtime import logs
@@ -165,6 +181,10 @@ def dashboard(settings: Settings, host: str, port: int, token: str | None, log_f
             f"the dashboard needs its extra: pip install 'jobcenter[dashboard]' ({exc})",
             EXIT_BAD_INPUT,
         )
+    try:
+        hosts = serve.allowed_hosts(host, allowed_hosts.split(","))
+    except ValueError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
     logs.configure(log_format)
     verbose = logging.getLogger().level < logging.WARNING
     logging.getLogger("jobcenter").setLevel(min(logging.INFO, logging.getLogger().level))
@@ -174,7 +194,7 @@ def dashboard(settings: Settings, host: str, port: int, token: str | None, log_f
     try:
         serve.run(
             client_for(settings), host=host, port=port, token=token or None,
-            access_log=verbose, announce=announce,
+            access_log=verbose, announce=announce, hosts=hosts,
         )  # fmt: skip
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc}", EXIT_BAD_INPUT)

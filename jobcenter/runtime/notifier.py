@@ -1,24 +1,21 @@
 """Delivers job notifications (spec `notify:`) off the task path: a poller thread takes due
 deliveries (leased, so a worker that dies mid-delivery leaves them to another), and a few
-delivery threads POST the webhook (HMAC-signed) or call the job-finished hooks, each attempt
-bounded by a short timeout; a failed attempt is retried with exponential backoff up to
-JOBCENTER_NOTIFY_ATTEMPTS. A dead or slow endpoint holds at most the delivery threads of the
-workers that try it, never a task slot nor a job.
+delivery threads POST the webhook (HMAC-signed, to a checked address: runtime/webhook.py) or
+call the job-finished hooks, each attempt bounded by a short timeout; a failed attempt is
+retried with exponential backoff up to JOBCENTER_NOTIFY_ATTEMPTS. A dead or slow endpoint
+holds at most the delivery threads of the workers that try it, never a task slot nor a job.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import http.client
 import json
 import logging
 import queue
 import random
 import threading
 import traceback
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -27,7 +24,7 @@ from jobcenter.storage import notifications
 from jobcenter.storage.errors import RedisError
 from jobcenter.storage.store import Store
 
-from . import hooks
+from . import hooks, webhook
 
 log = logging.getLogger(__name__)
 
@@ -49,17 +46,6 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
     """The signature header's value: HMAC-SHA256 of '<timestamp>.<body>' keyed by `secret`."""
     mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
     return "sha256=" + mac.hexdigest()
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect is an answer to report, not to follow (urllib would turn the POST into a
-    GET without the body)."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 class Notifier:
@@ -84,6 +70,7 @@ class Notifier:
         self.lease_ms = max(settings.lease_ms, int(LEASE_TIMEOUTS * self.timeout * 1000))
         self.slots = threading.Semaphore(DELIVERY_THREADS)
         self.work: queue.Queue[tuple[Channel, str]] = queue.Queue()
+        self.rules = webhook.delivery_rules(store.webhook_rules)
         if settings.webhook_secret is None:
             log.info("JOBCENTER_WEBHOOK_SECRET is not set: webhooks go out unsigned")
 
@@ -200,15 +187,7 @@ class Notifier:
         secret = self.store.settings.webhook_secret
         if secret:
             headers[SIGNATURE_HEADER] = sign(secret, timestamp, body)
-        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-        try:
-            with _OPENER.open(request, timeout=self.timeout) as response:
-                return True, f"HTTP {response.status}"
-        except urllib.error.HTTPError as exc:
-            return False, f"HTTP {exc.code} {exc.reason}".strip()
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            reason = getattr(exc, "reason", exc)
-            return False, f"no answer within {self.timeout:g}s: {reason or type(exc).__name__}"
+        return webhook.post(url, body, headers, self.timeout, self.rules)
 
     def call_hooks(self, notice: dict[str, Any]) -> tuple[bool, str]:
         """Call every job-finished hook of this worker; a hook that raises fails the attempt

@@ -92,6 +92,7 @@ def add_schedule(
 ) -> Schedule:
     """Store a schedule; its first fire is the first trigger time after now (or `at`)."""
     job = spec_from_any(spec)
+    store.webhook_rules.check_notify(job.notify)
     if job.idempotency_key is not None:
         raise SpecError(
             "a scheduled job cannot set 'idempotency_key': each fire gets its own "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from redis import Redis
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
@@ -32,6 +32,7 @@ SENTINEL_SCHEME = "redis+sentinel"
 # For `connect(url, retry=OUTAGE_RETRY)`: a command meeting a lost connection tries again for
 # about a minute (a Sentinel failover or a Redis restart) before its caller sees the error.
 OUTAGE_RETRY = Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), retries=60)
+DEFAULT_PORT = 6379
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,25 @@ def connect(url: str, **kwargs: Any) -> Any:
     except ClusterClientError as exc:  # RedisCluster finds no node of the cluster it can use
         raise RedisUnavailable(f"cannot reach Redis at {url}: {exc}") from exc
     return client
+
+
+def server_addresses(url: str, client: Any = None) -> set[tuple[str, int]]:
+    """The (host, port) of every Redis server of a deployment: those `url` names (a
+    Sentinel URL's Sentinels), and those `client` talks to (every node a cluster knows)."""
+    found: set[tuple[str, int]] = set()
+    scheme = url.partition("://")[0]
+    if scheme in (CLUSTER_SCHEME, SENTINEL_SCHEME):
+        found.update(parse_multi_host(url).nodes)
+    elif scheme in ("redis", "rediss") and urlsplit(url).hostname:
+        found.add((urlsplit(url).hostname or "", urlsplit(url).port or DEFAULT_PORT))
+    if isinstance(client, RedisCluster):
+        nodes = client.get_nodes()  # type: ignore[no-untyped-call]
+        found.update((node.host, int(node.port)) for node in nodes)
+    elif client is not None:
+        options = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        if options.get("host"):
+            found.add((str(options["host"]), int(options.get("port") or DEFAULT_PORT)))
+    return found
 
 
 def is_cluster(client: Any) -> bool:

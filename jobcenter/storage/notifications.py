@@ -13,13 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 from jobcenter.model.notify import Channel, DeliveryState
 from jobcenter.model.states import TaskState
+from jobcenter.model.webhook_targets import TargetRules, parse_allow, redis_text
 
 from . import schema
+from .connection import server_addresses
 from .replies import seconds, text
 from .schema import DeliveryField, JobField, TaskField
 
 if TYPE_CHECKING:
     from redis import Redis
+
+    from jobcenter.config import Settings
 
     from .keys import Keys
     from .store import Store
@@ -28,6 +32,16 @@ OK = schema.code("OK")
 FAILED_TASKS_LISTED = 20  # failed tasks a payload names (their count is always given)
 SCAN_PAGE = 1_000  # task fields per HSCAN when looking for the failed ones
 LOG_SHOWN = 20  # attempts `status` shows per job, the latest
+
+
+def webhook_rules(settings: Settings, client: Any) -> TargetRules:
+    """What a webhook's target is checked by: the settings' allow-list, and the Redis
+    servers of the deployment, which no webhook may reach unless named exactly."""
+    redis = server_addresses(settings.redis_url, client)
+    return TargetRules(
+        parse_allow(settings.webhook_allow),
+        frozenset((redis_text(host), port) for host, port in redis),
+    )
 
 
 def claim_due(store: Store, shard: int, lease_ms: int, limit: int) -> list[tuple[Channel, str]]:

@@ -39,6 +39,7 @@ from .keys import Keys
 from .layout import Layout, job_queues
 from .lua import Batch, Scripts
 from .notifications import view as notifications_view
+from .notifications import webhook_rules
 from .packed import HISTORY_PAGE, STAMP_FIELDS, JobRecords, Stamp
 from .packed import encode as packed_encode
 from .replies import seconds, text
@@ -300,6 +301,7 @@ class Store:
         self.keys = Keys(settings.namespace, settings.shards)
         self.scripts = Scripts(client)
         self.cluster = is_cluster(client)  # a Redis Cluster: one call, one hash slot
+        self.webhook_rules = webhook_rules(settings, client)  # where a `notify:` may post
         self._meta: OrderedDict[str, JobMeta] = OrderedDict()
         self._contexts: OrderedDict[tuple[str, bool], tuple[list[str], list[Any]]] = OrderedDict()
         # the keys a job script gets from its shard and queues, formed once (hot paths)
@@ -496,6 +498,8 @@ class Store:
     ) -> PreparedSubmit:
         """The submit calls of `specs` in one batch, not sent yet."""
         specs = [spec_from_any(spec) for spec in specs]  # a hand-built JobSpec is checked too
+        for spec in specs:
+            self.webhook_rules.check_notify(spec.notify)
         origins = fired if fired is not None else [(None, None)] * len(specs)
         learned = self._recent_estimates(specs)
         calls: list[SubmitCall] = []

@@ -1,15 +1,18 @@
-"""The dashboard's ASGI app: routes, templates, static files, and the headers every answer
-carries."""
+"""The dashboard's ASGI app: routes, templates, static files, the headers every answer
+carries, and the one gate every request passes: its Host must be a name the server is
+known by."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount
@@ -24,6 +27,10 @@ from . import actions, api, format, metrics, pages
 
 HERE = Path(__file__).parent
 GZIP_MIN_BYTES = 1_000  # the live states of a large job compress ~10x
+# The names a dashboard on loopback is reached by. A page of another site can point its own
+# name at 127.0.0.1 (DNS rebinding) and read what the dashboard answers, but the browser
+# still sends that site's name as the Host: so a request for any other name is refused.
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
 # Scripts and styles only from our own files: text from jobs (errors, names) can never run.
 SECURITY_HEADERS = [
@@ -56,8 +63,12 @@ def wants_json(request: Request) -> bool:
     )
 
 
-def create_app(client: Client, token: str | None = None) -> Starlette:
-    """The dashboard over `client`'s namespace; actions allowed only with `token`."""
+def create_app(
+    client: Client, token: str | None = None, allowed_hosts: Sequence[str] = LOCAL_HOSTS
+) -> Starlette:
+    """The dashboard over `client`'s namespace; actions allowed only with `token`; requests
+    only for `allowed_hosts` (names, `*.example.com`, `[::1]`; `*` any), answered 400
+    otherwise, whatever they ask for: every route mounted here is behind the check."""
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.filters.update(
         when=format.when, duration=format.duration, first_line=format.first_line
@@ -87,6 +98,9 @@ def create_app(client: Client, token: str | None = None) -> Starlette:
         ],
         middleware=[
             Middleware(SecurityHeaders),
+            Middleware(
+                TrustedHostMiddleware, allowed_hosts=list(allowed_hosts), www_redirect=False
+            ),
             Middleware(GZipMiddleware, minimum_size=GZIP_MIN_BYTES),
         ],
         exception_handlers={HTTPException: error, JobcenterError: error, ValueError: error},

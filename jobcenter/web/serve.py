@@ -1,24 +1,27 @@
 """Run the dashboard: bind the socket first (so `--port 0` can say which port it got), then
-hand it to uvicorn."""
+hand it to uvicorn, answering only requests for the names it is known by."""
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 
 import uvicorn
 
 from jobcenter.client import Client
 
-from .app import create_app
+from .app import LOCAL_HOSTS, create_app
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_SECONDS = 3  # open polling connections get this long after Ctrl-C
+ALLOWED_HOSTS_ENV = "JOBCENTER_ALLOWED_HOSTS"
+HOST_NAME = re.compile(r"(\*\.)?[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?\.?")  # or *.example.com
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -38,6 +41,37 @@ def _loopback(host: str) -> bool:
         return host == "localhost"
 
 
+def _host_pattern(entry: str) -> str:
+    """`entry` as the Host check compares it: an IPv6 address in brackets, a name lower-case."""
+    try:
+        address = ipaddress.ip_address(entry.strip("[]"))
+    except ValueError:
+        pass
+    else:
+        return f"[{address}]" if address.version == 6 else str(address)
+    name = entry.lower()
+    if name != "*" and not HOST_NAME.fullmatch(name):
+        raise ValueError(
+            f"{ALLOWED_HOSTS_ENV}: {entry!r} is not a host name (example.com, *.example.com) "
+            "or an IP address, without a port; * answers any"
+        )
+    return name
+
+
+def allowed_hosts(bound: str, extra: Iterable[str] = ()) -> list[str]:
+    """The names the dashboard answers requests for: loopback's, the address it listens on
+    (not a wildcard one, 0.0.0.0 or ::, which is no name), and `extra` (names, *.example.com,
+    addresses; * for any). A ValueError names a bad entry."""
+    names = [*LOCAL_HOSTS, *(e.strip() for e in extra if e.strip())]
+    try:
+        wildcard = ipaddress.ip_address(bound).is_unspecified
+    except ValueError:
+        wildcard = False
+    if not wildcard:
+        names.append(bound)
+    return list(dict.fromkeys(_host_pattern(name) for name in names))
+
+
 def run(
     client: Client,
     *,
@@ -46,8 +80,11 @@ def run(
     token: str | None,
     access_log: bool,
     announce: Callable[[str], None],
+    hosts: Sequence[str] | None = None,
 ) -> None:
-    """Serve until interrupted. Logging is the caller's (uvicorn's own config is off)."""
+    """Serve until interrupted, answering requests for `hosts` (allowed_hosts(host) by
+    default). Logging is the caller's (uvicorn's own config is off)."""
+    hosts = allowed_hosts(host) if hosts is None else list(hosts)
     sock = _bind(host, port)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{sock.getsockname()[1]}/"
@@ -56,12 +93,14 @@ def run(
     if not _loopback(host):
         log.warning(
             "the dashboard listens on %s, beyond this machine: anyone who can reach it can "
-            "read job data%s",
+            "read job data%s. It answers requests for %s only (%s adds names)",
             host,
             "" if token else " (and no token is set, so nobody can act)",
+            ", ".join(hosts),
+            ALLOWED_HOSTS_ENV,
         )
     config = uvicorn.Config(
-        create_app(client, token),
+        create_app(client, token, hosts),
         log_config=None,
         access_log=access_log,
         timeout_graceful_shutdown=SHUTDOWN_SECONDS,

@@ -11,7 +11,7 @@ import yaml
 from browser_harness import TOKEN
 from helpers import wait_until
 from integration.integration_harness import EXAMPLES, JOB_SECONDS, Scratch, Workers
-from webhook_server import webhook_server
+from webhook_server import ALLOW_ENV, allowing, webhook_server
 
 from jobcenter import Client
 
@@ -172,14 +172,14 @@ return row && [row.dataset.state, ...[...row.cells].map(c => c.textContent.trim(
 def test_the_notifications_section_follows_a_delivery_without_a_reload(
     browser: Any, dashboard_url: str, client: Client, workers: Workers, scratch: Scratch
 ) -> None:
-    workers.start(env={"JOBCENTER_NOTIFY_BACKOFF_SECONDS": "0.1"})
+    workers.start(env={**ALLOW_ENV, "JOBCENTER_NOTIFY_BACKOFF_SECONDS": "0.1"})
     with webhook_server([500, 204]) as server:
         spec = {
             "name": "told",
             "notify": {"on": ["succeeded"], "webhook": server.url},
             "tasks": [{"id": "t", "task": "tasks_for_tests.block", "args": ["told"]}],
         }
-        job_id = client.submit(spec)
+        job_id = allowing(client).submit(spec)
         open_job(browser, dashboard_url, job_id)
         before = browser.execute_script(DELIVERY)
         scratch.open_gate("told")

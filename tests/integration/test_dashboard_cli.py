@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import httpx
 from harness import PROCESS_START_SECONDS, TESTS_DIR, Cli
 from harness import subprocess_env as env_for
 from helpers import read_until
@@ -44,6 +45,26 @@ def test_the_dashboard_command_serves_until_stopped(cli: Cli, client: Client) ->
 
     assert status == 200 and job_id in page and "read-only" in page
     assert code == 0
+
+
+def test_the_dashboard_command_answers_only_the_names_it_is_told(cli: Cli) -> None:
+    proc = cli.start("dashboard", "--port", "0", "--allowed-hosts", "dash.example.com,*.corp.test")
+    assert proc.stdout is not None
+    url = read_until(proc.stdout, URL, PROCESS_START_SECONDS).group(1)
+    hosts = ["dash.example.com", "a.corp.test:80", "localhost", "evil.example", "corp.test.evil"]
+    with httpx.Client(base_url=url, timeout=10) as http:
+        answers = {host: http.get("/metrics", headers={"Host": host}).status_code for host in hosts}
+    stop(proc)
+    bad = cli("dashboard", "--port", "0", "--allowed-hosts", "dash.example.com:8080")
+
+    assert answers == {
+        "dash.example.com": 200,
+        "a.corp.test:80": 200,
+        "localhost": 200,
+        "evil.example": 400,
+        "corp.test.evil": 400,
+    }
+    assert bad.code == 2 and "JOBCENTER_ALLOWED_HOSTS: 'dash.example.com:8080'" in bad.stderr
 
 
 def test_the_dashboard_command_names_the_extra_it_needs(

@@ -15,17 +15,24 @@ from harness import Cli
 from helpers import wait_until
 from integration_harness import JOB_SECONDS, Workers
 from notify_hooks import FAILS_ONCE, notices_key
-from webhook_server import HANG, webhook_server
+from webhook_server import ALLOW_ENV, HANG, allowing, webhook_server
 
 from jobcenter import Client
 
 SECRET = "test-webhook-secret"
 FAST = {  # short waits, so the retries of a test take well under a second each
+    **ALLOW_ENV,
     "JOBCENTER_WEBHOOK_SECRET": SECRET,
     "JOBCENTER_NOTIFY_BACKOFF_SECONDS": "0.1",
     "JOBCENTER_NOTIFY_TIMEOUT_SECONDS": "0.5",
 }
 MODULES = ("tasks_for_tests", "notify_hooks")
+
+
+@pytest.fixture
+def client(client: Client) -> Client:
+    """The tests' endpoints listen on loopback: allow-listed, as the workers' ALLOW_ENV."""
+    return allowing(client)
 
 
 def job(name: str, notify: dict[str, Any], task: str = "tasks_for_tests.record") -> dict[str, Any]:
@@ -75,8 +82,8 @@ def test_a_webhook_failing_at_first_is_retried_until_delivered_each_post_signed(
 
     shown = cli("status", job_id, "--json").json()["notifications"]
     assert [(a["attempt"], a["outcome"], a["detail"]) for a in shown["attempts"]] == [
-        (1, "retrying", "HTTP 500 Internal Server Error"),
-        (2, "retrying", "HTTP 503 Service Unavailable"),
+        (1, "retrying", "HTTP 500"),
+        (2, "retrying", "HTTP 503"),
         (3, "delivered", "HTTP 204"),
     ]
     text = cli("status", job_id).stdout
@@ -99,7 +106,7 @@ def test_an_endpoint_that_never_answers_holds_up_no_job_and_status_shows_it_fail
         failed = wait_until(lambda: ended(client, told, "webhook"), JOB_SECONDS)
 
     assert failed["state"] == "failed" and failed["attempts"] == 2
-    assert failed["error"] == "no answer within 0.5s: timed out"
+    assert failed["error"] == "no answer within 0.5s"
     text = cli("status", told).stdout
     assert "webhook  failed" in text and "last error: no answer within 0.5s" in text
     assert "webhook attempt 1: retrying" in text and "webhook attempt 2: failed" in text
@@ -125,7 +132,7 @@ def test_a_hook_registered_on_the_worker_is_told_and_called_again_after_it_raise
 def test_a_worker_without_the_secret_sends_unsigned_webhooks(
     workers: Workers, client: Client
 ) -> None:
-    workers.start(modules=MODULES, env={"JOBCENTER_NOTIFY_BACKOFF_SECONDS": "0.1"})
+    workers.start(modules=MODULES, env={**ALLOW_ENV, "JOBCENTER_NOTIFY_BACKOFF_SECONDS": "0.1"})
     with webhook_server([200]) as server:
         job_id = client.submit(job("unsigned", {"on": ["succeeded"], "webhook": server.url}))
         client.wait(job_id, JOB_SECONDS)

@@ -16,7 +16,7 @@ from jobcenter.runtime.notifier import SUPERSEDED, Notifier
 from jobcenter.storage import admin, notifications
 from jobcenter.storage.store import Store
 
-URL = "http://127.0.0.1:9/hook"
+URL = "https://hooks.example.com/hook"  # a name: stored, never posted to by these tests
 LEASE_MS = 60_000
 
 
