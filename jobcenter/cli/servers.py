@@ -13,7 +13,7 @@ import click
 
 from jobcenter.config import Settings
 from jobcenter.errors import JobcenterError, Refused, SpecError
-from jobcenter.model.spec import check_name
+from jobcenter.model.spec import DEFAULT_QUEUE, check_name
 from jobcenter.storage import embedded as server
 
 from .options import (
@@ -36,7 +36,7 @@ from .options import (
     "--queues",
     "-q",
     envvar="JOBCENTER_QUEUES",
-    default="default",
+    default=DEFAULT_QUEUE,
     show_default=True,
     help="Comma-separated queues, served in this order [env JOBCENTER_QUEUES].",
 )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobcenter.errors import SpecError
+from jobcenter.model.spec import DEFAULT_QUEUE
 
 from .spec import JobSpec, parse_spec
 
@@ -37,7 +38,7 @@ class Job:
         *,
         owner: str | None = None,
         priority: int = 0,
-        queue: str = "default",
+        queue: str = DEFAULT_QUEUE,
         idempotency_key: str | None = None,
         retention: float | None = None,
         order: str | None = None,

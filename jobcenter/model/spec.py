@@ -23,6 +23,8 @@ from .dag import check_dag
 from .notify import Notify, parse_notify
 from .trigger_rules import DEFAULT_TRIGGER_RULE, TriggerRule
 
+DEFAULT_QUEUE = "default"  # the queue of a job or task that names none
+
 # The rules for the order of a job's ready tasks (the `order` key; model/ordering.py ranks).
 FIFO, DOWNSTREAM, CRITICAL_PATH = "fifo", "downstream", "critical_path"
 ORDER_RULES = (FIFO, DOWNSTREAM, CRITICAL_PATH)
@@ -138,7 +140,7 @@ class JobSpec:
     tasks: tuple[TaskSpec, ...]
     owner: str | None = None
     priority: int = 0
-    queue: str = "default"
+    queue: str = DEFAULT_QUEUE
     idempotency_key: str | None = None
     retention: float | None = None  # seconds a finished job is kept; None: namespace default
     order: str = DEFAULT_ORDER  # which ready task of the job runs first (jobcenter.model.ordering)
@@ -178,7 +180,7 @@ _TASK_DEFAULTS: dict[str, Any] = {
 _JOB_DEFAULTS: dict[str, Any] = {
     "owner": None,
     "priority": 0,
-    "queue": "default",
+    "queue": DEFAULT_QUEUE,
     "idempotency_key": None,
     "retention": None,
     "order": DEFAULT_ORDER,
@@ -595,7 +597,7 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
     if owner is not None:
         owner = _name(owner, "owner", None)
     priority = _priority(data.get("priority", 0), None)
-    queue = _name(data.get("queue", "default"), "queue", None)
+    queue = _name(data.get("queue", DEFAULT_QUEUE), "queue", None)
     idempotency_key = data.get("idempotency_key")
     if idempotency_key is not None:
         idempotency_key = _label(idempotency_key, "idempotency_key")

@@ -9,6 +9,7 @@ from collections import defaultdict
 from typing import Any
 
 from jobcenter.model.reports import RecoveryReport
+from jobcenter.model.spec import DEFAULT_QUEUE
 from jobcenter.model.states import JobState, TaskState
 from jobcenter.storage import limits
 from jobcenter.storage.admin import trim_expired
@@ -131,7 +132,7 @@ class Recovery:
             return
         if store.has_frontier(job_id):
             self._resubmit(job_id, "continue")
-        self._tasks(job_id, now, job.get("queue", b"default").decode())
+        self._tasks(job_id, now, job.get("queue", DEFAULT_QUEUE.encode()).decode())
 
     def _resubmit(self, job_id: str, kind: str) -> None:
         if self.store.resubmit(job_id, kind):

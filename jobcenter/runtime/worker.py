@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 
 from jobcenter.errors import UnknownJob
 from jobcenter.model.ids import handler_id
+from jobcenter.model.spec import DEFAULT_QUEUE
 from jobcenter.schedules import run_ticker
 from jobcenter.storage import schema
 from jobcenter.storage.errors import RedisError, trouble
@@ -85,7 +86,7 @@ EXIT_LOOP_FAILED = 70  # exit code when a loop met an error it cannot go on from
 
 @dataclass
 class Options:
-    queues: list[str] = field(default_factory=lambda: ["default"])
+    queues: list[str] = field(default_factory=lambda: [DEFAULT_QUEUE])
     node: str | None = None
     concurrency: int = 4
     pool: str = "thread"  # or "process" for CPU-bound tasks

@@ -9,7 +9,7 @@ from typing import Any
 
 from jobcenter.model import codec
 from jobcenter.model.dag import children_of
-from jobcenter.model.spec import JobSpec, render_key
+from jobcenter.model.spec import DEFAULT_QUEUE, JobSpec, render_key
 from jobcenter.model.trigger_rules import DEFAULT_TRIGGER_RULE
 
 from .keys import node_queue
@@ -47,7 +47,7 @@ class Layout:
 
     def __init__(self, spec: dict[str, Any], ranks: list[int] | None = None) -> None:
         self.tasks: list[dict[str, Any]] = spec["tasks"]
-        self.queue = spec.get("queue", "default")
+        self.queue = spec.get("queue", DEFAULT_QUEUE)
         self.priority = spec.get("priority", 0)
         ids = [t["id"] for t in self.tasks]
         self.index = index = {task_id: i for i, task_id in enumerate(ids)}

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from jobcenter.errors import NotFound
 from jobcenter.model import codec
 from jobcenter.model.reports import RecoveryReport
+from jobcenter.model.spec import DEFAULT_QUEUE
 
 from .keys import LEADER_SEGMENT, NODE_QUEUE_PREFIX
 from .layout import Layout
@@ -611,7 +612,7 @@ def known_queues(store: Store) -> list[str]:
     """Queues named by registered workers (live or not), node queues, and 'default': there
     is no registry of queue names, and finding them otherwise would mean a scan."""
     keys = store.keys
-    names = {"default"}
+    names = {DEFAULT_QUEUE}
     pipe = store.redis.pipeline(transaction=False)
     for handler in store.redis.zrevrange(keys.workers(), 0, WORKERS_MAX - 1):
         pipe.hget(keys.worker_info(handler.decode()), "queues")
