@@ -35,6 +35,7 @@ from jobcenter.schedules import run_ticker
 from jobcenter.storage import schema
 from jobcenter.storage.errors import RedisError, trouble
 from jobcenter.storage.keys import LEADER_SEGMENT, node_queue
+from jobcenter.storage.outages import Backoff
 from jobcenter.storage.refusals import why_refused
 from jobcenter.storage.store import (
     HEARTBEAT_CANCELLED,
@@ -64,8 +65,6 @@ PREFETCH_PER_SLOT = 1
 PREFETCH_RUN_MAX_SECONDS = 0.05
 REPORT_BATCH_MAX = 512  # finished attempts reported per round trip
 LEADER_BATCH = 4  # leader messages taken per claim
-RECONNECT_MAX_SECONDS = 5.0  # longest pause between tries while Redis is unreachable
-BACKOFF_FIRST_SECONDS = 0.1  # first pause after a Redis error
 REPORT_RETRY_MAX_SECONDS = 1.0  # a refused report is tried again at least this often
 # A refused heartbeat is tried again this many times per heartbeat interval, so once Redis
 # takes writes again each lease is renewed well within the grace a timed-out attempt gets.
@@ -93,26 +92,6 @@ class Options:
     modules: list[str] = field(default_factory=list)
     leader: bool = True
     recovery: bool = True  # supervise an rq worker for the recovery job, and enqueue it
-
-
-class Backoff:
-    """Pauses between tries while Redis is unreachable or refuses commands: 0.1 s doubling
-    to a cap."""
-
-    def __init__(self, cap: float = RECONNECT_MAX_SECONDS) -> None:
-        self.cap = cap
-        self.pause = min(BACKOFF_FIRST_SECONDS, cap)
-
-    def reset(self) -> None:
-        self.pause = min(BACKOFF_FIRST_SECONDS, self.cap)
-
-    def wait(self, stop: threading.Event | None, why: str) -> None:
-        log.warning("%s; retrying in %.2fs", why, self.pause)
-        if stop is None:
-            time.sleep(self.pause)
-        else:
-            stop.wait(self.pause)
-        self.pause = min(self.pause * 2, self.cap)
 
 
 @dataclass
