@@ -103,7 +103,7 @@ def worker(
 ) -> None:
     """Run a worker; MODULES are imported to register their @task functions
     [env JOBCENTER_MODULES, separated by spaces]."""
-    from jobcenter.runtime import health, logs, registry
+    from jobcenter.runtime import exits, health, logs, registry
     from jobcenter.runtime.worker import Options, Worker
     from jobcenter.storage.store import Store
 
@@ -121,6 +121,7 @@ def worker(
     # console script's sys.path starts with its own bin directory instead)
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
+    exits.guard()  # before the task modules load: an os._exit of theirs is no chosen stop
     registry.import_modules(modules)
     options = Options(
         queues=served,
@@ -136,6 +137,7 @@ def worker(
     w.install_signal_handlers()
     health.start(w, health_host, health_port)
     w.run()
+    exits.finish(0)  # stopped as it chose: no thread a task left running keeps it alive
 
 
 @click.command()

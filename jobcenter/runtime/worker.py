@@ -45,7 +45,7 @@ from jobcenter.storage.store import (
     Store,
 )
 
-from . import registry, rq_runner
+from . import exits, registry, rq_runner
 from .execution import Outcome, ProcessRunner, ThreadRunner
 from .leader import Leader
 from .notifier import DELIVERY_THREADS, Notifier
@@ -220,7 +220,7 @@ class Worker:
         except Exception:
             log.exception("worker %s: forced stop could not finish cleanly", self.handler)
         finally:
-            os._exit(exit_code)
+            exits.exit_now(exit_code)
 
     def _die(self, loop: str) -> NoReturn:
         """A loop met an error it cannot go on from (not Redis's: those it waits out): give
@@ -294,7 +294,7 @@ class Worker:
                 # a loop failed, and its thread gives the running tasks back and ends the
                 # process: not a normal exit here (it would say 0), unless it hangs
                 threading.Event().wait(FORCED_STOP_MAX_SECONDS)
-                os._exit(EXIT_LOOP_FAILED)
+                exits.exit_now(EXIT_LOOP_FAILED)
             self.stopped.set()
             self._stop_polling()
             self.leader_waits.close()
