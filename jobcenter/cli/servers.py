@@ -29,6 +29,10 @@ from .options import (
     redis_options,
 )
 
+# Task slots of one worker: each is a thread of its own (a child process with --pool
+# process), started at once; more than this is a typo, not a machine.
+MAX_CONCURRENCY = 10_000
+
 
 @click.command()
 @click.argument("modules", nargs=-1, envvar="JOBCENTER_MODULES")
@@ -107,8 +111,11 @@ def worker(
     from jobcenter.runtime.worker import Options, Worker
     from jobcenter.storage.store import Store
 
-    if concurrency < 1:
-        raise SpecError("--concurrency must be >= 1")
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise SpecError(
+            f"--concurrency (JOBCENTER_CONCURRENCY) must be from 1 to {MAX_CONCURRENCY}, "
+            f"got {concurrency}"
+        )
     served = [check_name(q.strip(), f"--queues {queues!r}: each queue") for q in queues.split(",")]
     if node is not None:
         check_name(node, "--node")

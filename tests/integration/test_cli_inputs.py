@@ -76,6 +76,7 @@ def test_worker_refuses_a_bad_queue_or_node_name_naming_it_and_writes_nothing(
         ("JOBCENTER_LEASE_SECONDS", "inf", "got inf"),
         ("JOBCENTER_LEASE_SECONDS", "1e-9", "got 1e-09"),
         ("JOBCENTER_SHARDS", "nan", "got 'nan'"),
+        ("JOBCENTER_CONCURRENCY", "10001", "from 1 to 10000, got 10001"),
     ],
 )
 def test_worker_refuses_a_numeric_setting_out_of_bounds_with_exit_2_and_no_traceback(
