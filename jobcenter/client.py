@@ -12,6 +12,7 @@ from jobcenter.model.spec import JobSpec, spec_from_any
 from jobcenter.model.states import JobState
 from jobcenter.storage.embedded import local_url
 from jobcenter.storage.events import Events
+from jobcenter.storage.outages import ride_out
 from jobcenter.storage.schema import TaskField
 from jobcenter.storage.store import JobProgress, JobQuery, Store
 
@@ -106,15 +107,19 @@ class Client:
         return state.value
 
     def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
-        """Block until the job is finished; returns its status. TimeoutError after `timeout`."""
+        """Block until the job is finished; returns its status. TimeoutError after `timeout`.
+        A Redis outage meanwhile (a restart, a failover) is waited out, reconnecting with
+        backoff: the job goes on without this wait, so the wait goes on too, until its
+        timeout (without one: until Redis answers again)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        waiting = f"waiting for job {job_id}"
         pause = WAIT_POLL_MIN
-        while not JobState(self.state(job_id)).terminal:
+        while not ride_out(lambda: JobState(self.state(job_id)).terminal, deadline, waiting):
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {job_id} not finished after {timeout}s")
             time.sleep(pause)
             pause = min(pause * 1.5, WAIT_POLL_MAX)
-        return self.status(job_id)
+        return ride_out(lambda: self.status(job_id), deadline, waiting)
 
     def cancel(self, job_id: str) -> str:
         """Cancel a job: queued and waiting tasks never run, running attempts are revoked

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from jobcenter.model.spec import check_name
+from jobcenter.model.spec import MAX_SECONDS, check_name
 from jobcenter.model.webhook_targets import parse_allow
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -28,38 +28,83 @@ N = TypeVar("N", int, float)
 
 
 def _env_float(name: str, default: float) -> float:
-    return _env_positive(name, default, float, "a number of seconds")
+    return _env_number(name, default, float, "a number")
 
 
 def _env_int(name: str, default: int) -> int:
-    return _env_positive(name, default, int, "a whole number")
+    return _env_number(name, default, int, "a whole number")
 
 
-def _env_positive(name: str, default: N, parse: Callable[[str], N], what: str) -> N:
+def _env_number(name: str, default: N, parse: Callable[[str], N], what: str) -> N:
+    """The variable parsed; its range is checked with every other setting's (Settings)."""
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = parse(raw)
+        return parse(raw)
     except ValueError:
         raise ValueError(f"{name} must be {what}, got {raw!r}") from None
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {raw!r}")
-    return value
 
 
-def _env_count(name: str, default: int) -> int:
-    """A whole number >= 0 (0 turns something off)."""
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {raw!r}")
-    return value
+@dataclass(frozen=True)
+class Bounds:
+    """The sane range of a numeric setting: outside it (nan, inf, 1e-9, a few digits too
+    many) a value would kill a worker later or fail every task, so it is refused at once."""
+
+    low: float
+    high: float
+    what: str  # what the value counts, for the error
+    whole: bool = False  # an int, not a float
+
+    def check(self, name: str, value: object) -> None:
+        """ValueError naming the setting, its variable and the value, if out of bounds."""
+        sane = (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and (isinstance(value, int) or not self.whole)
+            and self.low <= value <= self.high  # false for nan too
+        )
+        if not sane:
+            raise ValueError(
+                f"{name} ({env_name(name)}) must be {self.what} from {_plain(self.low)} "
+                f"to {_plain(self.high)}, got {value!r}"
+            )
+
+
+# Durations are kept in whole milliseconds (leases, expiries) and a worker heartbeats every
+# third of a lease: below 10 ms they round to nothing or spin. Above a year they are typos
+# (and past what a thread wait and a Redis expiry take), as in a spec.
+SECONDS = Bounds(0.01, MAX_SECONDS, "a number of seconds")
+MAX_SHARDS = 16_384  # Redis Cluster's hash slots: more shards could not be spread over them
+MAX_EVENTS_KEPT = 1_000_000_000  # more events than the memory of any Redis holds: a typo
+MAX_RESULT_BYTES = 512 * 1024 * 1024  # the largest string Redis stores
+MAX_NOTIFY_ATTEMPTS = 100  # each retry waits twice as long, up to 10 min: 100 span most of a day
+# Every numeric field of Settings has its bounds here (a test fails a new one without them).
+BOUNDS = {
+    "lease_seconds": SECONDS,
+    "worker_timeout_seconds": SECONDS,
+    "recovery_interval_seconds": SECONDS,
+    "retention_seconds": SECONDS,
+    "unknown_task_timeout_seconds": SECONDS,
+    "shards": Bounds(1, MAX_SHARDS, "a whole number", whole=True),
+    "segment_lease_seconds": SECONDS,
+    "idle_wait_seconds": SECONDS,
+    "events_maxlen": Bounds(0, MAX_EVENTS_KEPT, "a whole number", whole=True),
+    "result_max_bytes": Bounds(1, MAX_RESULT_BYTES, "a number of bytes", whole=True),
+    "notify_timeout_seconds": SECONDS,
+    "notify_attempts": Bounds(1, MAX_NOTIFY_ATTEMPTS, "a whole number", whole=True),
+    "notify_backoff_seconds": SECONDS,
+}
+
+
+def _plain(bound: float) -> str:
+    """A bound as a person writes it: 31622400, 0.01."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+
+
+def env_name(setting: str) -> str:
+    """The environment variable a setting is read from."""
+    return f"JOBCENTER_{setting.upper()}"
 
 
 SWITCH_VALUES = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}
@@ -134,12 +179,8 @@ class Settings:
     def __post_init__(self) -> None:
         # both end up inside every key name and hash tag
         check_name(self.namespace, "the namespace")
-        if not isinstance(self.shards, int) or self.shards < 1:
-            raise ValueError(f"the shard count must be a whole number >= 1, got {self.shards!r}")
-        if not isinstance(self.events_maxlen, int) or self.events_maxlen < 0:
-            raise ValueError(
-                f"events_maxlen must be a whole number >= 0, got {self.events_maxlen!r}"
-            )
+        for name, bounds in BOUNDS.items():
+            bounds.check(name, getattr(self, name))
         if self.durability not in DURABILITY_MODES:
             raise ValueError(
                 f"durability (JOBCENTER_DURABILITY) must be one of "
@@ -167,7 +208,7 @@ class Settings:
             "segment_lease_seconds": _env_float("JOBCENTER_SEGMENT_LEASE_SECONDS", 10.0),
             "idle_wait_seconds": _env_float("JOBCENTER_IDLE_WAIT_SECONDS", IDLE_WAIT_SECONDS),
             "durability": os.environ.get("JOBCENTER_DURABILITY") or FSYNCED,
-            "events_maxlen": _env_count("JOBCENTER_EVENTS_MAXLEN", 100_000),
+            "events_maxlen": _env_int("JOBCENTER_EVENTS_MAXLEN", 100_000),
             "metrics": _env_switch("JOBCENTER_METRICS", True),
             "result_max_bytes": _env_int("JOBCENTER_RESULT_MAX_BYTES", DEFAULT_RESULT_MAX_BYTES),
             "webhook_secret": os.environ.get("JOBCENTER_WEBHOOK_SECRET") or None,

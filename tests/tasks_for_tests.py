@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -185,3 +186,27 @@ def log_line(message: str) -> str:
 def returns(kind: str, size: int = 0) -> object:
     """Returns a value that cannot be stored (`set`) or `size` bytes (`bytes`)."""
     return {1, 2} if kind == "set" else b"x" * size
+
+
+@task(name="tasks_for_tests.end_process")
+def end_process(code: int = 0) -> None:
+    """Ends its process at once with os._exit(code): in the thread pool, the worker's own."""
+    os._exit(code)
+
+
+@task(name="tasks_for_tests.fork_child_that_exits")
+def fork_child_that_exits(code: int) -> int:
+    """Forks a child that ends at once with os._exit(code); returns the child's exit code."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+@task(name="tasks_for_tests.leave_thread_running")
+def leave_thread_running() -> str:
+    """Starts a thread that is no daemon and never ends, and returns at once."""
+    thread = threading.Thread(target=threading.Event().wait, name="left-behind", daemon=False)
+    thread.start()
+    return thread.name

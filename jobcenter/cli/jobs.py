@@ -6,8 +6,10 @@ import base64
 import json
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -18,6 +20,7 @@ from jobcenter.model.spec import load_spec_file
 from jobcenter.model.states import JobState, TaskState
 from jobcenter.storage.events import Event
 from jobcenter.storage.export import FINISHED_STATES
+from jobcenter.storage.outages import ride_out
 
 from .options import (
     EXIT_FAILED,
@@ -31,6 +34,30 @@ from .options import (
     format_time,
     redis_options,
 )
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Wait:
+    """`submit --wait`'s deadline, and its reads. The job exists: each read rides out a Redis
+    outage until the deadline, and never ends the command with "unreachable" (exit 3), which
+    says "nothing happened, submit it again"."""
+
+    job_id: str
+    timeout: float | None
+    deadline: float | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.deadline = None if self.timeout is None else time.monotonic() + self.timeout
+
+    def read(self, call: Callable[[], T]) -> T:
+        return ride_out(call, self.deadline, f"waiting for job {self.job_id}")
+
+    def check(self) -> None:
+        """TimeoutError once the deadline has passed."""
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise TimeoutError(f"job {self.job_id} not finished after {self.timeout}s")
 
 
 @click.command()
@@ -56,29 +83,31 @@ def submit(
         return
     if not as_json:
         click.echo(f"job {job_id} submitted ({len(spec.tasks)} tasks)")
-    state = _follow(client, job_id, len(spec.tasks), timeout, quiet=as_json)
-    if as_json:
-        click.echo(json.dumps(client.status(job_id), indent=2))  # the one full read
-    else:
+    waiting = _Wait(job_id, timeout)
+    try:
+        state = _follow(client, waiting, len(spec.tasks), quiet=as_json)
+        if as_json:
+            click.echo(json.dumps(waiting.read(lambda: client.status(job_id)), indent=2))
+    except TimeoutError as exc:  # not finished, or Redis unreachable, until --timeout
+        fail(f"{exc}; the job goes on", EXIT_TIMEOUT)
+    if not as_json:
         click.echo(f"job {job_id} {state}")
     sys.exit(0 if state == JobState.SUCCEEDED else EXIT_FAILED)
 
 
-def _follow(
-    client: Client, job_id: str, total: int, timeout: float | None, quiet: bool
-) -> JobState:
+def _follow(client: Client, waiting: _Wait, total: int, quiet: bool) -> JobState:
     """Wait for a job, showing a bar on a terminal, else a line per finished task; returns
     its final state. A poll reads the job's counters and the attempts that ended since the
     last poll (a page at a time), never every task: following a huge job stays cheap."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    lines = _TaskLines(client, job_id, total) if not quiet and not sys.stdout.isatty() else None
+    job_id = waiting.job_id
+    lines = _TaskLines(client, waiting, total) if not quiet and not sys.stdout.isatty() else None
     bar = None
     if not quiet and lines is None:
         bar = click.progressbar(length=total, label="tasks finished")
         bar.__enter__()
     try:
         while True:
-            progress = client.progress(job_id)
+            progress = waiting.read(lambda: client.progress(job_id))
             if bar is not None:
                 bar.update(progress.finished - bar.pos)
             if lines is not None:
@@ -87,8 +116,7 @@ def _follow(
                 if lines is not None:
                     lines.show_unattempted()
                 return progress.state
-            if deadline is not None and time.monotonic() >= deadline:
-                fail(f"job {job_id} not finished after {timeout}s", EXIT_TIMEOUT)
+            waiting.check()
             time.sleep(FOLLOW_POLL_SECONDS)
     finally:
         if bar is not None:
@@ -99,8 +127,9 @@ class _TaskLines:
     """`submit --wait` off a terminal: a line per task as it ends, read from the job's
     history of attempts a page at a time."""
 
-    def __init__(self, client: Client, job_id: str, total: int) -> None:
-        self.client, self.job_id, self.total = client, job_id, total
+    def __init__(self, client: Client, waiting: _Wait, total: int) -> None:
+        self.client, self.waiting, self.total = client, waiting, total
+        self.job_id = waiting.job_id
         self.read = 0  # history entries read so far
         self.ended: set[str] = set()
 
@@ -111,7 +140,9 @@ class _TaskLines:
     def show_attempts(self) -> None:
         """The tasks whose last attempt ended since the last call."""
         while True:
-            page = self.client.history(self.job_id, self.read, FOLLOW_PAGE)
+            page = self.waiting.read(
+                lambda: self.client.history(self.job_id, self.read, FOLLOW_PAGE)
+            )
             self.read += len(page)
             for attempt in page:
                 if TaskState(attempt["state"]).terminal:
@@ -124,7 +155,8 @@ class _TaskLines:
         (upstream_failed, skipped, or cancelled before they ran)."""
         if len(self.ended) >= self.total:
             return
-        for task_id, state in self.client.task_states(self.job_id).items():
+        states = self.waiting.read(lambda: self.client.task_states(self.job_id))
+        for task_id, state in states.items():
             if task_id not in self.ended and TaskState(state).terminal:
                 self._show(task_id, state)
 

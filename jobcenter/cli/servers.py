@@ -29,6 +29,10 @@ from .options import (
     redis_options,
 )
 
+# Task slots of one worker: each is a thread of its own (a child process with --pool
+# process), started at once; more than this is a typo, not a machine.
+MAX_CONCURRENCY = 10_000
+
 
 @click.command()
 @click.argument("modules", nargs=-1, envvar="JOBCENTER_MODULES")
@@ -103,12 +107,15 @@ def worker(
 ) -> None:
     """Run a worker; MODULES are imported to register their @task functions
     [env JOBCENTER_MODULES, separated by spaces]."""
-    from jobcenter.runtime import health, logs, registry
+    from jobcenter.runtime import exits, health, logs, registry
     from jobcenter.runtime.worker import Options, Worker
     from jobcenter.storage.store import Store
 
-    if concurrency < 1:
-        raise SpecError("--concurrency must be >= 1")
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise SpecError(
+            f"--concurrency (JOBCENTER_CONCURRENCY) must be from 1 to {MAX_CONCURRENCY}, "
+            f"got {concurrency}"
+        )
     served = [check_name(q.strip(), f"--queues {queues!r}: each queue") for q in queues.split(",")]
     if node is not None:
         check_name(node, "--node")
@@ -121,6 +128,7 @@ def worker(
     # console script's sys.path starts with its own bin directory instead)
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
+    exits.guard()  # before the task modules load: an os._exit of theirs is no chosen stop
     registry.import_modules(modules)
     options = Options(
         queues=served,
@@ -136,6 +144,7 @@ def worker(
     w.install_signal_handlers()
     health.start(w, health_host, health_port)
     w.run()
+    exits.finish(0)  # stopped as it chose: no thread a task left running keeps it alive
 
 
 @click.command()

@@ -36,6 +36,7 @@ from jobcenter.schedules import run_ticker
 from jobcenter.storage import schema
 from jobcenter.storage.errors import RedisError, trouble
 from jobcenter.storage.keys import LEADER_SEGMENT, node_queue
+from jobcenter.storage.outages import Backoff
 from jobcenter.storage.refusals import why_refused
 from jobcenter.storage.store import (
     HEARTBEAT_CANCELLED,
@@ -45,7 +46,7 @@ from jobcenter.storage.store import (
     Store,
 )
 
-from . import registry, rq_runner
+from . import exits, registry, rq_runner
 from .execution import Outcome, ProcessRunner, ThreadRunner
 from .leader import Leader
 from .notifier import DELIVERY_THREADS, Notifier
@@ -65,8 +66,6 @@ PREFETCH_PER_SLOT = 1
 PREFETCH_RUN_MAX_SECONDS = 0.05
 REPORT_BATCH_MAX = 512  # finished attempts reported per round trip
 LEADER_BATCH = 4  # leader messages taken per claim
-RECONNECT_MAX_SECONDS = 5.0  # longest pause between tries while Redis is unreachable
-BACKOFF_FIRST_SECONDS = 0.1  # first pause after a Redis error
 REPORT_RETRY_MAX_SECONDS = 1.0  # a refused report is tried again at least this often
 # A refused heartbeat is tried again this many times per heartbeat interval, so once Redis
 # takes writes again each lease is renewed well within the grace a timed-out attempt gets.
@@ -94,26 +93,6 @@ class Options:
     modules: list[str] = field(default_factory=list)
     leader: bool = True
     recovery: bool = True  # supervise an rq worker for the recovery job, and enqueue it
-
-
-class Backoff:
-    """Pauses between tries while Redis is unreachable or refuses commands: 0.1 s doubling
-    to a cap."""
-
-    def __init__(self, cap: float = RECONNECT_MAX_SECONDS) -> None:
-        self.cap = cap
-        self.pause = min(BACKOFF_FIRST_SECONDS, cap)
-
-    def reset(self) -> None:
-        self.pause = min(BACKOFF_FIRST_SECONDS, self.cap)
-
-    def wait(self, stop: threading.Event | None, why: str) -> None:
-        log.warning("%s; retrying in %.2fs", why, self.pause)
-        if stop is None:
-            time.sleep(self.pause)
-        else:
-            stop.wait(self.pause)
-        self.pause = min(self.pause * 2, self.cap)
 
 
 @dataclass
@@ -242,7 +221,7 @@ class Worker:
         except Exception:
             log.exception("worker %s: forced stop could not finish cleanly", self.handler)
         finally:
-            os._exit(exit_code)
+            exits.exit_now(exit_code)
 
     def _die(self, loop: str) -> NoReturn:
         """A loop met an error it cannot go on from (not Redis's: those it waits out): give
@@ -316,7 +295,7 @@ class Worker:
                 # a loop failed, and its thread gives the running tasks back and ends the
                 # process: not a normal exit here (it would say 0), unless it hangs
                 threading.Event().wait(FORCED_STOP_MAX_SECONDS)
-                os._exit(EXIT_LOOP_FAILED)
+                exits.exit_now(EXIT_LOOP_FAILED)
             self.stopped.set()
             self._stop_polling()
             self.leader_waits.close()

@@ -12,6 +12,7 @@ from typing import Any
 
 from jobcenter.model.states import TaskState
 
+from .outages import ride_out
 from .packed import values_of_jobs
 from .replies import text
 from .schema import EventField, EventKind, TaskField
@@ -201,19 +202,24 @@ class Events:
         """The events after `cursor` (at most EVENTS_PAGE per shard), which it moves past
         them. With `block_ms`, when none is there yet, wait up to that long for some, on
         one shard after the other (a blocking read names one stream: on Redis Cluster the
-        shards' streams are in different slots)."""
+        shards' streams are in different slots). The cursor moves only once every read
+        succeeded: a read that fails half way (Redis restarting) can be made again and loses
+        no event."""
         found: list[list[Event]] = []
         shards = self._shards(job_id)
+        moved = dict(cursor)
         for shard in shards:
-            found.append(self._xread(shard, cursor, job_id, 0))
+            found.append(self._xread(shard, moved, job_id, 0))
         if block_ms and not any(found) and shards:
             wait = max(1, block_ms // len(shards))
             for shard in shards:
-                events = self._xread(shard, cursor, job_id, wait)
+                events = self._xread(shard, moved, job_id, wait)
                 if events:
                     found.append(events)
                     break
-        return self.named(list(heapq.merge(*found, key=lambda e: e.order)))
+        named = self.named(list(heapq.merge(*found, key=lambda e: e.order)))
+        cursor.update(moved)
+        return named
 
     def _xread(self, shard: int, cursor: Cursor, job_id: str | None, block_ms: int) -> list[Event]:
         key = self.keys.events(shard)
@@ -229,9 +235,13 @@ class Events:
     def follow(
         self, cursor: Cursor, *, job_id: str | None = None, block_ms: int = FOLLOW_BLOCK_MS
     ) -> Iterator[Event]:
-        """Every event after `cursor`, as it comes, forever (the caller stops it)."""
+        """Every event after `cursor`, as it comes, forever (the caller stops it). A Redis
+        outage is waited out, reconnecting with backoff: following goes on where it was."""
+        following = "following events" if job_id is None else f"following job {job_id}'s events"
         while True:
-            yield from self.after(cursor, job_id=job_id, block_ms=block_ms)
+            yield from ride_out(
+                lambda: self.after(cursor, job_id=job_id, block_ms=block_ms), None, following
+            )
 
     def state_changes(self, job_id: str, after: str) -> tuple[dict[int, str], str] | None:
         """What a live view of one job needs since its cursor `after` (an id of the job's

@@ -62,5 +62,17 @@ def private_cluster(
 
 
 @pytest.fixture
+def outage_cluster(
+    private_redis: RedisServer, redis_url: str, namespace: str, tmp_path: Path
+) -> Iterator[Cluster]:
+    """Workers on a Redis of this test's own, which the test stops or starves of memory;
+    the tasks' events and gates on the session's Redis, so recording them and opening a
+    gate do not wait out the outage the test causes."""
+    c = Cluster(private_redis.url, namespace, tmp_path, events_url=redis_url)
+    yield c
+    _close(c)
+
+
+@pytest.fixture
 def private_client(private_redis: RedisServer, namespace: str) -> Client:
     return Client(Store(connect(private_redis.url), _settings(private_redis.url, namespace)))

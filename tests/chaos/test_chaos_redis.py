@@ -5,11 +5,8 @@ converges with nothing lost and no task failed for it."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 import redis
 from chaos_harness import LEASE_SECONDS, Cluster, chain_of_layers, check_converged
 from helpers import wait_until
@@ -86,19 +83,6 @@ OOM_SECONDS = 4.0  # the outage of the issue: longer than a lease, so leases run
 OOM_AFTER_FINISHED = 100  # tasks finished before Redis runs out of memory
 
 
-@pytest.fixture
-def oom_cluster(
-    private_redis: RedisServer, redis_url: str, namespace: str, tmp_path: Path
-) -> Iterator[Cluster]:
-    """Workers on a Redis of this test's own; the tasks' events and gates on the session's
-    Redis, so recording them does not wait out the refusals the test causes."""
-    c = Cluster(private_redis.url, namespace, tmp_path, events_url=redis_url)
-    yield c
-    problems = c.close()
-    if problems:
-        pytest.fail("\n".join(problems), pytrace=False)
-
-
 def layers_with_failures(width: int, depth: int, failing: int) -> dict[str, Any]:
     """A layered DAG of chaos.step tasks without retries (a task that Redis's refusals made
     fail would stay failed), plus `failing` tasks that fail by design, each with a child."""
@@ -116,12 +100,12 @@ def layers_with_failures(width: int, depth: int, failing: int) -> dict[str, Any]
 
 
 def test_redis_out_of_memory_mid_run_every_task_still_ends_with_its_true_outcome(
-    private_redis: RedisServer, oom_cluster: Cluster, private_client: Client
+    private_redis: RedisServer, outage_cluster: Cluster, private_client: Client
 ) -> None:
     """Redis under noeviction refuses every write for a few seconds in the middle of a
     600-task job (maxmemory set below its use, then raised again): the workers keep their
     results and try again, no task fails for it, and every loop of both workers goes on."""
-    cluster, client = oom_cluster, private_client
+    cluster, client = outage_cluster, private_client
     spec = layers_with_failures(width=60, depth=10, failing=2)
     expected = {t["id"]: "succeeded" for t in spec["tasks"]}
     expected.update({f"doomed{k}": "failed" for k in range(2)})

@@ -69,6 +69,29 @@ def test_worker_refuses_a_bad_queue_or_node_name_naming_it_and_writes_nothing(
     assert namespace_keys(redis_client, namespace) == []
 
 
+@pytest.mark.parametrize(
+    ("variable", "raw", "named"),
+    [
+        ("JOBCENTER_LEASE_SECONDS", "nan", "got nan"),
+        ("JOBCENTER_LEASE_SECONDS", "inf", "got inf"),
+        ("JOBCENTER_LEASE_SECONDS", "1e-9", "got 1e-09"),
+        ("JOBCENTER_SHARDS", "nan", "got 'nan'"),
+        ("JOBCENTER_CONCURRENCY", "10001", "from 1 to 10000, got 10001"),
+    ],
+)
+def test_worker_refuses_a_numeric_setting_out_of_bounds_with_exit_2_and_no_traceback(
+    cli: Cli, redis_client: redis.Redis, namespace: str, variable: str, raw: str, named: str
+) -> None:
+    # --burst: were the value taken, the worker would exit at once instead of hanging
+    result = cli("worker", "tasks_for_tests", "--burst", env={variable: raw})
+
+    assert result.code == 2, result.stderr
+    assert result.stderr.startswith("error: "), result.stderr
+    assert variable in result.stderr and named in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert namespace_keys(redis_client, namespace) == []
+
+
 @pytest.mark.parametrize("namespace_arg", ["a:b", "{x}", "has space", ""])
 def test_a_namespace_outside_the_id_rule_is_refused(cli: Cli, namespace_arg: str) -> None:
     result = cli("list", "--namespace", namespace_arg)
