@@ -91,8 +91,9 @@ class Retry(TaskFailure):
 
 
 class TaskCancelled(JobcenterError):
-    """Raised by `current_task().check_cancelled()` in an attempt that was stopped (its job
-    was cancelled, or it ran past its timeout): its result is discarded anyway."""
+    """Raised by `current_task().check_cancelled()` and `progress()` in an attempt that was
+    stopped (its job was cancelled, another attempt took its task over, or it ran past its
+    timeout): its result is discarded anyway."""
 
 
 # The one table from Lua return codes to exceptions. Scripts return {code, ...};

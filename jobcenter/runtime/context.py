@@ -1,5 +1,5 @@
 """The context a running task can read: who it is, its fencing token, progress reports, and
-whether its attempt was stopped (cancelled, or past its timeout)."""
+whether its attempt was stopped (its job cancelled, its task taken over, past its timeout)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ class TaskContext:
     handler: str
     report: Callable[[str], None] = field(repr=False, default=lambda _: None)
     _stopped: bool = field(default=False, repr=False)  # set once, under _lock
+    _why: str = field(default="", repr=False)  # why it was stopped, in words
     _on_stop: list[Callable[[], object]] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -40,27 +41,34 @@ class TaskContext:
         return f"{self.attempt}:{self.handler}"
 
     def progress(self, message: str) -> None:
-        """Report progress (seed 004's execution step): shown by status; renews the lease."""
+        """Report progress (seed 004's execution step): shown by status; renews the lease.
+        Raises TaskCancelled once the attempt was stopped: a stopped attempt writes nothing
+        more, and a task that only reports progress stops at its next report."""
+        self.check_cancelled()
         self.report(valid_utf8(str(message)[:PROGRESS_MAX]))
+        self.check_cancelled()  # the report may have learned that the attempt is over
 
     @property
     def cancelled(self) -> bool:
-        """True once this attempt was stopped: its job was cancelled, or (in the thread pool,
-        which cannot stop a thread) it ran past its timeout. Its result is discarded either
-        way, so a long task should check this and return early, freeing its slot."""
+        """True once this attempt was stopped: its job was cancelled, another attempt took
+        the task over (this one's lease ran out), or (in the thread pool, which cannot stop a
+        thread) it ran past its timeout. Its result is discarded whatever the cause, so a long
+        task should check this and return early, freeing its slot."""
         return self._stopped
 
     def check_cancelled(self) -> None:
         """Raise TaskCancelled if this attempt was stopped (see `cancelled`)."""
         if self.cancelled:
             raise TaskCancelled(
-                f"job {self.job_id} task {self.task_id}: attempt {self.attempt} was "
-                "cancelled or ran past its timeout"
+                f"job {self.job_id} task {self.task_id}: attempt {self.attempt} was stopped: "
+                f"{self._why}"
             )
 
-    def stop(self) -> None:
-        """Mark the attempt stopped and run the stop hooks (the runner calls this)."""
+    def stop(self, why: str) -> None:
+        """Mark the attempt stopped (`why`, in words) and run the stop hooks (the runner
+        calls this)."""
         with self._lock:
+            self._why = self._why or why
             self._stopped = True
             hooks, self._on_stop[:] = list(self._on_stop), []
         for hook in hooks:

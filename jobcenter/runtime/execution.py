@@ -1,4 +1,4 @@
-"""Running one attempt: payload decoding, the task call, its outcome, timeouts and cancels.
+"""Running one attempt: payload decoding, the task call, its outcome, timeouts and stops.
 
 Every way an attempt can end is an Outcome: a return, any exception (BaseException too:
 SystemExit, KeyboardInterrupt, ...), a child process that exits or is killed, a pipe that
@@ -6,11 +6,13 @@ breaks.
 
 Two runners. `ThreadRunner` runs tasks in threads, and coroutine functions side by side on
 one event loop of its own: a thread cannot be stopped, so an attempt past its timeout or
-cancelled is told so (`current_task().cancelled`; a coroutine is cancelled at its next
-await), its outcome is settled at once (a late result is discarded), and its slot stays busy
-until the thread returns. (In a child process, a coroutine function runs on an event loop of
-its own, `asyncio.run`.) `ProcessRunner` runs each attempt in a
-child process, killed at its timeout or cancel; progress reports travel back over a pipe."""
+stopped (`stop`: its job cancelled, its task taken over) is told so
+(`current_task().cancelled`; a coroutine is cancelled at its next await), its outcome is
+settled at once (a late result is discarded), and its slot stays busy until the thread
+returns. (In a child process, a coroutine function runs on an event loop of its own,
+`asyncio.run`.) `ProcessRunner` runs each attempt in a child process, killed at its timeout
+or stop; progress reports travel back over a pipe. Both tell their StopWatch
+(runtime/stopping.py) of every attempt they stop, and when it ended."""
 
 from __future__ import annotations
 
@@ -45,6 +47,14 @@ from jobcenter.storage.store import NO_RESULT, StartedTask
 from . import registry
 from .context import TaskContext, set_current, valid_utf8
 from .lifeline import exit_with
+from .stopping import (
+    STOP_BOUND_SECONDS,
+    STOP_WORDS,
+    AttemptKey,
+    Stop,
+    StopReason,
+    StopWatch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +75,6 @@ class Done(Protocol):
     """Where a runner sends the outcomes of the attempts it was given: one or more at a time."""
 
     def __call__(self, *outcomes: Outcome) -> None: ...
-
-
-AttemptKey = tuple[str, int, int]  # job id, task index, attempt
 
 
 @dataclass
@@ -113,6 +120,10 @@ def pack_result(task_name: str, value: object, max_bytes: int) -> bytes:
 
 def attempt_key(task: StartedTask) -> AttemptKey:
     return (task.job_id, task.index, task.attempt)
+
+
+def ignore_stop(_: Stop) -> None:
+    """A runner's default listener of its stops (the worker passes its own)."""
 
 
 def backoff_ms(attempt: int, base: float, cap: float) -> int:
@@ -324,7 +335,7 @@ class _Attempt:
     done: Done
     context: TaskContext
     on_loop: bool = False  # a coroutine function's attempt: it runs on the runner's event loop
-    stopped: str = ""  # why its outcome was settled before it returned: timed out, cancelled
+    stopped: StopReason | None = None  # why its outcome was settled before it returned
     began: bool = False  # a thread took it (until then it may be withdrawn)
     withdrawn: bool = False  # given back before a thread took it: it never runs here
 
@@ -463,10 +474,13 @@ class ThreadRunner:
         handler: str,
         on_slot_free: Callable[[], None],
         result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
+        on_stop: Callable[[Stop], None] = ignore_stop,
+        stop_bound: float = STOP_BOUND_SECONDS,
     ) -> None:
         self.handler = handler
         self.on_slot_free = on_slot_free
         self.result_max_bytes = result_max_bytes
+        self.stops = StopWatch(on_stop, stop_bound)
         self.inbox = RunOrderInbox(concurrency)
         self.threads = [
             threading.Thread(target=self._serve, name=f"jobcenter-task-{i}", daemon=True)
@@ -477,7 +491,7 @@ class ThreadRunner:
         self.event_loop: EventLoop | None = None  # started by the first async attempt
         self.lock = threading.Lock()
         self.deadline_added = threading.Condition(self.lock)  # the timeout watcher waits on it
-        self.busy = 0  # threads occupied, including ones still running past a timeout or cancel
+        self.busy = 0  # threads occupied, including ones still running past a timeout or stop
         # attempts whose outcome has not gone out: whoever removes one settles its outcome
         self.active: dict[AttemptKey, _Attempt] = {}
         self.deadlines: list[tuple[float, int, _Attempt]] = []
@@ -525,7 +539,7 @@ class ThreadRunner:
                 self.busy -= 1
         return [attempt.task for attempt in waiting]
 
-    def _settle(self, attempt: _Attempt, stopped: str = "") -> bool:
+    def _settle(self, attempt: _Attempt, stopped: StopReason | None = None) -> bool:
         """Take the right to settle the attempt's outcome (`stopped`: why before it returned);
         False if it was taken already."""
         key = attempt_key(attempt.task)
@@ -550,7 +564,8 @@ class ThreadRunner:
 
     def _end(self, attempt: _Attempt, outcome: Outcome | None) -> None:
         """The attempt returned (outcome: None if it never ran): send its outcome, unless it
-        was settled already (timed out, cancelled), and free its thread."""
+        was settled already (timed out, stopped: its late result is discarded), and free its
+        thread."""
         with self.lock:
             self.busy -= 1
         if outcome is not None and self._settle(attempt):
@@ -559,14 +574,8 @@ class ThreadRunner:
                 self.event_loop.ended.put((attempt.done, outcome))
             else:
                 attempt.done(outcome)
-        elif outcome is not None:
-            task = attempt.task
-            log.warning(
-                "job %s task %d returned after it %s; its result was discarded",
-                task.job_id,
-                task.index,
-                attempt.stopped,
-            )
+        elif attempt.stopped is not None:
+            self.stops.ended(attempt_key(attempt.task))
         self.on_slot_free()
 
     def _run(self, attempt: _Attempt) -> None:
@@ -631,10 +640,11 @@ class ThreadRunner:
                     self.deadline_added.wait(deadline - time.monotonic())
                     continue
                 heapq.heappop(self.deadlines)
-            if not self._settle(attempt, "ran past its timeout"):
-                continue  # it finished in time, or was cancelled
+            if not self._settle(attempt, StopReason.TIMED_OUT):
+                continue  # it finished in time, or was stopped
             task = attempt.task
-            attempt.context.stop()
+            self.stops.stopped(attempt_key(task), StopReason.TIMED_OUT, _kind(attempt))
+            attempt.context.stop(STOP_WORDS[StopReason.TIMED_OUT])
             if attempt.on_loop:
                 note = "its coroutine is cancelled at its next await; its result will be discarded"
             else:
@@ -650,15 +660,26 @@ class ThreadRunner:
                 )
             attempt.done(timed_out(task, attempt.payload, note))
 
-    def cancel(self, key: AttemptKey) -> bool:
-        """Stop an attempt whose job was cancelled: tell the task (`current_task().cancelled`,
-        a coroutine is cancelled) and stop waiting for it; its late result is discarded.
-        False if the attempt is not running here (or its outcome has gone out already)."""
+    def stop(self, key: AttemptKey, reason: StopReason) -> bool:
+        """Stop an attempt that is no longer live (its job cancelled, its task taken over...):
+        tell the task (`current_task().cancelled`, a coroutine is cancelled) and stop waiting
+        for it; its late result is discarded. One no thread has begun never runs, and its slot
+        is free at once. False if the attempt is not running here (or its outcome has gone
+        out already)."""
         with self.lock:
-            attempt = self.active.get(key)
-        if attempt is None or not self._settle(attempt, "was cancelled"):
-            return False
-        attempt.context.stop()
+            attempt = self.active.pop(key, None)
+            if attempt is None:
+                return False
+            attempt.stopped = reason
+            waiting = not attempt.began
+            if waiting:  # as withdraw_waiting: the thread that takes it drops it
+                attempt.withdrawn = True
+                self.busy -= 1
+        self.stops.stopped(key, reason, _kind(attempt))
+        attempt.context.stop(STOP_WORDS[reason])
+        if waiting:
+            self.stops.ended(key)
+            self.on_slot_free()
         return True
 
     def kill_all(self) -> None:
@@ -667,6 +688,11 @@ class ThreadRunner:
     def shutdown(self) -> None:
         for _ in self.threads:
             self.inbox.put(STOP_ORDER, None)  # after what waits
+
+
+def _kind(attempt: _Attempt) -> str:
+    """What runs an attempt of the thread pool, as a stop is counted."""
+    return "async" if attempt.on_loop else "thread"
 
 
 def _child_main(
@@ -715,7 +741,7 @@ def child_died(exitcode: int | None) -> str:
 
 class ProcessRunner:
     """Each attempt in its own child process (forkserver, task modules preloaded), killed
-    at its timeout or cancel; a thread per slot supervises its child."""
+    at its timeout or stop; a thread per slot supervises its child."""
 
     def __init__(
         self,
@@ -724,11 +750,14 @@ class ProcessRunner:
         modules: list[str],
         on_slot_free: Callable[[], None],
         result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
+        on_stop: Callable[[Stop], None] = ignore_stop,
+        stop_bound: float = STOP_BOUND_SECONDS,
     ) -> None:
         self.handler = handler
         self.modules = modules
         self.result_max_bytes = result_max_bytes
         self.on_slot_free = on_slot_free
+        self.stops = StopWatch(on_stop, stop_bound)
         self.ctx = multiprocessing.get_context("forkserver")
         self.ctx.set_forkserver_preload(["jobcenter.runtime.execution", *modules])
         forkserver.ensure_running()  # now, not on the first task (it takes ~2 s to start)
@@ -736,7 +765,7 @@ class ProcessRunner:
         self.busy = 0
         self.lock = threading.Lock()
         # attempts whose outcome has not gone out, with their child once started: whoever
-        # removes one settles its outcome (its supervisor, or a cancel)
+        # removes one settles its outcome (its supervisor, or a stop)
         self.attempts: dict[AttemptKey, Any] = {}
         self.killed = False
 
@@ -753,6 +782,8 @@ class ProcessRunner:
                 mine = self.attempts.pop(attempt_key(task), False) is not False
             if mine and not self.killed:  # a child killed by kill_all was given back
                 done(outcome)
+            elif not mine:  # stopped: its child is gone now
+                self.stops.ended(attempt_key(task))
         finally:
             with self.lock:
                 self.busy -= 1
@@ -789,10 +820,10 @@ class ProcessRunner:
         sender.close()
         key = attempt_key(task)
         with self.lock:
-            cancelled = key not in self.attempts  # cancelled while its child started
-            if not cancelled:
+            stopped = key not in self.attempts  # stopped while its child started
+            if not stopped:
                 self.attempts[key] = child
-        if cancelled:
+        if stopped:
             child.kill()
         try:
             return self._follow(child, receiver, task, payload, progress)
@@ -812,8 +843,10 @@ class ProcessRunner:
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not receiver.poll(wait):
+                self.stops.stopped(attempt_key(task), StopReason.TIMED_OUT, "process")
                 child.kill()
                 child.join()
+                self.stops.ended(attempt_key(task))
                 return timed_out(task, payload, "its process was killed")
             try:
                 kind, value = receiver.recv()
@@ -838,13 +871,15 @@ class ProcessRunner:
     def hand_over_deferred(self) -> None:
         """Nothing to hand over: every attempt has a child of its own at once."""
 
-    def cancel(self, key: AttemptKey) -> bool:
-        """Kill the child of an attempt whose job was cancelled; its outcome is dropped.
-        False if the attempt is not running here (or its outcome has gone out already)."""
+    def stop(self, key: AttemptKey, reason: StopReason) -> bool:
+        """Kill the child of an attempt that is no longer live (its job cancelled, its task
+        taken over...); its outcome is dropped. False if the attempt is not running here (or
+        its outcome has gone out already)."""
         with self.lock:
             if key not in self.attempts:
                 return False
             child = self.attempts.pop(key)
+        self.stops.stopped(key, reason, "process")
         if child is not None:
             child.kill()
         return True

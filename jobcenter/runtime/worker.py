@@ -29,7 +29,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from jobcenter.errors import UnknownJob
 from jobcenter.model.ids import handler_id
 from jobcenter.model.spec import DEFAULT_QUEUE
 from jobcenter.schedules import run_ticker
@@ -37,9 +36,8 @@ from jobcenter.storage import schema
 from jobcenter.storage.errors import RedisError, trouble
 from jobcenter.storage.keys import LEADER_SEGMENT, node_queue
 from jobcenter.storage.outages import Backoff
-from jobcenter.storage.refusals import why_refused
+from jobcenter.storage.refusals import JOB_GONE, STALE_TOKEN, STOPPED, why_refused
 from jobcenter.storage.store import (
-    HEARTBEAT_CANCELLED,
     SWEEP_MAX,
     RefusedInPart,
     StartedTask,
@@ -52,6 +50,7 @@ from .leader import Leader
 from .notifier import DELIVERY_THREADS, Notifier
 from .pulse import Pulse
 from .segments import Ownership, ShardWaits
+from .stopping import Stop, StopCounts, StopReason, log_stop
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +80,13 @@ GIVE_BACK_DELAY_MAX_MS = 10_000
 GIVE_BACK_WAIT_SECONDS = 5.0  # a forced stop waits this long at most for a claim under way
 FORCED_STOP_MAX_SECONDS = 60.0  # past this, a forced stop that hangs (Redis hung) exits anyway
 EXIT_LOOP_FAILED = 70  # exit code when a loop met an error it cannot go on from (EX_SOFTWARE)
+# Why an attempt whose heartbeat Redis refused is no longer live, by the refusal's code (any
+# other refusal: the task is not running any more).
+STOP_REASONS = {
+    **{code: StopReason.CANCELLED for code in STOPPED},
+    STALE_TOKEN: StopReason.TAKEN_OVER,
+    JOB_GONE: StopReason.GONE,
+}
 
 
 @dataclass
@@ -117,6 +123,7 @@ class Worker:
         self.lock = threading.Condition()
         self.stopping = threading.Event()
         self.stopped = threading.Event()
+        self.stop_counts = StopCounts(store.keys)  # attempts stopped, for the metrics
         self.runner = self._make_runner()
         self.completed = 0
         self.failed = 0
@@ -153,12 +160,15 @@ class Worker:
                 self.options.modules,
                 self._slot_freed,
                 limit,
+                self._attempt_stopped,
             )
-        return ThreadRunner(self.options.concurrency, self.handler, self._slot_freed, limit)
+        return ThreadRunner(
+            self.options.concurrency, self.handler, self._slot_freed, limit, self._attempt_stopped
+        )
 
     def _slot_freed(self) -> None:
         """A runner's thread or child returned. Its slot is free only if its outcome was
-        reported already (it ran past its timeout, or was cancelled); otherwise the report
+        reported already (it ran past its timeout, or was stopped); otherwise the report
         frees it and wakes the claim loop then: no wake-up per task for nothing."""
         with self.lock:
             if self._free_slots() > 0:
@@ -302,6 +312,8 @@ class Worker:
             self.runner.shutdown()
             if self.rq_child is not None:
                 rq_runner.stop_rq_worker(self.rq_child)
+            with contextlib.suppress(RedisError):
+                self.stop_counts.flush(self.store)
             self._deregister()
             log.info(
                 "worker %s stopped: %d succeeded, %d failed",
@@ -473,9 +485,15 @@ class Worker:
                 return
             running.progress_sent_at = now
         try:
-            self.store.heartbeat(self.handler, [(task.job_id, task.index, task.attempt, message)])
+            codes = self.store.heartbeat(
+                self.handler, [(task.job_id, task.index, task.attempt, message)]
+            )
         except RedisError as exc:  # the heartbeat loop carries it, and logs the trouble
             log.debug("progress of job %s task %d not sent: %s", task.job_id, task.index, exc)
+            return
+        code = codes.get((task.job_id, task.index), 0)
+        if code < 0:
+            self._stop_attempt(task.job_id, task.index, task.attempt, code)
 
     # -- reporting -------------------------------------------------------------------------
 
@@ -746,31 +764,40 @@ class Worker:
             ]
         attempts = {(job_id, index): attempt for job_id, index, attempt, _ in running}
         for (job_id, index), code in self.store.heartbeat(self.handler, running).items():
-            if code in (HEARTBEAT_CANCELLED, UnknownJob.code):
+            if code < 0:
                 self._stop_attempt(job_id, index, attempts[(job_id, index)], code)
-            elif code < 0:
-                log.warning(
-                    "job %s task %d: heartbeat refused: %s (code %d)",
-                    job_id,
-                    index,
-                    why_refused(self.store, job_id, index, attempts[(job_id, index)], code),
-                    code,
-                )
+        self.stop_counts.flush(self.store)
         self._register()
         self._supervise_recovery()
 
     def _stop_attempt(self, job_id: str, index: int, attempt: int, code: int) -> None:
-        """The attempt's job was cancelled (or is gone): stop the attempt and free its slot.
-        Nothing is reported: the cancel settled the task already."""
-        if not self.runner.cancel((job_id, index, attempt)):
-            return  # it ended meanwhile; the reporter has its outcome
-        why = "was cancelled" if code == HEARTBEAT_CANCELLED else "is gone"
-        log.info("job %s %s: stopped its running task %d (attempt %d)", job_id, why, index, attempt)
+        """Redis refused the attempt's heartbeat (`code`): it is no longer live (its job was
+        cancelled or is gone, another attempt took the task over, or the task was queued
+        again or failed when its lease ran out). Stop it now, whatever the cause, so it never
+        runs beside the task's next attempt, and free its slot. Nothing is reported: Redis
+        would refuse its outcome."""
+        stopped = self.runner.stop(
+            (job_id, index, attempt), STOP_REASONS.get(code, StopReason.NOT_RUNNING)
+        )
+        why = why_refused(self.store, job_id, index, attempt, code)
+        if not stopped:  # it ended meanwhile: the reporter has its outcome
+            log.info("job %s task %d attempt %d: heartbeat refused: %s (code %d)",
+                     job_id, index, attempt, why, code)  # fmt: skip
+            return
+        level = logging.INFO if code in STOPPED or code == JOB_GONE else logging.WARNING
+        log.log(level, "job %s task %d attempt %d stopped: %s (code %d)",
+                job_id, index, attempt, why, code)  # fmt: skip
         with self.lock:
             running = self.running.get((job_id, index))
             if running is not None and running.task.attempt == attempt:
                 del self.running[(job_id, index)]
             self.lock.notify_all()
+
+    def _attempt_stopped(self, stop: Stop) -> None:
+        """A runner's word on an attempt it stopped (told, still running, ended): logged,
+        and counted for the metrics."""
+        log_stop(stop)
+        self.stop_counts.add(stop)
 
     def _supervise_recovery(self) -> None:
         """Keep the rq child alive and enqueue this round's recovery job (once per round,

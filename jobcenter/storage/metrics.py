@@ -1,11 +1,13 @@
 """The metric counters read back. The transitions keep them in each shard's metrics hash
-(keys.metrics, count() and observe() in lua/_job.lua); this module reads every shard's hash
-and sums them. Nothing here scans: one HGETALL per shard, its size bounded by the labels
-(queues x task names x states), not by the number of jobs."""
+(keys.metrics, count() and observe() in lua/_job.lua), and workers add the few only they can
+see (`count`: attempts they had to stop); this module reads every shard's hash and sums
+them. Nothing here scans: one HGETALL per shard, its size bounded by the labels (queues x
+task names x states), not by the number of jobs."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .schema import HISTOGRAM_BUCKETS_MS, MetricField
@@ -47,6 +49,8 @@ class Counters:
     repairs: dict[Labels, int] = field(default_factory=dict)  # rule
     expired: dict[Labels, int] = field(default_factory=dict)  # outcome
     gate_waits: dict[Labels, int] = field(default_factory=dict)  # gate
+    stopped: dict[Labels, int] = field(default_factory=dict)  # reason, runner
+    stop_overdue: dict[Labels, int] = field(default_factory=dict)  # reason, runner
     wait: dict[Labels, Histogram] = field(default_factory=dict)  # queue
     run: dict[Labels, Histogram] = field(default_factory=dict)  # queue, task name
 
@@ -59,12 +63,25 @@ COUNTERS = {
     MetricField.REPAIRS: (1, "repairs"),
     MetricField.EXPIRED: (1, "expired"),
     MetricField.GATE_WAITS: (1, "gate_waits"),
+    MetricField.STOPPED: (2, "stopped"),
+    MetricField.STOP_OVERDUE: (2, "stop_overdue"),
 }
 # Each histogram: its buckets' prefix, its sum's prefix, its labels' count, where it goes.
 HISTOGRAMS = (
     (MetricField.WAIT, MetricField.WAIT_SUM, 1, "wait"),
     (MetricField.RUN, MetricField.RUN_SUM, 2, "run"),
 )
+
+
+def count(store: Store, counts: Mapping[tuple[int, str], int]) -> None:
+    """Add `counts` ((shard, field) -> n) to the shards' counters, in one round trip; nothing
+    when the namespace counts no metrics (JOBCENTER_METRICS=0)."""
+    if not store.settings.metrics or not counts:
+        return
+    pipe = store.redis.pipeline(transaction=False)
+    for (shard, name), n in counts.items():
+        pipe.hincrby(store.keys.metrics(shard), name, n)
+    pipe.execute()
 
 
 def read_counters(store: Store) -> Counters:

@@ -326,6 +326,13 @@ class MetricField(StrEnum):
     WAIT_SUM = "wait_sum"  # \t queue: its total, ms
     RUN = "run"  # \t queue \t task name \t bucket: run time of ended attempts
     RUN_SUM = "run_sum"  # \t queue \t task name: its total, ms
+    # counted by the workers, not the transitions (storage/metrics.py count()):
+    STOPPED = "stopped"  # \t reason \t runner: attempts stopped before they returned
+    STOP_OVERDUE = "stop_overdue"  # \t reason \t runner: of those, ones still running later
+
+    def of(self, *labels: str) -> str:
+        """The field of a counter: MetricField.STOPPED.of("cancelled", "thread")."""
+        return "\t".join((self.value, *labels))
 
 
 # The histograms' upper bounds (ms; a last bucket holds the rest): fixed, so each

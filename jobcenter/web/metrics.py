@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from jobcenter.runtime.stopping import STOP_BOUND_SECONDS
 from jobcenter.storage import limits, views
 from jobcenter.storage.metrics import Histogram, Labels, live_workers, read_counters
 from jobcenter.storage.store import Store
@@ -70,6 +71,21 @@ class JobcenterCollector(Collector):
             "Attempts sent back unused because a gate the task requires said no, by gate.",
             ["gate"],
             c.gate_waits,
+        )
+        yield _counter(
+            "jobcenter_attempts_stopped",
+            "Attempts a worker stopped before they returned, by reason (cancelled, taken_over, "
+            "not_running, gone, timed_out) and runner (thread, async, process).",
+            ["reason", "runner"],
+            c.stopped,
+        )
+        yield _counter(
+            "jobcenter_attempts_stop_overdue",
+            f"Stopped attempts still running {STOP_BOUND_SECONDS:g} s after they were stopped (a "
+            "thread that never looks, a coroutine that swallows its cancel), by reason and "
+            "runner.",
+            ["reason", "runner"],
+            c.stop_overdue,
         )
         yield _histogram(
             "jobcenter_queue_wait_seconds",

@@ -11,6 +11,7 @@ so a failed test leaves nothing running for long.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import os
@@ -23,7 +24,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from jobcenter import current_task, task
+from jobcenter import TaskCancelled, current_task, task
 
 STOP_DEADLINE_SECONDS = 60.0  # a task waiting to be stopped gives up after this
 POLL_SECONDS = 0.01
@@ -169,11 +170,39 @@ def wait_until_cancelled(path: str) -> str:
     return "done"
 
 
-@task(name="adversarial.run_on")
-def run_on(path: str) -> None:
-    """Marks 'started', then runs on, paying no attention to being cancelled."""
+@task(name="adversarial.progress_until_stopped")
+def progress_until_stopped(path: str) -> None:
+    """Marks 'started', then only reports progress (it never looks at
+    current_task().cancelled); marks 'progress refused' when a report raises TaskCancelled."""
+    ctx = current_task()
     mark(path, f"started {os.getpid()}")
-    time.sleep(STOP_DEADLINE_SECONDS)
+    deadline = time.monotonic() + STOP_DEADLINE_SECONDS
+    try:
+        while time.monotonic() < deadline:
+            ctx.progress("working")
+            time.sleep(POLL_SECONDS)
+    except TaskCancelled:
+        mark(path, "progress refused")
+        raise
+    mark(path, "never stopped")
+
+
+@task(name="adversarial.swallow_cancel")
+async def swallow_cancel(path: str, seconds: float) -> None:
+    """Marks 'started', then awaits `seconds` in all, swallowing its cancel; marks 'done'."""
+    mark(path, f"started {os.getpid()}")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(POLL_SECONDS)
+    mark(path, "done")
+
+
+@task(name="adversarial.run_on")
+def run_on(path: str, seconds: float = STOP_DEADLINE_SECONDS) -> None:
+    """Marks 'started', then runs on `seconds`, paying no attention to being cancelled."""
+    mark(path, f"started {os.getpid()}")
+    time.sleep(seconds)
     mark(path, "ran to its end")
 
 

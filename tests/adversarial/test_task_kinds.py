@@ -30,11 +30,14 @@ from jobcenter.runtime.execution import (
     attempt_key,
 )
 from jobcenter.runtime.registry import NotATask, UnknownTask, lookup
+from jobcenter.runtime.stopping import Stop, StopReason, StopStep
 from jobcenter.storage.store import StartedTask
 
 OUTCOME_SECONDS = 30.0  # an attempt's outcome not in by then never comes
 TASKS_MODULE = "adversarial.adversarial_tasks"
 POOLS = ["thread", "process"]
+# The runners' stop bound here: a stopped attempt still running this long after is overdue.
+STOP_BOUND_SECONDS = 0.3
 
 
 @dataclass
@@ -45,6 +48,7 @@ class Pool:
     outcomes: queue.Queue[Outcome] = field(default_factory=queue.Queue)
     progress: list[str] = field(default_factory=list)
     indexes: Iterator[int] = field(default_factory=lambda: iter(range(1_000_000)))
+    stops: list[Stop] = field(default_factory=list)  # what the runner told of its stops
 
     def submit(
         self, name: str, *args: Any, timeout: float | None = None, run_order: bytes = b""
@@ -80,9 +84,16 @@ class Pool:
 
 
 def make_pool(kind: str) -> Pool:
+    stops: list[Stop] = []
+    limit = execution_module.DEFAULT_RESULT_MAX_BYTES
+    runner: ThreadRunner | ProcessRunner
     if kind == "thread":
-        return Pool(ThreadRunner(2, "h1", lambda: None))
-    return Pool(ProcessRunner(2, "h1", [TASKS_MODULE], lambda: None))
+        runner = ThreadRunner(2, "h1", lambda: None, limit, stops.append, STOP_BOUND_SECONDS)
+    else:
+        runner = ProcessRunner(
+            2, "h1", [TASKS_MODULE], lambda: None, limit, stops.append, STOP_BOUND_SECONDS
+        )
+    return Pool(runner, stops=stops)
 
 
 @pytest.fixture(params=POOLS)
@@ -331,10 +342,10 @@ def test_a_waiting_attempt_starts_in_run_order_whether_it_is_async_or_not(
     # a plain function (for a thread) that marks "awaited"
     thread_pool.submit("adversarial.returns_a_coroutine", order, run_order=b"1")
 
-    assert thread_pool.runner.cancel(attempt_key(started[0]))  # one slot frees
+    assert thread_pool.runner.stop(attempt_key(started[0]), StopReason.CANCELLED)  # one slot frees
     wait_until(lambda: marks(order), timeout=OUTCOME_SECONDS, message="nothing started")
     assert marks(order)[0] == "awaited", "the lower attempt started first"
-    assert thread_pool.runner.cancel(attempt_key(started[1]))
+    assert thread_pool.runner.stop(attempt_key(started[1]), StopReason.CANCELLED)
     wait_until(lambda: len(marks(order)) == 2, timeout=OUTCOME_SECONDS, message="low never ran")
     thread_pool.idle()
 
@@ -455,12 +466,14 @@ def test_cancel_tells_a_thread_pool_task_and_stops_waiting_for_it(
     started = thread_pool.submit(name, path)
     started_pid(path)
 
-    assert thread_pool.runner.cancel(attempt_key(started))
+    assert thread_pool.runner.stop(attempt_key(started), StopReason.CANCELLED)
 
     wait_until(lambda: marks(path)[-1] in ("saw cancel", "cancelled"), message="not told")
     thread_pool.idle()
     assert thread_pool.outcomes.empty(), "a cancelled attempt reports nothing"
-    assert not thread_pool.runner.cancel(attempt_key(started)), "cancelled once only"
+    assert not thread_pool.runner.stop(attempt_key(started), StopReason.CANCELLED), (
+        "cancelled once only"
+    )
 
 
 def test_cancel_kills_a_process_pool_child(process_pool: Pool, tmp_path: Path) -> None:
@@ -468,7 +481,7 @@ def test_cancel_kills_a_process_pool_child(process_pool: Pool, tmp_path: Path) -
     started = process_pool.submit("adversarial.wait_until_cancelled", path)
     pid = started_pid(path)
 
-    assert process_pool.runner.cancel(attempt_key(started))
+    assert process_pool.runner.stop(attempt_key(started), StopReason.CANCELLED)
 
     process_pool.idle()
     wait_until(lambda: not pid_alive(pid), message="the child still runs")
@@ -476,11 +489,88 @@ def test_cancel_kills_a_process_pool_child(process_pool: Pool, tmp_path: Path) -
     assert marks(path) == [f"started {pid}"]
 
 
+@pytest.mark.parametrize(
+    ("kind", "name", "runner"),
+    [
+        ("thread", "adversarial.wait_until_cancelled", "thread"),
+        ("thread", "adversarial.async_wait_until_cancelled", "async"),
+        ("process", "adversarial.run_on", "process"),
+    ],
+)
+def test_a_stopped_attempt_is_told_of_then_seen_to_end_with_its_reason(
+    kind: str, name: str, runner: str, tmp_path: Path
+) -> None:
+    pool = make_pool(kind)
+    try:
+        path = str(tmp_path / "marks")
+        started = pool.submit(name, path)
+        started_pid(path)
+
+        assert pool.runner.stop(attempt_key(started), StopReason.TAKEN_OVER)
+
+        pool.idle()
+        wait_until(lambda: len(pool.stops) == 2, message="the stop's end was not told")
+        told, ended = pool.stops
+        assert told == Stop(attempt_key(started), StopReason.TAKEN_OVER, runner, StopStep.TOLD)
+        assert (ended.key, ended.reason, ended.runner, ended.step) == (
+            attempt_key(started), StopReason.TAKEN_OVER, runner, StopStep.ENDED,
+        )  # fmt: skip
+        assert pool.outcomes.empty(), "a stopped attempt reports nothing"
+    finally:
+        pool.runner.kill_all()
+        pool.runner.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("name", "runner"),
+    [("adversarial.run_on", "thread"), ("adversarial.swallow_cancel", "async")],
+)
+def test_a_stopped_attempt_still_running_past_the_bound_is_told_of_then_seen_to_end(
+    thread_pool: Pool, name: str, runner: str, tmp_path: Path
+) -> None:
+    """A thread that never looks at its stop, a coroutine that swallows its cancel: the
+    runner says so once the bound has passed, and again when they end at last."""
+    path = str(tmp_path / "marks")
+    started = thread_pool.submit(name, path, 3 * STOP_BOUND_SECONDS)
+    started_pid(path)
+
+    assert thread_pool.runner.stop(attempt_key(started), StopReason.CANCELLED)
+
+    wait_until(lambda: len(thread_pool.stops) == 3, message="its end was not told")
+    steps = [(s.step, s.reason, s.runner) for s in thread_pool.stops]
+    assert steps == [(step, StopReason.CANCELLED, runner) for step in StopStep]
+    assert thread_pool.stops[1].seconds >= STOP_BOUND_SECONDS
+    assert thread_pool.stops[2].seconds >= thread_pool.stops[1].seconds
+    assert marks(path)[-1] in ("ran to its end", "done")
+    assert thread_pool.outcomes.empty()
+
+
+def test_a_stopped_attempt_no_thread_has_begun_never_runs_and_frees_its_slot_at_once(
+    thread_pool: Pool, tmp_path: Path
+) -> None:
+    running = [str(tmp_path / f"running{k}") for k in range(2)]
+    started = [thread_pool.submit("adversarial.wait_until_cancelled", path) for path in running]
+    for path in running:
+        started_pid(path)  # both threads busy: what comes next waits for one
+    waiting = str(tmp_path / "waiting")
+    queued = thread_pool.submit("adversarial.async_mark", waiting, "w")
+
+    assert thread_pool.runner.stop(attempt_key(queued), StopReason.CANCELLED)
+
+    assert thread_pool.runner.busy == 2, "its slot was not freed at once"
+    assert [s.step for s in thread_pool.stops] == [StopStep.TOLD, StopStep.ENDED]
+    for attempt in started:
+        assert thread_pool.runner.stop(attempt_key(attempt), StopReason.CANCELLED)
+    thread_pool.idle()
+    assert marks(waiting) == [], "a stopped attempt ran"
+    assert thread_pool.outcomes.empty()
+
+
 def test_cancel_of_an_attempt_that_is_not_running_here_is_refused(pool: Pool) -> None:
     assert pool.run("adversarial.async_mark", os.devnull, "x").ok
 
-    assert not pool.runner.cancel(("job", 0, 1))
-    assert not pool.runner.cancel(("other-job", 0, 1))
+    assert not pool.runner.stop(("job", 0, 1), StopReason.CANCELLED)
+    assert not pool.runner.stop(("other-job", 0, 1), StopReason.CANCELLED)
 
 
 def test_a_task_outside_its_attempt_has_no_context() -> None:
@@ -506,8 +596,10 @@ def test_attempts_no_thread_has_begun_are_withdrawn_and_never_run(
     assert thread_pool.runner.withdraw_waiting() == queued
     assert thread_pool.runner.withdraw_waiting() == []  # once only
     for attempt in started:
-        assert thread_pool.runner.cancel(attempt_key(attempt))
+        assert thread_pool.runner.stop(attempt_key(attempt), StopReason.CANCELLED)
     thread_pool.idle()
     assert marks(waiting) == [], "a withdrawn attempt ran"
     assert thread_pool.outcomes.empty()
-    assert not thread_pool.runner.cancel(attempt_key(queued[0])), "withdrawn: not here"
+    assert not thread_pool.runner.stop(attempt_key(queued[0]), StopReason.CANCELLED), (
+        "withdrawn: not here"
+    )

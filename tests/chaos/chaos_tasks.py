@@ -24,6 +24,7 @@ K repair calls (recording ``recovery-paused``), so a test can kill -9 a recovery
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -122,6 +123,39 @@ def step(work: float = 0.0, gate: str = "", progress: bool = False) -> None:
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"gate {gate!r} never opened")
             time.sleep(GATE_POLL_SECONDS)
+    _record_attempt("finish")
+
+
+@task(name="chaos.heeding_step")
+def heeding_step(gate: str) -> None:
+    """chaos.step's wait for `gate`, in a task that heeds its stop (a thread cannot be
+    killed): once current_task().cancelled it records 'stopped' and raises TaskCancelled."""
+    _record_attempt("start")
+    ctx = current_task()
+    deadline = time.monotonic() + GATE_DEADLINE_SECONDS
+    while not _gate_open(gate):
+        if ctx.cancelled:
+            _record_attempt("stopped")
+            ctx.check_cancelled()
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"gate {gate!r} never opened")
+        time.sleep(GATE_POLL_SECONDS)
+    _record_attempt("finish")
+
+
+@task(name="chaos.async_step")
+async def async_step(gate: str) -> None:
+    """chaos.step's wait for `gate` as a coroutine: records 'stopped' if it is cancelled."""
+    _record_attempt("start")
+    deadline = time.monotonic() + GATE_DEADLINE_SECONDS
+    try:
+        while not _gate_open(gate):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"gate {gate!r} never opened")
+            await asyncio.sleep(GATE_POLL_SECONDS)
+    except asyncio.CancelledError:
+        _record_attempt("stopped")
+        raise
     _record_attempt("finish")
 
 

@@ -134,5 +134,5 @@ class RecordingRunner:
     def submit(self, task: StartedTask, *_: Any) -> None:
         self.started.append(task)
 
-    def cancel(self, _: Any) -> bool:
+    def stop(self, *_: Any) -> bool:
         return True  # stopped (it never ran)

@@ -102,11 +102,12 @@ CAUSES: dict[str, tuple[Callable[[Store, str, StartedTask], None], str]] = {
     "deleted": (_cancel_and_delete, "its job is gone"),
     "taken over": (_take_over, f"attempt 2 (handler {OTHER}) took the task over"),
 }
-HEARTBEAT_CAUSES = {  # a cancel or a deleted job stop the attempt instead (logged as such)
-    "cancelled": "job {job} was cancelled: stopped its running task 0",
-    "cancelled and packed": "job {job} was cancelled: stopped its running task 0",
-    "deleted": "job {job} is gone: stopped its running task 0",
-    "taken over": f"attempt 2 (handler {OTHER}) took the task over",
+HEARTBEAT_CAUSES = {  # a refused heartbeat stops the attempt (logged with its cause)
+    "cancelled": "job {job} task 0 attempt 1 stopped: its job was cancelled",
+    "cancelled and packed": "job {job} task 0 attempt 1 stopped: its job was cancelled",
+    "deleted": "job {job} task 0 attempt 1 stopped: its job is gone",
+    "taken over": f"job {{job}} task 0 attempt 1 stopped: attempt 2 (handler {OTHER}) took the "
+    "task over",
     "reported meanwhile": "the task is succeeded now, not running",
 }
 
