@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from jobcenter.model.durations import parse_seconds
 from jobcenter.model.spec import check_name
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -27,7 +28,11 @@ N = TypeVar("N", int, float)
 
 
 def _env_float(name: str, default: float) -> float:
-    return _env_positive(name, default, float, "a number of seconds")
+    """A duration > 0, in any form a spec takes (model.durations: 30, 30s, 15m, PT1H)."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    return parse_seconds(raw, name, low_open=True)
 
 
 def _env_int(name: str, default: int) -> int:

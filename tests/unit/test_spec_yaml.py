@@ -1,6 +1,7 @@
-"""What a spec file's YAML means: only `true` and `false` are booleans (YAML 1.2): `on`,
-`off`, `yes`, `no` stay text, as keys and as values, for every key a spec knows (taken from
-the spec's own key sets, so a new key is covered as soon as it exists)."""
+"""What a spec file's YAML means: every duration key takes every duration form, and only
+`true` and `false` are booleans (YAML 1.2): `on`, `off`, `yes`, `no` stay text, as keys and
+as values, for every key a spec knows (taken from the spec's own key sets, so a new key is
+covered as soon as it exists)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from jobcenter.model.spec import (
     load_spec_file,
 )
 
+FORMS = "(seconds, or 90s, 15m, 3d, PT1H)"
+JOB_DURATIONS = ["retention"]
+TASK_DURATIONS = ["timeout", "retry_backoff", "retry_backoff_max", "estimate"]
 # YAML 1.1's booleans besides true/false, in the cases it knew them
 WORDS = ["on", "off", "yes", "no", "On", "OFF", "Yes", "NO"]
 
@@ -48,6 +52,34 @@ def raw(tmp_path: Path, text: str) -> Any:
     path = tmp_path / "spec.yaml"
     path.write_text(text)
     return documents.load(path, "spec", max_bytes=MAX_SPEC_FILE_BYTES, max_depth=SPEC_MAX_DEPTH)
+
+
+# -- durations ---------------------------------------------------------------------------------
+
+
+# ("90" quoted: seconds written as text; a bare 90 is a YAML number, read as ever)
+@pytest.mark.parametrize("written", ['"90"', "90s", "1m30s", "1.5m", "PT1M30S", "pt90s"])
+@pytest.mark.parametrize("key", JOB_DURATIONS + TASK_DURATIONS)
+def test_every_duration_key_takes_every_form(tmp_path: Path, key: str, written: str) -> None:
+    where = {"job": {key: written}} if key in JOB_DURATIONS else {"task": {key: written}}
+
+    spec = load(tmp_path, spec_text(**where))
+
+    owner = spec if key in JOB_DURATIONS else spec.tasks[0]
+    assert getattr(owner, key) == 90.0
+
+
+@pytest.mark.parametrize("key", JOB_DURATIONS + TASK_DURATIONS)
+def test_a_duration_key_in_no_form_is_refused_with_the_one_message(
+    tmp_path: Path, key: str
+) -> None:
+    where = {"job": {key: "90 s"}} if key in JOB_DURATIONS else {"task": {key: "90 s"}}
+
+    with pytest.raises(SpecError) as err:
+        load(tmp_path, spec_text(**where))
+
+    place = "job" if key in JOB_DURATIONS else "task 'a'"
+    assert str(err.value).endswith(f": {place}: {key!r} must be a duration {FORMS}, got '90 s'")
 
 
 # -- booleans: only true and false -------------------------------------------------------------
