@@ -52,7 +52,7 @@ class Trigger:
     """When a schedule fires: once `at`, `every` fixed interval, or on a `cron` expression."""
 
     kind: str  # AT | EVERY | CRON
-    expr: str  # at: ISO time in UTC; every: the ISO-8601 duration; cron: the expression
+    expr: str  # at: ISO time in UTC; every: the interval as written; cron: the expression
     tz: str | None = None  # cron and naive `at` times are read in this zone; None: UTC
     at_ms: int | None = None
     interval_ms: int | None = None
