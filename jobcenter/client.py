@@ -157,9 +157,9 @@ class Client:
     def schedule(
         self, spec: JobSpec | dict[str, Any] | Any, **options: Unpack[ScheduleOptions]
     ) -> str:
-        """Schedule `spec` once (`at`), every ISO-8601 duration, or on `cron` (in `tz`), with
-        an optional unique `name` and the `overlap` and `catchup` policies; returns the
-        schedule id."""
+        """Schedule `spec` once (`at`), `every` duration (90s, 15m, PT1H), or on `cron` (in
+        `tz`), with an optional unique `name` and the `overlap` and `catchup` policies;
+        returns the schedule id."""
         return _schedule.add_schedule(self.store, spec, **options).id
 
     def schedules(self) -> builtins.list[dict[str, Any]]:

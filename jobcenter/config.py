@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from jobcenter.model.spec import MAX_SECONDS, check_name
+from jobcenter.model.durations import MAX_SECONDS, parse_seconds
+from jobcenter.model.spec import check_name
 from jobcenter.model.webhook_targets import parse_allow
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -28,7 +29,12 @@ N = TypeVar("N", int, float)
 
 
 def _env_float(name: str, default: float) -> float:
-    return _env_number(name, default, float, "a number")
+    """A duration > 0, in any form a spec takes (model.durations: 30, 30s, 15m, PT1H); its
+    range is checked with every other setting's (Settings)."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    return parse_seconds(raw, name, low_open=True)
 
 
 def _env_int(name: str, default: int) -> int:

@@ -16,6 +16,7 @@ import click
 from jobcenter.client import Client
 from jobcenter.config import Settings
 from jobcenter.errors import SpecError
+from jobcenter.model.durations import parse_seconds
 from jobcenter.model.spec import load_spec_file
 from jobcenter.model.states import JobState, TaskState
 from jobcenter.storage.events import Event
@@ -27,6 +28,7 @@ from .options import (
     EXIT_TIMEOUT,
     FOLLOW_PAGE,
     FOLLOW_POLL_SECONDS,
+    Duration,
     client_for,
     echo_rows,
     fail,
@@ -66,9 +68,10 @@ class _Wait:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (with --wait: final status).")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Duration(),
     default=None,
-    help="With --wait: give up after seconds (exit 4; the job goes on).",
+    help="With --wait: give up after this long (seconds, or 90s, 15m, PT1H; exit 4; the job "
+    "goes on).",
 )
 @redis_options
 def submit(
@@ -231,13 +234,10 @@ def _show_notifications(notify: dict[str, Any], job_ended: bool) -> None:
 
 
 def _since(value: str | None, option: str = "--since") -> float | None:
-    """--since (and export's --until): epoch seconds, an ISO time, or an age like 90s, 15m,
-    2h, 7d."""
+    """--since (and export's --until): epoch seconds, an ISO time, or an age: a duration as
+    a spec writes one (90s, 15m, 2h, 7d, PT1H), back from now."""
     if value is None:
         return None
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    if value[-1:] in units and value[:-1].replace(".", "", 1).isdigit():
-        return time.time() - float(value[:-1]) * units[value[-1]]
     try:
         return float(value)
     except ValueError:
@@ -245,10 +245,16 @@ def _since(value: str | None, option: str = "--since") -> float | None:
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
+        pass
+    else:
+        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    now = time.time()
+    try:
+        return now - parse_seconds(value, option, high=now)  # no age before the epoch
+    except SpecError:
         raise SpecError(
             f"{option} {value!r}: give epoch seconds, an ISO time or an age like 15m, 2h, 7d"
         ) from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 @click.command(name="list")

@@ -23,6 +23,7 @@ from jobcenter.errors import (
     Refused,
     SpecError,
 )
+from jobcenter.model.durations import parse_seconds
 from jobcenter.storage import embedded as server
 from jobcenter.storage.errors import UNREACHABLE, ResponseError, write_refused
 
@@ -55,6 +56,29 @@ def log_format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 def fail(message: str, code: int) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
+
+
+class BadInput(click.ClickException):
+    """A bad option value found while click reads the options: exit 2, said as `fail` says it."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 only
+    """An option taking a duration > 0 in seconds, in any form a spec takes (30, 90s, 15m,
+    1h30m, PT1H: model.durations), refused with the message a spec's gets."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        what = max(param.opts, key=len) if param is not None else "the duration"
+        try:
+            return parse_seconds(value, what, low_open=True)
+        except SpecError as exc:
+            raise BadInput(str(exc)) from None
 
 
 def redis_options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -43,7 +43,7 @@ def _time(seconds: float | None) -> str:
 @schedule_group.command("add")
 @click.argument("spec_file", type=click.Path(dir_okay=False))
 @click.option("--at", default=None, help="Fire once at this ISO-8601 time (naive: in --tz/UTC).")
-@click.option("--every", default=None, help="Fire every ISO-8601 duration (PT30S, PT1H30M, P1D).")
+@click.option("--every", default=None, help="Fire every this long: 30s, 15m, 1h30m, 1d, PT1H.")
 @click.option(
     "--cron",
     default=None,

@@ -10,6 +10,7 @@ from typing import Any
 from jobcenter.errors import SpecError
 from jobcenter.model.spec import DEFAULT_QUEUE
 
+from .durations import Duration
 from .spec import JobSpec, parse_spec
 
 
@@ -40,7 +41,7 @@ class Job:
         priority: int = 0,
         queue: str = DEFAULT_QUEUE,
         idempotency_key: str | None = None,
-        retention: float | None = None,
+        retention: Duration | None = None,
         order: str | None = None,
         max_running: int | None = None,
         notify: dict[str, Any] | None = None,
@@ -71,13 +72,13 @@ class Job:
         kwargs: Mapping[str, Any] | None = None,
         depends_on: Dependency | Iterable[Dependency] = (),
         retries: int = 0,
-        retry_backoff: float = 1.0,
-        retry_backoff_max: float = 300.0,
-        timeout: float | None = None,
+        retry_backoff: Duration = 1.0,
+        retry_backoff_max: Duration = 300.0,
+        timeout: Duration | None = None,
         queue: str | None = None,
         node: str | None = None,
         priority: int | None = None,
-        estimate: float | None = None,
+        estimate: Duration | None = None,
         pool: str | None = None,
         pool_slots: int | None = None,
         concurrency_key: str | None = None,

@@ -4,12 +4,15 @@ The text is read in pieces up to a size limit (`submit /dev/zero` must not eat m
 containers nested past a depth limit are refused while parsing (libyaml's composer
 recurses in C, so a deep enough document crashed the process), and a key repeated in one
 mapping is an error (both parsers would keep the last value without a word, so a second
-`retries:` would silently win). Every problem raises SpecError naming the file.
+`retries:` would silently win). Only `true` and `false` are booleans, as in YAML 1.2:
+YAML 1.1 also reads `on`, `off`, `yes` and `no` so, and `notify: {on: [failed]}` would
+get the key True. Every problem raises SpecError naming the file.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -184,15 +187,33 @@ class _PythonEventParser(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.P
 _EventParser: type = yaml.cyaml.CParser if yaml.__with_libyaml__ else _PythonEventParser  # type: ignore[attr-defined]
 
 
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+
+
+class BooleanResolver(Resolver):
+    """YAML's implicit types with YAML 1.2's booleans: only true and false (any case), so
+    `on`, `off`, `yes`, `no` stay text as keys and as values."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
+        for first, resolvers in Resolver.yaml_implicit_resolvers.items()
+    }
+
+
+BooleanResolver.add_implicit_resolver(
+    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
 def _bounded_loader(event_parser: type) -> type[_BoundedComposer]:
     """Safe YAML (plain data only) through the bounded composer, on `event_parser`."""
 
-    class Loader(_BoundedComposer, event_parser, SafeConstructor, Resolver):  # type: ignore[misc]
+    class Loader(_BoundedComposer, event_parser, SafeConstructor, BooleanResolver):  # type: ignore[misc]
         def __init__(self, stream: str, max_depth: int) -> None:
             event_parser.__init__(self, stream)  # type: ignore[misc]
             _BoundedComposer.__init__(self)
             SafeConstructor.__init__(self)
-            Resolver.__init__(self)
+            BooleanResolver.__init__(self)
             self.max_depth = max_depth
 
     return Loader

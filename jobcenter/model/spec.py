@@ -20,6 +20,7 @@ from jobcenter.errors import SpecError
 
 from . import codec, documents
 from .dag import check_dag
+from .durations import MAX_SECONDS, parse_seconds
 from .notify import Notify, parse_notify
 from .trigger_rules import DEFAULT_TRIGGER_RULE, TriggerRule
 
@@ -56,9 +57,6 @@ MAX_POOL_SLOTS = 10_000
 MAX_RUNNING_LIMIT = 1_000_000
 # A concurrency key's template names kwargs in braces: "{tenant}" or "db-{region}".
 KEY_FIELD_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-# Durations (timeout, backoff, retention) past a year are typos; the bound also keeps them
-# inside what a thread wait (threading.TIMEOUT_MAX) and a Redis expire accept.
-MAX_SECONDS = 366 * 24 * 3600
 # A spec file is read whole; far above a 100,000-task spec with its payloads, low enough
 # that `submit /dev/zero` fails at once instead of eating memory.
 MAX_SPEC_FILE_BYTES = 256 * 1024 * 1024
@@ -240,21 +238,13 @@ def _priority(value: object, task_id: str | None) -> int:
 
 
 def _seconds(value: object, key: str, task_id: str | None, *, strict: bool) -> float:
-    """A non-bool number of seconds up to MAX_SECONDS: > 0 if strict, else >= 0."""
-    # Compared, never converted first: float() of a 400-digit int raises. NaN fails both.
-    if (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and (value > 0 or (value == 0 and not strict))
-        and value <= MAX_SECONDS
-    ):
-        return float(value)
-    bound = "> 0" if strict else ">= 0"
-    raise _bad(
-        task_id,
-        f"{key!r} must be a number of seconds {bound} and at most {MAX_SECONDS}, "
-        f"got {_show(value)}",
-    )
+    """A duration (model.durations) up to MAX_SECONDS: > 0 if strict, else >= 0."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= MAX_SECONDS:
+        return float(value)  # the common case, kept short for 100,000-task specs
+    try:
+        return parse_seconds(value, repr(key), low_open=strict)
+    except SpecError as exc:
+        raise _bad(task_id, str(exc)) from None
 
 
 def _name(value: object, key: str, task_id: str | None) -> str:

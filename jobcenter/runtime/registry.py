@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from jobcenter.errors import JobcenterError, SpecError
+from jobcenter.model.durations import Duration, parse_seconds
 from jobcenter.model.spec import check_name
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -78,16 +79,19 @@ def task(fn: Any = None, *, name: str | None = None) -> Any:
 def gate(
     name: str,
     *,
-    backoff: float = GATE_BACKOFF_SECONDS,
-    give_up_after: float = GATE_GIVE_UP_SECONDS,
+    backoff: Duration = GATE_BACKOFF_SECONDS,
+    give_up_after: Duration = GATE_GIVE_UP_SECONDS,
 ) -> Callable[[F], F]:
     """Register a gate check under `name` (see Gate): a function of no arguments returning
-    true when tasks that require the gate may start. An exception counts as no."""
+    true when tasks that require the gate may start. An exception counts as no. `backoff`
+    and `give_up_after` are durations (30, 30s, 1h: model.durations)."""
     check_name(name, "a gate name")
-    if not 0 < backoff <= give_up_after:
+    backoff = parse_seconds(backoff, f"gate {name!r}: backoff", low_open=True)
+    give_up_after = parse_seconds(give_up_after, f"gate {name!r}: give_up_after", low_open=True)
+    if backoff > give_up_after:
         raise SpecError(
-            f"gate {name!r}: backoff ({backoff}) must be > 0 and at most give_up_after "
-            f"({give_up_after})"
+            f"gate {name!r}: backoff ({backoff:g} s) must be at most give_up_after "
+            f"({give_up_after:g} s)"
         )
 
     def register(f: F) -> F:

@@ -1,4 +1,4 @@
-"""Schedules: jobs submitted once (`at`), on an interval (`every`, an ISO-8601 duration) or on
+"""Schedules: jobs submitted once (`at`), on an interval (`every`, a duration: 30s, PT1H) or on
 a cron expression, fired by one ticker at a time per namespace.
 
 triggers (parsing, fire times) <- planning (the pure catch-up decision) <- manage (add, list,

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypedDict
 
 from jobcenter.errors import JobcenterError, NotFound, SpecError
 from jobcenter.model import codec
+from jobcenter.model.durations import Duration
 from jobcenter.model.ids import ulid
 from jobcenter.model.spec import ID_RE, JobSpec, spec_from_any
 from jobcenter.storage import schedules as stored
@@ -70,7 +71,7 @@ class ScheduleOptions(TypedDict, total=False):
     """The trigger and policies of add_schedule, for the callers that hand them on."""
 
     at: str | datetime | None
-    every: str | timedelta | None
+    every: Duration | None
     cron: str | None
     tz: str | None
     name: str | None
@@ -83,7 +84,7 @@ def add_schedule(
     spec: JobSpec | Mapping[str, Any] | Any,
     *,
     at: str | datetime | None = None,
-    every: str | timedelta | None = None,
+    every: Duration | None = None,
     cron: str | None = None,
     tz: str | None = None,
     name: str | None = None,

@@ -1,4 +1,4 @@
-"""When a schedule fires: trigger parsing (`at`, `every` ISO-8601 durations, `cron`
+"""When a schedule fires: trigger parsing (`at`, `every` durations, `cron`
 expressions read by croniter in a time zone) and the fire times each trigger yields.
 Pure code: every `now` is passed in (Redis TIME, read by the caller)."""
 
@@ -7,13 +7,14 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, tzinfo
-from decimal import Decimal, InvalidOperation
+from datetime import UTC, datetime, tzinfo
+from decimal import Decimal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
 from jobcenter.errors import SpecError
+from jobcenter.model.durations import Duration, parse_seconds
 
 AT, EVERY, CRON = "at", "every", "cron"
 # The ticker runs about once a second; a shorter interval could only fire late, in bursts.
@@ -44,13 +45,6 @@ _CRON_ALIASES = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-_NUMBER = r"(\d+(?:[.,]\d+)?)"
-_DURATION_RE = re.compile(
-    rf"P(?:{_NUMBER}Y)?(?:{_NUMBER}M)?(?:{_NUMBER}W)?(?:{_NUMBER}D)?"
-    rf"(?:T(?:{_NUMBER}H)?(?:{_NUMBER}M)?(?:{_NUMBER}S)?)?"
-)
-_DURATION_MS = (None, None, 7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1_000)
-_DURATION_HINT = "e.g. PT30S, PT1H30M, P1D"
 
 
 @dataclass(frozen=True)
@@ -58,7 +52,7 @@ class Trigger:
     """When a schedule fires: once `at`, `every` fixed interval, or on a `cron` expression."""
 
     kind: str  # AT | EVERY | CRON
-    expr: str  # at: ISO time in UTC; every: the ISO-8601 duration; cron: the expression
+    expr: str  # at: ISO time in UTC; every: the interval as written; cron: the expression
     tz: str | None = None  # cron and naive `at` times are read in this zone; None: UTC
     at_ms: int | None = None
     interval_ms: int | None = None
@@ -157,38 +151,14 @@ def parse_at(value: str | datetime, tz: str | None = None) -> int:
     return round(moment.timestamp() * 1000)
 
 
-def parse_duration(value: str | timedelta) -> int:
-    """An ISO-8601 duration (PT30S, PT1H30M, P1D, P1W) or a timedelta, as ms.
-
-    Months and years are refused: they have no fixed length (use cron for "monthly").
-    """
-    if isinstance(value, timedelta):
-        ms = round(value.total_seconds() * 1000)
-        shown = str(value)
-    else:
-        shown = str(value)
-        text = shown.strip().upper()
-        match = _DURATION_RE.fullmatch(text)
-        if not match or text in ("P", "") or text.endswith("T") or not any(match.groups()):
-            raise SpecError(f"interval {shown!r} is not an ISO-8601 duration ({_DURATION_HINT})")
-        if match.group(1) or match.group(2):
-            raise SpecError(
-                f"interval {shown!r}: months and years have no fixed length; "
-                "use --cron for calendar schedules (e.g. '0 0 1 * *' for monthly)"
-            )
-        total = Decimal(0)
-        for raw, unit in zip(match.groups()[2:], _DURATION_MS[2:], strict=True):
-            if raw is not None and unit is not None:
-                try:
-                    total += Decimal(raw.replace(",", ".")) * unit
-                except InvalidOperation:  # pragma: no cover - the regex admits numbers only
-                    raise SpecError(f"interval {shown!r} has a bad number") from None
-        ms = int(total.to_integral_value())
-    if ms < MIN_INTERVAL_MS:
-        raise SpecError(f"interval {shown!r} is shorter than the minimum of 1 second")
-    if ms > MAX_INTERVAL_MS:
-        raise SpecError(f"interval {shown!r} is longer than the maximum of 100 years")
-    return ms
+def parse_duration(value: Duration) -> int:
+    """An `every` interval as ms: a duration (model.durations: 90s, 15m, PT1H, a number of
+    seconds, a timedelta) from 1 second to 100 years. Months and years are refused: they
+    have no fixed length (cron says "monthly")."""
+    seconds = parse_seconds(
+        value, "--every", low=MIN_INTERVAL_MS / 1000, high=MAX_INTERVAL_MS / 1000
+    )
+    return round(seconds * 1000)
 
 
 def _cron_problem(expr: str) -> str:
@@ -238,7 +208,7 @@ def parse_cron(expr: str, tz: str | None = None, now_ms: int | None = None) -> s
 def parse_trigger(
     *,
     at: str | datetime | None = None,
-    every: str | timedelta | None = None,
+    every: Duration | None = None,
     cron: str | None = None,
     tz: str | None = None,
     now_ms: int | None = None,
@@ -256,10 +226,19 @@ def parse_trigger(
     if every is not None:
         if tz is not None:
             raise SpecError("--tz applies to --cron and --at; an --every interval is fixed")
-        text = every if isinstance(every, str) else _iso_duration(parse_duration(every))
-        return Trigger(EVERY, text.strip().upper(), interval_ms=parse_duration(every))
+        interval_ms = parse_duration(every)
+        return Trigger(EVERY, _every_text(every, interval_ms), interval_ms=interval_ms)
     assert cron is not None
     return Trigger(CRON, parse_cron(cron, tz, now_ms), tz)
+
+
+def _every_text(every: Duration, interval_ms: int) -> str:
+    """How an interval is shown: as written (ISO upper case, units lower case), a number of
+    seconds or a timedelta as an ISO duration."""
+    if isinstance(every, str) and re.search("[A-Za-z]", every):
+        text = every.strip()
+        return text.upper() if text[0] in "pP" else text.lower()
+    return _iso_duration(interval_ms)
 
 
 def _iso_duration(ms: int) -> str:

@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from jobcenter.errors import SpecError, WrongState
+from jobcenter.model.durations import parse_seconds
 from jobcenter.model.spec import MAX_RUNNING_LIMIT, check_name
 
 from . import schema
@@ -23,8 +24,7 @@ from .store import Store
 
 WRONG_STATE = schema.code("WRONG_STATE")
 SCAN_PAGE = 1_000  # hash fields per HSCAN page
-RATE_RE = re.compile(r"(\d+)\s*/\s*(\d+)?\s*(ms|s|m|h)")
-RATE_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
+RATE_RE = re.compile(r"(\d+)\s*/\s*(\S+)")  # <starts>/<period>
 RATE_PERIOD_MAX_MS = 86_400_000  # a day: longer windows are a typo for a quota
 
 
@@ -108,19 +108,23 @@ class RateView:
 
 
 def parse_rate(text_value: str) -> tuple[int, int]:
-    """ "100/1s" (or 5/500ms, 60/1m, 1000/1h) -> (starts, period ms)."""
+    """ "100/1s" (or 5/500ms, 60/1m, 1000/1h, 100/s) -> (starts, period ms). The period is a
+    duration (model.durations) from 1 ms to a day; a bare unit means one of it."""
     match = RATE_RE.fullmatch(text_value.strip())
     if match is None:
         raise SpecError(
             f"a rate must be <starts>/<period> like 100/1s, 5/500ms, 60/1m, got {text_value!r}"
         )
-    starts, amount, unit = int(match[1]), int(match[2] or 1), match[3]
-    period_ms = amount * RATE_UNITS_MS[unit]
-    if not 1 <= starts <= MAX_RUNNING_LIMIT or not 1 <= period_ms <= RATE_PERIOD_MAX_MS:
-        raise SpecError(
-            f"a rate needs 1-{MAX_RUNNING_LIMIT} starts per 1 ms - 1 day, got {text_value!r}"
-        )
-    return starts, period_ms
+    starts, period = int(match[1]), match[2]
+    if not 1 <= starts <= MAX_RUNNING_LIMIT:
+        raise SpecError(f"a rate needs 1-{MAX_RUNNING_LIMIT} starts per period, got {text_value!r}")
+    seconds = parse_seconds(
+        f"1{period}" if period.isalpha() else period,
+        f"the period of rate {text_value.strip()!r}",
+        low=0.001,
+        high=RATE_PERIOD_MAX_MS / 1000,
+    )
+    return starts, round(seconds * 1000)
 
 
 def _rate_field(target: str) -> str:

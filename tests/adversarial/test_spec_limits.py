@@ -111,7 +111,7 @@ def dependencies(count: int) -> dict[str, Any]:
     return job(tasks=tasks)
 
 
-SECONDS_OVER = f"must be a number of seconds > 0 and at most {MAX_SECONDS}"
+SECONDS_OVER = "must be a duration > 0 and at most 366d"
 # (name, spec at the limit, spec one past it, what the refusal says)
 LIMITS: list[tuple[str, Callable[[], dict[str, Any]], Callable[[], dict[str, Any]], str]] = [
     (
@@ -177,16 +177,22 @@ LIMITS: list[tuple[str, Callable[[], dict[str, Any]], Callable[[], dict[str, Any
         "'timeout' " + SECONDS_OVER,
     ),
     (
+        "timeout written as a duration",
+        lambda: task(timeout="366d"),
+        lambda: task(timeout="366d1ms"),
+        "'timeout' " + SECONDS_OVER + ", got '366d1ms'",
+    ),
+    (
         "retry backoff",
         lambda: task(retry_backoff=MAX_SECONDS, retry_backoff_max=MAX_SECONDS),
         lambda: task(retry_backoff=MAX_SECONDS + 0.5, retry_backoff_max=MAX_SECONDS),
-        "'retry_backoff' must be a number of seconds >= 0 and at most",
+        "'retry_backoff' must be a duration >= 0 and at most 366d",
     ),
     (
         "retry backoff cap",
         lambda: task(retry_backoff_max=MAX_SECONDS),
         lambda: task(retry_backoff_max=1e300),
-        "'retry_backoff_max' must be a number of seconds >= 0 and at most",
+        "'retry_backoff_max' must be a duration >= 0 and at most 366d",
     ),
     (
         "retention",

@@ -99,7 +99,10 @@ def test_learned_fields_are_read_only_for_critical_path() -> None:
         ({"order": "longest"}, "'order' must be one of fifo, downstream, critical_path"),
         ({"order": ["fifo"]}, "'order' must be one of"),
         ({"tasks": [{"id": "a", "task": "t.a", "estimate": -1}]}, "task 'a': 'estimate' must be"),
-        ({"tasks": [{"id": "a", "task": "t.a", "estimate": "5s"}]}, "'estimate' must be a number"),
+        (
+            {"tasks": [{"id": "a", "task": "t.a", "estimate": "5 s"}]},
+            "'estimate' must be a duration",
+        ),
         ({"tasks": [{"id": "a", "task": "t.a", "estimat": 5}]}, "did you mean 'estimate'"),
     ],
 )
