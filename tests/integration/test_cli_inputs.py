@@ -72,9 +72,13 @@ def test_worker_refuses_a_bad_queue_or_node_name_naming_it_and_writes_nothing(
 @pytest.mark.parametrize(
     ("variable", "raw", "named"),
     [
-        ("JOBCENTER_LEASE_SECONDS", "nan", "got nan"),
-        ("JOBCENTER_LEASE_SECONDS", "inf", "got inf"),
-        ("JOBCENTER_LEASE_SECONDS", "1e-9", "got 1e-09"),
+        (
+            "JOBCENTER_LEASE_SECONDS",
+            "nan",
+            "must be a duration (seconds, or 90s, 15m, 3d, PT1H), got 'nan'",
+        ),
+        ("JOBCENTER_LEASE_SECONDS", "inf", "got 'inf'"),
+        ("JOBCENTER_LEASE_SECONDS", "1e-9", "got '1e-9'"),
         ("JOBCENTER_SHARDS", "nan", "got 'nan'"),
         ("JOBCENTER_CONCURRENCY", "10001", "from 1 to 10000, got 10001"),
     ],

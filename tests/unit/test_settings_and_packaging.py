@@ -72,6 +72,8 @@ def test_a_numeric_setting_out_of_its_bounds_is_refused_naming_its_variable_and_
     assert env_name(setting) in message
     if whole and not raw.lstrip("-").isdigit():
         assert f"must be a whole number, got {raw!r}" in message
+    elif setting.endswith("_seconds") and f"got {raw!r}" in message:
+        assert "must be a duration" in message, message  # the duration parser refused it
     else:
         assert f"got {float(raw)!r}" in message or f"got {int(raw)!r}" in message
         low, high = BOUNDS[setting].low, BOUNDS[setting].high
