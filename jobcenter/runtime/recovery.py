@@ -105,12 +105,16 @@ class Recovery:
 
     def _job(self, job_id: str) -> None:
         store = self.store
-        job = store.job_fields(job_id)
+        job, first_task = store.job_fields_and_first_task(job_id)
         self.report.jobs_checked += 1
-        if not job:
+        state = job["state"].decode() if job else None
+        if state is not None and JobState(state).terminal:
             return
-        state = job["state"].decode()
-        if JobState(state).terminal:
+        if state is None or (not first_task and _tasks_written(job)):  # rule 11
+            settled = store.settle_lost(job_id)
+            if settled is not None:
+                self.report.lost += 1
+                log.error("job %s: Redis lost its keys; settled %s", job_id, settled)
             return
         now = self.store.now_ms()
         idle_ms = now - int(job.get("updated_at", now))
@@ -226,6 +230,11 @@ class Recovery:
 
 def _batches(items: list[Any], size: int = REPAIR_BATCH) -> list[list[Any]]:
     return [items[k : k + size] for k in range(0, len(items), size)]
+
+
+def _tasks_written(job: dict[str, bytes]) -> bool:
+    """Whether the job's tasks hash must hold its tasks: it runs, or a split wrote some."""
+    return job["state"] == JobState.RUNNING.encode() or int(job.get("written", 0)) > 0
 
 
 def _ended(state: str | None) -> bool:

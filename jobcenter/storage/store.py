@@ -76,6 +76,7 @@ WAITAOF_TIMEOUT_MS = 2_000
 # or result after a pause) before the attempt is run again or failed.
 LEASE_GRACE_DIVISOR = 3
 LEADER_TIMEOUT_FACTOR = 1.0  # a leader step not renewed within one lease is taken over
+UNFINISHED = (JobState.PENDING, JobState.RUNNING)  # the job states the active index holds
 IDEMPOTENCY_CONFLICT = schema.code("IDEMPOTENCY_CONFLICT")  # submit.lua
 HEARTBEAT_CANCELLED = schema.code("ITEM_CANCELLED")  # heartbeat.lua, per attempt
 JOB_GONE = schema.code("JOB_GONE")
@@ -1261,8 +1262,18 @@ class Store:
         return None if raw is None else JobState(raw.decode())
 
     def active_job_ids(self, shard: int) -> list[str]:
-        """The jobs not finished yet in `shard` (what recovery walks)."""
-        return [raw.decode() for raw in self.redis.zrange(self.keys.active(shard), 0, -1)]
+        """The jobs not finished yet in `shard` (what recovery walks): the active index, and
+        when the pending and running indexes count other jobs than it (Redis lost a key of
+        one of them), theirs too, so a job left in either is still found."""
+        keys = self.keys
+        indexes = [keys.active(shard), *(keys.state_jobs(shard, s) for s in UNFINISHED)]
+        pipe = self.redis.pipeline(transaction=False)
+        for index in indexes:
+            pipe.zcard(index)
+        active, *others = pipe.execute()
+        read = indexes[:1] if active == sum(others) else indexes
+        ids = [raw.decode() for index in read for raw in self.redis.zrange(index, 0, -1)]
+        return list(dict.fromkeys(ids))  # in order, each once
 
     def expired_leases(self, shard: int, limit: int) -> list[tuple[str, int]]:
         """Up to `limit` (job id, task index) attempts whose lease ended by Redis TIME now."""
@@ -1295,6 +1306,22 @@ class Store:
     def job_fields(self, job_id: str) -> dict[str, bytes]:
         raw = self.redis.hgetall(self.keys.job(job_id).job)
         return {k.decode(): v for k, v in raw.items()}
+
+    def job_fields_and_first_task(self, job_id: str) -> tuple[dict[str, bytes], bool]:
+        """The job's fields, and whether its tasks hash holds task 0 (the first one written:
+        without it, once written, Redis lost the tasks; lost.lua), in one round trip."""
+        jk = self.keys.job(job_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(jk.job)
+        pipe.hexists(jk.tasks, TaskField.STATE.of(0))
+        raw, first = pipe.execute()
+        return {k.decode(): v for k, v in raw.items()}, bool(first)
+
+    def settle_lost(self, job_id: str) -> str | None:
+        """Settle a job whose keys Redis lost (lost.lua): the job's state now, or None when
+        nothing of it was lost."""
+        reply = self._job_call("lost", job_id, [])
+        return text(reply[1]) if int(reply[0]) == 0 else None
 
     def records(self, job_id: str, stamp: Stamp | None = None) -> JobRecords:
         """The job's task fields and history, packed or not (storage/packed.py); `stamp`:
@@ -1334,6 +1361,7 @@ class Store:
             "state": text(job.get("state")),
             "created_at": seconds(job.get("created_at")),
             "finished_at": seconds(job.get("finished_at")),
+            "error": text(job.get("error")),  # why the job itself ended (a cancel, lost keys)
             "tasks": tasks,
             "notifications": notifications_view(self.redis, self.keys, job_id, job),
         }
