@@ -802,7 +802,7 @@ class Worker:
                 log.warning(
                     "rq recovery worker exited (%s); restarting it", self.rq_child.returncode
                 )
-            self.rq_child = rq_runner.spawn_rq_worker(self.store.settings)
+            self.rq_child = rq_runner.spawn_rq_worker(self.store.settings, self.options.node)
         try:
             rq_runner.enqueue_recovery(self.store)
         except RedisError as exc:

@@ -1089,8 +1089,14 @@ class Store:
 
     def repair(self, job_id: str, action: str, items: Sequence[Any], error: str = "") -> int:
         """Recovery's checked fixes (repair.lua); returns how many tasks were repaired."""
+        return self.repair_counts(job_id, action, items, error)[0]
+
+    def repair_counts(
+        self, job_id: str, action: str, items: Sequence[Any], error: str = ""
+    ) -> tuple[int, int]:
+        """repair(), and of the tasks repaired how many failed for good."""
         reply = self._job_call("repair", job_id, [action, error, *items])
-        return int(reply[1]) if reply[0] == 0 else 0
+        return (int(reply[1]), int(reply[2])) if reply[0] == 0 else (0, 0)
 
     def resubmit(self, job_id: str, kind: str) -> bool:
         """Hand the job back to a leader for `kind` unless a message is pending already."""
@@ -1203,6 +1209,11 @@ class Store:
             pipe.zadd(self.keys.nodes(), {node: now_ms})
         pipe.execute()
 
+    def mark_node_present(self, node: str) -> None:
+        """Say (with Redis TIME) that a worker of `node` lives, whether or not it heartbeats:
+        its rq child, a process of its own, calls this (runtime/presence.py)."""
+        self.redis.zadd(self.keys.nodes(), {node: self.now_ms()})
+
     def publish_served(self, queues: Sequence[str], names: Sequence[str], keep_ms: int) -> None:
         """Say (with Redis TIME) that a live worker serves each of `queues` with each task name
         in `names`; entries nobody renewed for `keep_ms` are dropped (recovery reads them)."""
@@ -1299,7 +1310,8 @@ class Store:
         return [None if v is None else int(v) for v in raw]
 
     def node_heartbeats(self) -> dict[str, float]:
-        """Each node's last heartbeat (ms) by any of its workers."""
+        """Each node's last sign of life (ms): a heartbeat of any of its workers, or the
+        presence their rq children keep (mark_node_present)."""
         pairs = self.redis.zrange(self.keys.nodes(), 0, -1, withscores=True)
         return {name.decode(): score for name, score in pairs}
 
