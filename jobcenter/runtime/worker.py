@@ -45,6 +45,7 @@ from jobcenter.storage.store import (
 )
 
 from . import registry, rq_runner
+from .eviction_guard import EvictionGuard
 from .execution import Outcome, ProcessRunner, ThreadRunner
 from .leader import Leader
 from .notifier import DELIVERY_THREADS, Notifier
@@ -81,6 +82,7 @@ GIVE_BACK_DELAY_MAX_MS = 10_000
 GIVE_BACK_WAIT_SECONDS = 5.0  # a forced stop waits this long at most for a claim under way
 FORCED_STOP_MAX_SECONDS = 60.0  # past this, a forced stop that hangs (Redis hung) exits anyway
 EXIT_LOOP_FAILED = 70  # exit code when a loop met an error it cannot go on from (EX_SOFTWARE)
+PAUSED_POLL_SECONDS = 0.5  # a loop paused while Redis may evict looks again this often
 
 
 @dataclass
@@ -157,6 +159,7 @@ class Worker:
             store, self.handler, lambda s: [store.keys.leader_wake(s)], self._thread, "lead-wait"
         )
         self.pulse = Pulse()  # what health.py reports: the heartbeat's rounds
+        self.eviction = EvictionGuard(store)  # claims nothing while Redis may evict keys
         self.exiting = threading.Event()  # a forced stop is under way (give_back_and_exit)
         self.lacking: set[str] = set()  # task names given back for want of their code
         # held while tasks are started and registered in `running`, so the reporter never
@@ -268,6 +271,7 @@ class Worker:
     def run(self) -> None:
         """Serve until stopped (or, with burst, until nothing is left to do)."""
         self.store.check_server()
+        self.eviction.check_at_start()
         self.ownership.renew_round()  # the shards to poll, before it says it serves
         self._register()
         self.pulse.beat(ok=True)
@@ -342,6 +346,9 @@ class Worker:
     def _claim_loop(self) -> None:
         backoff = Backoff()
         while not self.stopping.is_set():
+            if not self.eviction.safe.is_set():  # Redis may evict: claim nothing
+                self.stopping.wait(PAUSED_POLL_SECONDS)
+                continue
             try:
                 # claim again at once only while the last claim filled what it asked for: a
                 # short one drained the queues, and what is queued next brings a wake-up token
@@ -404,6 +411,9 @@ class Worker:
         sweeps. The compactions a claim took go together, after the others."""
         backoff = Backoff()
         while not self.stopped.is_set():
+            if not self.eviction.safe.is_set():  # Redis may evict: take no leader step
+                self.stopped.wait(PAUSED_POLL_SECONDS)
+                continue
             try:
                 found = False
                 for shard in self.ownership.owned(LEADER_SEGMENT):
@@ -571,7 +581,7 @@ class Worker:
         with self.lock:
             take_max = prefetch = 0
             before: bytes | None = None
-            if not self.stopping.is_set():
+            if not self.stopping.is_set() and self.eviction.safe.is_set():
                 free = self._free_slots(len(done))  # below 0: that many held beyond the slots
                 take_max = max(0, min(CLAIM_BATCH_MAX, free))
                 prefetch, before = self._prefetch(done)
@@ -778,6 +788,7 @@ class Worker:
                 )
         self._register()
         self._supervise_recovery()
+        self.eviction.check()
 
     def _stop_attempt(self, job_id: str, index: int, attempt: int, code: int) -> None:
         """The attempt's job was cancelled (or is gone): stop the attempt and free its slot.

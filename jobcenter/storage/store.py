@@ -35,6 +35,7 @@ from jobcenter.model.states import TERMINAL_TASK_STATES, JobState, TaskState
 from . import schema
 from .connection import connect, is_cluster, time_ms
 from .durability import GroupCommit
+from .eviction import config_value
 from .keys import Keys
 from .layout import Layout, job_queues
 from .lua import Batch, Scripts
@@ -1237,22 +1238,18 @@ class Store:
         pipe.execute()
 
     def check_server(self) -> list[str]:
-        """Warn about server settings that break the guarantees (ARCHITECTURE.md, Durability)."""
+        """Warn about server settings that weaken the guarantees (ARCHITECTURE.md,
+        Durability). An evicting maxmemory-policy is no warning: workers refuse it
+        (storage/eviction.py)."""
         warnings = []
         try:
-            config = {text(k): text(v) for k, v in self.redis.config_get("*").items()}
-            policy, aof = config.get("maxmemory-policy"), config.get("appendonly")
+            aof = config_value(self.redis, "appendonly")
         except redis.ResponseError:
             warnings.append(
                 "cannot read the server's config (CONFIG is disabled); make sure "
-                "it runs with maxmemory-policy noeviction and appendonly yes"
+                "it runs with appendonly yes"
             )
         else:
-            if policy != "noeviction":
-                warnings.append(
-                    f"maxmemory-policy is {policy}, not noeviction: Redis may "
-                    "evict job data under memory pressure and lose tasks"
-                )
             if aof != "yes":
                 warnings.append("appendonly is off: a Redis restart loses what it held")
         if self.cluster and self.keys.shards < len(self.redis.get_primaries()):

@@ -9,14 +9,17 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from harness import CLI_TIMEOUT_SECONDS, subprocess_env
-from helpers import wait_until
+from helpers import health_port, wait_probe, wait_until
+from integration_harness import Workers, worker_pool
 from lua_helpers import claim, job_field, submit
 
 from jobcenter import Client
+from jobcenter.cli.options import EXIT_REFUSED
 from jobcenter.config import Settings
 from jobcenter.runtime.recovery import Recovery
 from jobcenter.storage.embedded import RedisServer
@@ -29,6 +32,10 @@ FILLERS_MAX = 5_000  # a server that evicts nothing of the namespace after these
 # Headroom over what the server uses once the jobs are in: the first fillers fit.
 MAXMEMORY_HEADROOM_BYTES = 300_000
 IDLE_SECONDS = 2  # the jobs' keys idle this long before the fill: LRU takes them first
+# A worker heartbeats (and checks the policy) every third of a lease: a few times a second.
+SHORT_LEASE = {"JOBCENTER_LEASE_SECONDS": "1"}
+PAUSED = "claiming nothing while Redis may evict"  # what a worker logs at each check
+JOB_SECONDS = 30.0
 
 
 @pytest.fixture
@@ -38,11 +45,18 @@ def store(private_redis: RedisServer) -> Iterator[Store]:
     store.redis.close()
 
 
-def cli(store: Store, *args: str) -> subprocess.CompletedProcess[str]:
+@pytest.fixture
+def workers(private_redis: RedisServer, tmp_path: Path) -> Iterator[Workers]:
+    """Worker processes on the private server; each must stop well at the end."""
+    with worker_pool(private_redis.url, "evict", tmp_path) as pool:
+        yield pool
+
+
+def cli(store: Store, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """A real `jobcenter ARGS` process against the private server."""
     return subprocess.run(
         [sys.executable, "-m", "jobcenter", *args],
-        env=subprocess_env(store.settings.redis_url, store.settings.namespace),
+        env=subprocess_env(store.settings.redis_url, store.settings.namespace, **env),
         capture_output=True,
         text=True,
         timeout=CLI_TIMEOUT_SECONDS,
@@ -78,6 +92,76 @@ def assert_settled_lost(store: Store, job_id: str, state: str, lost_key: str) ->
     assert lost_key in status["error"]
     assert indexed_as(store, job_id) == {state}
     assert store.redis.pttl(store.keys.job(job_id).job) > 0  # kept for the retention
+
+
+# -- the worker and the policy --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lru", "allkeys-random"])
+def test_a_worker_refuses_to_start_on_a_redis_that_may_evict(store: Store, policy: str) -> None:
+    store.redis.config_set("maxmemory-policy", policy)
+    port = store.redis.connection_pool.connection_kwargs["port"]
+
+    done = cli(store, "worker", "--burst", "tasks_for_tests")
+
+    assert done.returncode == EXIT_REFUSED, done
+    said = done.stderr.strip().splitlines()[-1]
+    assert said.startswith(
+        f"error: worker refuses to start: Redis may evict jobcenter's keys (maxmemory-policy "
+        f"{policy} on 127.0.0.1:{port}): "
+    ), done.stderr
+    assert "maxmemory-policy noeviction" in done.stderr
+    assert store.redis.zcard(store.keys.workers()) == 0  # it never registered
+
+
+def test_a_worker_claims_nothing_while_redis_may_evict_and_goes_on_once_it_is_fixed(
+    store: Store, workers: Workers
+) -> None:
+    worker = workers.start("--health-port", "0", env=SHORT_LEASE)
+    port = health_port(worker.log)
+    store.redis.config_set("maxmemory-policy", "allkeys-lru")
+
+    body = wait_probe(port, "/readyz", 503)
+    assert body["reason"].startswith(
+        "claiming nothing: Redis may evict jobcenter's keys (maxmemory-policy allkeys-lru on "
+    ), body
+    assert body["redis_evicts"] in body["reason"]
+    checks = worker.log().count(PAUSED)
+    client = Client(store)
+    job_id = client.submit(
+        {"name": "paused", "tasks": [{"id": "a", "task": "tasks_for_tests.record"}]}
+    )
+    # two more checks said so: a whole heartbeat round went by with the task there
+    wait_until(lambda: worker.log().count(PAUSED) >= checks + 2, message="no error logged again")
+    assert client.status(job_id)["tasks"]["a"]["state"] == "queued"
+
+    store.redis.config_set("maxmemory-policy", "noeviction")
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
+    assert wait_probe(port, "/readyz", 200)["redis_evicts"] is None
+    assert "Redis evicts no keys any more (maxmemory-policy noeviction): claiming" in worker.log()
+
+
+def test_a_worker_on_a_redis_whose_config_command_is_disabled_says_so_once_and_serves(
+    tmp_path: Path,
+) -> None:
+    server = RedisServer(tmp_path / "redis", extra_conf=['rename-command CONFIG ""']).start()
+    try:
+        store = Store.from_settings(Settings(redis_url=server.url, namespace="noconfig"))
+        job_id = Client(store).submit(
+            {
+                "name": "j",
+                "tasks": [{"id": "a", "task": "tasks_for_tests.record", "kwargs": {"pause": 1.5}}],
+            }
+        )
+        done = cli(store, "worker", "--burst", "tasks_for_tests", **SHORT_LEASE)
+        assert done.returncode == 0, done
+        assert Client(store).status(job_id)["state"] == "succeeded"
+        log = done.stdout + done.stderr
+        assert log.count("cannot read maxmemory-policy") == 1, log  # at start, not each check
+        assert "CONFIG is disabled or renamed" in log
+        store.redis.close()
+    finally:
+        server.stop()
 
 
 # -- keys deleted as eviction would -------------------------------------------------------
