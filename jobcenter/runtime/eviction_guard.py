@@ -12,6 +12,7 @@ import logging
 import threading
 
 from jobcenter.errors import Refused
+from jobcenter.storage.errors import RedisError
 from jobcenter.storage.eviction import read_policy
 from jobcenter.storage.store import Store
 
@@ -35,8 +36,13 @@ class EvictionGuard:
             raise Refused(f"worker refuses to start: {problem}")
 
     def check(self) -> None:
-        """Read the policy again: pause claiming while it evicts, go on once it does not."""
-        problem = self._read()
+        """Read the policy again: pause claiming while it evicts, go on once it does not.
+        A server that does not answer now (a failover) is asked again at the next check."""
+        try:
+            problem = self._read()
+        except RedisError as exc:
+            log.warning("cannot read maxmemory-policy now (%s); asking again later", exc)
+            return
         if problem is not None:
             log.error("claiming nothing while %s", problem)
             self.problem = problem

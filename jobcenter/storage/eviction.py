@@ -9,9 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import ResponseError
-
 from .connection import is_cluster
+from .errors import ResponseError
 from .replies import text
 
 SAFE_POLICY = "noeviction"
