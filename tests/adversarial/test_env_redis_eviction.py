@@ -21,9 +21,12 @@ from lua_helpers import claim, job_field, submit
 from jobcenter import Client
 from jobcenter.cli.options import EXIT_REFUSED
 from jobcenter.config import Settings
+from jobcenter.model import codec
+from jobcenter.runtime.leader import PUBLISH_CHUNK, Leader
 from jobcenter.runtime.recovery import Recovery
 from jobcenter.storage.embedded import RedisServer
-from jobcenter.storage.store import Store
+from jobcenter.storage.layout import Layout
+from jobcenter.storage.store import INLINE_SPLIT_MAX, Store
 
 HANDLER = "eviction-handler"
 JOBS = 40  # submitted before Redis evicts: some of their keys go, some stay
@@ -227,7 +230,34 @@ def test_recovery_finds_a_running_job_the_active_index_lost(store: Store) -> Non
     assert report["lost"] == 1
 
 
-def test_recovery_leaves_an_intact_job_and_a_pending_one_alone(store: Store) -> None:
+def test_recovery_fails_a_job_whose_tasks_hash_went_mid_split_though_the_split_went_on(
+    store: Store,
+) -> None:
+    """A job a leader splits loses its tasks hash after the first chunk; the leader that
+    takes the split over writes the other chunks (creating the hash again) and queues its
+    roots: task 0 is still missing, and recovery settles the job."""
+    n = INLINE_SPLIT_MAX + 40
+    tasks = [{"id": f"t{i}", "task": "app.run"} for i in range(n)]
+    job_id = submit(store, {"name": "big", "tasks": tasks})
+    jk = store.keys.job(job_id)
+    stored = codec.unpack(store.redis.hget(jk.job, "spec"))
+    ranks = store.redis.hget(jk.job, "ranks")
+    layout = Layout(stored, codec.unpack(ranks) if ranks else None)
+    chunk = layout.pairs(0, PUBLISH_CHUNK)
+    assert store.publish_tasks(job_id, HANDLER, 0, PUBLISH_CHUNK, chunk) == 0
+    store.redis.delete(jk.tasks)
+    Leader(store, "next-leader").split(job_id)
+    assert job_field(store, job_id, "state") == "running"
+    assert store.redis.exists(jk.tasks)
+
+    report = recover(store)
+
+    assert_settled_lost(store, job_id, "failed", jk.tasks)
+    assert report["lost"] == 1
+    assert not store.redis.exists(jk.tasks)
+
+
+def test_recovery_leaves_an_intact_job_alone(store: Store) -> None:
     running = submit(store, three_tasks("running"))
     before = store.redis.hgetall(store.keys.job(running).tasks)
 
