@@ -178,6 +178,8 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
     click.echo(
         f"created {format_time(st['created_at'])}  finished {format_time(st['finished_at'])}"
     )
+    if st["error"]:
+        click.echo(f"error: {st['error']}")
     rows = [("TASK", "STATE", "ATT", "HANDLER", "STARTED", "FINISHED", "ERROR / PROGRESS")]
     for task_id, t in st["tasks"].items():
         text = first_line(t["error"] or t.get("progress"), 60)

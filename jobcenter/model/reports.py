@@ -16,7 +16,8 @@ class RecoveryReport:
     leader_steps: int = 0  # due leader messages (stalled split/finalize/...) run again
     requeued: int = 0  # queued tasks whose queue entry was lost
     released: int = 0  # waiting tasks whose parents had all succeeded
-    node_failed: int = 0  # tasks pinned to a node with no live worker
+    node_retried: int = 0  # tasks pinned to a node with no live worker, queued again
+    node_failed: int = 0  # ... and those whose attempts were exhausted: failed
     no_worker: int = 0  # tasks whose task name no live worker had registered for too long
     leased: int = 0  # running tasks that had lost their lease
     resubmitted: dict[str, int] = field(default_factory=dict)  # leader messages re-added
@@ -25,6 +26,7 @@ class RecoveryReport:
     trimmed: int = 0  # expired jobs dropped from the list indexes (not a repair)
     slots_leaked: int = 0  # reservations that held pool/limit slots without a lease
     slots_corrected: int = 0  # limits whose count of used slots was off
+    lost: int = 0  # unfinished jobs whose keys Redis lost (evicted): settled, failed
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -36,6 +38,7 @@ class RecoveryReport:
             + self.leader_steps
             + self.requeued
             + self.released
+            + self.node_retried
             + self.node_failed
             + self.no_worker
             + self.leased
@@ -44,4 +47,5 @@ class RecoveryReport:
             + self.abandoned
             + self.slots_leaked
             + self.slots_corrected
+            + self.lost
         )

@@ -7,7 +7,8 @@ alive: the worker's heartbeat thread goes round, whether or not Redis answers it
        counts as gone (recovery takes its tasks over), so restarting it loses nothing; a
        Redis outage alone never makes a worker "not alive": it keeps its unreported results.
 ready: its last heartbeat round reached Redis and registered it, Redis answers a PING now,
-       and it is not draining (a SIGTERM'd worker finishes what runs, then exits).
+       it is not draining (a SIGTERM'd worker finishes what runs, then exits), and Redis
+       may not evict keys (a worker claims nothing while it may: runtime/eviction_guard.py).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def _facts(worker: Worker) -> dict[str, Any]:
         "heartbeat_age_seconds": round(now - pulse.round_at, 3),
         "redis_ok_age_seconds": None if pulse.ok_at is None else round(now - pulse.ok_at, 3),
         "draining": worker.stopping.is_set(),
+        "redis_evicts": worker.eviction.problem,  # None unless its maxmemory-policy evicts
     }
 
 
@@ -76,6 +78,8 @@ def ready(worker: Worker, ping: Any) -> Verdict:
         reason = "heartbeat stalled"
     elif not worker.pulse.redis_ok:
         reason = "not registered: the last heartbeat did not reach Redis"
+    elif body["redis_evicts"]:
+        reason = f"claiming nothing: {body['redis_evicts']}"
     else:
         try:
             ping.ping()

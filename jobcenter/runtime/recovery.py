@@ -106,12 +106,16 @@ class Recovery:
 
     def _job(self, job_id: str) -> None:
         store = self.store
-        job = store.job_fields(job_id)
+        job, first_task = store.job_fields_and_first_task(job_id)
         self.report.jobs_checked += 1
-        if not job:
+        state = job["state"].decode() if job else None
+        if state is not None and JobState(state).terminal:
             return
-        state = job["state"].decode()
-        if JobState(state).terminal:
+        if state is None or (not first_task and _tasks_written(job)):  # rule 11
+            settled = store.settle_lost(job_id)
+            if settled is not None:
+                self.report.lost += 1
+                log.error("job %s: Redis lost its keys; settled %s", job_id, settled)
             return
         now = self.store.now_ms()
         idle_ms = now - int(job.get("updated_at", now))
@@ -145,13 +149,18 @@ class Recovery:
             by_state[state].append(index)
 
         parked = by_state[TaskState.QUEUED] + by_state[TaskState.RETRY_WAIT]
-        stuck = parked + by_state[TaskState.TIMED_OUT]
-        dead = self._on_dead_nodes(job_id, stuck, now) if stuck else []
-        for batch in _batches(dead):
-            self.report.node_failed += self.store.repair(
-                job_id, "abandon", batch, "failed: no live worker on its node"
+        dead = self._on_dead_nodes(job_id, parked, now) if parked else {}
+        for node, indexes in dead.items():
+            error = (
+                f"no live worker on its node {node!r} for "
+                f"{self.settings.worker_timeout_seconds:g} s"
             )
-        parked = [i for i in parked if i not in set(dead)]  # the node rule came first
+            for batch in _batches(indexes):
+                repaired, failed = self.store.repair_counts(job_id, "node", batch, error)
+                self.report.node_retried += repaired - failed
+                self.report.node_failed += failed
+        gone = {i for indexes in dead.values() for i in indexes}
+        parked = [i for i in parked if i not in gone]  # the node rule came first
         unrunnable = self._without_worker(job_id, parked, now, job_queue)
         for error, indexes in unrunnable.items():
             for batch in _batches(indexes):
@@ -206,27 +215,34 @@ class Recovery:
                 out[error].append(index)
         return out
 
-    def _on_dead_nodes(self, job_id: str, indexes: list[str], now: int) -> list[str]:
-        """Tasks pinned to a node no live worker served for the worker timeout."""
+    def _on_dead_nodes(self, job_id: str, indexes: list[str], now: int) -> dict[str, list[str]]:
+        """Tasks pinned to a node none of whose workers was alive (heartbeat, or presence
+        kept by its rq child: a stalled worker is alive) for the worker timeout, while they
+        waited that long, by node. (A timed_out attempt is rule 1's: it may still report.)"""
         timeout_ms = self.settings.worker_timeout_seconds * 1000
         queues = self.store.task_field(job_id, TaskField.QUEUE)
         pinned = [i for i in indexes if queues.get(i, "").startswith(NODE_QUEUE_PREFIX)]
         if not pinned:
-            return []
+            return {}
         since = self.store.queued_since(job_id, pinned)
-        seen = self.store.node_heartbeats()  # node name -> last heartbeat of any of its workers
-        dead = []
+        seen = self.store.node_heartbeats()  # node name -> last sign of life of any worker
+        dead: dict[str, list[str]] = defaultdict(list)
         for index, queued_at in zip(pinned, since, strict=True):
             node = queues[index][len(NODE_QUEUE_PREFIX) :]
             last = seen.get(node, 0)
             waited = now - (queued_at or now)
             if now - last > timeout_ms and waited > timeout_ms:
-                dead.append(index)
+                dead[node].append(index)
         return dead
 
 
 def _batches(items: list[Any], size: int = REPAIR_BATCH) -> list[list[Any]]:
     return [items[k : k + size] for k in range(0, len(items), size)]
+
+
+def _tasks_written(job: dict[str, bytes]) -> bool:
+    """Whether the job's tasks hash must hold its tasks: it runs, or a split wrote some."""
+    return job["state"] == JobState.RUNNING.encode() or int(job.get("written", 0)) > 0
 
 
 def _ended(state: str | None) -> bool:

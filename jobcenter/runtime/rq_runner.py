@@ -5,6 +5,9 @@ Every `jobcenter worker` enqueues the round's recovery job (one rq job id per in
 running an rq worker for the system queue. The rq worker runs only the recovery function;
 jobs use rq's JSON serializer, never pickle.
 
+The child of a worker with a node also keeps that node present while the worker lives
+(runtime/presence.py): a stalled worker is not a dead node.
+
 On a Redis Cluster rq cannot run: its keys carry no hash tag and its transactions span
 slots. There the same child runs each round's pass itself (`run_rounds`), and singleton.lua's
 round number, in shard 0's slot, lets one pass per interval through, whichever worker's child
@@ -36,6 +39,7 @@ from jobcenter.storage.system_queue import current_round, recovery_job_id, syste
 
 from . import logs
 from .lifeline import exit_with
+from .presence import keep_node_present
 from .recovery import Recovery
 
 log = logging.getLogger(__name__)
@@ -113,14 +117,17 @@ class RecoveryWorker(SimpleWorker):
         super().execute_job(job, queue)
 
 
-def spawn_rq_worker(settings: Settings) -> subprocess.Popen[bytes]:
-    """Start the rq child of a jobcenter worker (same Redis and settings via the env)."""
+def spawn_rq_worker(settings: Settings, node: str | None = None) -> subprocess.Popen[bytes]:
+    """Start the rq child of a jobcenter worker (same Redis and settings via the env); for
+    a worker of `node`, the child also keeps the node present (runtime/presence.py)."""
     env = {
         **os.environ,
         "JOBCENTER_REDIS_URL": settings.redis_url,
         "JOBCENTER_NAMESPACE": settings.namespace,
     }
     cmd = [sys.executable, "-m", "jobcenter.runtime.rq_runner", "--parent", str(os.getpid())]
+    if node:
+        cmd += ["--node", node]
     return subprocess.Popen(cmd, env=env)
 
 
@@ -157,11 +164,14 @@ def _connect_when_up(url: str) -> Any:
 def main() -> None:
     parser = argparse.ArgumentParser(description="jobcenter's rq worker for recovery jobs")
     parser.add_argument("--parent", type=int, default=0)
+    parser.add_argument("--node", default="")
     args = parser.parse_args()
     logs.configure(os.environ.get(logs.FORMAT_ENV) or "text", level=logging.WARNING)
     settings = Settings.from_env()
     if args.parent:
         exit_with(args.parent)
+        if args.node:
+            keep_node_present(settings, args.node)
     if settings.redis_url.startswith(CLUSTER_SCHEME + "://"):
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())

@@ -45,6 +45,7 @@ from jobcenter.storage.store import (
 )
 
 from . import exits, registry, rq_runner
+from .eviction_guard import EvictionGuard
 from .execution import Outcome, ProcessRunner, ThreadRunner
 from .leader import Leader
 from .notifier import DELIVERY_THREADS, Notifier
@@ -87,6 +88,7 @@ STOP_REASONS = {
     STALE_TOKEN: StopReason.TAKEN_OVER,
     JOB_GONE: StopReason.GONE,
 }
+PAUSED_POLL_SECONDS = 0.5  # a loop paused while Redis may evict looks again this often
 
 
 @dataclass
@@ -144,6 +146,7 @@ class Worker:
             store, self.handler, lambda s: [store.keys.leader_wake(s)], self._thread, "lead-wait"
         )
         self.pulse = Pulse()  # what health.py reports: the heartbeat's rounds
+        self.eviction = EvictionGuard(store)  # claims nothing while Redis may evict keys
         self.exiting = threading.Event()  # a forced stop is under way (give_back_and_exit)
         self.lacking: set[str] = set()  # task names given back for want of their code
         # held while tasks are started and registered in `running`, so the reporter never
@@ -258,6 +261,7 @@ class Worker:
     def run(self) -> None:
         """Serve until stopped (or, with burst, until nothing is left to do)."""
         self.store.check_server()
+        self.eviction.check_at_start()
         self.ownership.renew_round()  # the shards to poll, before it says it serves
         self._register()
         self.pulse.beat(ok=True)
@@ -334,6 +338,9 @@ class Worker:
     def _claim_loop(self) -> None:
         backoff = Backoff()
         while not self.stopping.is_set():
+            if not self.eviction.safe.is_set():  # Redis may evict: claim nothing
+                self.stopping.wait(PAUSED_POLL_SECONDS)
+                continue
             try:
                 # claim again at once only while the last claim filled what it asked for: a
                 # short one drained the queues, and what is queued next brings a wake-up token
@@ -396,6 +403,9 @@ class Worker:
         sweeps. The compactions a claim took go together, after the others."""
         backoff = Backoff()
         while not self.stopped.is_set():
+            if not self.eviction.safe.is_set():  # Redis may evict: take no leader step
+                self.stopped.wait(PAUSED_POLL_SECONDS)
+                continue
             try:
                 found = False
                 for shard in self.ownership.owned(LEADER_SEGMENT):
@@ -569,7 +579,7 @@ class Worker:
         with self.lock:
             take_max = prefetch = 0
             before: bytes | None = None
-            if not self.stopping.is_set():
+            if not self.stopping.is_set() and self.eviction.safe.is_set():
                 free = self._free_slots(len(done))  # below 0: that many held beyond the slots
                 take_max = max(0, min(CLAIM_BATCH_MAX, free))
                 prefetch, before = self._prefetch(done)
@@ -769,6 +779,7 @@ class Worker:
         self.stop_counts.flush(self.store)
         self._register()
         self._supervise_recovery()
+        self.eviction.check()
 
     def _stop_attempt(self, job_id: str, index: int, attempt: int, code: int) -> None:
         """Redis refused the attempt's heartbeat (`code`): it is no longer live (its job was
@@ -809,7 +820,7 @@ class Worker:
                 log.warning(
                     "rq recovery worker exited (%s); restarting it", self.rq_child.returncode
                 )
-            self.rq_child = rq_runner.spawn_rq_worker(self.store.settings)
+            self.rq_child = rq_runner.spawn_rq_worker(self.store.settings, self.options.node)
         try:
             rq_runner.enqueue_recovery(self.store)
         except RedisError as exc:

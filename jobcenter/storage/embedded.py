@@ -25,6 +25,7 @@ from jobcenter.errors import JobcenterError, Refused
 
 from .connection import probe_client
 from .errors import RedisError
+from .eviction import config_value, read_policy
 
 BINARY_ENV_VAR = "JOBCENTER_REDIS_SERVER"
 STATE_HOME_ENV_VAR = "XDG_STATE_HOME"
@@ -229,6 +230,20 @@ class RedisServer:
         self._port_given = True  # clients hold the old URL; never move to a new port
         return self.start()
 
+    def guarantees(self) -> str:
+        """The settings jobcenter's guarantees rest on, as the running server reports them
+        (ARCHITECTURE.md, Durability)."""
+        client = probe_client(PING_TIMEOUT_SECONDS, host=HOST, port=self._port)
+        try:
+            policy = read_policy(client)
+            aof = config_value(client, "appendonly")
+        except RedisError as exc:  # it died meanwhile: the caller's watch says so
+            return f"cannot read its settings: {exc}"
+        finally:
+            client.close()
+        policies = ", ".join(policy.policies.values()) or "unreadable"
+        return f"maxmemory-policy {policies}, appendonly {aof}"
+
     def wait(self) -> int | None:
         """Block until the server process exits; its exit code (None if never started)."""
         process = self._process
@@ -414,11 +429,13 @@ def run_up(data_dir: Path, port: int | None, echo: Callable[[str], None]) -> Non
         pid = server.start().pid
         if pid is None:
             raise JobcenterError(f"redis-server exited right after starting; see {server.log_path}")
+        guarantees = server.guarantees()
         record_url(data_dir, server.url, pid)
         record_url(state_dir, server.url, pid)
         (data_dir / LAST_PORT_FILE_NAME).write_text(f"{server.port}\n")
         echo(f"redis running at {server.url} (data in {data_dir}); Ctrl-C to stop")
         echo(f"its URL is recorded in {data_dir} and {state_dir} for jobcenter commands")
+        echo(guarantees)
 
         def watch() -> None:
             server.wait()

@@ -390,11 +390,11 @@ def _code(name: str, value: int, scripts: str, meaning: str) -> ReturnCode:
 # Every job script (claim's reply is lists, no code); _job.lua's context comes with most.
 _JOB_SCRIPTS = (
     "cancel compact complete continue delete expire fail finalize gate_wait give_back heartbeat "
-    "publish_tasks queue_roots release repair restore resubmit revive start submit"
+    "lost publish_tasks queue_roots release repair restore resubmit revive start submit"
 )
 _JOB_CHECKED = (
-    "cancel complete continue delete expire fail finalize gate_wait give_back queue_roots release "
-    "repair revive submit"
+    "cancel complete continue delete expire fail finalize gate_wait give_back lost queue_roots "
+    "release repair revive submit"
 )
 # Every code a script returns as the first item of its reply. Codes < 0 are refusals and
 # change nothing. A value appears twice only for different scripts (the `scripts` column).
@@ -409,7 +409,8 @@ RETURN_CODES = (
     _code(
         "ALREADY",
         1,
-        "cancel compact fail finalize restore resubmit singleton submit notify_attempt shard_lease",
+        "cancel compact fail finalize lost restore resubmit singleton submit notify_attempt "
+        "shard_lease",
         "nothing to do: done already (by this or an earlier call)",
     ),
     _code("BUSY", 1, "revive", "a failure cascade is under way: finish it, then call again"),

@@ -35,6 +35,7 @@ from jobcenter.model.states import TERMINAL_TASK_STATES, JobState, TaskState
 from . import schema
 from .connection import connect, is_cluster, time_ms
 from .durability import GroupCommit
+from .eviction import config_value
 from .keys import Keys
 from .layout import Layout, job_queues
 from .lua import Batch, Scripts
@@ -78,6 +79,7 @@ WAITAOF_TIMEOUT_MS = 2_000
 # or result after a pause) before the attempt is run again or failed.
 LEASE_GRACE_DIVISOR = 3
 LEADER_TIMEOUT_FACTOR = 1.0  # a leader step not renewed within one lease is taken over
+UNFINISHED = (JobState.PENDING, JobState.RUNNING)  # the job states the active index holds
 IDEMPOTENCY_CONFLICT = schema.code("IDEMPOTENCY_CONFLICT")  # submit.lua
 HEARTBEAT_CANCELLED = schema.code("ITEM_CANCELLED")  # heartbeat.lua, per attempt
 JOB_GONE = schema.code("JOB_GONE")
@@ -1093,8 +1095,14 @@ class Store:
 
     def repair(self, job_id: str, action: str, items: Sequence[Any], error: str = "") -> int:
         """Recovery's checked fixes (repair.lua); returns how many tasks were repaired."""
+        return self.repair_counts(job_id, action, items, error)[0]
+
+    def repair_counts(
+        self, job_id: str, action: str, items: Sequence[Any], error: str = ""
+    ) -> tuple[int, int]:
+        """repair(), and of the tasks repaired how many failed for good."""
         reply = self._job_call("repair", job_id, [action, error, *items])
-        return int(reply[1]) if reply[0] == 0 else 0
+        return (int(reply[1]), int(reply[2])) if reply[0] == 0 else (0, 0)
 
     def resubmit(self, job_id: str, kind: str) -> bool:
         """Hand the job back to a leader for `kind` unless a message is pending already."""
@@ -1219,6 +1227,11 @@ class Store:
             pipe.zadd(self.keys.nodes(), {node: now_ms})
         pipe.execute()
 
+    def mark_node_present(self, node: str) -> None:
+        """Say (with Redis TIME) that a worker of `node` lives, whether or not it heartbeats:
+        its rq child, a process of its own, calls this (runtime/presence.py)."""
+        self.redis.zadd(self.keys.nodes(), {node: self.now_ms()})
+
     def publish_served(self, queues: Sequence[str], names: Sequence[str], keep_ms: int) -> None:
         """Say (with Redis TIME) that a live worker serves each of `queues` with each task name
         in `names`; entries nobody renewed for `keep_ms` are dropped (recovery reads them)."""
@@ -1242,22 +1255,18 @@ class Store:
         pipe.execute()
 
     def check_server(self) -> list[str]:
-        """Warn about server settings that break the guarantees (ARCHITECTURE.md, Durability)."""
+        """Warn about server settings that weaken the guarantees (ARCHITECTURE.md,
+        Durability). An evicting maxmemory-policy is no warning: workers refuse it
+        (storage/eviction.py)."""
         warnings = []
         try:
-            config = {text(k): text(v) for k, v in self.redis.config_get("*").items()}
-            policy, aof = config.get("maxmemory-policy"), config.get("appendonly")
+            aof = config_value(self.redis, "appendonly")
         except redis.ResponseError:
             warnings.append(
                 "cannot read the server's config (CONFIG is disabled); make sure "
-                "it runs with maxmemory-policy noeviction and appendonly yes"
+                "it runs with appendonly yes"
             )
         else:
-            if policy != "noeviction":
-                warnings.append(
-                    f"maxmemory-policy is {policy}, not noeviction: Redis may "
-                    "evict job data under memory pressure and lose tasks"
-                )
             if aof != "yes":
                 warnings.append("appendonly is off: a Redis restart loses what it held")
         if self.cluster and self.keys.shards < len(self.redis.get_primaries()):
@@ -1278,8 +1287,18 @@ class Store:
         return None if raw is None else JobState(raw.decode())
 
     def active_job_ids(self, shard: int) -> list[str]:
-        """The jobs not finished yet in `shard` (what recovery walks)."""
-        return [raw.decode() for raw in self.redis.zrange(self.keys.active(shard), 0, -1)]
+        """The jobs not finished yet in `shard` (what recovery walks): the active index, and
+        when the pending and running indexes count other jobs than it (Redis lost a key of
+        one of them), theirs too, so a job left in either is still found."""
+        keys = self.keys
+        indexes = [keys.active(shard), *(keys.state_jobs(shard, s) for s in UNFINISHED)]
+        pipe = self.redis.pipeline(transaction=False)
+        for index in indexes:
+            pipe.zcard(index)
+        active, *others = pipe.execute()
+        read = indexes[:1] if active == sum(others) else indexes
+        ids = [raw.decode() for index in read for raw in self.redis.zrange(index, 0, -1)]
+        return list(dict.fromkeys(ids))  # in order, each once
 
     def expired_leases(self, shard: int, limit: int) -> list[tuple[str, int]]:
         """Up to `limit` (job id, task index) attempts whose lease ended by Redis TIME now."""
@@ -1305,13 +1324,30 @@ class Store:
         return [None if v is None else int(v) for v in raw]
 
     def node_heartbeats(self) -> dict[str, float]:
-        """Each node's last heartbeat (ms) by any of its workers."""
+        """Each node's last sign of life (ms): a heartbeat of any of its workers, or the
+        presence their rq children keep (mark_node_present)."""
         pairs = self.redis.zrange(self.keys.nodes(), 0, -1, withscores=True)
         return {name.decode(): score for name, score in pairs}
 
     def job_fields(self, job_id: str) -> dict[str, bytes]:
         raw = self.redis.hgetall(self.keys.job(job_id).job)
         return {k.decode(): v for k, v in raw.items()}
+
+    def job_fields_and_first_task(self, job_id: str) -> tuple[dict[str, bytes], bool]:
+        """The job's fields, and whether its tasks hash holds task 0 (the first one written:
+        without it, once written, Redis lost the tasks; lost.lua), in one round trip."""
+        jk = self.keys.job(job_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(jk.job)
+        pipe.hexists(jk.tasks, TaskField.STATE.of(0))
+        raw, first = pipe.execute()
+        return {k.decode(): v for k, v in raw.items()}, bool(first)
+
+    def settle_lost(self, job_id: str) -> str | None:
+        """Settle a job whose keys Redis lost (lost.lua): the job's state now, or None when
+        nothing of it was lost."""
+        reply = self._job_call("lost", job_id, [])
+        return text(reply[1]) if int(reply[0]) == 0 else None
 
     def records(self, job_id: str, stamp: Stamp | None = None) -> JobRecords:
         """The job's task fields and history, packed or not (storage/packed.py); `stamp`:
@@ -1351,6 +1387,7 @@ class Store:
             "state": text(job.get("state")),
             "created_at": seconds(job.get("created_at")),
             "finished_at": seconds(job.get("finished_at")),
+            "error": text(job.get("error")),  # why the job itself ended (a cancel, lost keys)
             "tasks": tasks,
             "notifications": notifications_view(self.redis, self.keys, job_id, job),
         }

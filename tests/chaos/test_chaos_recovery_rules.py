@@ -200,13 +200,13 @@ def test_rule3_a_waiting_task_whose_release_was_lost_is_queued(
 # -- rule 4 -------------------------------------------------------------------------------
 
 
-def test_rule4_a_task_pinned_to_a_node_whose_workers_died_fails_with_its_descendants(
+def test_rule4_a_task_pinned_to_a_node_whose_workers_died_is_retried_then_fails(
     cluster: Cluster, client: Client, record_property: Any
 ) -> None:
     spec = {
         "name": "rule4",
         "tasks": [
-            {**step("a", gate="a"), "node": "n1", "retries": 5},
+            {**step("a", gate="a"), "node": "n1", "retries": 2},
             step("b", "a"),
             step("c", "b"),
             step("d"),
@@ -230,11 +230,94 @@ def test_rule4_a_task_pinned_to_a_node_whose_workers_died_fails_with_its_descend
         "c": "upstream_failed",
         "d": "succeeded",
     }
-    assert "no live worker on its node" in status["tasks"]["a"]["error"]
+    # its attempt timed out and was retried; each verdict of the dead node then used one
+    # more attempt (never started): retried while one remained, then failed
+    history = [(h["attempt"], h["state"], h["handler"]) for h in client.history(job_id)]
+    assert [h for h in history if h[1] != "succeeded"] == [
+        (1, "timed_out", node_worker.handler),
+        (2, "retry_wait", None),
+        (3, "failed", None),
+    ]
+    assert status["tasks"]["a"]["error"] == (
+        f"no live worker on its node 'n1' for {WORKER_TIMEOUT_SECONDS:g} s"
+    )
     assert result.starts == {"a": 1, "d": 1}  # a never ran anywhere but on n1
     print(f"\n[chaos] node n1 killed -9: its task failed after {failed_after:.2f} s")
     record_property("node_failed_seconds", round(failed_after, 3))
-    assert failed_after >= WORKER_TIMEOUT_SECONDS
+    assert failed_after >= 2 * WORKER_TIMEOUT_SECONDS  # two verdicts, a timeout apart
+
+
+def test_rule4_a_pinned_task_of_a_dead_node_keeps_its_retries_and_runs_once_the_node_is_back(
+    cluster: Cluster, client: Client
+) -> None:
+    spec = {
+        "name": "rule4-back",
+        "tasks": [{**step("a", gate="a"), "node": "n1", "retries": 20}, step("b", "a")],
+    }
+    node_worker = cluster.start("--node", "n1", "--queues", "other", name="n1")
+    job_id = client.submit(spec)
+    cluster.start(name="default")
+    wait_until(lambda: cluster.starts(job_id, "a"), message="a never started on n1")
+    cluster.power_off(node_worker)
+
+    # the dead node's first verdict: a used one more attempt (its second), and waits again
+    wait_until(
+        lambda: (
+            int(cluster.task_field(job_id, "a", 0) or 0) >= 2
+            or cluster.task_field(job_id, "s", 0) == "failed"
+        ),
+        timeout=JOB_SECONDS,
+        message="no verdict on the dead node",
+    )
+    assert cluster.task_field(job_id, "s", 0) == "queued"
+    assert "no live worker on its node 'n1'" in (cluster.task_field(job_id, "e", 0) or "")
+
+    cluster.start("--node", "n1", "--queues", "other", name="n1-again")
+    cluster.open_gate("a")
+    client.wait(job_id, JOB_SECONDS)
+    result = check_converged(cluster, job_id, spec, "succeeded")
+    assert not result.problems, result.problems
+    assert result.starts == {"a": 2, "b": 1}
+
+
+def test_rule4_a_stalled_node_worker_is_alive_so_its_pinned_tasks_wait_for_it(
+    cluster: Cluster, client: Client
+) -> None:
+    """A worker that cannot heartbeat (here SIGSTOP; a task holding its GIL does the same) is
+    alive: its rq child keeps its node present, so recovery fails none of its pinned tasks,
+    and they run once it goes on."""
+    node_worker = cluster.start("--node", "n1", "--queues", "other", name="n1")
+    node_worker.freeze()  # the worker alone: its rq child runs on
+    frozen_ms = redis_ms(cluster)
+    spec = {
+        "name": "rule4-stalled",
+        "tasks": [{**step(t), "node": "n1", "retries": 2} for t in "abc"],
+    }
+    job_id = client.submit(spec)  # split by its submit: queued on n1's queue
+    timeout_ms = WORKER_TIMEOUT_SECONDS * 1000
+
+    def past_the_node_timeout() -> bool:
+        """Recovery has run since the frozen worker's last heartbeat and its tasks' queueing
+        were both two worker timeouts old: a node judged by heartbeats was dead by then."""
+        queued_ms = [int(cluster.task_field(job_id, "tq", i) or 0) for i in range(3)]
+        late_enough = redis_ms(cluster) > max(frozen_ms, *queued_ms) + 2 * timeout_ms
+        return bool(cluster.recover()["ran"]) and late_enough
+
+    wait_until(past_the_node_timeout, timeout=JOB_SECONDS, interval=0.2)
+    states = [cluster.task_field(job_id, "s", i) for i in range(3)]
+    assert states == ["queued"] * 3
+    assert [cluster.task_field(job_id, "a", i) for i in range(3)] == [None] * 3
+
+    node_worker.thaw()
+    client.wait(job_id, JOB_SECONDS)
+    result = check_converged(cluster, job_id, spec, "succeeded")
+    assert not result.problems, result.problems
+    assert result.starts == {"a": 1, "b": 1, "c": 1}
+
+
+def redis_ms(cluster: Cluster) -> int:
+    seconds, micros = cluster.redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 # -- rule 5 -------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from test_ordering_random_dags import random_dag
 
 from jobcenter import Client
 from jobcenter import schedules as sched
+from jobcenter.cli.options import EXIT_REFUSED
 from jobcenter.config import Settings
 from jobcenter.errors import SettingsMismatch
 from jobcenter.runtime.recovery import Recovery
@@ -81,6 +82,20 @@ def test_a_worker_warns_when_the_shards_are_fewer_than_the_masters(
 
     assert any("JOBCENTER_SHARDS=2 on a cluster of 3 masters" in w for w in few), few
     assert not any("JOBCENTER_SHARDS" in w for w in enough), enough
+
+
+def test_a_worker_refuses_to_start_when_one_primary_of_the_cluster_may_evict(
+    redis_client: Any, cli: Cli
+) -> None:
+    primary = redis_client.get_primaries()[1]  # not the node a plain CONFIG GET asks
+    redis_client.config_set("maxmemory-policy", "allkeys-lru", target_nodes=primary)
+    try:
+        done = cli("worker", "--burst", "tasks_for_tests")
+    finally:
+        redis_client.config_set("maxmemory-policy", "noeviction", target_nodes=primary)
+
+    assert done.code == EXIT_REFUSED, done.stderr
+    assert f"(maxmemory-policy allkeys-lru on {primary.name})" in done.stderr
 
 
 def test_seed000_success_on_a_cluster(cli: Cli, workers: Workers) -> None:

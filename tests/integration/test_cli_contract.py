@@ -13,7 +13,8 @@ import redis
 from harness import Cli
 from integration_harness import JOB_SECONDS, Workers
 
-JOB_KEYS = {"id", "name", "owner", "state", "created_at", "finished_at", "tasks", "notifications"}
+JOB_KEYS = {"id", "name", "owner", "state", "created_at", "finished_at", "error", "tasks",
+            "notifications"}  # fmt: skip
 TASK_KEYS = {"state", "attempts", "handler", "queued_at", "started_at", "finished_at", "error"}
 TASK_KEYS |= {"created_at", "updated_at", "completed_at"}  # seed 000's three times (issue 9)
 LIST_KEYS = {"id", "name", "owner", "state", "created_at", "finished_at"}

@@ -294,6 +294,23 @@ def _up_once(data_dir: Path) -> str:
         _stop_up_process(proc)
 
 
+def test_run_up_shows_the_servers_eviction_policy_and_aof_as_it_reports_them(
+    tmp_path: Path,
+) -> None:
+    proc = _start_up_process(tmp_path)
+    try:
+        first = _read_line(proc, SUBPROCESS_TIMEOUT_SECONDS)
+        proc.send_signal(signal.SIGTERM)  # what it printed before stopping: the rest
+        proc.wait(SUBPROCESS_TIMEOUT_SECONDS)
+        assert proc.stdout is not None
+        lines = [first.strip(), *proc.stdout.read().splitlines()]
+        assert proc.returncode == 0
+        assert lines[0].startswith("redis running at "), lines
+        assert lines[2] == "maxmemory-policy noeviction, appendonly yes", lines
+    finally:
+        _stop_up_process(proc)
+
+
 def test_run_up_takes_its_last_port_again_when_it_is_free(tmp_path: Path) -> None:
     """Workers and dashboards hold the URL: after a restart of `up` they reconnect."""
     first = _up_once(tmp_path)

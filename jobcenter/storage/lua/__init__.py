@@ -36,6 +36,7 @@ JOB_SCRIPTS = frozenset(
         "cancel",
         "release",
         "repair",
+        "lost",
         "resubmit",
         "revive",
         "delete",

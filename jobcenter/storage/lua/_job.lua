@@ -414,11 +414,16 @@ local function queue_notifications(state, now)
 end
 
 -- Close a job whose tasks all ended: succeeded only if every task succeeded; cancelled if a
--- user cancelled it; else failed. Its keys then live for the retention period.
-local function finalize_job(now)
+-- user cancelled it; else failed (or failed whatever its tasks did: `failed`, for a job
+-- whose tasks Redis lost). Its keys then live for the retention period.
+local function finalize_job(now, failed)
   local j = redis.call('HMGET', J, JF.FAILED, JF.STOP, JF.RETENTION)
   local state = J_SUCCEEDED
-  if j[2] == 'cancel' then state = J_CANCELLED elseif tonumber(j[1] or 0) > 0 then state = J_FAILED end
+  if j[2] == 'cancel' then
+    state = J_CANCELLED
+  elseif failed or tonumber(j[1] or 0) > 0 then
+    state = J_FAILED
+  end
   set_job_state(state)
   OBS.emit(EV.FINALIZED, false, {EF.DETAIL, state})
   OBS.count(MF.JOBS .. '\t' .. state)
@@ -430,6 +435,43 @@ local function finalize_job(now)
   if IDEM ~= J then redis.call('PEXPIRE', IDEM, retention) end
   redis.call('ZADD', EXPIRING, now + retention, expiring_member())
   queue_notifications(state, now)
+  return state
+end
+
+-- Whether Redis lost the job's tasks hash (evicted under a maxmemory-policy other than
+-- noeviction, or deleted by hand): its tasks were written (it runs, or a split wrote some),
+-- no packed record took their place, and task 0, the first one written, is not there. (Its
+-- first field, not the key: a leader's next split chunk would create the hash again.)
+local function tasks_lost()
+  if META.packed or META.state == J_SUCCEEDED or META.state == J_FAILED
+      or META.state == J_CANCELLED then
+    return false
+  end
+  if META.state ~= J_RUNNING and tonumber(redis.call('HGET', J, JF.WRITTEN) or 0) == 0 then
+    return false
+  end
+  return redis.call('HEXISTS', T, TF_STATE .. 0) == 0
+end
+
+-- End a job whose tasks Redis lost (tasks_lost): none of them can run or be counted any
+-- more, so the job ends now, failed (cancelled under a user's cancel), its error naming the
+-- lost key. What is left of its tasks and frontier goes, and its split, continue and cancel
+-- messages; a queue entry or lease of its tasks is dropped by the script that meets it
+-- (start, expire: the task is gone). Returns the job's final state.
+local function settle_lost(now)
+  local err = 'lost: Redis no longer holds the tasks hash ' .. T
+    .. ' (evicted? jobcenter needs maxmemory-policy noeviction)'
+  OBS.emit(EV.REPAIRED, false, {EF.DETAIL, 'lost', EF.ERROR, string.sub(err, 1, OBS.error_max)})
+  OBS.count(MF.REPAIRS .. '\tlost')
+  for _, kind in ipairs({'split', 'continue', 'cancel'}) do
+    redis.call('ZREM', LEADER, kind .. '|' .. JOB_ID)
+  end
+  redis.call('DEL', T, F)
+  local left = tonumber(redis.call('HGET', J, JF.LEFT) or 0)
+  redis.call('HINCRBY', J, JF.FAILED, left)
+  redis.call('HSET', J, JF.ERROR, err, JF.LEFT, 0)
+  local state = finalize_job(now, true)
+  OBS.flush_counts()
   return state
 end
 

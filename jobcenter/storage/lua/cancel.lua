@@ -6,6 +6,7 @@
   KEYS: the job context (_job.lua)
   ARGV[A] mode for a new request, or '' to go on with the one under way
   ARGV[A+1] error text recorded on abandoned tasks
+  A job whose tasks Redis lost (tasks_lost, _job.lua) ends at once (settle_lost).
   Returns {0, tasks still to visit} | {1, state} finished already | {-4} job gone | {-5} ]]
 
 local CANCEL_BUDGET = 1000 -- tasks visited per call: keeps every call short
@@ -23,6 +24,10 @@ if not mode then
   mode = ARGV[A] ~= '' and ARGV[A] or 'cancel'
   redis.call('HSET', J, JF.STOP, mode)
   OBS.emit(EV.CANCEL, false, {EF.DETAIL, mode})
+end
+if tasks_lost() then -- Redis lost its tasks: nothing to visit, the job ends now
+  local state = settle_lost(now)
+  return {OK, 0, state}
 end
 local final, counter, err = T_CANCELLED, JF.CANCELLED, 'cancelled'
 if mode == 'abandon' then final, counter, err = T_FAILED, JF.FAILED, ARGV[A + 1] end

@@ -5,21 +5,24 @@
   'release'  waiting with every parent ended (parents given): decided by its trigger rule,
              counted afresh from its parents' states (queued, skipped or upstream_failed; rule 3);
              a mapped task has its expansion scheduled (again, if its entry was lost)
-  'abandon'  queued, retry_wait or timed_out on a node with no live worker: failed, and its
-             descendants upstream_failed (rule 4)
+  'abandon'  queued, retry_wait or timed_out with no live worker for its task name: failed,
+             and its descendants upstream_failed (rule 8)
+  'node'     queued or retry_wait on a node with no live worker (rule 4): the verdict uses
+             one attempt, which never started (no handler, no start); while attempts
+             remain the task is queued again on its node, else it fails as in 'abandon'
   'lease'    running or timed_out with no lease: given a lease due now, so the expiry
              rules (rule 1) take it from there
   KEYS: the job context (_job.lua)
-  ARGV[A] action  ARGV[A+1] error text (abandon)  then per task: index, and for 'release'
-  a count of parents followed by the parents' indexes
-  Returns {0, number repaired} | {-4} job gone | {-5} queues not passed ]]
+  ARGV[A] action  ARGV[A+1] error text (abandon, node)  then per task: index, and for
+  'release' a count of parents followed by the parents' indexes
+  Returns {0, number repaired, of which failed} | {-4} job gone | {-5} queues not passed ]]
 
 local action, err = ARGV[A], ARGV[A + 1]
 if not load_job() then return {JOB_GONE} end
 if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
-local repaired = 0
+local repaired, failed = 0, 0
 -- Say so (an event, a count by rule) before the transition the repair makes.
 local function repairing(i)
   OBS.emit(EV.REPAIRED, i, {EF.DETAIL, action})
@@ -69,10 +72,33 @@ while k <= #ARGV do
       redis.call('HDEL', CLAIMS, lease)
       SL.unpark(i)
       repairing(i)
+      failed = failed + 1
       fail_task(i, now, err)
+    end
+  elseif action == 'node' then
+    if state == T_QUEUED or state == T_RETRY_WAIT then
+      redis.call('ZREM', queue.ready, queue_member(i))
+      redis.call('ZREM', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
+      redis.call('ZREM', LEASES, lease) -- a reservation of the node's dead worker
+      redis.call('HDEL', CLAIMS, lease)
+      SL.free_slots(i)
+      SL.unpark(i)
+      repairing(i)
+      local used = tonumber(redis.call('HGET', T, TF_ATTEMPTS .. i) or 0) + 1
+      redis.call('HSET', T, TF_ATTEMPTS .. i, used, TF_ERROR .. i, err, TF_UPDATED_AT .. i, now)
+      redis.call('HDEL', T, TF_HANDLER .. i, TF_STARTED_AT .. i)
+      if used < max_attempts(i) then
+        OBS.emit(EV.RETRIED, i, OBS.attempt_of(i, err))
+        if OBS.metrics_on then OBS.count(MF.RETRIES .. '\t' .. OBS.task_labels(i)) end
+        record_history(i, T_RETRY_WAIT, now, err)
+        enqueue(i, now)
+      else
+        failed = failed + 1
+        fail_task(i, now, err)
+      end
     end
   end
 end
 flush_wakes()
 drain_frontier(now, nil)
-return {OK, repaired}
+return {OK, repaired, failed}
