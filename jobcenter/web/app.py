@@ -4,6 +4,7 @@ carries."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -12,7 +13,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Mount
+from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -56,8 +57,16 @@ def wants_json(request: Request) -> bool:
     )
 
 
-def create_app(client: Client, token: str | None = None) -> Starlette:
-    """The dashboard over `client`'s namespace; actions allowed only with `token`."""
+def create_app(
+    client: Client,
+    token: str | None = None,
+    *,
+    mounts: Sequence[BaseRoute] = (),
+    api_tokens: bool = False,
+) -> Starlette:
+    """The dashboard over `client`'s namespace; actions allowed only with `token`, or with
+    `api_tokens` to whoever sends an API token of the operate scope (storage/tokens.py).
+    `mounts`: apps served beside it (the HTTP API under /api/v1)."""
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.filters.update(
         when=format.when, duration=format.duration, first_line=format.first_line
@@ -79,6 +88,7 @@ def create_app(client: Client, token: str | None = None) -> Starlette:
 
     app = Starlette(
         routes=[
+            *mounts,
             *pages.ROUTES,
             *api.ROUTES,
             *actions.ROUTES,
@@ -93,5 +103,6 @@ def create_app(client: Client, token: str | None = None) -> Starlette:
     )
     app.state.client = client
     app.state.token = token or None
+    app.state.api_tokens = api_tokens
     app.state.templates = templates
     return app

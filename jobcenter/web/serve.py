@@ -8,9 +8,10 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import uvicorn
+from starlette.routing import Mount
 
 from jobcenter.client import Client
 
@@ -46,13 +47,20 @@ def run(
     token: str | None,
     access_log: bool,
     announce: Callable[[str], None],
+    mounts: Sequence[Mount] = (),
+    api_tokens: bool = False,
 ) -> None:
-    """Serve until interrupted. Logging is the caller's (uvicorn's own config is off)."""
+    """Serve until interrupted. Logging is the caller's (uvicorn's own config is off).
+    `mounts` and `api_tokens`: as create_app's."""
     sock = _bind(host, port)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{sock.getsockname()[1]}/"
     mode = "actions need the token" if token else "read-only (no --token)"
+    if api_tokens:
+        mode = "actions need an operate token: jobcenter token create --scope operate"
     announce(f"jobcenter dashboard on {url} ({mode}); namespace {client.settings.namespace!r}")
+    for mount in mounts:
+        announce(f"{mount.name or 'app'} on {url}{mount.path.lstrip('/')}")
     if not _loopback(host):
         log.warning(
             "the dashboard listens on %s, beyond this machine: anyone who can reach it can "
@@ -61,7 +69,7 @@ def run(
             "" if token else " (and no token is set, so nobody can act)",
         )
     config = uvicorn.Config(
-        create_app(client, token),
+        create_app(client, token, mounts=mounts, api_tokens=api_tokens),
         log_config=None,
         access_log=access_log,
         timeout_graceful_shutdown=SHUTDOWN_SECONDS,

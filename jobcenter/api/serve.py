@@ -1,0 +1,24 @@
+"""`jobcenter serve`: one process serving the dashboard and, under /api/v1, the HTTP API,
+whose tokens the dashboard's actions take too."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.routing import Mount
+
+from jobcenter.client import Client
+from jobcenter.web import serve as dashboard
+
+from .app import PREFIX, create_api
+
+
+def run(
+    client: Client, *, host: str, port: int, access_log: bool, announce: Callable[[str], None]
+) -> None:
+    """Serve until interrupted (web/serve.py runs uvicorn)."""
+    api = Mount(PREFIX, app=create_api(client), name="API (docs: /api/v1/docs)")
+    dashboard.run(
+        client, host=host, port=port, token=None, access_log=access_log, announce=announce,
+        mounts=[api], api_tokens=True,
+    )  # fmt: skip
