@@ -28,6 +28,7 @@ from .problems import (
     NO_REDIS,
     PROBLEM_CONTENT,
     UNAUTHORIZED,
+    ApiProblem,
     Problem,
     documented,
     on_error,
@@ -73,6 +74,7 @@ def create_api(client: Client | None, *, claim_wait_max: float = models.CLAIM_WA
     app.state.claim_wait_max = claim_wait_max
     for error in (
         Exception, HTTPException, RequestValidationError, JobcenterError, RedisError, ValueError,
+        ApiProblem,
     ):  # fmt: skip
         app.add_exception_handler(error, on_error)
     app.include_router(jobs.router)

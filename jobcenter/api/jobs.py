@@ -31,6 +31,7 @@ LIST_LIMIT_MAX = 1_000  # jobs per page
 # Pages of the index a list filtered by name reads at most (the name has no index of its own).
 NAME_SCAN_PAGES = 20
 HISTORY_PAGE_MAX = 1_000
+EPOCH_MAX = 1e11  # seconds: year 5138, past any time a job is created at
 EVENTS_PAGE_MAX = 1_000
 SSE_POLL_SECONDS = 0.25  # a live follow reads the job's stream this often
 SSE_KEEPALIVE_SECONDS = 15.0  # a comment line keeps idle proxies from closing the stream
@@ -45,8 +46,8 @@ def _namespace(request: Request) -> str:
 
 def _own_job(request: Request, record: TokenRecord, job_id: str) -> None:
     """404 for a job that is not there, or not the owner-bound token's."""
-    if record.owner is not None:
-        check_owner(record, job_id, client(request).store.job_owner(job_id), _namespace(request))
+    owner = client(request).store.job_owner(job_id)
+    check_owner(record, job_id, owner, _namespace(request))
 
 
 @router.post(
@@ -136,7 +137,9 @@ def list_jobs(
     state: JobState | None = None,
     schedule: Annotated[str | None, Query(max_length=128, description="Fired by it.")] = None,
     name: Annotated[str | None, Query(max_length=128, description="The job's name.")] = None,
-    since: Annotated[float | None, Query(ge=0, description="Created since (epoch s).")] = None,
+    since: Annotated[
+        float | None, Query(ge=0, le=EPOCH_MAX, description="Created since (epoch s).")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=LIST_LIMIT_MAX)] = 50,
     cursor: Annotated[str | None, Query(max_length=200, description="From next_cursor.")] = None,
 ) -> models.JobPage:
