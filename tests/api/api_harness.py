@@ -80,8 +80,7 @@ class ApiServer:
 
     def wait_finished(self, token: str, job_id: str, timeout: float = JOB_SECONDS) -> str:
         return wait_until(
-            lambda: (s := self.state(token, job_id)) in ("succeeded", "failed", "cancelled")
-            and s,
+            lambda: (s := self.state(token, job_id)) in ("succeeded", "failed", "cancelled") and s,
             timeout=timeout,
             interval=0.05,
             message=f"job {job_id} did not finish",
@@ -121,11 +120,11 @@ class Executor:
     """The reference executor (POSIX sh over curl) as a process group of its own: the
     script, its heartbeat loop and the command it runs."""
 
-    def __init__(self, server: ApiServer, token: str, tasks: Path, log_dir: Path, name: str):
+    def __init__(self, base: str, token: str, tasks: Path, log_dir: Path, name: str) -> None:
         self.log_path = log_dir / f"executor-{name}.log"
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("JOBCENTER_")},
-            "JOBCENTER_API": server.base,
+            "JOBCENTER_API": base,
             "JOBCENTER_TOKEN": token,
             "JOBCENTER_WAIT": "1",
         }

@@ -46,7 +46,9 @@ def fuzzed(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     server.admin = admin  # type: ignore[attr-defined]
     yield server
     by_status = Counter(key.rsplit(" ", 1)[1] for key in ANSWERS.elements())
-    print(f"\nfuzzing: {sum(ANSWERS.values())} requests, by status {dict(sorted(by_status.items()))}")
+    print(
+        f"\nfuzzing: {sum(ANSWERS.values())} requests, by status {dict(sorted(by_status.items()))}"
+    )
     problems = pool.close()
     server.close()
     assert not problems, problems

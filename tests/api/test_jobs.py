@@ -10,7 +10,6 @@ from typing import Any
 import httpx
 import pytest
 from api_harness import ApiServer, Workers
-from helpers import wait_until
 
 from jobcenter import Client
 from jobcenter.errors import SpecError
@@ -21,7 +20,11 @@ PROBLEM = "application/problem+json"
 
 
 def one_task(name: str = "one", **extra: Any) -> dict[str, Any]:
-    return {"name": name, "tasks": [{"id": "a", "task": "jobcenter.demo.step", "args": [1]}], **extra}
+    return {
+        "name": name,
+        "tasks": [{"id": "a", "task": "jobcenter.demo.step", "args": [1]}],
+        **extra,
+    }
 
 
 def chain() -> dict[str, Any]:
