@@ -4,6 +4,7 @@ without a token), the OpenAPI document and its interactive page."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.routing import Mount
 
 from jobcenter.client import Client
 from jobcenter.errors import JobcenterError
@@ -94,6 +96,15 @@ def create_api(client: Client | None, *, claim_wait_max: float = models.CLAIM_WA
     app.mount("/docs/assets", StaticFiles(directory=HERE / "static"), name="api-assets")
     app.openapi = lambda: openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def api_mount(client: Client, **options: Any) -> Mount:
+    """The API mounted under PREFIX, for the dashboard's routes: every path under it, those
+    with a line break too (Starlette's pattern stops at one, and the dashboard would answer
+    them in its own format), reaches the API, which answers with a problem."""
+    mount = Mount(PREFIX, app=create_api(client, **options), name="API (docs: /api/v1/docs)")
+    mount.path_regex = re.compile(mount.path_regex.pattern, re.DOTALL)
+    return mount
 
 
 def openapi_document() -> dict[str, Any]:

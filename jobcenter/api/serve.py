@@ -5,19 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from starlette.routing import Mount
-
 from jobcenter.client import Client
 from jobcenter.web import serve as dashboard
 
-from .app import PREFIX, create_api
+from .app import api_mount
 
 
 def run(
     client: Client, *, host: str, port: int, access_log: bool, announce: Callable[[str], None]
 ) -> None:
     """Serve until interrupted (web/serve.py runs uvicorn)."""
-    api = Mount(PREFIX, app=create_api(client), name="API (docs: /api/v1/docs)")
+    api = api_mount(client)
     dashboard.run(
         client, host=host, port=port, token=None, access_log=access_log, announce=announce,
         mounts=[api], api_tokens=True,

@@ -16,10 +16,9 @@ import httpx
 import uvicorn
 from harness import PROCESS_START_SECONDS, REPO_ROOT, WORKER_STOP_SECONDS, WorkerPool, spawn
 from helpers import wait_until
-from starlette.routing import Mount
 
 from jobcenter import Client
-from jobcenter.api.app import PREFIX, create_api
+from jobcenter.api.app import PREFIX, api_mount
 from jobcenter.storage import tokens
 from jobcenter.web.app import create_app
 from jobcenter.web.serve import _bind
@@ -39,8 +38,8 @@ class ApiServer:
 
     def __init__(self, redis_url: str, namespace: str, *, claim_wait_max: float = 60.0) -> None:
         self.client = Client.from_url(redis_url, namespace, lease_seconds=LEASE_SECONDS)
-        api = create_api(self.client, claim_wait_max=claim_wait_max)
-        app = create_app(self.client, mounts=[Mount(PREFIX, app=api)], api_tokens=True)
+        api = api_mount(self.client, claim_wait_max=claim_wait_max)
+        app = create_app(self.client, mounts=[api], api_tokens=True)
         sock = _bind("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         self.base = self.url + PREFIX
