@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test bench lint clean lock test-latest
+.PHONY: demo test test-api openapi bench lint clean lock test-latest
 
 # The versions CI last passed with: every install of `make` takes them from the lock
 # (constraints.txt, written by pip-tools' pip-compile from pyproject.toml's ranges), so a fresh
@@ -29,6 +29,12 @@ demo: $(VENV)/.installed  ## the seed-000 DAG on an embedded Redis with two work
 test: $(VENV)/.installed  ## the whole suite, against Redis servers it starts itself
 	$(PY) -m pytest -q $(TEST_ARGS)
 
+test-api: $(VENV)/.installed  ## the HTTP API's tier: real servers, real HTTP, fuzzing
+	$(PY) -m pytest -q tests/api $(TEST_ARGS)
+
+openapi: $(VENV)/.installed  ## write the HTTP API's document to docs/openapi.json
+	$(PY) scripts/openapi.py
+
 bench: $(VENV)/.installed  ## throughput benchmark (prints its figures)
 	PYTHONPATH=scripts $(PY) -m bench $(BENCH_ARGS)
 
@@ -46,7 +52,7 @@ lock:  ## write the lock: the newest versions pyproject.toml allows (see LOCK_AR
 		&& $(LOCK_VENV)/bin/python -m pip install -q --upgrade pip pip-tools; }
 	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile -q --strip-extras --allow-unsafe --no-emit-find-links \
 		--no-emit-index-url --no-emit-trusted-host \
-		--extra test --extra dashboard --extra testing -o $(LOCK) $(LOCK_ARGS) pyproject.toml
+		--extra test --extra dashboard --extra api --extra testing -o $(LOCK) $(LOCK_ARGS) pyproject.toml
 
 # The suite against the newest versions the registry serves, in a venv of its own, without
 # the lock: it names each package that moved from the lock first. Run it before `make lock`
@@ -56,7 +62,7 @@ test-latest:  ## the whole suite on the newest versions of every dependency, nam
 	@rm -rf $(LATEST_VENV) && $(PYTHON) -m venv $(LATEST_VENV)
 	@echo "installing the newest versions into $(LATEST_VENV) (log: $(LATEST_VENV)/install.log) ..."
 	@{ $(LATEST_VENV)/bin/python -m pip install --upgrade pip \
-		&& $(LATEST_VENV)/bin/python -m pip install --upgrade --upgrade-strategy eager -e '.[test,dashboard,testing]'; } \
+		&& $(LATEST_VENV)/bin/python -m pip install --upgrade --upgrade-strategy eager -e '.[test,dashboard,api,testing]'; } \
 		> $(LATEST_VENV)/install.log 2>&1 \
 		|| { cat $(LATEST_VENV)/install.log >&2; exit 1; }
 	@$(LATEST_VENV)/bin/python scripts/lock_drift.py $(LOCK)

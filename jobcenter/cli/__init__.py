@@ -9,7 +9,7 @@ import logging
 
 import click
 
-from . import jobs, pools, schedules, servers
+from . import api, jobs, pools, schedules, servers
 from .options import (
     EXIT_BAD_INPUT,
     EXIT_ERROR,
@@ -37,6 +37,7 @@ def main(verbose: int) -> None:
 for command in (
     *jobs.COMMANDS,
     *servers.COMMANDS,
+    *api.COMMANDS,
     schedules.schedule_group,
     pools.pool_group,
     pools.rate_group,

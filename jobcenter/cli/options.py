@@ -53,6 +53,34 @@ def log_format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
+def listen_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--host, --port and --allowed-hosts of the commands serving HTTP (dashboard, serve)."""
+    options = [
+        click.option(
+            "--host", default="127.0.0.1", show_default=True, help="Address to listen on."
+        ),
+        click.option(
+            "--port",
+            type=click.IntRange(0, 65535),
+            default=8080,
+            show_default=True,
+            help="0: any.",
+        ),  # fmt: skip
+        click.option(
+            "--allowed-hosts",
+            envvar="JOBCENTER_ALLOWED_HOSTS",
+            default="",
+            help="Comma-separated names the server is reached by, beside localhost, "
+            "127.0.0.1, [::1] and --host: a request for any other Host is refused (400), so "
+            "that no other site's page can read it; *.example.com for a domain, * for any "
+            "[env JOBCENTER_ALLOWED_HOSTS].",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
 def fail(message: str, code: int) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)

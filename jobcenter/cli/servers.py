@@ -24,6 +24,7 @@ from .options import (
     HEALTH_TIMEOUT_SECONDS,
     client_for,
     fail,
+    listen_options,
     log_format_option,
     log_server,
     redis_options,
@@ -148,10 +149,7 @@ def worker(
 
 
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option(
-    "--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="0: any."
-)
+@listen_options
 @click.option(
     "--token",
     envvar="JOBCENTER_DASHBOARD_TOKEN",
@@ -159,15 +157,6 @@ def worker(
     help="Allow actions (cancel, retry, requeue, pause, resume) to whoever sends this "
     "token; without it the dashboard is read-only [env JOBCENTER_DASHBOARD_TOKEN, "
     "which `ps` does not show].",
-)
-@click.option(
-    "--allowed-hosts",
-    envvar="JOBCENTER_ALLOWED_HOSTS",
-    default="",
-    help="Comma-separated names the dashboard is reached by, beside localhost, 127.0.0.1, "
-    "[::1] and --host: a request for any other Host is refused (400), so that no other "
-    "site's page can read it; *.example.com for a domain, * for any "
-    "[env JOBCENTER_ALLOWED_HOSTS].",
 )
 @log_format_option
 @redis_options

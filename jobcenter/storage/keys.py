@@ -332,6 +332,18 @@ class Keys:
         """Zset of node names -> last heartbeat of any worker serving that node."""
         return f"{self._base}:nodes"
 
+    # -- the HTTP API (storage/tokens.py) --------------------------------------------------
+
+    def api_tokens(self) -> str:
+        """Hash: SHA-256 of each API token (hex) -> its record (id, name, scope, owner,
+        created): the tokens themselves are never stored."""
+        return f"{self._base}:api-tokens"
+
+    def api_secret(self) -> str:
+        """String: the key that signs the attempt tokens the worker protocol hands out, so
+        an executor cannot forge one for an attempt it was not given."""
+        return f"{self._base}:api-secret"
+
     # -- schedules (all in shard 0's slot, so one script may touch several) ----------------
 
     def schedules(self) -> str:

@@ -207,6 +207,7 @@ class JobQuery(TypedDict, total=False):
     schedule_id: str | None
     since: float | None
     limit: int
+    before: tuple[int, str] | None
 
 
 @dataclass(frozen=True)
@@ -1286,6 +1287,13 @@ class Store:
         raw = self.redis.hget(self.keys.job(job_id).job, "state")
         return None if raw is None else JobState(raw.decode())
 
+    def job_owner(self, job_id: str) -> str | None:
+        """The job's owner (None: it has none); NotFound when there is no such job."""
+        state, owner = self.redis.hmget(self.keys.job(job_id).job, "state", "owner")
+        if state is None:
+            raise NotFound.job(job_id, self.settings.namespace)
+        return text(owner) or None
+
     def active_job_ids(self, shard: int) -> list[str]:
         """The jobs not finished yet in `shard` (what recovery walks): the active index, and
         when the pending and running indexes count other jobs than it (Redis lost a key of
@@ -1473,18 +1481,19 @@ class Store:
         schedule_id: str | None = None,
         since: float | None = None,
         limit: int = 100,
+        before: tuple[int, str] | None = None,
     ) -> list[dict[str, Any]]:
         """Newest first: job summaries, filtered by owner, state, schedule and creation
         time (epoch seconds). Each filter has an index the transitions keep, so one filter
         reads about `limit` entries per shard; several read the smallest of their indexes
         in pages, at most LIST_SCAN_MAX entries per shard (a warning says when that cut the
-        list short)."""
+        list short). `before` (created ms, id) of the last job of a page: the next page."""
         if limit <= 0:
             return []
         low = "-inf" if since is None else int(since * 1000)
         rows: list[dict[str, Any]] = []
         for shard in range(self.keys.shards):
-            rows += self._list_shard(shard, owner, state, schedule_id, low, limit)
+            rows += self._list_shard(shard, owner, state, schedule_id, low, limit, before)
         rows.sort(key=lambda row: (row["created_at"], row["id"]), reverse=True)
         return rows[:limit]
 
@@ -1496,8 +1505,10 @@ class Store:
         schedule_id: str | None,
         low: int | str,
         limit: int,
+        before: tuple[int, str] | None = None,
     ) -> list[dict[str, Any]]:
         index = self.job_index(shard, owner, state, schedule_id, low)
+        high: int | str = "+inf" if before is None else before[0]
         page = limit
         if sum(1 for value in (owner, state, schedule_id) if value) > 1:
             page = max(limit, LIST_PAGE_MIN)  # the other filters are checked per job
@@ -1506,7 +1517,7 @@ class Store:
         read = 0
         while len(rows) < limit and read < LIST_SCAN_MAX:
             count = min(page, LIST_SCAN_MAX - read)
-            ids = self.redis.zrevrangebyscore(index, "+inf", low, start=read, num=count)
+            ids = self.redis.zrevrangebyscore(index, high, low, start=read, num=count)
             read += len(ids)
             fresh = [job_id for job_id in (i.decode() for i in ids) if job_id not in seen]
             seen.update(fresh)
@@ -1515,6 +1526,7 @@ class Store:
                     (not owner or row["owner"] == owner)
                     and (not state or row["state"] == state)
                     and (not schedule_id or row["schedule_id"] == schedule_id)
+                    and (before is None or (round(row["created_at"] * 1000), row["id"]) < before)
                 ):
                     rows.append(row)
             if len(ids) < count:

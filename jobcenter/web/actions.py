@@ -7,23 +7,33 @@ from collections.abc import Callable
 from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from jobcenter import schedules
 from jobcenter.client import Client
-from jobcenter.errors import WrongState
+from jobcenter.errors import NotFound, WrongState
 from jobcenter.model.states import JobState
 
 from .auth import require_token
 from .pages import client
 
 
-async def _act(request: Request, do: Callable[[Client], str], back: str) -> Response:
+async def _act(
+    request: Request, do: Callable[[Client], str], back: str, job_id: str | None = None
+) -> Response:
     """Check the token, run `do` (blocking Redis calls: in a thread), and answer JSON to a
-    script or a redirect with a notice to a plain form."""
-    await require_token(request, request.app.state.token)
+    script or a redirect with a notice to a plain form. An owner-bound API token acts on
+    its owner's job only (`job_id`: another's does not exist for it)."""
+    record = await require_token(request, request.app.state.token)
+    if record is not None and record.owner is not None:
+        if job_id is None:
+            raise HTTPException(403, f"this token is bound to owner {record.owner!r}")
+        owner = await run_in_threadpool(client(request).store.job_owner, job_id)
+        if owner != record.owner:
+            raise NotFound.job(job_id, client(request).settings.namespace)
     message = await run_in_threadpool(do, client(request))
     if "application/json" in request.headers.get("accept", ""):
         return JSONResponse({"ok": True, "message": message})
@@ -39,7 +49,7 @@ async def cancel(request: Request) -> Response:
             raise WrongState(f"job {job_id} is {state} already")
         return f"job {job_id} {c.cancel(job_id)}"
 
-    return await _act(request, do, f"/jobs/{job_id}")
+    return await _act(request, do, f"/jobs/{job_id}", job_id)
 
 
 async def retry(request: Request) -> Response:
@@ -48,7 +58,7 @@ async def retry(request: Request) -> Response:
     def do(c: Client) -> str:
         return f"job {job_id}: {c.retry(job_id)} tasks to run again"
 
-    return await _act(request, do, f"/jobs/{job_id}")
+    return await _act(request, do, f"/jobs/{job_id}", job_id)
 
 
 async def requeue(request: Request) -> Response:
@@ -57,7 +67,7 @@ async def requeue(request: Request) -> Response:
     def do(c: Client) -> str:
         return f"job {job_id}: task {task_id} requeued ({c.requeue(job_id, task_id)} to run again)"
 
-    return await _act(request, do, "/dead-letters")
+    return await _act(request, do, "/dead-letters", job_id)
 
 
 async def pause(request: Request) -> Response:

@@ -15,7 +15,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Mount
+from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -64,11 +64,18 @@ def wants_json(request: Request) -> bool:
 
 
 def create_app(
-    client: Client, token: str | None = None, allowed_hosts: Sequence[str] = LOCAL_HOSTS
+    client: Client,
+    token: str | None = None,
+    allowed_hosts: Sequence[str] = LOCAL_HOSTS,
+    *,
+    mounts: Sequence[BaseRoute] = (),
+    api_tokens: bool = False,
 ) -> Starlette:
-    """The dashboard over `client`'s namespace; actions allowed only with `token`; requests
-    only for `allowed_hosts` (names, `*.example.com`, `[::1]`; `*` any), answered 400
-    otherwise, whatever they ask for: every route mounted here is behind the check."""
+    """The dashboard over `client`'s namespace; actions allowed only with `token`, or with
+    `api_tokens` to whoever sends an API token of the operate scope (storage/tokens.py);
+    requests only for `allowed_hosts` (names, `*.example.com`, `[::1]`; `*` any), answered
+    400 otherwise, whatever they ask for: every route mounted here is behind the check.
+    `mounts`: apps served beside it (the HTTP API under /api/v1)."""
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.filters.update(
         when=format.when, duration=format.duration, first_line=format.first_line
@@ -90,6 +97,7 @@ def create_app(
 
     app = Starlette(
         routes=[
+            *mounts,
             *pages.ROUTES,
             *api.ROUTES,
             *actions.ROUTES,
@@ -107,5 +115,6 @@ def create_app(
     )
     app.state.client = client
     app.state.token = token or None
+    app.state.api_tokens = api_tokens
     app.state.templates = templates
     return app

@@ -1,5 +1,6 @@
 """Who may act: a token, compared in constant time, sent in a header or a form field of a
-POST. Without a token configured the dashboard is read-only."""
+POST. Without a token configured the dashboard is read-only. Served beside the HTTP API
+(`jobcenter serve`), it takes the API's tokens instead: one whose scope allows operate."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import hashlib
 import hmac
 from urllib.parse import parse_qs, urlsplit
 
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
+
+from jobcenter.storage import tokens
 
 TOKEN_HEADER = "X-Jobcenter-Token"
 TOKEN_FIELD = "token"
@@ -36,10 +40,12 @@ def token_matches(given: str | None, expected: str) -> bool:
     return given is not None and hmac.compare_digest(_digest(given), _digest(expected))
 
 
-async def require_token(request: Request, expected: str | None) -> None:
-    """Refuse the action unless the request carries the dashboard's token. A cross-site
-    page cannot send the header, nor know the value of the form field."""
-    if not expected:
+async def require_token(request: Request, expected: str | None) -> tokens.TokenRecord | None:
+    """Refuse the action unless the request carries the dashboard's token, or an API token
+    allowing operate (returned: its owner bounds what it may act on). A cross-site page
+    cannot send the header, nor know the value of the form field."""
+    api_tokens: bool = request.app.state.api_tokens
+    if not expected and not api_tokens:
         raise HTTPException(
             403,
             f"the dashboard is read-only: start it with --token (or {TOKEN_ENV}) to allow actions",
@@ -48,11 +54,26 @@ async def require_token(request: Request, expected: str | None) -> None:
     if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
         raise HTTPException(403, f"refused a request from another site ({origin})")
     given = request.headers.get(TOKEN_HEADER)
+    bearer, _, value = request.headers.get("authorization", "").partition(" ")
+    if given is None and bearer.lower() == "bearer":
+        given = value.strip()
     if given is None and request.headers.get("content-type", "").startswith(FORM_TYPE):
         given = await _form_token(request)
-    if not token_matches(given, expected):
-        raise HTTPException(
-            401,
-            f"this action needs the dashboard's token (header {TOKEN_HEADER} or form field "
-            f"'{TOKEN_FIELD}')",
-        )
+    if expected and token_matches(given, expected):
+        return None
+    if api_tokens and given:
+        record = await run_in_threadpool(tokens.find, request.app.state.client.store, given)
+        if record is not None:
+            if not record.allows(tokens.Scope.OPERATE):
+                raise HTTPException(
+                    403, f"a {record.scope.value} token may not act: actions need operate"
+                )
+            return record
+    raise HTTPException(
+        401,
+        f"this action needs the dashboard's token (header {TOKEN_HEADER} or form field "
+        f"'{TOKEN_FIELD}')"
+        if expected
+        else f"this action needs an operate token (header {TOKEN_HEADER}, Authorization: "
+        f"Bearer, or form field '{TOKEN_FIELD}')",
+    )

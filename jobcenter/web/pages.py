@@ -29,7 +29,7 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
     templates = request.app.state.templates
     context.update(
         namespace=client(request).settings.namespace,
-        actions=request.app.state.token is not None,
+        actions=request.app.state.token is not None or request.app.state.api_tokens,
         notice=request.query_params.get("notice"),
         path=request.url.path,
     )

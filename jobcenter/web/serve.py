@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 
 import uvicorn
+from starlette.routing import Mount
 
 from jobcenter.client import Client
 
@@ -81,15 +82,22 @@ def run(
     access_log: bool,
     announce: Callable[[str], None],
     hosts: Sequence[str] | None = None,
+    mounts: Sequence[Mount] = (),
+    api_tokens: bool = False,
 ) -> None:
     """Serve until interrupted, answering requests for `hosts` (allowed_hosts(host) by
-    default). Logging is the caller's (uvicorn's own config is off)."""
+    default). Logging is the caller's (uvicorn's own config is off). `mounts` and
+    `api_tokens`: as create_app's."""
     hosts = allowed_hosts(host) if hosts is None else list(hosts)
     sock = _bind(host, port)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{sock.getsockname()[1]}/"
     mode = "actions need the token" if token else "read-only (no --token)"
+    if api_tokens:
+        mode = "actions need an operate token: jobcenter token create --scope operate"
     announce(f"jobcenter dashboard on {url} ({mode}); namespace {client.settings.namespace!r}")
+    for mount in mounts:
+        announce(f"{mount.name or 'app'} on {url}{mount.path.lstrip('/')}")
     if not _loopback(host):
         log.warning(
             "the dashboard listens on %s, beyond this machine: anyone who can reach it can "
@@ -100,7 +108,7 @@ def run(
             ALLOWED_HOSTS_ENV,
         )
     config = uvicorn.Config(
-        create_app(client, token, hosts),
+        create_app(client, token, hosts, mounts=mounts, api_tokens=api_tokens),
         log_config=None,
         access_log=access_log,
         timeout_graceful_shutdown=SHUTDOWN_SECONDS,
