@@ -67,7 +67,7 @@ class Done(Protocol):
     def __call__(self, *outcomes: Outcome) -> None: ...
 
 
-AttemptKey = tuple[str, int, int]  # job id, task index, attempt
+AttemptKey = tuple[str, int, str]  # job id, task index, fencing token (unique per claim)
 
 
 @dataclass
@@ -112,7 +112,7 @@ def pack_result(task_name: str, value: object, max_bytes: int) -> bytes:
 
 
 def attempt_key(task: StartedTask) -> AttemptKey:
-    return (task.job_id, task.index, task.attempt)
+    return (task.job_id, task.index, task.token)
 
 
 def backoff_ms(attempt: int, base: float, cap: float) -> int:
@@ -171,7 +171,7 @@ def context_for(
     task: StartedTask, payload: dict[str, Any], handler: str, report: Callable[[str], None]
 ) -> TaskContext:
     return TaskContext(
-        task.job_id, payload.get("id", str(task.index)), task.attempt, handler, report
+        task.job_id, payload.get("id", str(task.index)), task.attempt, handler, report, task.token
     )
 
 

@@ -35,7 +35,12 @@ from jobcenter.schedules import run_ticker
 from jobcenter.storage import schema
 from jobcenter.storage.errors import RedisError, trouble
 from jobcenter.storage.keys import LEADER_SEGMENT, node_queue
-from jobcenter.storage.refusals import why_refused
+from jobcenter.storage.refusals import (
+    UNKNOWN_ATTEMPT,
+    count_unknown,
+    what_it_returned,
+    why_refused,
+)
 from jobcenter.storage.store import (
     HEARTBEAT_CANCELLED,
     SWEEP_MAX,
@@ -228,7 +233,7 @@ class Worker:
             self.starting.acquire(timeout=GIVE_BACK_WAIT_SECONDS)
             with self.lock:
                 running = [
-                    (r.task.job_id, r.task.index, r.task.attempt) for r in self.running.values()
+                    (r.task.job_id, r.task.index, r.task.token) for r in self.running.values()
                 ]
             self.runner.kill_all()  # a given-back attempt must not run on beside the next one
             released = self.store.release(self.handler, running) if running else 0
@@ -493,7 +498,7 @@ class Worker:
                 return
             running.progress_sent_at = now
         try:
-            self.store.heartbeat(self.handler, [(task.job_id, task.index, task.attempt, message)])
+            self.store.heartbeat(self.handler, [(task.job_id, task.index, task.token, message)])
         except RedisError as exc:  # the heartbeat loop carries it, and logs the trouble
             log.debug("progress of job %s task %d not sent: %s", task.job_id, task.index, exc)
 
@@ -552,18 +557,45 @@ class Worker:
         for outcome in list(left):
             t = outcome.task
             code, _ = self.store.fail(
-                self.handler, t.job_id, t.index, t.attempt, outcome.error, outcome.retry_delay_ms
+                self.handler, t.job_id, t.index, t.token, outcome.error, outcome.retry_delay_ms
             )
             if code < 0:
-                log.warning(
-                    "late failure of job %s task %d discarded: %s (code %d)",
-                    t.job_id,
-                    t.index,
-                    why_refused(self.store, t.job_id, t.index, t.attempt, code),
-                    code,
-                )
+                self._refused("failure", t.job_id, t.index, t.token, code, outcome.error)
             self.failed += 1
             self._settle(left, [outcome])
+
+    def _refused(
+        self, report: str, job_id: str, index: int, token: str, code: int, reported: str = ""
+    ) -> None:
+        """Log a report (result, failure, heartbeat) Redis refused, with its real cause. One
+        of an attempt Redis does not know (it lost writes: the task may run again) is an
+        error, counted, with what the attempt reported: its only trace."""
+        cause = why_refused(self.store, job_id, index, token, code)
+        if code == UNKNOWN_ATTEMPT:
+            log.error(
+                "job %s task %d: %s refused: %s (code %d); what the attempt reported: %s",
+                job_id,
+                index,
+                report,
+                cause,
+                code,
+                reported or "nothing more",
+            )
+            with contextlib.suppress(RedisError):  # the log line above is what counts
+                count_unknown(self.store, job_id, report)
+        elif report == "heartbeat":
+            log.warning(
+                "job %s task %d: heartbeat refused: %s (code %d)", job_id, index, cause, code
+            )
+        else:
+            log.warning(
+                "late %s of job %s task %d discarded: %s (code %d)",
+                report,
+                job_id,
+                index,
+                cause,
+                code,
+            )
 
     def _complete(self, done: list[Outcome], left: list[Outcome]) -> None:
         """Report successes; the same call takes what the freed slots (and any other free
@@ -578,7 +610,7 @@ class Worker:
                 prefetch += min(0, free)  # what the prefetch has left
                 prefetch = max(0, min(CLAIM_BATCH_MAX - take_max, prefetch))
             self.taking += take_max + prefetch  # held from the claim loop until the reply is in
-        attempts = [(o.task.job_id, o.task.index, o.task.attempt, o.result) for o in done]
+        attempts = [(o.task.job_id, o.task.index, o.task.token, o.result) for o in done]
         refused: RefusedInPart | None = None
         try:
             codes, taken = self.store.complete(
@@ -597,19 +629,8 @@ class Worker:
             raise
         for (job_id, index), code in codes.items():
             if code < 0:
-                log.warning(
-                    "late result of job %s task %d discarded: %s (code %d)",
-                    job_id,
-                    index,
-                    why_refused(
-                        self.store,
-                        job_id,
-                        index,
-                        next(a for j, i, a, _ in attempts if (j, i) == (job_id, index)),
-                        code,
-                    ),
-                    code,
-                )
+                token, result = next((t, r) for j, i, t, r in attempts if (j, i) == (job_id, index))
+                self._refused("result", job_id, index, token, code, what_it_returned(result))
         reported = [o for o in done if (o.task.job_id, o.task.index) in codes]
         self.completed += len(reported)
         self._settle(left, reported, taken, take_max + prefetch)
@@ -655,7 +676,7 @@ class Worker:
             return
         try:
             released = self.store.release(
-                self.handler, [(t.job_id, t.index, t.attempt) for t in waiting]
+                self.handler, [(t.job_id, t.index, t.token) for t in waiting]
             )
             log.info("worker %s: gave %d prefetched tasks back", self.handler, released)
         except RedisError as exc:
@@ -687,9 +708,7 @@ class Worker:
                 name,
                 ", ".join(self.options.modules) or "none",
             )
-        attempts = [
-            (o.task.job_id, o.task.index, o.task.attempt, o.missing_task) for o in given_back
-        ]
+        attempts = [(o.task.job_id, o.task.index, o.task.token, o.missing_task) for o in given_back]
         # a live worker that has the code takes the task after the shortest delay, not after
         # one grown with the wait (which only keeps a hot loop off while nobody has it)
         live_since = self.store.now_ms() - int(self.store.settings.worker_timeout_seconds * 1000)
@@ -708,7 +727,7 @@ class Worker:
     def _gate_wait(self, gated: list[Outcome], left: list[Outcome]) -> None:
         """Hand back attempts whose gate said no: unused, they wait the gate's backoff."""
         attempts = [
-            (o.task.job_id, o.task.index, o.task.attempt, o.gate, o.gate_backoff_ms,
+            (o.task.job_id, o.task.index, o.task.token, o.gate, o.gate_backoff_ms,
              o.gate_give_up_ms)
             for o in gated
         ]  # fmt: skip
@@ -732,7 +751,11 @@ class Worker:
         left[:] = [o for o in left if id(o) not in ids]
         with self.lock:
             for outcome in reported:
-                self.running.pop((outcome.task.job_id, outcome.task.index), None)
+                key = (outcome.task.job_id, outcome.task.index)
+                # not the task's next attempt here (the task started again after Redis lost
+                # the writes of this one's claim)
+                if key in self.running and self.running[key].task.token == outcome.task.token:
+                    del self.running[key]
             for task in taken:
                 self.running[(task.job_id, task.index)] = Running(task)
             self.taking -= was_taking
@@ -761,34 +784,29 @@ class Worker:
     def _heartbeat(self) -> None:
         with self.lock:
             running = [
-                (r.task.job_id, r.task.index, r.task.attempt, r.progress)
+                (r.task.job_id, r.task.index, r.task.token, r.progress)
                 for r in self.running.values()
             ]
-        attempts = {(job_id, index): attempt for job_id, index, attempt, _ in running}
+        tokens = {(job_id, index): token for job_id, index, token, _ in running}
         for (job_id, index), code in self.store.heartbeat(self.handler, running).items():
             if code in (HEARTBEAT_CANCELLED, UnknownJob.code):
-                self._stop_attempt(job_id, index, attempts[(job_id, index)], code)
+                self._stop_attempt(job_id, index, tokens[(job_id, index)], code)
             elif code < 0:
-                log.warning(
-                    "job %s task %d: heartbeat refused: %s (code %d)",
-                    job_id,
-                    index,
-                    why_refused(self.store, job_id, index, attempts[(job_id, index)], code),
-                    code,
-                )
+                self._refused("heartbeat", job_id, index, tokens[(job_id, index)], code)
         self._register()
         self._supervise_recovery()
 
-    def _stop_attempt(self, job_id: str, index: int, attempt: int, code: int) -> None:
+    def _stop_attempt(self, job_id: str, index: int, token: str, code: int) -> None:
         """The attempt's job was cancelled (or is gone): stop the attempt and free its slot.
         Nothing is reported: the cancel settled the task already."""
-        if not self.runner.cancel((job_id, index, attempt)):
+        if not self.runner.cancel((job_id, index, token)):
             return  # it ended meanwhile; the reporter has its outcome
         why = "was cancelled" if code == HEARTBEAT_CANCELLED else "is gone"
-        log.info("job %s %s: stopped its running task %d (attempt %d)", job_id, why, index, attempt)
+        attempt = token.partition(":")[0]
+        log.info("job %s %s: stopped its running task %d (attempt %s)", job_id, why, index, attempt)
         with self.lock:
             running = self.running.get((job_id, index))
-            if running is not None and running.task.attempt == attempt:
+            if running is not None and running.task.token == token:
                 del self.running[(job_id, index)]
             self.lock.notify_all()
 

@@ -47,6 +47,7 @@ class Counters:
     repairs: dict[Labels, int] = field(default_factory=dict)  # rule
     expired: dict[Labels, int] = field(default_factory=dict)  # outcome
     gate_waits: dict[Labels, int] = field(default_factory=dict)  # gate
+    unknown_attempts: dict[Labels, int] = field(default_factory=dict)  # report
     wait: dict[Labels, Histogram] = field(default_factory=dict)  # queue
     run: dict[Labels, Histogram] = field(default_factory=dict)  # queue, task name
 
@@ -59,6 +60,7 @@ COUNTERS = {
     MetricField.REPAIRS: (1, "repairs"),
     MetricField.EXPIRED: (1, "expired"),
     MetricField.GATE_WAITS: (1, "gate_waits"),
+    MetricField.UNKNOWN_ATTEMPTS: (1, "unknown_attempts"),
 }
 # Each histogram: its buckets' prefix, its sum's prefix, its labels' count, where it goes.
 HISTOGRAMS = (

@@ -28,6 +28,7 @@ class TaskField(StrEnum):
     RANK = "o:"  # its claim rank within the job (jobcenter.model.ordering), unless fifo
     ATTEMPTS = "a:"  # attempts started
     HANDLER = "h:"  # the handler running the current attempt
+    NONCE = "k:"  # the random nonce its worker drew for the claim that started it (the token's)
     CREATED_AT = "tc:"  # ms, Redis TIME (as every time below)
     QUEUED_AT = "tq:"
     STARTED_AT = "ts:"
@@ -63,6 +64,7 @@ class TaskField(StrEnum):
 # What a task's working fields are, dropped when a succeeded job is compacted.
 WORKING_FIELDS = (
     TaskField.PAYLOAD,
+    TaskField.NONCE,
     TaskField.CHILDREN,
     TaskField.DEPS_LEFT,
     TaskField.QUEUE,
@@ -322,6 +324,9 @@ class MetricField(StrEnum):
     REPAIRS = "repair"  # \t rule: what recovery repaired
     EXPIRED = "expired"  # \t outcome: leases acted on when they expired
     GATE_WAITS = "gate"  # \t gate: attempts sent back unused because the gate said no
+    # \t report (result, failure, heartbeat, ...): reports of attempts Redis does not know, as
+    # it lost writes (refusals.py counts them: the script refusing one writes nothing)
+    UNKNOWN_ATTEMPTS = "unknown"
     WAIT = "wait"  # \t queue \t bucket: queue wait (queued -> started), a histogram
     WAIT_SUM = "wait_sum"  # \t queue: its total, ms
     RUN = "run"  # \t queue \t task name \t bucket: run time of ended attempts
@@ -415,6 +420,12 @@ RETURN_CODES = (
         "fail notify_done shard_lease",
         "the attempt (or shard lease) is not the one the caller holds",
     ),
+    _code(
+        "UNKNOWN_ATTEMPT",
+        -9,
+        "fail",
+        "Redis never started the attempt of this token: it lost writes (a rollback)",
+    ),
     _code("CHANGED", -2, "schedule_save", "the schedule changed since the revision read"),
     _code(
         "WRONG_STATE",
@@ -470,6 +481,12 @@ ITEM_CODES = (
         "the task is not running",
     ),
     _code("ITEM_CANCELLED", -7, "heartbeat", "its job was cancelled: the attempt should stop"),
+    _code(
+        "ITEM_UNKNOWN_ATTEMPT",
+        -9,
+        "complete heartbeat give_back gate_wait",
+        "Redis never started the attempt of this token: it lost writes (a rollback)",
+    ),
 )
 
 

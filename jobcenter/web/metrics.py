@@ -71,6 +71,13 @@ class JobcenterCollector(Collector):
             ["gate"],
             c.gate_waits,
         )
+        yield _counter(
+            "jobcenter_unknown_attempts",
+            "Reports refused because Redis does not know their attempt: it lost writes (a "
+            "restart from an older snapshot, a failover to a replica that lagged), by report.",
+            ["report"],
+            c.unknown_attempts,
+        )
         yield _histogram(
             "jobcenter_queue_wait_seconds",
             "From queued (for a retry: from its last attempt's end) to started.",

@@ -1,7 +1,7 @@
 """Tasks and test hooks for the chaos tier's worker processes (`jobcenter worker chaos_tasks`).
 
 Every attempt of `chaos.step` records its start and its finish, with its fencing token
-(`attempt:handler`), in an event list of the tests' own (``chaos:<namespace>:events``, never a
+(`attempt:handler:nonce`), in an event list of the tests' own (``chaos:<namespace>:events``, never a
 jobcenter key). The list's order is Redis's order, so a test can count re-runs, check that no
 task started before its parents finished, and time a takeover from the `at` stamps.
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import redis
-from lua_helpers import job_context
+from lua_helpers import NONCE, job_context
 
 from jobcenter.config import Settings
 from jobcenter.model.spec import spec_from_any
@@ -56,7 +56,7 @@ def own_store(private_redis: RedisServer) -> Store:
 
 def complete_taking_one(store: Store, task: StartedTask) -> StartedTask | None:
     codes, taken = store.complete(
-        HANDLER, [(task.job_id, task.index, task.attempt)], take_queues=QUEUES, take_max=1
+        HANDLER, [(task.job_id, task.index, task.token)], take_queues=QUEUES, take_max=1
     )
     assert set(codes.values()) == {0}
     return taken[0] if taken else None
@@ -123,10 +123,10 @@ def test_the_tasks_a_completion_hands_over_come_as_one_string(own_store: Store) 
     (task,) = own_store.claim(HANDLER, QUEUES, max_tasks=1, max_leader=0).tasks
     script_keys, argv = job_context(own_store, task.job_id)
     estimates = own_store.keys.estimates(own_store.keys.job_shard(task.job_id))
-    args = [HANDLER, 30_000, 1, len(QUEUES), *QUEUES, task.index, task.attempt, NO_RESULT]
+    args = [HANDLER, NONCE, 30_000, 1, len(QUEUES), *QUEUES, task.index, task.token, NO_RESULT]
 
     reply = own_store.scripts.run("complete", [*script_keys, estimates], [*argv, *args])
 
     assert reply[0] == 0 and isinstance(reply[2], bytes)
-    (taken,) = started_tasks(task.job_id, reply[2])
+    (taken,) = started_tasks(task.job_id, reply[2], HANDLER, NONCE)
     assert (taken.index, taken.attempt, taken.inputs, taken.has_children) == (1, 1, (), False)
