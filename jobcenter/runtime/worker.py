@@ -560,7 +560,9 @@ class Worker:
                 self.handler, t.job_id, t.index, t.token, outcome.error, outcome.retry_delay_ms
             )
             if code < 0:
-                self._refused("failure", t.job_id, t.index, t.token, code, outcome.error)
+                self._refused(
+                    "failure", t.job_id, t.index, t.token, code, f"its error: {outcome.error}"
+                )
             self.failed += 1
             self._settle(left, [outcome])
 
@@ -573,13 +575,13 @@ class Worker:
         cause = why_refused(self.store, job_id, index, token, code)
         if code == UNKNOWN_ATTEMPT:
             log.error(
-                "job %s task %d: %s refused: %s (code %d); what the attempt reported: %s",
+                "job %s task %d: %s refused: %s (code %d)%s",
                 job_id,
                 index,
                 report,
                 cause,
                 code,
-                reported or "nothing more",
+                f"; {reported}" if reported else "",
             )
             with contextlib.suppress(RedisError):  # the log line above is what counts
                 count_unknown(self.store, job_id, report)

@@ -117,12 +117,27 @@ def step(work: float = 0.0, gate: str = "", progress: bool = False) -> None:
     if progress:
         current_task().progress("worked")
     if gate:
-        deadline = time.monotonic() + GATE_DEADLINE_SECONDS
-        while not _gate_open(gate):
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"gate {gate!r} never opened")
-            time.sleep(GATE_POLL_SECONDS)
+        _wait_for_gate(gate)
     _record_attempt("finish")
+
+
+def _wait_for_gate(gate: str) -> None:
+    deadline = time.monotonic() + GATE_DEADLINE_SECONDS
+    while not _gate_open(gate):
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"gate {gate!r} never opened")
+        time.sleep(GATE_POLL_SECONDS)
+
+
+@task(name="chaos.hold")
+def hold(gate: str) -> str:
+    """Records its start, waits for the gate of its own attempt (`<gate>:<its token>`, so a
+    test releases two runs of one task one at a time), records its finish; returns its token."""
+    _record_attempt("start")
+    token = current_task().token
+    _wait_for_gate(f"{gate}:{token}")
+    _record_attempt("finish")
+    return token
 
 
 @task(name="chaos.fail")
