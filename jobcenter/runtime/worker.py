@@ -164,6 +164,7 @@ class Worker:
         self.pulse = Pulse()  # what health.py reports: the heartbeat's rounds
         self.exiting = threading.Event()  # a forced stop is under way (give_back_and_exit)
         self.lacking: set[str] = set()  # task names given back for want of their code
+        self.newer_seen: set[tuple[str, int]] = set()  # (queue, protocol) of a newer release
         # held while tasks are started and registered in `running`, so the reporter never
         # takes a task just started by a claim for one it has to adopt (_adopt), and a forced
         # stop gives back every task a claim started (reentrant: a signal handler takes it)
@@ -394,11 +395,27 @@ class Worker:
             ):
                 self.next_retry_ms = result.next_retry_ms
             self._expire(result.expired)
+            self._note_newer(result.newer)
             more = more or len(result.tasks) == free
             free -= len(result.tasks)
             found = found or bool(result.tasks)
         self.more_ready = more
         return found
+
+    def _note_newer(self, newer: dict[str, int]) -> None:
+        """Say once per queue and protocol that a newer release's tasks wait there: this
+        worker leaves them in place for a worker of that release (claim.lua)."""
+        for queue, protocol in newer.items():
+            if (queue, protocol) not in self.newer_seen:
+                self.newer_seen.add((queue, protocol))
+                log.warning(
+                    "queue %r holds tasks of a newer jobcenter release (protocol %d; this "
+                    "worker speaks %d): left in the queue for a worker of that release; "
+                    "upgrade this worker to run them",
+                    queue,
+                    protocol,
+                    schema.PROTOCOL,
+                )
 
     def _expire(self, expired: list[tuple[str, int]]) -> None:
         if expired:

@@ -84,6 +84,18 @@ WORKING_FIELDS = (
 )
 
 
+# The protocol this release speaks: the form of the queue entries and job hashes its scripts
+# write and understand. A release that changes either (a new part in a queue entry, a field
+# a transition must not ignore) raises it; an entry or a job of a higher protocol was written
+# by a newer release, and this one leaves it alone rather than run it half understood:
+# claim.lua never pops such an entry (it passes over it, and says so), and every job script
+# refuses such a job before any write (NEWER_PROTOCOL). ARCHITECTURE.md, Version skew.
+PROTOCOL = 1
+# An entry of protocol N >= 2 ends with this and N ("...|<index>|v2"); one of protocol 1 (every
+# entry before protocols existed) has no mark. A job of protocol N >= 2 has JobField.PROTOCOL.
+PROTOCOL_MARK = "|v"
+
+
 # A hash of at most hash-max-listpack-entries fields (512 by default; "ziplist" before Redis 7),
 # none longer than hash-max-listpack-value (64 bytes), is a listpack, where every field read is a
 # scan of the whole hash: a missing one (most tasks have no error, progress, limits ...) walks all
@@ -140,6 +152,7 @@ class JobField(StrEnum):
     COMPACT_CURSOR = "compact_cursor"  # bytes of the packed record a compaction wrote
     RETENTION = "retention"  # ms a finished job is kept
     PACKED = "packed"  # PACKED_FORMAT once its tasks and history are one packed record
+    PROTOCOL = "protocol"  # the protocol of a job a newer release wrote (absent: 1, PROTOCOL)
     RESTORE_CURSOR = "restore_cursor"  # tasks fields + history entries a restore wrote
     # times compact or restore swapped the tasks hash and history for the packed record or
     # back: a reader that sees the same count after reading one form read it whole
@@ -457,6 +470,12 @@ RETURN_CODES = (
         "its job was cancelled (or abandoned by recovery): the attempt's outcome is not kept",
     ),
     _code("LAST_OWNER", -8, "shard_lease", "no other live owner would keep the segment: kept"),
+    _code(
+        "NEWER_PROTOCOL",
+        -10,
+        _JOB_SCRIPTS.replace(" submit", ""),
+        "a newer release wrote the job (its protocol is above PROTOCOL): left to that release",
+    ),
 )
 
 # Codes per item of a batch (complete: per pair, heartbeat and give_back: per triple).
@@ -513,6 +532,8 @@ def lua_prelude() -> str:
         f"local HASHTABLE_VALUE = '{HASHTABLE_VALUE}'",
         f"local TASKS_HASHTABLE_MIN_TASKS = {TASKS_HASHTABLE_MIN_TASKS}",
         f"local LISTPACK_ENTRIES_MAX = {LISTPACK_ENTRIES_MAX}",
+        f"local PROTOCOL = {PROTOCOL}",
+        f"local ENTRY_PROTOCOL = '{PROTOCOL_MARK}(%d+)$'",  # a queue entry's protocol, if marked
     ]
     for table, fields in LUA_TABLES.items():
         entries = ", ".join(f"{f.name} = '{f.value}'" for f in fields)

@@ -200,6 +200,9 @@ class ClaimResult:
     expired: list[tuple[str, int]]  # (job id, index) leases past their deadline
     tasks: list[StartedTask]
     next_retry_ms: int = -1  # until the next retry in these queues is due; -1: none
+    # queue -> the newest protocol of the entries a newer release wrote there, which this
+    # release left in place: work waiting for a worker of that release
+    newer: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -719,7 +722,7 @@ class Store:
     ) -> ClaimResult:
         """Take due leader messages and up to `max_tasks` tasks (highest priority first,
         FIFO within a priority), and start them; also report expired leases."""
-        leader, expired, reserved, next_due = self.reserve(
+        leader, expired, reserved, next_due, newer = self.reserve(
             handler, queues, max_tasks=max_tasks, max_leader=max_leader, shard=shard, sweep=sweep
         )
         by_job: dict[str, list[int]] = defaultdict(list)
@@ -733,6 +736,7 @@ class Store:
             expired=[(j, int(i)) for j, i in (m.decode().split("|") for m in expired)],
             tasks=tasks,
             next_retry_ms=int(next_due),
+            newer={q: int(p) for p, q in (m.decode().split("|", 1) for m in newer)},
         )
 
     def reserve(
@@ -746,7 +750,8 @@ class Store:
         sweep: int = SWEEP_MAX,
     ) -> list[Any]:
         """claim.lua's raw reply (leader messages, expired leases, reserved queue members, ms
-        to the next retry): the reservations are not started."""
+        to the next retry, queues holding entries of a newer protocol): the reservations are
+        not started."""
         keys = self.keys
         script_keys = [
             keys.leader(shard),

@@ -132,7 +132,9 @@ def test_a_reserved_but_never_started_task_is_requeued_without_using_an_attempt(
     store = short_store
     job_id, _ = submit_and_split(store, PARENT_CHILD)
     keys = store.keys
-    leader, expired, reserved, _next_retry = decode(store.reserve(H1, ["default"], max_tasks=1))
+    leader, expired, reserved, _next_retry, _newer = decode(
+        store.reserve(H1, ["default"], max_tasks=1)
+    )
 
     assert (leader, expired) == ([], [])
     assert [int(m.split("|")[2]) for m in reserved] == [A]

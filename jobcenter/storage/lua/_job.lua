@@ -58,11 +58,20 @@ local function bind_job(k, job_id)
   JOB_ID, META = job_id, {}
 end
 
--- Read the job's fields; false when the job hash does not exist.
+-- Read the job's fields; false when the job hash does not exist (META.refusal: JOB_GONE), or
+-- when a newer release wrote it (NEWER_PROTOCOL): this one must not change what it may not
+-- understand (its queue entries, say, which it could not even find). Called before any write.
 local function load_job()
   local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES,
-    JF.TRIGGER_RULES, JF.PACKED, JF.TASKS, JF.NAME, JF.IDEMPOTENCY_KEY, JF.LEFT)
-  if not m[1] then return false end
+    JF.TRIGGER_RULES, JF.PACKED, JF.TASKS, JF.NAME, JF.IDEMPOTENCY_KEY, JF.LEFT, JF.PROTOCOL)
+  if not m[1] then
+    META = {refusal = JOB_GONE}
+    return false
+  end
+  if tonumber(m[12] or PROTOCOL) > PROTOCOL then
+    META = {refusal = NEWER_PROTOCOL}
+    return false
+  end
   -- packed: finished and compacted, so its tasks hash is gone and no task of it runs
   META = {state = m[1], queue = m[2], priority = tonumber(m[3]), seq = tonumber(m[4]),
           queues = m[5] or '', rules = m[6] ~= false, packed = m[7] and true or false,

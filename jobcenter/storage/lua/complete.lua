@@ -15,6 +15,7 @@
   stored with the success; '' for None: nothing stored)
   Returns {0, {code per triple}, {{index, attempt, payload, inputs, run order, children} per taken
           task} (as one msgpack string: MSGPACK.tasks)} | {-4}
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
           | {-5}
   Codes: 0 completed | 1 this attempt completed already | -2 stale token | -3 not running
   | -9 an attempt Redis never started: it lost writes (refusal_of) ]]
@@ -33,7 +34,7 @@ local served = {}
 for k = A + 5, A + 4 + nserved do served[ARGV[k]] = true end
 local first_triple = A + 5 + nserved
 
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()

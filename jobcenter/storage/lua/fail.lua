@@ -6,13 +6,14 @@
   non-retryable error)
   Returns {0, new state} | {1, state} this attempt ended already | {-2} stale token (or
           the job finished and was compacted) | {-3} not running | {-4} job gone
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
           | {-5} queues not passed | {-7} its job was cancelled (or abandoned)
           | {-9} an attempt Redis never started: it lost writes (refusal_of) ]]
 
 local handler, i, token = ARGV[A], ARGV[A + 1], ARGV[A + 2]
 local err, delay = ARGV[A + 3], tonumber(ARGV[A + 4])
 
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
 -- a refusal says when the job was cancelled: the worker logs the real cause
 local function refused(otherwise)

@@ -9,11 +9,12 @@
   ARGV[A] handler id  then quintuples: task index, fencing token (_job.lua token_of), gate,
   backoff ms, give-up ms
   Returns {0, {code per quintuple}} | {-4} job gone | {-5} queues not passed
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
   Codes: 0 waits | 1 failed: the gate said no for too long | -2 stale token | -3 not running
   | -9 an attempt Redis never started: it lost writes (refusal_of) ]]
 
 local handler = ARGV[A]
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()

@@ -14,6 +14,7 @@
   ARGV[A+3] what live workers serve: "queue|name" entries, each followed by a newline
   then triples: task index, fencing token (_job.lua token_of), task name
   Returns {0, {code per triple}} | {-4} job gone | {-5} queues not passed
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
   Codes: 0 given back | -2 stale token (not this handler's attempt) | -3 not running
   | -9 an attempt Redis never started: it lost writes (refusal_of) ]]
 
@@ -21,7 +22,7 @@ local handler = ARGV[A]
 local delay_min, delay_max = tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2])
 local served = {}
 for member in string.gmatch(ARGV[A + 3], '([^\n]+)\n') do served[member] = true end
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()

@@ -4,12 +4,13 @@
   ARGV[A] handler id  ARGV[A+1] lease ms  then triples: task index, fencing token (_job.lua
   token_of), progress ('' for no news; else stored and shown by status)
   Returns {0, {code per triple}} | {-4} job gone
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
   Codes: 0 renewed | -2 stale token (another attempt owns the task) | -3 not running |
   -7 not running: its job was cancelled (or abandoned), so the attempt should stop |
   -9 an attempt Redis never started: it lost writes (refusal_of) ]]
 
 local handler, lease_ms = ARGV[A], tonumber(ARGV[A + 1])
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 
 local now = now_ms()
 local codes = {}

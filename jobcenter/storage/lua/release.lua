@@ -3,11 +3,12 @@
   KEYS: the job context (_job.lua)
   ARGV[A] handler id  then pairs: task index, fencing token (_job.lua token_of)
   Returns {0, number released} | {-4} job gone | {-5} queues not passed
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
   An attempt whose token is not the task's current one, or that is no longer running, is left
   alone. ]]
 
 local handler = ARGV[A]
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()

@@ -7,13 +7,14 @@
   receives; run order: OBS.run_order, where it stands in its queue's order; children:
   OBS.children_after, 0 when it releases no others as it ends)
           | {-4} job gone (its reservations are dropped)
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
   A task reserved by another handler is skipped untouched; one no longer queued (cancelled)
   has its reservation dropped. ]]
 
 local handler, nonce = ARGV[A], ARGV[A + 1]
 if not load_job() then
-  drop_reservations(A + 2)
-  return {JOB_GONE}
+  if META.refusal == JOB_GONE then drop_reservations(A + 2) end
+  return {META.refusal}
 end
 
 local now = now_ms()
