@@ -171,7 +171,8 @@ function NEXT.take_queued()
       local popped = {}
       for _, member in ipairs(head) do
         local job, index, rest = string.match(member, '^%d+|([^|]+)|(%d+)(.*)$')
-        NEXT.stopped = job ~= JOB_ID or rest ~= '' -- another job's task, or one with slots
+        -- another job's task, or one with slots (or a newer release's: a marked entry)
+        NEXT.stopped = job ~= JOB_ID or rest ~= ''
         NEXT.stopped = NEXT.stopped or not NEXT.start(tostring(tonumber(index)), ARGV[k], member)
         if NEXT.stopped then break end
         popped[#popped + 1] = member
