@@ -72,6 +72,14 @@ class UnknownJob(TransitionRejected, NotFound):
     code = -4
 
 
+class NewerRelease(TransitionRejected):
+    """A newer jobcenter release wrote the job (its protocol is above this release's): this
+    release leaves it alone, for a worker or command of that release (ARCHITECTURE.md,
+    Version skew)."""
+
+    code = -10
+
+
 class TaskFailure(JobcenterError):
     """Base for exceptions a task raises to steer its own retry policy."""
 
@@ -102,6 +110,7 @@ LUA_ERRORS: dict[int, type[TransitionRejected]] = {
     StaleToken.code: StaleToken,
     WrongState.code: WrongState,
     UnknownJob.code: UnknownJob,
+    NewerRelease.code: NewerRelease,
 }
 
 

@@ -115,14 +115,14 @@ def _run(store: Store, tasks: list[StartedTask]) -> None:
         payload = decode(task)
         outcome = execute(task, payload, context_for(task, payload, HANDLER, lambda _: None))
         if outcome.ok:
-            done.append((task.job_id, task.index, task.attempt, outcome.result))
+            done.append((task.job_id, task.index, task.token, outcome.result))
         elif outcome.missing_task:
             raise JobcenterError(
                 f"task {outcome.missing_task!r} is not registered: pass its module in `modules`"
             )
         else:
             delay = 0 if outcome.retry_delay_ms >= 0 else -1
-            store.fail(HANDLER, task.job_id, task.index, task.attempt, outcome.error, delay)
+            store.fail(HANDLER, task.job_id, task.index, task.token, outcome.error, delay)
     if done:
         store.complete(HANDLER, done)
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, TypeVar
 
+import jobcenter
 from jobcenter import Fatal, Retry, current_task, gate, task
 from jobcenter.storage.connection import client_for
 from jobcenter.storage.errors import ClusterClientError, ReadOnlyError, RedisError, unreachable
@@ -82,6 +83,7 @@ def _record(event: str, **extra: object) -> None:
         "handler": ctx.handler,
         "worker": os.environ.get(WORKER_NAME_ENV, ""),
         "pid": os.getpid(),
+        "code": os.path.dirname(jobcenter.__file__),  # which release's package runs it
         # a push tried again after a lost reply may land twice: Scratch.runs drops the copy
         "entry": uuid.uuid4().hex,
         **extra,

@@ -23,22 +23,21 @@ def valid_utf8(text: str) -> str:
 
 @dataclass
 class TaskContext:
-    """What a task knows about its own attempt. `token` is unique per attempt: use it to make
-    the task's external writes idempotent (a retried or taken-over attempt has a new one)."""
+    """What a task knows about its own attempt. `token`, its fencing token
+    (`<attempt>:<handler>:<nonce>`, the nonce random per claim), is unique per attempt: use it
+    to make the task's external writes idempotent (a retried or taken-over attempt, or one
+    started again after Redis lost writes, has a new one)."""
 
     job_id: str
     task_id: str
     attempt: int
     handler: str
     report: Callable[[str], None] = field(repr=False, default=lambda _: None)
+    token: str = ""
     _stopped: bool = field(default=False, repr=False)  # set once, under _lock
     _why: str = field(default="", repr=False)  # why it was stopped, in words
     _on_stop: list[Callable[[], object]] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    @property
-    def token(self) -> str:
-        return f"{self.attempt}:{self.handler}"
 
     def progress(self, message: str) -> None:
         """Report progress (seed 004's execution step): shown by status; renews the lease.

@@ -119,7 +119,7 @@ def pack_result(task_name: str, value: object, max_bytes: int) -> bytes:
 
 
 def attempt_key(task: StartedTask) -> AttemptKey:
-    return (task.job_id, task.index, task.attempt)
+    return (task.job_id, task.index, task.token)
 
 
 def ignore_stop(_: Stop) -> None:
@@ -182,7 +182,7 @@ def context_for(
     task: StartedTask, payload: dict[str, Any], handler: str, report: Callable[[str], None]
 ) -> TaskContext:
     return TaskContext(
-        task.job_id, payload.get("id", str(task.index)), task.attempt, handler, report
+        task.job_id, payload.get("id", str(task.index)), task.attempt, handler, report, task.token
     )
 
 

@@ -70,13 +70,14 @@ class AttemptRef:
     job_id: str
     index: int
     attempt: int
+    fence: str  # the attempt's fencing token (StartedTask.token): every report carries it
     handler: str
     payload: dict[str, Any]  # the CARRIED fields of the task's payload
     started_ms: int
 
     @property
     def task(self) -> StartedTask:
-        return StartedTask(self.job_id, self.index, self.attempt, b"")
+        return StartedTask(self.job_id, self.index, self.attempt, b"", token=self.fence)
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,10 @@ class Executors:
         return hmac.new(self._signing_key(), body, hashlib.sha256).digest()[:SIGNATURE_BYTES]
 
     def encode(self, ref: AttemptRef) -> str:
-        fields = [ref.job_id, ref.index, ref.attempt, ref.handler, ref.payload, ref.started_ms]
+        fields = [
+            ref.job_id, ref.index, ref.attempt, ref.fence, ref.handler, ref.payload,
+            ref.started_ms,
+        ]  # fmt: skip
         body = json.dumps(fields, separators=(",", ":")).encode()
         return f"{_b64(body)}.{_b64(self._sign(body))}"
 
@@ -131,8 +135,8 @@ class Executors:
             raise unknown from None
         if not hmac.compare_digest(given, self._sign(body)):
             raise unknown
-        job_id, index, attempt, handler, payload, started_ms = json.loads(body)
-        return AttemptRef(job_id, index, attempt, handler, payload, started_ms)
+        job_id, index, attempt, fence, handler, payload, started_ms = json.loads(body)
+        return AttemptRef(job_id, index, attempt, fence, handler, payload, started_ms)
 
     # -- claiming ---------------------------------------------------------------------------
 
@@ -159,15 +163,17 @@ class Executors:
     def _hand_out(self, handler: str, started: list[StartedTask], names: set[str]) -> list[Attempt]:
         now_ms = self.store.now_ms()
         out: list[Attempt] = []
-        back: list[tuple[str, int, int, str]] = []
+        back: list[tuple[str, int, str, str]] = []
         for task in started:
             payload = decode(task)
             name = str(payload["t"])
             if name not in names or payload.get("g"):
-                back.append((task.job_id, task.index, task.attempt, name))
+                back.append((task.job_id, task.index, task.token, name))
                 continue
             carried = {k: payload[k] for k in CARRIED if k in payload}
-            ref = AttemptRef(task.job_id, task.index, task.attempt, handler, carried, now_ms)
+            ref = AttemptRef(
+                task.job_id, task.index, task.attempt, task.token, handler, carried, now_ms
+            )
             timeout = payload.get("to")
             out.append(
                 Attempt(
@@ -188,7 +194,7 @@ class Executors:
             self._give_back(handler, back)
         return out
 
-    def _give_back(self, handler: str, attempts: list[tuple[str, int, int, str]]) -> None:
+    def _give_back(self, handler: str, attempts: list[tuple[str, int, str, str]]) -> None:
         """As a worker without a task's code does (Worker._give_back): a live worker that
         serves the task takes it after the shortest delay."""
         settings = self.store.settings
@@ -201,10 +207,10 @@ class Executors:
     def release(self, attempts: list[Attempt]) -> None:
         """Give back attempts a claim started but could not hand to its executor (it went
         away): release.lua queues them again without using up an attempt."""
-        by_handler: dict[str, list[tuple[str, int, int]]] = {}
+        by_handler: dict[str, list[tuple[str, int, str]]] = {}
         for a in attempts:
             ref = self.decode(a.token)
-            by_handler.setdefault(ref.handler, []).append((ref.job_id, ref.index, ref.attempt))
+            by_handler.setdefault(ref.handler, []).append((ref.job_id, ref.index, ref.fence))
         for handler, running in by_handler.items():
             self.store.release(handler, running)
 
@@ -243,7 +249,7 @@ class Executors:
     # -- reports ----------------------------------------------------------------------------
 
     def _refused(self, ref: AttemptRef, code: int) -> AttemptTaken:
-        why = why_refused(self.store, ref.job_id, ref.index, ref.attempt, code)
+        why = why_refused(self.store, ref.job_id, ref.index, ref.fence, code)
         return AttemptTaken(f"job {ref.job_id} task {ref.index} attempt {ref.attempt}: {why}")
 
     def heartbeat(self, token: str, progress: str | None = None) -> None:
@@ -259,7 +265,7 @@ class Executors:
                 f"job {ref.job_id} task {ref.index} attempt {ref.attempt} ran past its "
                 f"timeout of {timeout}s: it failed"
             )
-        entry = (ref.job_id, ref.index, ref.attempt, progress or "")
+        entry = (ref.job_id, ref.index, ref.fence, progress or "")
         code = self.store.heartbeat(ref.handler, [entry]).get((ref.job_id, ref.index), 0)
         if code < 0:
             raise self._refused(ref, code)
@@ -276,7 +282,7 @@ class Executors:
         except ResultRefused as exc:
             self._fail(ref, str(exc), -1)
             raise SpecError(f"{exc}; the attempt failed") from None
-        done = [(ref.job_id, ref.index, ref.attempt, packed)]
+        done = [(ref.job_id, ref.index, ref.fence, packed)]
         codes, _ = self.store.complete(ref.handler, done)
         code = codes.get((ref.job_id, ref.index), 0)
         if code < 0:
@@ -296,9 +302,7 @@ class Executors:
 
     def _fail(self, ref: AttemptRef, error: str, delay_ms: int) -> Outcome:
         text = error[:ERROR_TEXT_MAX] or "failed (its executor gave no error)"
-        code, state = self.store.fail(
-            ref.handler, ref.job_id, ref.index, ref.attempt, text, delay_ms
-        )
+        code, state = self.store.fail(ref.handler, ref.job_id, ref.index, ref.fence, text, delay_ms)
         if code < 0:
             raise self._refused(ref, code)
         return Outcome(state or "failed", repeated=code > 0)

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 # within its next step. The worker warns and counts it (its slot stays busy meanwhile).
 STOP_BOUND_SECONDS = 5.0
 
-AttemptKey = tuple[str, int, int]  # job id, task index, attempt
+AttemptKey = tuple[str, int, str]  # job id, task index, fencing token (unique per claim)
 
 
 class StopReason(StrEnum):
@@ -143,16 +143,17 @@ OVERDUE_WORDS = {
 def log_stop(stop: Stop) -> None:
     """The worker's log line of a stop's step: a warning for an attempt that does not stop;
     the stop itself is logged by whoever decided it (the heartbeat, the timeout)."""
-    job_id, index, attempt = stop.key
+    job_id, index, token = stop.key
+    attempt = token.partition(":")[0]
     why = STOP_WORDS[stop.reason]
     if stop.step is StopStep.OVERDUE:
         log.warning(
-            "job %s task %d attempt %d still runs %.1f s after it was stopped (%s): %s",
+            "job %s task %d attempt %s still runs %.1f s after it was stopped (%s): %s",
             job_id, index, attempt, stop.seconds, why, OVERDUE_WORDS[stop.runner],
         )  # fmt: skip
     elif stop.step is StopStep.ENDED:
         log.info(
-            "job %s task %d attempt %d ended %.3f s after it was stopped (%s)",
+            "job %s task %d attempt %s ended %.3f s after it was stopped (%s)",
             job_id, index, attempt, stop.seconds, why,
         )  # fmt: skip
 

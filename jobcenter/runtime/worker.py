@@ -36,7 +36,15 @@ from jobcenter.storage import schema
 from jobcenter.storage.errors import RedisError, trouble
 from jobcenter.storage.keys import LEADER_SEGMENT, node_queue
 from jobcenter.storage.outages import Backoff
-from jobcenter.storage.refusals import JOB_GONE, STALE_TOKEN, STOPPED, why_refused
+from jobcenter.storage.refusals import (
+    JOB_GONE,
+    STALE_TOKEN,
+    STOPPED,
+    UNKNOWN_ATTEMPT,
+    count_unknown,
+    what_it_returned,
+    why_refused,
+)
 from jobcenter.storage.store import (
     SWEEP_MAX,
     RefusedInPart,
@@ -86,6 +94,7 @@ EXIT_LOOP_FAILED = 70  # exit code when a loop met an error it cannot go on from
 STOP_REASONS = {
     **{code: StopReason.CANCELLED for code in STOPPED},
     STALE_TOKEN: StopReason.TAKEN_OVER,
+    UNKNOWN_ATTEMPT: StopReason.TAKEN_OVER,  # Redis lost its start: the task runs again
     JOB_GONE: StopReason.GONE,
 }
 PAUSED_POLL_SECONDS = 0.5  # a loop paused while Redis may evict looks again this often
@@ -149,6 +158,7 @@ class Worker:
         self.eviction = EvictionGuard(store)  # claims nothing while Redis may evict keys
         self.exiting = threading.Event()  # a forced stop is under way (give_back_and_exit)
         self.lacking: set[str] = set()  # task names given back for want of their code
+        self.newer_seen: set[tuple[str, int]] = set()  # (queue, protocol) of a newer release
         # held while tasks are started and registered in `running`, so the reporter never
         # takes a task just started by a claim for one it has to adopt (_adopt), and a forced
         # stop gives back every task a claim started (reentrant: a signal handler takes it)
@@ -221,7 +231,7 @@ class Worker:
             self.starting.acquire(timeout=GIVE_BACK_WAIT_SECONDS)
             with self.lock:
                 running = [
-                    (r.task.job_id, r.task.index, r.task.attempt) for r in self.running.values()
+                    (r.task.job_id, r.task.index, r.task.token) for r in self.running.values()
                 ]
             self.runner.kill_all()  # a given-back attempt must not run on beside the next one
             released = self.store.release(self.handler, running) if running else 0
@@ -388,11 +398,27 @@ class Worker:
             ):
                 self.next_retry_ms = result.next_retry_ms
             self._expire(result.expired)
+            self._note_newer(result.newer)
             more = more or len(result.tasks) == free
             free -= len(result.tasks)
             found = found or bool(result.tasks)
         self.more_ready = more
         return found
+
+    def _note_newer(self, newer: dict[str, int]) -> None:
+        """Say once per queue and protocol that a newer release's tasks wait there: this
+        worker leaves them in place for a worker of that release (claim.lua)."""
+        for queue, protocol in newer.items():
+            if (queue, protocol) not in self.newer_seen:
+                self.newer_seen.add((queue, protocol))
+                log.warning(
+                    "queue %r holds tasks of a newer jobcenter release (protocol %d; this "
+                    "worker speaks %d): left in the queue for a worker of that release; "
+                    "upgrade this worker to run them",
+                    queue,
+                    protocol,
+                    schema.PROTOCOL,
+                )
 
     def _expire(self, expired: list[tuple[str, int]]) -> None:
         if expired:
@@ -496,14 +522,14 @@ class Worker:
             running.progress_sent_at = now
         try:
             codes = self.store.heartbeat(
-                self.handler, [(task.job_id, task.index, task.attempt, message)]
+                self.handler, [(task.job_id, task.index, task.token, message)]
             )
         except RedisError as exc:  # the heartbeat loop carries it, and logs the trouble
             log.debug("progress of job %s task %d not sent: %s", task.job_id, task.index, exc)
             return
         code = codes.get((task.job_id, task.index), 0)
         if code < 0:
-            self._stop_attempt(task.job_id, task.index, task.attempt, code)
+            self._stop_attempt(task.job_id, task.index, task.token, code)
 
     # -- reporting -------------------------------------------------------------------------
 
@@ -560,18 +586,47 @@ class Worker:
         for outcome in list(left):
             t = outcome.task
             code, _ = self.store.fail(
-                self.handler, t.job_id, t.index, t.attempt, outcome.error, outcome.retry_delay_ms
+                self.handler, t.job_id, t.index, t.token, outcome.error, outcome.retry_delay_ms
             )
             if code < 0:
-                log.warning(
-                    "late failure of job %s task %d discarded: %s (code %d)",
-                    t.job_id,
-                    t.index,
-                    why_refused(self.store, t.job_id, t.index, t.attempt, code),
-                    code,
+                self._refused(
+                    "failure", t.job_id, t.index, t.token, code, f"its error: {outcome.error}"
                 )
             self.failed += 1
             self._settle(left, [outcome])
+
+    def _refused(
+        self, report: str, job_id: str, index: int, token: str, code: int, reported: str = ""
+    ) -> None:
+        """Log a report (result, failure, heartbeat) Redis refused, with its real cause. One
+        of an attempt Redis does not know (it lost writes: the task may run again) is an
+        error, counted, with what the attempt reported: its only trace."""
+        cause = why_refused(self.store, job_id, index, token, code)
+        if code == UNKNOWN_ATTEMPT:
+            log.error(
+                "job %s task %d: %s refused: %s (code %d)%s",
+                job_id,
+                index,
+                report,
+                cause,
+                code,
+                f"; {reported}" if reported else "",
+            )
+            with contextlib.suppress(RedisError):  # the log line above is what counts
+                count_unknown(self.store, job_id, report)
+        elif report == "heartbeat":
+            log.warning(
+                "job %s task %d: heartbeat refused: %s (code %d)", job_id, index, cause, code
+            )
+        else:
+            log.warning(
+                "late %s of job %s task %d discarded: %s (code %d)",
+                report,
+                job_id,
+                index,
+                cause,
+                code,
+            )
 
     def _complete(self, done: list[Outcome], left: list[Outcome]) -> None:
         """Report successes; the same call takes what the freed slots (and any other free
@@ -586,7 +641,7 @@ class Worker:
                 prefetch += min(0, free)  # what the prefetch has left
                 prefetch = max(0, min(CLAIM_BATCH_MAX - take_max, prefetch))
             self.taking += take_max + prefetch  # held from the claim loop until the reply is in
-        attempts = [(o.task.job_id, o.task.index, o.task.attempt, o.result) for o in done]
+        attempts = [(o.task.job_id, o.task.index, o.task.token, o.result) for o in done]
         refused: RefusedInPart | None = None
         try:
             codes, taken = self.store.complete(
@@ -605,19 +660,8 @@ class Worker:
             raise
         for (job_id, index), code in codes.items():
             if code < 0:
-                log.warning(
-                    "late result of job %s task %d discarded: %s (code %d)",
-                    job_id,
-                    index,
-                    why_refused(
-                        self.store,
-                        job_id,
-                        index,
-                        next(a for j, i, a, _ in attempts if (j, i) == (job_id, index)),
-                        code,
-                    ),
-                    code,
-                )
+                token, result = next((t, r) for j, i, t, r in attempts if (j, i) == (job_id, index))
+                self._refused("result", job_id, index, token, code, what_it_returned(result))
         reported = [o for o in done if (o.task.job_id, o.task.index) in codes]
         self.completed += len(reported)
         self._settle(left, reported, taken, take_max + prefetch)
@@ -663,7 +707,7 @@ class Worker:
             return
         try:
             released = self.store.release(
-                self.handler, [(t.job_id, t.index, t.attempt) for t in waiting]
+                self.handler, [(t.job_id, t.index, t.token) for t in waiting]
             )
             log.info("worker %s: gave %d prefetched tasks back", self.handler, released)
         except RedisError as exc:
@@ -695,9 +739,7 @@ class Worker:
                 name,
                 ", ".join(self.options.modules) or "none",
             )
-        attempts = [
-            (o.task.job_id, o.task.index, o.task.attempt, o.missing_task) for o in given_back
-        ]
+        attempts = [(o.task.job_id, o.task.index, o.task.token, o.missing_task) for o in given_back]
         # a live worker that has the code takes the task after the shortest delay, not after
         # one grown with the wait (which only keeps a hot loop off while nobody has it)
         live_since = self.store.now_ms() - int(self.store.settings.worker_timeout_seconds * 1000)
@@ -716,7 +758,7 @@ class Worker:
     def _gate_wait(self, gated: list[Outcome], left: list[Outcome]) -> None:
         """Hand back attempts whose gate said no: unused, they wait the gate's backoff."""
         attempts = [
-            (o.task.job_id, o.task.index, o.task.attempt, o.gate, o.gate_backoff_ms,
+            (o.task.job_id, o.task.index, o.task.token, o.gate, o.gate_backoff_ms,
              o.gate_give_up_ms)
             for o in gated
         ]  # fmt: skip
@@ -740,7 +782,11 @@ class Worker:
         left[:] = [o for o in left if id(o) not in ids]
         with self.lock:
             for outcome in reported:
-                self.running.pop((outcome.task.job_id, outcome.task.index), None)
+                key = (outcome.task.job_id, outcome.task.index)
+                # not the task's next attempt here (the task started again after Redis lost
+                # the writes of this one's claim)
+                if key in self.running and self.running[key].task.token == outcome.task.token:
+                    del self.running[key]
             for task in taken:
                 self.running[(task.job_id, task.index)] = Running(task)
             self.taking -= was_taking
@@ -769,38 +815,41 @@ class Worker:
     def _heartbeat(self) -> None:
         with self.lock:
             running = [
-                (r.task.job_id, r.task.index, r.task.attempt, r.progress)
+                (r.task.job_id, r.task.index, r.task.token, r.progress)
                 for r in self.running.values()
             ]
-        attempts = {(job_id, index): attempt for job_id, index, attempt, _ in running}
+        tokens = {(job_id, index): token for job_id, index, token, _ in running}
         for (job_id, index), code in self.store.heartbeat(self.handler, running).items():
             if code < 0:
-                self._stop_attempt(job_id, index, attempts[(job_id, index)], code)
+                self._stop_attempt(job_id, index, tokens[(job_id, index)], code)
         self.stop_counts.flush(self.store)
         self._register()
         self._supervise_recovery()
         self.eviction.check()
 
-    def _stop_attempt(self, job_id: str, index: int, attempt: int, code: int) -> None:
+    def _stop_attempt(self, job_id: str, index: int, token: str, code: int) -> None:
         """Redis refused the attempt's heartbeat (`code`): it is no longer live (its job was
-        cancelled or is gone, another attempt took the task over, or the task was queued
-        again or failed when its lease ran out). Stop it now, whatever the cause, so it never
-        runs beside the task's next attempt, and free its slot. Nothing is reported: Redis
-        would refuse its outcome."""
+        cancelled or is gone, another attempt took the task over, the task was queued again
+        or failed when its lease ran out, or Redis lost the writes that started it). Stop it
+        now, whatever the cause, so it never runs beside the task's next attempt, and free its
+        slot. Nothing is reported: Redis would refuse its outcome."""
         stopped = self.runner.stop(
-            (job_id, index, attempt), STOP_REASONS.get(code, StopReason.NOT_RUNNING)
+            (job_id, index, token), STOP_REASONS.get(code, StopReason.NOT_RUNNING)
         )
-        why = why_refused(self.store, job_id, index, attempt, code)
+        if code == UNKNOWN_ATTEMPT:  # an error of its own, counted: Redis lost writes
+            self._refused("heartbeat", job_id, index, token, code)
+        why = why_refused(self.store, job_id, index, token, code)
+        attempt = token.partition(":")[0]
         if not stopped:  # it ended meanwhile: the reporter has its outcome
-            log.info("job %s task %d attempt %d: heartbeat refused: %s (code %d)",
+            log.info("job %s task %d attempt %s: heartbeat refused: %s (code %d)",
                      job_id, index, attempt, why, code)  # fmt: skip
             return
         level = logging.INFO if code in STOPPED or code == JOB_GONE else logging.WARNING
-        log.log(level, "job %s task %d attempt %d stopped: %s (code %d)",
+        log.log(level, "job %s task %d attempt %s stopped: %s (code %d)",
                 job_id, index, attempt, why, code)  # fmt: skip
         with self.lock:
             running = self.running.get((job_id, index))
-            if running is not None and running.task.attempt == attempt:
+            if running is not None and running.task.token == token:
                 del self.running[(job_id, index)]
             self.lock.notify_all()
 

@@ -51,6 +51,7 @@ class Counters:
     gate_waits: dict[Labels, int] = field(default_factory=dict)  # gate
     stopped: dict[Labels, int] = field(default_factory=dict)  # reason, runner
     stop_overdue: dict[Labels, int] = field(default_factory=dict)  # reason, runner
+    unknown_attempts: dict[Labels, int] = field(default_factory=dict)  # report
     wait: dict[Labels, Histogram] = field(default_factory=dict)  # queue
     run: dict[Labels, Histogram] = field(default_factory=dict)  # queue, task name
 
@@ -65,6 +66,7 @@ COUNTERS = {
     MetricField.GATE_WAITS: (1, "gate_waits"),
     MetricField.STOPPED: (2, "stopped"),
     MetricField.STOP_OVERDUE: (2, "stop_overdue"),
+    MetricField.UNKNOWN_ATTEMPTS: (1, "unknown_attempts"),
 }
 # Each histogram: its buckets' prefix, its sum's prefix, its labels' count, where it goes.
 HISTOGRAMS = (

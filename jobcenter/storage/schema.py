@@ -28,6 +28,7 @@ class TaskField(StrEnum):
     RANK = "o:"  # its claim rank within the job (jobcenter.model.ordering), unless fifo
     ATTEMPTS = "a:"  # attempts started
     HANDLER = "h:"  # the handler running the current attempt
+    NONCE = "k:"  # the random nonce its worker drew for the claim that started it (the token's)
     CREATED_AT = "tc:"  # ms, Redis TIME (as every time below)
     QUEUED_AT = "tq:"
     STARTED_AT = "ts:"
@@ -63,6 +64,7 @@ class TaskField(StrEnum):
 # What a task's working fields are, dropped when a succeeded job is compacted.
 WORKING_FIELDS = (
     TaskField.PAYLOAD,
+    TaskField.NONCE,
     TaskField.CHILDREN,
     TaskField.DEPS_LEFT,
     TaskField.QUEUE,
@@ -80,6 +82,18 @@ WORKING_FIELDS = (
     TaskField.PARENTS_FAILED,
     TaskField.PARENTS_SKIPPED,
 )
+
+
+# The protocol this release speaks: the form of the queue entries and job hashes its scripts
+# write and understand. A release that changes either (a new part in a queue entry, a field
+# a transition must not ignore) raises it; an entry or a job of a higher protocol was written
+# by a newer release, and this one leaves it alone rather than run it half understood:
+# claim.lua never pops such an entry (it passes over it, and says so), and every job script
+# refuses such a job before any write (NEWER_PROTOCOL). ARCHITECTURE.md, Version skew.
+PROTOCOL = 1
+# An entry of protocol N >= 2 ends with this and N ("...|<index>|v2"); one of protocol 1 (every
+# entry before protocols existed) has no mark. A job of protocol N >= 2 has JobField.PROTOCOL.
+PROTOCOL_MARK = "|v"
 
 
 # A hash of at most hash-max-listpack-entries fields (512 by default; "ziplist" before Redis 7),
@@ -138,6 +152,7 @@ class JobField(StrEnum):
     COMPACT_CURSOR = "compact_cursor"  # bytes of the packed record a compaction wrote
     RETENTION = "retention"  # ms a finished job is kept
     PACKED = "packed"  # PACKED_FORMAT once its tasks and history are one packed record
+    PROTOCOL = "protocol"  # the protocol of a job a newer release wrote (absent: 1, PROTOCOL)
     RESTORE_CURSOR = "restore_cursor"  # tasks fields + history entries a restore wrote
     # times compact or restore swapped the tasks hash and history for the packed record or
     # back: a reader that sees the same count after reading one form read it whole
@@ -322,6 +337,9 @@ class MetricField(StrEnum):
     REPAIRS = "repair"  # \t rule: what recovery repaired
     EXPIRED = "expired"  # \t outcome: leases acted on when they expired
     GATE_WAITS = "gate"  # \t gate: attempts sent back unused because the gate said no
+    # \t report (result, failure, heartbeat, ...): reports of attempts Redis does not know, as
+    # it lost writes (refusals.py counts them: the script refusing one writes nothing)
+    UNKNOWN_ATTEMPTS = "unknown"
     WAIT = "wait"  # \t queue \t bucket: queue wait (queued -> started), a histogram
     WAIT_SUM = "wait_sum"  # \t queue: its total, ms
     RUN = "run"  # \t queue \t task name \t bucket: run time of ended attempts
@@ -423,6 +441,12 @@ RETURN_CODES = (
         "fail notify_done shard_lease",
         "the attempt (or shard lease) is not the one the caller holds",
     ),
+    _code(
+        "UNKNOWN_ATTEMPT",
+        -9,
+        "fail",
+        "Redis never started the attempt of this token: it lost writes (a rollback)",
+    ),
     _code("CHANGED", -2, "schedule_save", "the schedule changed since the revision read"),
     _code(
         "WRONG_STATE",
@@ -454,6 +478,12 @@ RETURN_CODES = (
         "its job was cancelled (or abandoned by recovery): the attempt's outcome is not kept",
     ),
     _code("LAST_OWNER", -8, "shard_lease", "no other live owner would keep the segment: kept"),
+    _code(
+        "NEWER_PROTOCOL",
+        -10,
+        _JOB_SCRIPTS.replace(" submit", ""),
+        "a newer release wrote the job (its protocol is above PROTOCOL): left to that release",
+    ),
 )
 
 # Codes per item of a batch (complete: per pair, heartbeat and give_back: per triple).
@@ -478,6 +508,12 @@ ITEM_CODES = (
         "the task is not running",
     ),
     _code("ITEM_CANCELLED", -7, "heartbeat", "its job was cancelled: the attempt should stop"),
+    _code(
+        "ITEM_UNKNOWN_ATTEMPT",
+        -9,
+        "complete heartbeat give_back gate_wait",
+        "Redis never started the attempt of this token: it lost writes (a rollback)",
+    ),
 )
 
 
@@ -504,6 +540,8 @@ def lua_prelude() -> str:
         f"local HASHTABLE_VALUE = '{HASHTABLE_VALUE}'",
         f"local TASKS_HASHTABLE_MIN_TASKS = {TASKS_HASHTABLE_MIN_TASKS}",
         f"local LISTPACK_ENTRIES_MAX = {LISTPACK_ENTRIES_MAX}",
+        f"local PROTOCOL = {PROTOCOL}",
+        f"local ENTRY_PROTOCOL = '{PROTOCOL_MARK}(%d+)$'",  # a queue entry's protocol, if marked
     ]
     for table, fields in LUA_TABLES.items():
         entries = ", ".join(f"{f.name} = '{f.value}'" for f in fields)

@@ -7,6 +7,7 @@ batches of calls for different jobs go in one pipeline (one round trip).
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections import OrderedDict, defaultdict
@@ -80,6 +81,9 @@ WAITAOF_TIMEOUT_MS = 2_000
 LEASE_GRACE_DIVISOR = 3
 LEADER_TIMEOUT_FACTOR = 1.0  # a leader step not renewed within one lease is taken over
 UNFINISHED = (JobState.PENDING, JobState.RUNNING)  # the job states the active index holds
+# Random bytes of a claim's nonce (hex in the fencing token): unique per claim without any
+# counter of Redis's, which a restart from an older snapshot or a failover can roll back.
+NONCE_BYTES = 8
 IDEMPOTENCY_CONFLICT = schema.code("IDEMPOTENCY_CONFLICT")  # submit.lua
 HEARTBEAT_CANCELLED = schema.code("ITEM_CANCELLED")  # heartbeat.lua, per attempt
 JOB_GONE = schema.code("JOB_GONE")
@@ -103,8 +107,10 @@ InputValue = bytes | list[bytes | None] | None
 
 @dataclass(frozen=True)
 class StartedTask:
-    """An attempt this worker now runs: its fencing token is `attempt:handler`. `inputs` are
-    (kwarg, value) pairs: the parents' results it receives (read by start.lua)."""
+    """An attempt this worker now runs. Its fencing token, `<attempt>:<handler>:<nonce>`
+    (the nonce drawn at random for the claim that started it), goes with every report of the
+    attempt. `inputs` are (kwarg, value) pairs: the parents' results it receives (read by
+    start.lua)."""
 
     job_id: str
     index: int
@@ -118,6 +124,7 @@ class StartedTask:
     # the run order of its first child (None: it has none; b"": too many to order): what
     # the worker holding it may prefetch sorts before it (complete.lua, NEXT.may_take)
     first_child: bytes | None = field(default=b"", compare=False)
+    token: str = ""
 
     def input_kwargs(self) -> dict[str, Any]:
         """The inputs decoded: kwarg -> the parent's return value (a mapped parent's: the
@@ -137,22 +144,35 @@ def _record(fields: dict[str, bytes], history: list[bytes], tasks: int, state: b
     return packed_encode(fields, history, tasks, working)
 
 
-def started_tasks(job_id: str, reply: Any) -> list[StartedTask]:
+def new_nonce() -> str:
+    """A claim's nonce: what makes its attempts' fencing tokens unique (start.lua)."""
+    return secrets.token_hex(NONCE_BYTES)
+
+
+def fencing_token(attempt: int | str, handler: str, nonce: str) -> str:
+    """The fencing token of an attempt, as _job.lua's token_of forms it."""
+    return f"{attempt}:{handler}:{nonce}"
+
+
+def started_tasks(job_id: str, reply: Any, handler: str, nonce: str) -> list[StartedTask]:
     """The StartedTasks of a script's list of {index, attempt, payload, inputs, run order,
-    has children} items: one msgpack string (MSGPACK.tasks in _data.lua: Lua's false comes as
-    False), or the list itself from a server whose Lua has no cmsgpack (false as None)."""
+    has children} items, started by `handler` under the call's `nonce`: one msgpack string
+    (MSGPACK.tasks in _data.lua: Lua's false comes as False), or the list itself from a
+    server whose Lua has no cmsgpack (false as None)."""
     items = msgpack.unpackb(reply, raw=True) if isinstance(reply, bytes) else reply
-    return [_started_task(job_id, item) for item in items]
+    return [_started_task(job_id, item, handler, nonce) for item in items]
 
 
-def _started_task(job_id: str, item: Sequence[Any]) -> StartedTask:
+def _started_task(job_id: str, item: Sequence[Any], handler: str, nonce: str) -> StartedTask:
     index, attempt, payload, raw, run_order, children = item
     pairs = tuple((text(raw[k]) or "", _input_value(raw[k + 1])) for k in range(0, len(raw), 2))
     # children (OBS.children_after): 0 none, 1 too many to order, else the first one's order
     first_child = None if children == 0 else children if isinstance(children, bytes) else b""
+    token = fencing_token(attempt, handler, nonce)
     return StartedTask(
-        job_id, int(index), int(attempt), payload, pairs, run_order, children != 0, first_child
-    )
+        job_id, int(index), int(attempt), payload, pairs, run_order, children != 0, first_child,
+        token,
+    )  # fmt: skip
 
 
 def _input_value(value: Any) -> InputValue:
@@ -184,6 +204,9 @@ class ClaimResult:
     expired: list[tuple[str, int]]  # (job id, index) leases past their deadline
     tasks: list[StartedTask]
     next_retry_ms: int = -1  # until the next retry in these queues is due; -1: none
+    # queue -> the newest protocol of the entries a newer release wrote there, which this
+    # release left in place: work waiting for a worker of that release
+    newer: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -707,7 +730,7 @@ class Store:
     ) -> ClaimResult:
         """Take due leader messages and up to `max_tasks` tasks (highest priority first,
         FIFO within a priority), and start them; also report expired leases."""
-        leader, expired, reserved, next_due = self.reserve(
+        leader, expired, reserved, next_due, newer = self.reserve(
             handler, queues, max_tasks=max_tasks, max_leader=max_leader, shard=shard, sweep=sweep
         )
         by_job: dict[str, list[int]] = defaultdict(list)
@@ -721,6 +744,7 @@ class Store:
             expired=[(j, int(i)) for j, i in (m.decode().split("|") for m in expired)],
             tasks=tasks,
             next_retry_ms=int(next_due),
+            newer={q: int(p) for p, q in (m.decode().split("|", 1) for m in newer)},
         )
 
     def reserve(
@@ -734,7 +758,8 @@ class Store:
         sweep: int = SWEEP_MAX,
     ) -> list[Any]:
         """claim.lua's raw reply (leader messages, expired leases, reserved queue members, ms
-        to the next retry): the reservations are not started."""
+        to the next retry, queues holding entries of a newer protocol): the reservations are
+        not started."""
         keys = self.keys
         script_keys = [
             keys.leader(shard),
@@ -751,41 +776,45 @@ class Store:
         return reply
 
     def start(self, handler: str, by_job: dict[str, list[int]]) -> list[StartedTask]:
-        """Turn reservations into running attempts, one script call per job, pipelined.
-        Each reply also carries the job's meta, so later calls need no read for it."""
+        """Turn reservations into running attempts, one script call per job, pipelined, under
+        a nonce of this claim's own. Each reply also carries the job's meta, so later calls
+        need no read for it."""
+        nonce = new_nonce()
         batch = self.scripts.batch()
         for job_id, indexes in by_job.items():
-            self._job_call("start", job_id, [handler, *indexes], with_meta=False, batch=batch)
+            args = [handler, nonce, *indexes]
+            self._job_call("start", job_id, args, with_meta=False, batch=batch)
         started: list[StartedTask] = []
         for job_id, reply in zip(by_job, batch.execute(), strict=True):
             if reply[0] < 0:
                 continue  # the job is gone; the script dropped its reservations
             if job_id not in self._meta:
                 self._remember(job_id, JobMeta.stored(reply[2], reply[3]))
-            started += started_tasks(job_id, reply[1])
+            started += started_tasks(job_id, reply[1], handler, nonce)
         return started
 
     def complete(
         self,
         handler: str,
-        done: Sequence[tuple[str, int, int] | tuple[str, int, int, bytes]],
+        done: Sequence[tuple[str, int, str] | tuple[str, int, str, bytes]],
         *,
         take_queues: Sequence[str] = (),
         take_max: int = 0,
         prefetch: int = 0,
         prefetch_before: bytes | None = None,
     ) -> tuple[dict[tuple[str, int], int], list[StartedTask]]:
-        """Complete (job, index, attempt[, result]) attempts, each result (msgpack; default
-        NO_RESULT) stored with its success; returns a code per task and the tasks this
+        """Complete (job, index, fencing token[, result]) attempts, each result (msgpack;
+        default NO_RESULT) stored with its success; returns a code per task and the tasks this
         worker took to run at once, from `take_queues`: released children, then the next
         queued tasks of the same jobs (at most `take_max` for its free slots, and up to
         `prefetch` more, queued before the call and sorting before `prefetch_before` and
         before the first child of what it takes: complete.lua). The budget is shared between the
         jobs' calls. RefusedInPart when Redis refused some jobs' calls (their tasks have no
         code)."""
-        by_job: dict[str, list[tuple[int, int, bytes]]] = defaultdict(list)
-        for job_id, index, attempt, *result in done:
-            by_job[job_id].append((index, attempt, result[0] if result else NO_RESULT))
+        by_job: dict[str, list[tuple[int, str, bytes]]] = defaultdict(list)
+        for job_id, index, token, *result in done:
+            by_job[job_id].append((index, token, result[0] if result else NO_RESULT))
+        nonce = new_nonce()  # of the attempts the calls start
         batch = self.scripts.batch()
         calls = len(by_job)
         for n, (job_id, items) in enumerate(by_job.items()):
@@ -797,7 +826,7 @@ class Store:
                 take = f"{share}+{extra}"
                 if prefetch_before is not None:
                     take += "@" + prefetch_before.decode()
-            args = [handler, self.settings.lease_ms, take, len(take_queues), *take_queues]
+            args = [handler, nonce, self.settings.lease_ms, take, len(take_queues), *take_queues]
             estimates_key = self.keys.estimates(self.keys.job_shard(job_id))
             self._job_call(
                 "complete", job_id, [*args, *triples], extra_keys=[estimates_key], batch=batch
@@ -809,7 +838,7 @@ class Store:
             codes.update(_task_codes(job_id, [item[0] for item in items], reply))
             if reply[0] < 0:
                 continue
-            taken += started_tasks(job_id, reply[2])
+            taken += started_tasks(job_id, reply[2], handler, nonce)
         if refused is not None:
             raise RefusedInPart(refused, codes, taken)
         return codes, taken
@@ -824,16 +853,22 @@ class Store:
         indexes = sorted(int(m[len(prefix) :]) for m in members if m.startswith(prefix))
         if not indexes:
             return []
-        attrs = (TaskField.STATE, TaskField.HANDLER, TaskField.ATTEMPTS, TaskField.PAYLOAD)
+        attrs = (
+            TaskField.STATE, TaskField.HANDLER, TaskField.ATTEMPTS, TaskField.PAYLOAD,
+            TaskField.NONCE,
+        )  # fmt: skip
         tasks = self.keys.job(job_id).tasks
         values = self.redis.hmget(tasks, [attr.of(i) for i in indexes for attr in attrs])
         running = {TaskState.RUNNING.value, TaskState.TIMED_OUT.value}
         started = []
         for k, index in enumerate(indexes):
-            state, owner, attempt, payload = values[k * len(attrs) : (k + 1) * len(attrs)]
+            state, owner, attempt, payload, nonce = values[k * len(attrs) : (k + 1) * len(attrs)]
             if text(state) in running and text(owner) == handler and attempt and payload:
                 inputs = self._inputs(job_id, index)
-                started.append(StartedTask(job_id, index, int(attempt), payload, inputs))
+                token = fencing_token(int(attempt), handler, text(nonce) or "")
+                started.append(
+                    StartedTask(job_id, index, int(attempt), payload, inputs, token=token)
+                )
         return started
 
     def _inputs(self, job_id: str, index: int) -> tuple[tuple[str, InputValue], ...]:
@@ -857,18 +892,18 @@ class Store:
     def give_back(
         self,
         handler: str,
-        attempts: Sequence[tuple[str, int, int, str]],
+        attempts: Sequence[tuple[str, int, str, str]],
         delay_min_ms: int,
         delay_max_ms: int,
         served: Collection[str] = (),
     ) -> dict[tuple[str, int], int]:
-        """Hand back (job, index, attempt, task name) attempts this worker has no code for:
+        """Hand back (job, index, token, task name) attempts this worker has no code for:
         unused, queued again after a delay (give_back.lua); a code per task. `served`: the
         served_member()s of live workers; a task one of them serves waits the shortest delay.
         RefusedInPart when Redis refused some jobs' calls (their tasks have no code)."""
-        by_job: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
-        for job_id, index, attempt, name in attempts:
-            by_job[job_id].append((index, attempt, name))
+        by_job: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
+        for job_id, index, token, name in attempts:
+            by_job[job_id].append((index, token, name))
         names = {name for _, _, _, name in attempts}
         served_text = "".join(f"{m}\n" for m in sorted(served) if m.partition("|")[2] in names)
         batch = self.scripts.batch()
@@ -885,14 +920,14 @@ class Store:
         return codes
 
     def gate_wait(
-        self, handler: str, attempts: Sequence[tuple[str, int, int, str, int, int]]
+        self, handler: str, attempts: Sequence[tuple[str, int, str, str, int, int]]
     ) -> dict[tuple[str, int], int]:
-        """Attempts whose gate said no, as (job, index, attempt, gate, backoff ms, give-up
+        """Attempts whose gate said no, as (job, index, token, gate, backoff ms, give-up
         ms): each goes back unused to wait the backoff, or fails once its gate has said no
         for the give-up time (gate_wait.lua); a code per task."""
-        by_job: dict[str, list[tuple[int, int, str, int, int]]] = defaultdict(list)
-        for job_id, index, attempt, gate, backoff_ms, give_up_ms in attempts:
-            by_job[job_id].append((index, attempt, gate, backoff_ms, give_up_ms))
+        by_job: dict[str, list[tuple[int, str, str, int, int]]] = defaultdict(list)
+        for job_id, index, token, gate, backoff_ms, give_up_ms in attempts:
+            by_job[job_id].append((index, token, gate, backoff_ms, give_up_ms))
         codes: dict[tuple[str, int], int] = {}
         for job_id, items in by_job.items():
             args = [handler, *(x for item in items for x in item)]
@@ -905,22 +940,22 @@ class Store:
         handler: str,
         job_id: str,
         index: int,
-        attempt: int,
+        token: str,
         error: str,
         retry_delay_ms: int,
     ) -> tuple[int, str | None]:
-        """Report a failed attempt; `retry_delay_ms` < 0 asks for no retry.
-        Returns (code, new state); code < 0 means the report was rejected."""
-        reply = self._job_call("fail", job_id, [handler, index, attempt, error, retry_delay_ms])
+        """Report a failed attempt (its fencing token); `retry_delay_ms` < 0 asks for no
+        retry. Returns (code, new state); code < 0 means the report was rejected."""
+        reply = self._job_call("fail", job_id, [handler, index, token, error, retry_delay_ms])
         return int(reply[0]), text(reply[1]) if len(reply) > 1 else None
 
     def heartbeat(
-        self, handler: str, running: Iterable[tuple[str, int, int, str]]
+        self, handler: str, running: Iterable[tuple[str, int, str, str]]
     ) -> dict[tuple[str, int], int]:
-        """Renew leases of (job, index, attempt, progress); returns a code per task."""
-        by_job: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
-        for job_id, index, attempt, progress in running:
-            by_job[job_id].append((index, attempt, progress))
+        """Renew leases of (job, index, fencing token, progress); returns a code per task."""
+        by_job: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
+        for job_id, index, token, progress in running:
+            by_job[job_id].append((index, token, progress))
         if not by_job:
             return {}
         batch = self.scripts.batch()
@@ -1083,11 +1118,12 @@ class Store:
             code, left = self.cancel_step(job_id)
             made += 1
 
-    def release(self, handler: str, running: Sequence[tuple[str, int, int]]) -> int:
-        """Give running attempts back to their queues (a worker's forced shutdown)."""
-        by_job: dict[str, list[int]] = defaultdict(list)
-        for job_id, index, attempt in running:
-            by_job[job_id] += [index, attempt]
+    def release(self, handler: str, running: Sequence[tuple[str, int, str]]) -> int:
+        """Give running attempts, (job, index, fencing token), back to their queues (a
+        worker's forced shutdown)."""
+        by_job: dict[str, list[int | str]] = defaultdict(list)
+        for job_id, index, token in running:
+            by_job[job_id] += [index, token]
         released = 0
         for job_id, pairs in by_job.items():
             reply = self._job_call("release", job_id, [handler, *pairs])

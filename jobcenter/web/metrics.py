@@ -87,6 +87,13 @@ class JobcenterCollector(Collector):
             ["reason", "runner"],
             c.stop_overdue,
         )
+        yield _counter(
+            "jobcenter_unknown_attempts",
+            "Reports refused because Redis does not know their attempt: it lost writes (a "
+            "restart from an older snapshot, a failover to a replica that lagged), by report.",
+            ["report"],
+            c.unknown_attempts,
+        )
         yield _histogram(
             "jobcenter_queue_wait_seconds",
             "From queued (for a retry: from its last attempt's end) to started.",

@@ -96,7 +96,7 @@ def run_batches(store: Store, batch: int) -> int:
     tasks = store.claim(HANDLER, QUEUES, max_tasks=batch, max_leader=0).tasks
     n = 0
     while tasks:
-        done = [(t.job_id, t.index, t.attempt) for t in tasks]
+        done = [(t.job_id, t.index, t.token) for t in tasks]
         _, tasks = store.complete(HANDLER, done, take_queues=QUEUES, take_max=batch)
         n += len(done)
     return n
@@ -124,7 +124,7 @@ def run_slots(store: Store, slots: int, per_call: int = 2) -> int:
         held = [t for t in held if t not in done]
         _, taken = store.complete(
             HANDLER,
-            [(t.job_id, t.index, t.attempt) for t in done],
+            [(t.job_id, t.index, t.token) for t in done],
             take_queues=QUEUES,
             take_max=len(done),
         )

@@ -105,17 +105,15 @@ def test_refused_reports_of_running_tasks_change_nothing(store: Store) -> None:
     tasks = running_tasks(store)
     fill_to_maxmemory(store.redis)
     a, b, c = tasks["a"], tasks["b"], tasks["c"]
-    refused_untouched(store, lambda: store.complete(HANDLER, [(a.job_id, a.index, a.attempt)]))
-    refused_untouched(store, lambda: store.fail(HANDLER, b.job_id, b.index, b.attempt, "x", 0))
-    refused_untouched(
-        store, lambda: store.fail(HANDLER, c.job_id, c.index, c.attempt, "x", NO_RETRY)
-    )
+    refused_untouched(store, lambda: store.complete(HANDLER, [(a.job_id, a.index, a.token)]))
+    refused_untouched(store, lambda: store.fail(HANDLER, b.job_id, b.index, b.token, "x", 0))
+    refused_untouched(store, lambda: store.fail(HANDLER, c.job_id, c.index, c.token, "x", NO_RETRY))
 
     free_memory(store.redis)  # the same reports, now accepted: nothing was half-done
-    codes, _ = store.complete(HANDLER, [(a.job_id, a.index, a.attempt)])
+    codes, _ = store.complete(HANDLER, [(a.job_id, a.index, a.token)])
     assert codes == {(a.job_id, a.index): 0}
-    assert store.fail(HANDLER, b.job_id, b.index, b.attempt, "x", 0) == (0, "queued")
-    assert store.fail(HANDLER, c.job_id, c.index, c.attempt, "x", NO_RETRY)[0] == 0
+    assert store.fail(HANDLER, b.job_id, b.index, b.token, "x", 0) == (0, "queued")
+    assert store.fail(HANDLER, c.job_id, c.index, c.token, "x", NO_RETRY)[0] == 0
     states = {t: s["state"] for t, s in store.status(a.job_id)["tasks"].items()}
     assert states == {"a": "succeeded", "b": "queued", "c": "failed"}
 

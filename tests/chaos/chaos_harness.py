@@ -278,7 +278,10 @@ def check_converged(
 
     events = cluster.events(job=job_id)
     starts = Counter(e["task"] for e in events if e["e"] == "start")
-    finish_pos = {(e["task"], e["token"]): e["pos"] for e in events if e["e"] == "finish"}
+    # an attempt by its number and handler: the token's nonce goes when the job is compacted
+    finish_pos = {
+        (e["task"], e["token"].rpartition(":")[0]): e["pos"] for e in events if e["e"] == "finish"
+    }
     accepted_finish: dict[str, int] = {}
     for t, f in by_id.items():
         if f.get("s") == TaskState.SUCCEEDED:

@@ -1,7 +1,7 @@
 """Tasks and test hooks for the chaos tier's worker processes (`jobcenter worker chaos_tasks`).
 
 Every attempt of `chaos.step` records its start and its finish, with its fencing token
-(`attempt:handler`), in an event list of the tests' own (``chaos:<namespace>:events``, never a
+(`attempt:handler:nonce`), in an event list of the tests' own (``chaos:<namespace>:events``, never a
 jobcenter key). The list's order is Redis's order, so a test can count re-runs, check that no
 task started before its parents finished, and time a takeover from the `at` stamps.
 
@@ -118,11 +118,7 @@ def step(work: float = 0.0, gate: str = "", progress: bool = False) -> None:
     if progress:
         current_task().progress("worked")
     if gate:
-        deadline = time.monotonic() + GATE_DEADLINE_SECONDS
-        while not _gate_open(gate):
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"gate {gate!r} never opened")
-            time.sleep(GATE_POLL_SECONDS)
+        _wait_for_gate(gate)
     _record_attempt("finish")
 
 
@@ -157,6 +153,25 @@ async def async_step(gate: str) -> None:
         _record_attempt("stopped")
         raise
     _record_attempt("finish")
+
+
+def _wait_for_gate(gate: str) -> None:
+    deadline = time.monotonic() + GATE_DEADLINE_SECONDS
+    while not _gate_open(gate):
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"gate {gate!r} never opened")
+        time.sleep(GATE_POLL_SECONDS)
+
+
+@task(name="chaos.hold")
+def hold(gate: str) -> str:
+    """Records its start, waits for the gate of its own attempt (`<gate>:<its token>`, so a
+    test releases two runs of one task one at a time), records its finish; returns its token."""
+    _record_attempt("start")
+    token = current_task().token
+    _wait_for_gate(f"{gate}:{token}")
+    _record_attempt("finish")
+    return token
 
 
 @task(name="chaos.fail")

@@ -29,13 +29,13 @@ def peak(events: list[dict[str, Any]], key: Callable[[dict[str, Any]], str]) -> 
     for e in events:
         if e["e"] == "killed":
             for tokens in running.values():
-                for token in [t for t in tokens if t.endswith(":" + e["handler"])]:
+                for token in [t for t in tokens if f":{e['handler']}:" in t]:
                     tokens.discard(token)
             continue
         if e["e"] not in ("start", "finish"):
             continue
         tokens = running.setdefault(key(e), set())
-        attempt = f"{e['task']}@{e['token']}"  # a token is the same for tasks of one worker
+        attempt = f"{e['task']}@{e['token']}"  # a token is the same for tasks of one claim
         if e["e"] == "start":
             tokens.add(attempt)
             top[key(e)] = max(top.get(key(e), 0), len(tokens))

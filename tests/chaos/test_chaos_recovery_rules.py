@@ -332,7 +332,7 @@ def test_rule5_a_finished_job_is_finalized_even_if_its_finalize_message_is_lost(
     # this test is the follower: it runs a, and any finalize message is then lost
     claimed = store.claim("test-follower", ["default"], max_tasks=1, max_leader=0)
     (started,) = claimed.tasks
-    codes, _ = store.complete("test-follower", [(job_id, started.index, started.attempt)])
+    codes, _ = store.complete("test-follower", [(job_id, started.index, started.token)])
     assert codes == {(job_id, 0): 0}
     assert cluster.job_field(job_id, "left") == "0"
     store.drop_leader_message("finalize", job_id)

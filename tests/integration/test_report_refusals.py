@@ -93,7 +93,7 @@ def _take_over(store: Store, job_id: str, task: StartedTask) -> None:
 
 def _report_it_meanwhile(store: Store, job_id: str, task: StartedTask) -> None:
     """The worker's own report lands between its heartbeat's snapshot and the heartbeat."""
-    assert store.complete(HANDLER, [(job_id, 0, task.attempt)])[0] == {(job_id, 0): 0}
+    assert store.complete(HANDLER, [(job_id, 0, task.token)])[0] == {(job_id, 0): 0}
 
 
 CAUSES: dict[str, tuple[Callable[[Store, str, StartedTask], None], str]] = {

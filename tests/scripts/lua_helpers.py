@@ -17,6 +17,7 @@ from jobcenter.storage.store import JobMeta, StartedTask, Store
 LEADER = "leader-handler"
 H1 = "handler-one"
 H2 = "handler-two"
+NONCE = "5eed"  # the claim nonce of a start or complete call a test makes itself
 H3 = "handler-three"
 NO_RETRY = -1  # fail's retry delay meaning "do not retry"
 
@@ -182,13 +183,21 @@ def assert_finalized(store: Store, job_id: str, state: str, *, snapshot_check: b
         assert store.finalize(job_id) == (1, state)
 
 
-def complete_one(store: Store, handler: str, job_id: str, index: int, attempt: int) -> int:
-    codes, _ = store.complete(handler, [(job_id, index, attempt)])
+def complete_one(store: Store, handler: str, job_id: str, index: int, token: str) -> int:
+    codes, _ = store.complete(handler, [(job_id, index, token)])
     return codes[(job_id, index)]
 
 
-def heartbeat_one(store: Store, handler: str, job_id: str, index: int, attempt: int) -> int:
-    return store.heartbeat(handler, [(job_id, index, attempt, "")])[(job_id, index)]
+def heartbeat_one(store: Store, handler: str, job_id: str, index: int, token: str) -> int:
+    return store.heartbeat(handler, [(job_id, index, token, "")])[(job_id, index)]
+
+
+def token_like(
+    task: StartedTask, *, attempt_shift: int = 0, handler: str | None = None, nonce: str = ""
+) -> str:
+    """A fencing token like `task`'s, with another attempt number, handler or nonce."""
+    attempt, owner, own = task.token.split(":")  # the tests' handler ids hold no ':'
+    return f"{int(attempt) + attempt_shift}:{handler or owner}:{nonce or own}"
 
 
 def task_states(store: Store, job_id: str) -> dict[str, str]:

@@ -48,7 +48,7 @@ def test_cancel_empties_queues_revokes_attempts_and_finalizes_cancelled(store: S
     job_id, _ = submit_and_split(store, MIXED)
     running = claim_by_index(store, H1, n=2)
     assert sorted(running) == [A, D]
-    assert store.fail(H1, job_id, D, 1, "flaky", 60_000) == (0, "retry_wait")
+    assert store.fail(H1, job_id, D, running[D].token, "flaky", 60_000) == (0, "retry_wait")
     keys = store.keys
     reserved = decode(store.reserve(H2, ["default"], max_tasks=1))
     assert [int(m.split("|")[2]) for m in reserved[2]] == [E]
@@ -79,11 +79,11 @@ def test_cancel_empties_queues_revokes_attempts_and_finalizes_cancelled(store: S
     assert [h["state"] for h in history_of(store, job_id, "a")] == ["cancelled"]
 
     with untouched(store):  # the revoked attempts' reports are rejected
-        assert complete_one(store, H1, job_id, A, running[A].attempt) == -3
+        assert complete_one(store, H1, job_id, A, running[A].token) == -3
         # ... and the heartbeat tells the attempt's worker to stop it
-        assert heartbeat_one(store, H1, job_id, A, running[A].attempt) == HEARTBEAT_CANCELLED
+        assert heartbeat_one(store, H1, job_id, A, running[A].token) == HEARTBEAT_CANCELLED
         stopped = code("JOB_STOPPED")  # a late failure is told the job was cancelled
-        assert store.fail(H1, job_id, A, running[A].attempt, "late", -1) == (stopped, None)
+        assert store.fail(H1, job_id, A, running[A].token, "late", -1) == (stopped, None)
         assert store.start(H2, {job_id: [E]}) == []
         assert claim(store, H2) == []
 
@@ -99,7 +99,7 @@ def test_a_cancelled_job_finishes_cancelled_even_after_some_tasks_succeeded(
 ) -> None:
     job_id, _ = submit_and_split(store, MIXED)
     a = claim_by_index(store, H1, n=1)[A]
-    assert complete_one(store, H1, job_id, A, a.attempt) == 0
+    assert complete_one(store, H1, job_id, A, a.token) == 0
     assert store.cancel_step(job_id, from_client=True) == (0, 0)
     assert task_states(store, job_id)["a"] == "succeeded"
     assert_finalized(store, job_id, "cancelled")
@@ -147,7 +147,7 @@ def test_submitting_the_same_idempotency_key_again_returns_the_first_job(
         assert store.submit(spec) == (job_id, False)
     # still after the job ended: the key lives as long as the job
     (x,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, x.index, x.attempt) == 0
+    assert complete_one(store, H1, job_id, x.index, x.token) == 0
     assert_finalized(store, job_id, "succeeded")
     idem = store.keys.idempotency(store.keys.job_shard(job_id), "etl-2026-11-22")
     assert store.redis.pttl(idem) > 0
@@ -176,7 +176,7 @@ def test_a_completion_between_cancel_chunks_never_requeues_a_cancelled_child(
     code, left = store.cancel_step(job_id, from_client=True)
     assert code == 0 and left > 0  # p's chunk is not visited yet
     assert "cancel" in leader_messages(store, job_id)
-    assert complete_one(store, H1, job_id, p.index, p.attempt) == 0
+    assert complete_one(store, H1, job_id, p.index, p.token) == 0
     assert task_states(store, job_id)["c"] == "cancelled"
     assert "continue" in leader_messages(store, job_id)  # p's release is not over yet
     assert job_field(store, job_id, "state") == "running"  # f999 has not ended yet

@@ -13,6 +13,7 @@ from lua_helpers import (
     H1,
     H2,
     NO_RETRY,
+    NONCE,
     assert_finalized,
     claim_by_index,
     complete_one,
@@ -56,20 +57,20 @@ def test_seed_000_failure_of_t4_fails_t7_and_t9_but_t8_still_runs(store: Store, 
     job_id, ids = submit_and_split(store, SEED_000)
     roots = claim_by_index(store, H1)
     assert sorted(roots) == [ids["t1"], ids["t2"], ids["t3"]]
-    codes, _ = store.complete(H1, [(job_id, i, t.attempt) for i, t in roots.items()])
+    codes, _ = store.complete(H1, [(job_id, i, t.token) for i, t in roots.items()])
     assert set(codes.values()) == {0}
     second = claim_by_index(store, H2)
     assert sorted(second) == [ids["t4"], ids["t5"], ids["t6"]]
     t4, t5, t6 = (second[ids[n]] for n in ("t4", "t5", "t6"))
 
     def fail_t4() -> None:
-        assert store.fail(H2, job_id, t4.index, t4.attempt, "ValueError: t4", NO_RETRY) == (
+        assert store.fail(H2, job_id, t4.index, t4.token, "ValueError: t4", NO_RETRY) == (
             0,
             "failed",
         )
 
     def complete_t5_t6() -> None:
-        codes, _ = store.complete(H2, [(job_id, t.index, t.attempt) for t in (t5, t6)])
+        codes, _ = store.complete(H2, [(job_id, t.index, t.token) for t in (t5, t6)])
         assert set(codes.values()) == {0}
 
     if order == "fail-first":
@@ -82,18 +83,19 @@ def test_seed_000_failure_of_t4_fails_t7_and_t9_but_t8_still_runs(store: Store, 
         fail_t4()
     else:
         batch = store.scripts.batch()
-        fail_args = [H2, t4.index, t4.attempt, "ValueError: t4", NO_RETRY]
+        fail_args = [H2, t4.index, t4.token, "ValueError: t4", NO_RETRY]
         run_job_script(store, "fail", job_id, fail_args, batch=batch)
         complete_args = [
             H2,
+            NONCE,
             30_000,
             0,
             0,
             t5.index,
-            t5.attempt,
+            t5.token,
             NO_RESULT,
             t6.index,
-            t6.attempt,
+            t6.token,
             NO_RESULT,
         ]
         run_job_script(store, "complete", job_id, complete_args, batch=batch)
@@ -110,7 +112,7 @@ def test_seed_000_failure_of_t4_fails_t7_and_t9_but_t8_still_runs(store: Store, 
     assert job_field(store, job_id, "left") == "1"
     assert job_field(store, job_id, "state") == "running"  # t8 has not ended yet
     assert "finalize" not in leader_messages(store, job_id)
-    assert complete_one(store, H1, job_id, t8.index, t8.attempt) == 0
+    assert complete_one(store, H1, job_id, t8.index, t8.token) == 0
 
     # t8's completion ended the last task: it finalized the job itself
     assert_finalized(store, job_id, "failed")
@@ -185,7 +187,7 @@ def test_a_failure_cascades_through_a_wide_fan_out_in_bounded_chunks(
     log = slowlog_everything
     durations: list[tuple[int, float]] = []
     fail = _timed(
-        log, lambda: store.fail(H1, job_id, root.index, root.attempt, "boom", NO_RETRY), durations
+        log, lambda: store.fail(H1, job_id, root.index, root.token, "boom", NO_RETRY), durations
     )
     assert fail == (0, "failed")
 
@@ -242,7 +244,7 @@ def test_a_completion_releases_the_first_of_a_burst_and_continue_steps_the_rest(
     (root,) = claim_by_index(store, H1).values()
 
     codes, taken = store.complete(
-        H1, [(job_id, root.index, root.attempt)], take_queues=["default"], take_max=8
+        H1, [(job_id, root.index, root.token)], take_queues=["default"], take_max=8
     )
     assert codes == {(job_id, root.index): 0} and len(taken) == 8
 

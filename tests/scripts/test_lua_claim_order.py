@@ -72,5 +72,5 @@ def test_a_task_released_later_waits_behind_earlier_ready_tasks_of_its_priority(
     names = {(job_id, index): task_id for task_id, index in ids.items()}
     (r0,) = claim(store, H2, n=1)
     assert names[(job_id, r0.index)] == "r0"
-    assert complete_one(store, H2, job_id, r0.index, r0.attempt) == 0
+    assert complete_one(store, H2, job_id, r0.index, r0.token) == 0
     assert _claim_one_by_one(store, names) == [f"r{k}" for k in range(1, 11)] + ["child"]

@@ -56,11 +56,11 @@ def _run(store: Store, job_id: str, fail: Collection[str] = ()) -> None:
             task_id = store.records(job_id).values([f"id:{t.index}"])[0].decode()
             if task_id == "extract" and first:
                 first = False
-                store.fail(H1, job_id, t.index, t.attempt, ODD_ERROR, 0)
+                store.fail(H1, job_id, t.index, t.token, ODD_ERROR, 0)
             elif task_id in fail:
-                store.fail(H1, job_id, t.index, t.attempt, ODD_ERROR, NO_RETRY)
+                store.fail(H1, job_id, t.index, t.token, ODD_ERROR, NO_RETRY)
             else:
-                assert complete_one(store, H1, job_id, t.index, t.attempt) == 0
+                assert complete_one(store, H1, job_id, t.index, t.token) == 0
 
 
 def _settle(store: Store, job_id: str) -> None:
@@ -166,9 +166,9 @@ def test_a_cancelled_job_is_packed_and_its_revoked_attempts_are_told_to_stop(
     store.stop_job(job_id, "cancel")
     _settle(store, job_id)
     assert job_field(store, job_id, "packed") == "1"
-    assert heartbeat_one(store, H1, job_id, 0, extract.attempt) == HEARTBEAT_CANCELLED
-    assert complete_one(store, H1, job_id, 0, extract.attempt) == -2  # no attempt is current
-    assert store.fail(H1, job_id, 0, extract.attempt, "late", NO_RETRY) == (
+    assert heartbeat_one(store, H1, job_id, 0, extract.token) == HEARTBEAT_CANCELLED
+    assert complete_one(store, H1, job_id, 0, extract.token) == -2  # no attempt is current
+    assert store.fail(H1, job_id, 0, extract.token, "late", NO_RETRY) == (
         code("JOB_STOPPED"),
         None,
     )
@@ -183,7 +183,7 @@ def test_a_large_record_is_written_in_parts_and_read_as_the_hash_until_the_last(
     job_id = submit(store, {"name": "large", "tasks": tasks})
     Leader(store, LEADER).split(job_id)
     while started := claim_by_index(store, H2, 1_000):
-        store.complete(H2, [(job_id, i, t.attempt) for i, t in started.items()])
+        store.complete(H2, [(job_id, i, t.token) for i, t in started.items()])
     jk = store.keys.job(job_id)
     before = store.status(job_id)
     updated_at = store.redis.hget(jk.job, "updated_at")
@@ -243,7 +243,7 @@ def test_small_finished_jobs_are_compacted_together_in_three_round_trips(
         store, {"name": "big", "tasks": [{"id": f"t{k}", "task": "t.x"} for k in range(5)]}
     )
     while started := claim_by_index(store, H2, 10):
-        store.complete(H2, [(big, i, t.attempt) for i, t in started.items()])
+        store.complete(H2, [(big, i, t.token) for i, t in started.items()])
     running = submit(store, DAG)  # a stray message for a job still running: dropped
     store.redis.zadd(store.keys.job(running).leader, {f"compact|{running}": 0})
     jobs = [*small, failed]
@@ -341,7 +341,7 @@ def test_results_survive_compaction_and_inputs_are_dropped_from_a_succeeded_job(
     while started := claim(store, H1):
         for t in started:
             value = codec.pack({"from": t.index, "bytes": b"\x00\xff"})
-            codes, _ = store.complete(H1, [(job_id, t.index, t.attempt, value)])
+            codes, _ = store.complete(H1, [(job_id, t.index, t.token, value)])
             assert codes == {(job_id, t.index): 0}
     before = store.results(job_id)
     _settle(store, job_id)

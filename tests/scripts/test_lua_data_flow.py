@@ -87,15 +87,15 @@ def test_a_success_stores_its_result_and_a_stale_attempt_cannot_write_one(store:
     (a,) = claim(store, H1)
     packed = codec.pack({"rows": [1, 2]})
 
-    stale, _ = store.complete(H2, [(job_id, a.index, a.attempt, codec.pack("stale"))])
+    stale, _ = store.complete(H2, [(job_id, a.index, a.token, codec.pack("stale"))])
     assert stale == {(job_id, a.index): -2}
     assert task_field(store, job_id, "r", a.index) is None
     with pytest.raises(NoResult, match="has no result yet: it is running"):
         store.result(job_id, "a")
 
-    codes, _ = store.complete(H1, [(job_id, a.index, a.attempt, packed)])
+    codes, _ = store.complete(H1, [(job_id, a.index, a.token, packed)])
     assert codes == {(job_id, a.index): 0}
-    again, _ = store.complete(H1, [(job_id, a.index, a.attempt, codec.pack("second"))])
+    again, _ = store.complete(H1, [(job_id, a.index, a.token, codec.pack("second"))])
     assert again == {(job_id, a.index): 1}
     assert store.result(job_id, "a") == {"rows": [1, 2]}
 
@@ -122,7 +122,7 @@ def test_start_hands_a_task_its_parents_results_as_keyword_arguments(store: Stor
     }
     job_id, ids = submit_and_split(store, spec)
     started = {t.index: t for t in claim(store, H1)}
-    done = [(job_id, t.index, t.attempt, codec.pack([t.index, "x"])) for t in started.values()]
+    done = [(job_id, t.index, t.token, codec.pack([t.index, "x"])) for t in started.values()]
     store.complete(H1, done)
 
     (c,) = claim(store, H1)
@@ -181,7 +181,7 @@ def test_a_source_without_a_fitting_list_fails_the_mapped_task_and_cascades(
 def test_a_large_expansion_is_written_in_bounded_chunks_by_continue_calls(store: Store) -> None:
     job_id, ids = submit_and_split(store, map_job(1_000))
     (src,) = claim(store, H1)
-    store.complete(H1, [(job_id, src.index, src.attempt, codec.pack(list(range(1_000))))])
+    store.complete(H1, [(job_id, src.index, src.token, codec.pack(list(range(1_000))))])
 
     written = [len(instance_ids(store, job_id))]
     while store.has_frontier(job_id):
@@ -203,7 +203,7 @@ def test_concurrent_callers_and_repeated_entries_expand_a_map_exactly_once(
     store = stores[0]
     job_id, ids = submit_and_split(store, map_job(3_000))
     (src,) = claim(store, H1)
-    store.complete(H1, [(job_id, src.index, src.attempt, codec.pack(list(range(3_000))))])
+    store.complete(H1, [(job_id, src.index, src.token, codec.pack(list(range(3_000))))])
     frontier = store.keys.job(job_id).frontier
     for _ in range(5):
         store.redis.rpush(frontier, f"x|{ids['each']}|0|0")
@@ -238,13 +238,13 @@ def test_concurrent_completions_of_the_last_instances_join_the_map_once(
     store = stores[0]
     job_id, ids = submit_and_split(store, map_job(60))
     (src,) = claim(store, H1)
-    store.complete(H1, [(job_id, src.index, src.attempt, codec.pack(list(range(60))))])
+    store.complete(H1, [(job_id, src.index, src.token, codec.pack(list(range(60))))])
     started = claim(store, H1)
     assert len(started) == 60
     barrier = threading.Barrier(len(stores))
 
     def complete(k: int) -> None:
-        mine = [(job_id, t.index, t.attempt, codec.pack(t.index)) for t in started[k::6]]
+        mine = [(job_id, t.index, t.token, codec.pack(t.index)) for t in started[k::6]]
         barrier.wait()
         for item in mine:
             stores[k].complete(H1, [item])
@@ -299,7 +299,7 @@ def test_a_cancel_mid_expansion_writes_no_more_instances_and_the_job_ends_cancel
 ) -> None:
     job_id, ids = submit_and_split(store, map_job(1_000))
     (src,) = claim(store, H1)
-    store.complete(H1, [(job_id, src.index, src.attempt, codec.pack(list(range(1_000))))])
+    store.complete(H1, [(job_id, src.index, src.token, codec.pack(list(range(1_000))))])
     written = len(instance_ids(store, job_id))
     assert 0 < written < 1_000
 
@@ -327,7 +327,7 @@ def test_recovery_resumes_an_expansion_whose_frontier_was_lost(store: Store, los
         spec["tasks"][1:1] = siblings
     job_id, ids = submit_and_split(store, spec)
     (src,) = claim(store, H1)
-    store.complete(H1, [(job_id, src.index, src.attempt, codec.pack(list(range(1_000))))])
+    store.complete(H1, [(job_id, src.index, src.token, codec.pack(list(range(1_000))))])
     written = len(instance_ids(store, job_id))
     # the completion's budget, less its visit of `each` and the visit that starts expanding it
     assert written == (0 if lost == "before-the-expansion" else COMPLETE_FRONTIER_BUDGET - 2)

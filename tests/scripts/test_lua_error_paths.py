@@ -10,6 +10,7 @@ from lua_helpers import (
     H2,
     LEADER,
     NO_RETRY,
+    NONCE,
     assert_finalized,
     claim,
     claim_by_index,
@@ -23,12 +24,16 @@ from lua_helpers import (
     submit_and_split,
     submit_call,
     task_field,
+    token_like,
     untouched,
 )
 
 import jobcenter.storage.store
 from jobcenter.errors import UnknownJob
+from jobcenter.storage import schema
 from jobcenter.storage.store import NO_RESULT, StartedTask, Store
+
+STALE, UNKNOWN = schema.code("ITEM_STALE_TOKEN"), schema.code("ITEM_UNKNOWN_ATTEMPT")
 
 BUSY = {
     "name": "busy",
@@ -51,84 +56,106 @@ def busy(store: Store) -> tuple[str, dict[int, StartedTask]]:
     return job_id, started
 
 
+# Tokens that are not the running attempt's: (reporting handler, how the token differs,
+# the refusal). An attempt Redis never started (a later number, or the same number under
+# another claim's nonce) is unknown: Redis lost writes; any other is stale.
 STALE_TOKENS = [
-    pytest.param(H1, 1, id="next-attempt"),
-    pytest.param(H1, -1, id="previous-attempt"),
-    pytest.param(H2, 0, id="other-handler"),
+    pytest.param(H1, {"attempt_shift": 1, "nonce": "beef"}, UNKNOWN, id="next-attempt"),
+    pytest.param(H1, {"attempt_shift": -1}, STALE, id="previous-attempt"),
+    pytest.param(H1, {"nonce": "beef"}, UNKNOWN, id="another-claims-nonce"),
+    pytest.param(H2, {}, STALE, id="other-handler"),
+    pytest.param(H2, {"handler": H2}, STALE, id="other-handler-in-token"),
 ]
 
 
-@pytest.mark.parametrize(("handler", "attempt_shift"), STALE_TOKENS)
+@pytest.mark.parametrize(("handler", "differs", "refusal"), STALE_TOKENS)
 def test_complete_with_a_stale_token_is_rejected_and_changes_nothing(
-    store: Store, busy: tuple[str, dict[int, StartedTask]], handler: str, attempt_shift: int
+    store: Store,
+    busy: tuple[str, dict[int, StartedTask]],
+    handler: str,
+    differs: dict[str, Any],
+    refusal: int,
 ) -> None:
     job_id, started = busy
-    attempt = started[A].attempt + attempt_shift
+    token = token_like(started[A], **differs)
     with untouched(store):
-        assert complete_one(store, handler, job_id, A, attempt) == -2
+        assert complete_one(store, handler, job_id, A, token) == refusal
 
 
-@pytest.mark.parametrize(("handler", "attempt_shift"), STALE_TOKENS)
+@pytest.mark.parametrize(("handler", "differs", "refusal"), STALE_TOKENS)
 def test_fail_with_a_stale_token_is_rejected_and_changes_nothing(
-    store: Store, busy: tuple[str, dict[int, StartedTask]], handler: str, attempt_shift: int
+    store: Store,
+    busy: tuple[str, dict[int, StartedTask]],
+    handler: str,
+    differs: dict[str, Any],
+    refusal: int,
 ) -> None:
     job_id, started = busy
-    attempt = started[A].attempt + attempt_shift
+    token = token_like(started[A], **differs)
     with untouched(store):
-        assert store.fail(handler, job_id, A, attempt, "boom", NO_RETRY) == (-2, None)
-        assert store.fail(handler, job_id, A, attempt, "boom", 0) == (-2, None)
+        assert store.fail(handler, job_id, A, token, "boom", NO_RETRY) == (refusal, None)
+        assert store.fail(handler, job_id, A, token, "boom", 0) == (refusal, None)
 
 
-@pytest.mark.parametrize(("handler", "attempt_shift"), STALE_TOKENS)
+@pytest.mark.parametrize(("handler", "differs", "refusal"), STALE_TOKENS)
 def test_heartbeat_with_a_stale_token_is_rejected_and_changes_nothing(
-    store: Store, busy: tuple[str, dict[int, StartedTask]], handler: str, attempt_shift: int
+    store: Store,
+    busy: tuple[str, dict[int, StartedTask]],
+    handler: str,
+    differs: dict[str, Any],
+    refusal: int,
 ) -> None:
     job_id, started = busy
-    attempt = started[A].attempt + attempt_shift
+    token = token_like(started[A], **differs)
     with untouched(store):
-        assert heartbeat_one(store, handler, job_id, A, attempt) == -2
+        assert heartbeat_one(store, handler, job_id, A, token) == refusal
 
 
-@pytest.mark.parametrize(("handler", "attempt_shift"), STALE_TOKENS)
+@pytest.mark.parametrize(("handler", "differs", "refusal"), STALE_TOKENS)
 def test_release_with_a_stale_token_gives_nothing_back(
-    store: Store, busy: tuple[str, dict[int, StartedTask]], handler: str, attempt_shift: int
+    store: Store,
+    busy: tuple[str, dict[int, StartedTask]],
+    handler: str,
+    differs: dict[str, Any],
+    refusal: int,
 ) -> None:
     job_id, started = busy
-    attempt = started[A].attempt + attempt_shift
+    token = token_like(started[A], **differs)
     with untouched(store):
-        assert store.release(handler, [(job_id, A, attempt)]) == 0
+        assert store.release(handler, [(job_id, A, token)]) == 0
 
 
 def test_transitions_of_a_task_in_retry_wait_are_rejected_as_not_running(
     store: Store, busy: tuple[str, dict[int, StartedTask]]
 ) -> None:
     job_id, started = busy
-    attempt = started[E].attempt
-    assert store.fail(H1, job_id, E, attempt, "flaky", 60_000) == (0, "retry_wait")
+    token = started[E].token
+    assert store.fail(H1, job_id, E, token, "flaky", 60_000) == (0, "retry_wait")
     with untouched(store):
-        assert complete_one(store, H1, job_id, E, attempt) == -3
-        assert heartbeat_one(store, H1, job_id, E, attempt) == -3
-        assert store.release(H1, [(job_id, E, attempt)]) == 0
+        assert complete_one(store, H1, job_id, E, token) == -3
+        assert heartbeat_one(store, H1, job_id, E, token) == -3
+        assert store.release(H1, [(job_id, E, token)]) == 0
 
 
 def test_a_never_started_task_cannot_be_completed_or_heartbeated(
     store: Store, busy: tuple[str, dict[int, StartedTask]]
 ) -> None:
     job_id, _ = busy
+    token = f"1:{H1}:{NONCE}"
     with untouched(store):
-        # b is waiting: no attempt exists, so no token can match it
-        assert complete_one(store, H1, job_id, B, 0) == -2
-        assert complete_one(store, H1, job_id, B, 1) == -2
-        assert heartbeat_one(store, H1, job_id, B, 1) == -2
-        assert store.fail(H1, job_id, B, 1, "x", NO_RETRY) == (-2, None)
+        # b is waiting: no attempt exists, so no token can match it, and Redis knows none
+        assert complete_one(store, H1, job_id, B, f"0:{H1}:{NONCE}") == STALE
+        assert complete_one(store, H1, job_id, B, token) == UNKNOWN
+        assert heartbeat_one(store, H1, job_id, B, token) == UNKNOWN
+        assert store.fail(H1, job_id, B, token, "x", NO_RETRY) == (UNKNOWN, None)
 
 
 # ARGV after the job context, for a call on task 0 attempt 1 (or the job as a whole).
 UNKNOWN_JOB_CALLS: dict[str, list[Any]] = {
-    "start": [H1, 0],
-    "complete": [H1, 30_000, 0, 0, 0, 1, NO_RESULT],
-    "fail": [H1, 0, 1, "boom", NO_RETRY],
-    "heartbeat": [H1, 30_000, 0, 1, ""],
+    "start": [H1, NONCE, 0],
+    "complete": [H1, NONCE, 30_000, 0, 0, 0, f"1:{H1}:{NONCE}", NO_RESULT],
+    "fail": [H1, 0, f"1:{H1}:{NONCE}", "boom", NO_RETRY],
+    "heartbeat": [H1, 30_000, 0, f"1:{H1}:{NONCE}", ""],
     "expire": [1_000, 0],
     "publish_tasks": [LEADER, 30_000, 0, 1, "s:0", "waiting"],
     "queue_roots": [LEADER, 30_000, 0, 1, 1, 0],
@@ -223,7 +250,7 @@ def test_finalize_and_delete_of_a_finished_job_without_its_idempotency_key_chang
     spec = {"name": "one", "idempotency_key": "one-key", "tasks": [{"id": "x", "task": "t.x"}]}
     job_id, _ = submit_and_split(store, spec)
     (task,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, task.index, task.attempt) == 0
+    assert complete_one(store, H1, job_id, task.index, task.token) == 0
     assert_finalized(store, job_id, "succeeded")
     idem = store.keys.idempotency(0, "one-key")
     assert store.redis.pttl(idem) > 0  # on the job's retention
@@ -285,7 +312,7 @@ def test_cancel_of_a_finished_job_changes_nothing(store: Store) -> None:
     job_id, _ = submit_and_split(store, {"name": "one", "tasks": [{"id": "x", "task": "t.x"}]})
     (task,) = claim(store, H1)
     assert job_field(store, job_id, "state") == "running"
-    assert complete_one(store, H1, job_id, task.index, task.attempt) == 0
+    assert complete_one(store, H1, job_id, task.index, task.token) == 0
     assert_finalized(store, job_id, "succeeded")
     with untouched(store):
         assert store.cancel_step(job_id, from_client=True) == (1, 0)

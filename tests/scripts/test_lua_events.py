@@ -69,21 +69,21 @@ def test_submit_then_start_then_complete_append_their_events_in_order(store: Sto
     ]
     assert all(e.job == job_id for e in events)
 
-    assert complete_one(store, H1, job_id, A, started[A].attempt) == 0
+    assert complete_one(store, H1, job_id, A, started[A].token) == 0
     assert stream.kinds() == [("succeeded", "a")]
-    assert complete_one(store, H1, job_id, B, started[B].attempt) == 0
+    assert complete_one(store, H1, job_id, B, started[B].token) == 0
     assert stream.kinds() == [("succeeded", "b"), ("queued", "c")]
 
     # a repeated completion is a no-op: no second event
     with untouched(store):
-        assert complete_one(store, H1, job_id, B, started[B].attempt) == 1
+        assert complete_one(store, H1, job_id, B, started[B].token) == 1
 
     (c,) = claim(store, H1)
     assert stream.kinds() == [("started", "c")]
-    complete_one(store, H1, job_id, C, c.attempt)
+    complete_one(store, H1, job_id, C, c.token)
     (d,) = claim(store, H1)
     stream.new()
-    complete_one(store, H1, job_id, D, d.attempt)
+    complete_one(store, H1, job_id, D, d.token)
     last = stream.new()
     assert [(e.kind, e.task, e.detail) for e in last] == [
         ("succeeded", "d", None),
@@ -94,9 +94,10 @@ def test_submit_then_start_then_complete_append_their_events_in_order(store: Sto
 def test_a_child_taken_at_once_by_complete_is_started_without_a_queue_event(store: Store) -> None:
     job_id, _ = submit_and_split(store, DIAMOND)
     started = claim_by_index(store, H1)
-    complete_one(store, H1, job_id, A, started[A].attempt)
+    complete_one(store, H1, job_id, A, started[A].token)
     stream = Stream(store)
-    _, taken = store.complete(H1, [(job_id, B, 1)], take_queues=["default"], take_max=1)
+    token = started[B].token
+    _, taken = store.complete(H1, [(job_id, B, token)], take_queues=["default"], take_max=1)
     assert [t.index for t in taken] == [C]
     assert [(e.kind, e.task, e.handler) for e in stream.new()] == [
         ("succeeded", "b", H1),
@@ -109,7 +110,7 @@ def test_a_failure_appends_retried_then_failed_and_the_cascade_in_order(store: S
     started = claim_by_index(store, H1)
     stream = Stream(store)
 
-    assert store.fail(H1, job_id, B, started[B].attempt, "boom\ntraceback", 0) == (0, "queued")
+    assert store.fail(H1, job_id, B, started[B].token, "boom\ntraceback", 0) == (0, "queued")
     (retried, queued) = stream.new()
     assert (retried.kind, retried.task, retried.attempt, retried.handler) == ("retried", "b", 1, H1)
     assert retried.error == "boom\ntraceback" and retried.detail == "0"
@@ -117,7 +118,7 @@ def test_a_failure_appends_retried_then_failed_and_the_cascade_in_order(store: S
 
     (b2,) = claim(store, H2)
     stream.new()
-    assert store.fail(H2, job_id, B, b2.attempt, "fatal", -1) == (0, "failed")
+    assert store.fail(H2, job_id, B, b2.token, "fatal", -1) == (0, "failed")
     events = stream.new()
     assert [(e.kind, e.task) for e in events] == [
         ("failed", "b"),
@@ -127,7 +128,7 @@ def test_a_failure_appends_retried_then_failed_and_the_cascade_in_order(store: S
     assert events[0].attempt == 2 and events[0].error == "fatal"
     assert events[1].error == "upstream task b failed"
 
-    complete_one(store, H1, job_id, A, started[A].attempt)
+    complete_one(store, H1, job_id, A, started[A].token)
     assert [(e.kind, e.detail) for e in stream.new()] == [
         ("succeeded", None),
         ("finalized", "failed"),
@@ -139,7 +140,7 @@ def test_a_retry_after_a_backoff_says_its_delay_and_a_short_error(store: Store) 
     job_id, _ = submit_and_split(store, spec)
     (a,) = claim(store, H1)
     stream = Stream(store)
-    assert store.fail(H1, job_id, A, a.attempt, "x" * 5_000, 60_000) == (0, "retry_wait")
+    assert store.fail(H1, job_id, A, a.token, "x" * 5_000, 60_000) == (0, "retry_wait")
     (retried,) = stream.new()
     assert (retried.kind, retried.detail) == ("retried", "60000")
     assert retried.error == "x" * 200  # short: the history keeps the whole error
@@ -158,7 +159,7 @@ def test_lease_expiry_appends_timed_out_resumed_retried_and_failed(short_store: 
 
     expire_when_due("timed_out")
     assert [(e.kind, e.attempt, e.handler) for e in stream.new()] == [("timed_out", 1, H1)]
-    assert heartbeat_one(store, H1, job_id, A, first.attempt) == 0
+    assert heartbeat_one(store, H1, job_id, A, first.token) == 0
     assert [(e.kind, e.attempt) for e in stream.new()] == [("resumed", 1)]
 
     expire_when_due("timed_out")
@@ -178,11 +179,11 @@ def test_give_back_release_cancel_revive_repair_resubmit_delete_each_say_so(stor
     started = claim_by_index(store, H1)
     stream = Stream(store)
 
-    assert store.give_back(H1, [(job_id, A, started[A].attempt, "t.a")], 1, 1) == {(job_id, A): 0}
+    assert store.give_back(H1, [(job_id, A, started[A].token, "t.a")], 1, 1) == {(job_id, A): 0}
     (given,) = stream.new()
     assert (given.kind, given.task, given.handler, given.detail) == ("given_back", "a", H1, "t.a")
 
-    assert store.release(H1, [(job_id, B, started[B].attempt)]) == 1
+    assert store.release(H1, [(job_id, B, started[B].token)]) == 1
     assert stream.kinds() == [("released", "b"), ("queued", "b")]
 
     # recovery's repairs: a lost queue entry put back ('requeue', rule 2)
@@ -213,9 +214,9 @@ def test_give_back_release_cancel_revive_repair_resubmit_delete_each_say_so(stor
 def test_revive_appends_revived_then_queued(store: Store) -> None:
     job_id, _ = submit_and_split(store, DIAMOND)
     started = claim_by_index(store, H1)
-    complete_one(store, H1, job_id, A, started[A].attempt)
+    complete_one(store, H1, job_id, A, started[A].token)
     store.redis.hset(store.keys.job(job_id).tasks, "m:1", 1)  # no retry left
-    store.fail(H1, job_id, B, started[B].attempt, "boom", -1)
+    store.fail(H1, job_id, B, started[B].token, "boom", -1)
     stream = Stream(store)
     assert admin.retry_job(store, job_id) == 3
     kinds = stream.kinds()
@@ -241,7 +242,7 @@ def test_events_off_append_nothing(make_store: Callable[..., Store]) -> None:
     quiet = Store(store.redis, replace(store.settings, events_maxlen=0))
     job_id, _ = submit_and_split(quiet, DIAMOND)
     (a, _b) = claim(quiet, H1, 2)
-    complete_one(quiet, H1, job_id, a.index, a.attempt)
+    complete_one(quiet, H1, job_id, a.index, a.token)
     assert not store.redis.exists(store.keys.events(0))
 
 
@@ -249,12 +250,12 @@ def test_a_closed_gate_says_gate_wait_then_failed_past_its_give_up_time(store: S
     job_id, _ = submit_and_split(store, {"name": "g", "tasks": [{"id": "a", "task": "t"}]})
     (t,) = claim(store, H1)
     stream = Stream(store)
-    codes = store.gate_wait(H1, [(job_id, t.index, t.attempt, "db", 0, 60_000)])
+    codes = store.gate_wait(H1, [(job_id, t.index, t.token, "db", 0, 60_000)])
     assert codes == {(job_id, t.index): 0}
     (waited,) = stream.new()
     assert (waited.kind, waited.task, waited.handler, waited.detail) == ("gate_wait", "a", H1, "db")
 
     (t,) = claim(store, H1)  # its backoff was 0: due at once
     stream = Stream(store)
-    assert store.gate_wait(H1, [(job_id, t.index, t.attempt, "db", 0, 0)]) == {(job_id, 0): 1}
+    assert store.gate_wait(H1, [(job_id, t.index, t.token, "db", 0, 0)]) == {(job_id, 0): 1}
     assert [e.kind for e in stream.new()] == ["failed", "finalized"]

@@ -24,6 +24,7 @@ from lua_helpers import (
     untouched,
 )
 
+from jobcenter.storage import schema
 from jobcenter.storage.store import Store
 
 GRACE_MS = 200  # the second deadline: how long a timed_out attempt may still resume
@@ -37,6 +38,7 @@ PARENT_CHILD = {
     ],
 }
 A, B = 0, 1
+STALE, UNKNOWN = schema.code("ITEM_STALE_TOKEN"), schema.code("ITEM_UNKNOWN_ATTEMPT")
 
 
 def _wait_expired(store: Store, job_id: str, index: int) -> None:
@@ -50,7 +52,7 @@ def test_a_heartbeat_renews_the_lease_of_its_attempt(short_store: Store) -> None
     first = lease_deadline_ms(store, job_id, A)
     assert first is not None
     wait_until(lambda: redis_now_ms(store) > first - store.settings.lease_ms / 2, WAIT_S)
-    assert heartbeat_one(store, H1, job_id, A, a.attempt) == 0
+    assert heartbeat_one(store, H1, job_id, A, a.token) == 0
     renewed = lease_deadline_ms(store, job_id, A)
     assert renewed is not None and renewed > first
 
@@ -70,7 +72,7 @@ def test_an_expired_attempt_times_out_resumes_then_is_taken_over_and_finally_fai
     assert queued_indexes(store, job_id) == []
 
     # the same attempt heartbeats before the takeover: running again, lease renewed
-    assert heartbeat_one(store, H1, job_id, A, 1) == 0
+    assert heartbeat_one(store, H1, job_id, A, first.token) == 0
     assert task_states(store, job_id)["a"] == "running"
     assert not lease_expired(store, job_id, A)
 
@@ -91,9 +93,9 @@ def test_an_expired_attempt_times_out_resumes_then_is_taken_over_and_finally_fai
     assert (second.index, second.attempt) == (A, 2)
     assert task_field(store, job_id, "h", A) == H2
     with untouched(store):
-        assert complete_one(store, H1, job_id, A, 1) == -2
-        assert heartbeat_one(store, H1, job_id, A, 1) == -2
-        assert store.fail(H1, job_id, A, 1, "late", -1) == (-2, None)
+        assert complete_one(store, H1, job_id, A, first.token) == -2
+        assert heartbeat_one(store, H1, job_id, A, first.token) == -2
+        assert store.fail(H1, job_id, A, first.token, "late", -1) == (-2, None)
 
     # attempt 2 goes silent too, and no attempt is left: failed, and b upstream_failed
     _wait_expired(store, job_id, A)
@@ -109,7 +111,7 @@ def test_an_expired_attempt_times_out_resumes_then_is_taken_over_and_finally_fai
     assert lease_deadline_ms(store, job_id, A) is None
     assert_finalized(store, job_id, "failed")  # by the expire that failed a (b cascaded)
     with untouched(store):
-        assert complete_one(store, H2, job_id, A, 2) == -3
+        assert complete_one(store, H2, job_id, A, second.token) == -3
 
 
 def test_a_late_completion_during_the_grace_period_still_counts(short_store: Store) -> None:
@@ -119,7 +121,7 @@ def test_a_late_completion_during_the_grace_period_still_counts(short_store: Sto
     (a,) = claim(store, H1)
     _wait_expired(store, job_id, A)
     assert store.expire([(job_id, A)], GRACE_MS) == {"timed_out": 1}
-    assert complete_one(store, H1, job_id, A, a.attempt) == 0
+    assert complete_one(store, H1, job_id, A, a.token) == 0
     assert task_states(store, job_id) == {"a": "succeeded", "b": "queued"}
     assert lease_deadline_ms(store, job_id, A) is None
 
@@ -130,7 +132,9 @@ def test_a_reserved_but_never_started_task_is_requeued_without_using_an_attempt(
     store = short_store
     job_id, _ = submit_and_split(store, PARENT_CHILD)
     keys = store.keys
-    leader, expired, reserved, _next_retry = decode(store.reserve(H1, ["default"], max_tasks=1))
+    leader, expired, reserved, _next_retry, _newer = decode(
+        store.reserve(H1, ["default"], max_tasks=1)
+    )
 
     assert (leader, expired) == ([], [])
     assert [int(m.split("|")[2]) for m in reserved] == [A]
@@ -155,3 +159,58 @@ def test_a_reserved_but_never_started_task_is_requeued_without_using_an_attempt(
     (task,) = claim(store, H3)
     assert (task.index, task.attempt) == (A, 1)
     assert history_of(store, job_id, "a") == []
+
+
+def _dump_namespace(store: Store) -> dict[bytes, bytes]:
+    """Every key of the namespace, serialized as Redis keeps it (DUMP)."""
+    pattern = f"jc:{store.settings.namespace}:*"
+    return {key: store.redis.dump(key) for key in store.redis.scan_iter(match=pattern)}
+
+
+def _roll_back(store: Store, dumped: dict[bytes, bytes]) -> None:
+    """Redis forgets every write since `dumped`, as after a restart from an older snapshot:
+    the keys written since go, the others get their old content back."""
+    for key in store.redis.scan_iter(match=f"jc:{store.settings.namespace}:*"):
+        if key not in dumped:
+            store.redis.delete(key)
+    for key, value in dumped.items():
+        store.redis.restore(key, 0, value, replace=True)
+
+
+def test_a_claim_redis_forgot_gives_the_next_claim_another_token_and_its_reports_are_unknown(
+    store: Store,
+) -> None:
+    """Redis loses the writes of a claim (a rollback): the same worker claims the task again
+    as the same attempt number, under another token; the first run's reports are refused as
+    of an attempt Redis does not know, and change nothing."""
+    job_id, _ = submit_and_split(store, PARENT_CHILD)
+    before = _dump_namespace(store)
+    (first,) = claim(store, H1)
+    _roll_back(store, before)
+    (again,) = claim(store, H1)
+
+    assert (again.index, again.attempt) == (first.index, first.attempt) == (A, 1)
+    assert again.token != first.token
+    with untouched(store):
+        assert complete_one(store, H1, job_id, A, first.token) == UNKNOWN
+        assert heartbeat_one(store, H1, job_id, A, first.token) == UNKNOWN
+        assert store.fail(H1, job_id, A, first.token, "late", -1) == (UNKNOWN, None)
+        assert store.release(H1, [(job_id, A, first.token)]) == 0
+    assert complete_one(store, H1, job_id, A, again.token) == 0
+    with untouched(store):  # the task ended: the first run's report is still not its
+        assert complete_one(store, H1, job_id, A, first.token) == UNKNOWN
+
+
+def test_a_late_report_of_an_attempt_given_back_is_stale_not_unknown(store: Store) -> None:
+    """A give-back restores the attempt number, so the next attempt has the same number: its
+    nonce tells Redis the earlier one was its own, given back, not lost."""
+    job_id, _ = submit_and_split(store, PARENT_CHILD)
+    (first,) = claim(store, H1)
+    assert store.give_back(H1, [(job_id, A, first.token, "t.a")], 0, 0) == {(job_id, A): 0}
+    with untouched(store):
+        assert heartbeat_one(store, H1, job_id, A, first.token) == STALE
+    (again,) = wait_until(lambda: claim(store, H2), WAIT_S, message="never came back")
+    assert again.attempt == first.attempt
+    assert store.give_back(H2, [(job_id, A, again.token, "t.a")], 0, 0) == {(job_id, A): 0}
+    with untouched(store):  # attempt 1 again, given back by another worker: stale too
+        assert complete_one(store, H1, job_id, A, first.token) == STALE

@@ -7,6 +7,7 @@ from lua_helpers import (
     H1,
     H2,
     NO_RETRY,
+    NONCE,
     claim,
     complete_one,
     heartbeat_one,
@@ -15,14 +16,17 @@ from lua_helpers import (
     redis_now_ms,
     submit_and_split,
     task_field,
+    token_like,
     untouched,
 )
 
 from jobcenter.config import Settings
 from jobcenter.runtime.recovery import Recovery
+from jobcenter.storage import schema
 from jobcenter.storage.store import Store
 
 DELAY_MIN_MS, DELAY_MAX_MS = 300, 2_000
+UNKNOWN = schema.code("ITEM_UNKNOWN_ATTEMPT")
 NAME = "t.a"
 SPEC = {
     "name": "give-back",
@@ -34,8 +38,8 @@ SPEC = {
 A = 0
 
 
-def give_back(store: Store, handler: str, job_id: str, attempt: int) -> int:
-    codes = store.give_back(handler, [(job_id, A, attempt, NAME)], DELAY_MIN_MS, DELAY_MAX_MS)
+def give_back(store: Store, handler: str, job_id: str, token: str) -> int:
+    codes = store.give_back(handler, [(job_id, A, token, NAME)], DELAY_MIN_MS, DELAY_MAX_MS)
     return codes[(job_id, A)]
 
 
@@ -49,7 +53,7 @@ def test_a_given_back_attempt_is_unused_and_waits_in_the_delayed_set(store: Stor
     (first,) = claim(store, H1)
     before = redis_now_ms(store)
 
-    assert give_back(store, H1, job_id, first.attempt) == 0
+    assert give_back(store, H1, job_id, first.token) == 0
 
     status = store.status(job_id)["tasks"]["a"]
     assert (status["state"], status["attempts"], status["handler"]) == ("queued", 0, None)
@@ -67,46 +71,50 @@ def test_a_given_back_attempt_is_unused_and_waits_in_the_delayed_set(store: Stor
 def test_the_task_comes_back_after_the_delay_with_its_retries_intact(store: Store) -> None:
     job_id, _ = submit_and_split(store, SPEC)
     (first,) = claim(store, H1)
-    assert give_back(store, H1, job_id, first.attempt) == 0
+    assert give_back(store, H1, job_id, first.token) == 0
 
     (second,) = wait_until(lambda: claim(store, H2), 5.0, message="never came back")
     assert second.attempt == 1  # the given-back attempt did not count
-    assert store.fail(H2, job_id, A, second.attempt, "boom", 0) == (0, "queued")
+    assert store.fail(H2, job_id, A, second.token, "boom", 0) == (0, "queued")
     assert task_field(store, job_id, "wf", A) is None  # it ran: no longer waiting
     (third,) = claim(store, H2)
     assert third.attempt == 2  # the retry the spec allows is still there
-    assert store.fail(H2, job_id, A, third.attempt, "boom", NO_RETRY) == (0, "failed")
+    assert store.fail(H2, job_id, A, third.token, "boom", NO_RETRY) == (0, "failed")
 
 
 def test_the_old_token_is_stale_after_a_give_back(store: Store) -> None:
     job_id, _ = submit_and_split(store, SPEC)
     (first,) = claim(store, H1)
-    assert give_back(store, H1, job_id, first.attempt) == 0
+    assert give_back(store, H1, job_id, first.token) == 0
     with untouched(store):
-        assert give_back(store, H1, job_id, first.attempt) == -2
-        assert heartbeat_one(store, H1, job_id, A, first.attempt) == -2
-        assert complete_one(store, H1, job_id, A, first.attempt) == -2
-        assert store.fail(H1, job_id, A, first.attempt, "late", NO_RETRY) == (-2, None)
-        assert give_back(store, H1, job_id, 0) == -2  # the attempt number it went back to
+        assert give_back(store, H1, job_id, first.token) == -2
+        assert heartbeat_one(store, H1, job_id, A, first.token) == -2
+        assert complete_one(store, H1, job_id, A, first.token) == -2
+        assert store.fail(H1, job_id, A, first.token, "late", NO_RETRY) == (-2, None)
+        # the attempt number it went back to
+        assert give_back(store, H1, job_id, token_like(first, attempt_shift=-1)) == -2
 
 
 def test_a_give_back_with_a_stale_token_or_not_running_changes_nothing(store: Store) -> None:
     job_id, _ = submit_and_split(store, SPEC)
-    with untouched(store):
-        assert give_back(store, H1, job_id, 1) == -2  # never claimed: no such token
+    with untouched(store):  # never claimed: Redis knows no attempt of it
+        assert give_back(store, H1, job_id, f"1:{H1}:{NONCE}") == UNKNOWN
     (first,) = claim(store, H1)
     with untouched(store):
-        assert give_back(store, H2, job_id, first.attempt) == -2  # another handler
-        assert give_back(store, H1, job_id, first.attempt + 1) == -2  # another attempt
-    assert complete_one(store, H1, job_id, A, first.attempt) == 0
+        assert give_back(store, H2, job_id, first.token) == -2  # another handler
+        assert give_back(store, H1, job_id, token_like(first, attempt_shift=-1)) == -2
+        # an attempt Redis never started
+        later = token_like(first, attempt_shift=1, nonce="beef")
+        assert give_back(store, H1, job_id, later) == UNKNOWN
+    assert complete_one(store, H1, job_id, A, first.token) == 0
     with untouched(store):
-        assert give_back(store, H1, job_id, first.attempt) == -3  # it ended
+        assert give_back(store, H1, job_id, first.token) == -3  # it ended
 
 
 def test_waiting_since_is_kept_over_give_backs_and_the_delay_grows_with_it(store: Store) -> None:
     job_id, _ = submit_and_split(store, SPEC)
     (first,) = claim(store, H1)
-    assert give_back(store, H1, job_id, first.attempt) == 0
+    assert give_back(store, H1, job_id, first.token) == 0
     since = int(str(task_field(store, job_id, "wf", A)).split("|")[0])
     # it has waited long since: move its first give-back into the past
     long_ago = since - 4 * DELAY_MAX_MS
@@ -115,7 +123,7 @@ def test_waiting_since_is_kept_over_give_backs_and_the_delay_grows_with_it(store
     (second,) = claim(store, H1)
     now = redis_now_ms(store)
 
-    assert give_back(store, H1, job_id, second.attempt) == 0
+    assert give_back(store, H1, job_id, second.token) == 0
     assert task_field(store, job_id, "wf", A) == f"{long_ago}|{NAME}"
     due = due_ms(store)
     assert due is not None and now + DELAY_MAX_MS <= due <= redis_now_ms(store) + DELAY_MAX_MS
@@ -125,7 +133,7 @@ def test_a_give_back_for_a_job_that_is_gone_is_rejected(store: Store) -> None:
     job_id, _ = submit_and_split(store, SPEC)
     (first,) = claim(store, H1)
     store.redis.delete(store.keys.job(job_id).job)
-    assert give_back(store, H1, job_id, first.attempt) == -4
+    assert give_back(store, H1, job_id, first.token) == -4
 
 
 def delayed_members(store: Store) -> list[bytes]:
@@ -144,7 +152,7 @@ def test_recovery_fails_a_given_back_task_only_once_no_live_worker_has_its_name(
     store = Store.from_settings(settings)
     job_id, _ = submit_and_split(store, SPEC)
     (first,) = claim(store, H1)
-    assert give_back(store, H1, job_id, first.attempt) == 0
+    assert give_back(store, H1, job_id, first.token) == 0
     since = int(str(task_field(store, job_id, "wf", A)).split("|")[0])
     wait_until(lambda: redis_now_ms(store) > since + LIMIT_SECONDS * 1000, 5.0)
 
@@ -178,7 +186,7 @@ def test_a_task_a_live_worker_serves_waits_the_shortest_delay_however_long_it_wa
 
     def handed_back(served: list[str]) -> float:
         before = redis_now_ms(store)
-        codes = store.give_back(H1, [(job_id, A, first.attempt, NAME)], DELAY_MIN_MS,
+        codes = store.give_back(H1, [(job_id, A, first.token, NAME)], DELAY_MIN_MS,
                                 DELAY_MAX_MS, served)  # fmt: skip
         assert codes == {(job_id, A): 0}
         due = due_ms(store)

@@ -12,6 +12,7 @@ from lua_helpers import (
     H2,
     H3,
     NO_RETRY,
+    NONCE,
     assert_finalized,
     claim,
     claim_by_index,
@@ -44,12 +45,12 @@ RACE_ROUNDS = 200
 def test_a_second_completion_of_the_same_attempt_is_a_noop(store: Store) -> None:
     job_id, _ = submit_and_split(store, DIAMOND)
     (a,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, A, a.attempt) == 0
+    assert complete_one(store, H1, job_id, A, a.token) == 0
     assert sorted(queued_indexes(store, job_id)) == [B, C]
     claimed = claim_by_index(store, H2, n=1)  # b or c leaves the queue and runs
     assert len(claimed) == 1
     with untouched(store):  # not queued again, d's counter not decremented again
-        assert complete_one(store, H1, job_id, A, a.attempt) == 1
+        assert complete_one(store, H1, job_id, A, a.token) == 1
     assert len(history_of(store, job_id, "a")) == 1
 
 
@@ -57,7 +58,10 @@ def test_one_batch_naming_the_same_attempt_twice_completes_it_once(store: Store)
     job_id, _ = submit_and_split(store, DIAMOND)
     (a,) = claim(store, H1)
     reply = run_job_script(
-        store, "complete", job_id, [H1, 30_000, 0, 0, A, 1, NO_RESULT, A, 1, NO_RESULT]
+        store,
+        "complete",
+        job_id,
+        [H1, NONCE, 30_000, 0, 0, A, a.token, NO_RESULT, A, a.token, NO_RESULT],
     )
     assert reply == [0, [0, 1], []]
     assert sorted(queued_indexes(store, job_id)) == [B, C]
@@ -81,17 +85,17 @@ def test_a_duplicate_fail_of_the_same_attempt_is_a_noop(
     }
     job_id, _ = submit_and_split(store, spec)
     (a,) = claim(store, H1)
-    assert store.fail(H1, job_id, A, a.attempt, "boom", delay_ms) == (0, state)
+    assert store.fail(H1, job_id, A, a.token, "boom", delay_ms) == (0, state)
     with untouched(store):
-        assert store.fail(H1, job_id, A, a.attempt, "boom", delay_ms) == (1, state)
-        assert store.fail(H1, job_id, A, a.attempt, "boom", NO_RETRY) == (1, state)
-        assert complete_one(store, H1, job_id, A, a.attempt) == -3
+        assert store.fail(H1, job_id, A, a.token, "boom", delay_ms) == (1, state)
+        assert store.fail(H1, job_id, A, a.token, "boom", NO_RETRY) == (1, state)
+        assert complete_one(store, H1, job_id, A, a.token) == -3
 
 
 def test_a_failure_after_a_final_failure_does_not_cascade_twice(store: Store) -> None:
     job_id, _ = submit_and_split(store, DIAMOND)
     (a,) = claim(store, H1)
-    assert store.fail(H1, job_id, A, a.attempt, "boom", NO_RETRY) == (0, "failed")
+    assert store.fail(H1, job_id, A, a.token, "boom", NO_RETRY) == (0, "failed")
     assert task_states(store, job_id) == {
         "a": "failed",
         "b": "upstream_failed",
@@ -100,17 +104,17 @@ def test_a_failure_after_a_final_failure_does_not_cascade_twice(store: Store) ->
     }
     assert (job_field(store, job_id, "left"), job_field(store, job_id, "nfailed")) == ("0", "4")
     with untouched(store):
-        assert store.fail(H1, job_id, A, a.attempt, "boom", NO_RETRY) == (1, "failed")
+        assert store.fail(H1, job_id, A, a.token, "boom", NO_RETRY) == (1, "failed")
 
 
 def test_a_duplicate_fail_after_an_immediate_retry_changes_nothing(store: Store) -> None:
     spec = {"name": "retry-now", "tasks": [{"id": "a", "task": "t.a", "retries": 1}]}
     job_id, _ = submit_and_split(store, spec)
     (a,) = claim(store, H1)
-    assert store.fail(H1, job_id, A, a.attempt, "boom", 0) == (0, "queued")
+    assert store.fail(H1, job_id, A, a.token, "boom", 0) == (0, "queued")
     assert queued_indexes(store, job_id) == [A]
     with untouched(store):  # the attempt is over; its task waits in the queue once
-        code, _ = store.fail(H1, job_id, A, a.attempt, "boom", 0)
+        code, _ = store.fail(H1, job_id, A, a.token, "boom", 0)
         assert code != 0
 
 
@@ -118,15 +122,15 @@ def test_a_duplicate_fail_after_an_immediate_retry_changes_nothing(store: Store)
 
 
 def _complete_in_one_pipeline(
-    store: Store, job_id: str, b: tuple[str, int, int], c: tuple[str, int, int]
+    store: Store, job_id: str, b: tuple[str, int, str], c: tuple[str, int, str]
 ) -> list[int]:
     batch = store.scripts.batch()
-    for handler, index, attempt in (b, c):
+    for handler, index, token in (b, c):
         run_job_script(
             store,
             "complete",
             job_id,
-            [handler, 30_000, 0, 0, index, attempt, NO_RESULT],
+            [handler, NONCE, 30_000, 0, 0, index, token, NO_RESULT],
             batch=batch,
         )
     replies = batch.execute()
@@ -145,11 +149,11 @@ def test_a_join_whose_parents_complete_together_is_released_exactly_once(
     take = mode == "racing-threads-take"
     barrier = threading.Barrier(2)
 
-    def complete_racing(handler: str, job_id: str, index: int, attempt: int) -> Completion:
+    def complete_racing(handler: str, job_id: str, index: int, token: str) -> Completion:
         barrier.wait(timeout=5)
         return stores[handler].complete(
             handler,
-            [(job_id, index, attempt)],
+            [(job_id, index, token)],
             take_queues=["default"] if take else [],
             take_max=1 if take else 0,
         )
@@ -158,12 +162,12 @@ def test_a_join_whose_parents_complete_together_is_released_exactly_once(
         for _ in range(RACE_ROUNDS):
             job_id, _ = submit_and_split(store, DIAMOND)
             (a,) = claim(store, H3)
-            assert complete_one(store, H3, job_id, A, a.attempt) == 0
+            assert complete_one(store, H3, job_id, A, a.token) == 0
             first = claim(store, H1, n=1)[0]
             second = claim(store, H2, n=1)[0]
             assert {first.index, second.index} == {B, C}
-            b = (H1, first.index, first.attempt)
-            c = (H2, second.index, second.attempt)
+            b = (H1, first.index, first.token)
+            c = (H2, second.index, second.token)
             taken_d: list[StartedTask] = []
             if mode == "one-pipeline":
                 codes = _complete_in_one_pipeline(store, job_id, b, c)
@@ -182,12 +186,12 @@ def test_a_join_whose_parents_complete_together_is_released_exactly_once(
                 # exactly one completer took d to run at once; it never entered the queue
                 assert [(t.index, t.attempt) for t in taken_d] == [(D, 1)]
                 assert queued == []
-                assert complete_one(store, owner or "", job_id, D, 1) == 0
+                assert complete_one(store, owner or "", job_id, D, taken_d[0].token) == 0
             else:
                 assert queued == [D]
                 (d,) = claim(store, H3)
                 assert (d.job_id, d.index, d.attempt) == (job_id, D, 1)
-                assert complete_one(store, H3, job_id, D, 1) == 0
+                assert complete_one(store, H3, job_id, D, d.token) == 0
             assert_finalized(store, job_id, "succeeded", snapshot_check=False)
             assert _attempts_in_history(store, job_id, D) == [1]
             assert store.redis.zcard(store.keys.queue(0, "default")) == 0

@@ -11,6 +11,7 @@ from lua_helpers import (
     H2,
     LEADER,
     NO_RETRY,
+    NONCE,
     assert_finalized,
     claim,
     complete_one,
@@ -171,9 +172,10 @@ def test_start_returns_the_jobs_queues_and_idempotency_key(store: Store) -> None
     assert sorted(m.split("|")[1] for m in reserved[2]) == sorted([job_id, plain_id])
     for job, idem in ((job_id, "two-queues-key"), (plain_id, "")):
         script_keys, argv = job_context(store, job, queues=[], without_idem=True)
-        reply = store.scripts.run("start", script_keys, [*argv, H1, F])  # payloads stay bytes
+        args = [*argv, H1, NONCE, F]
+        reply = store.scripts.run("start", script_keys, args)  # payloads stay bytes
         assert reply[0] == 0
-        started = jobcenter.storage.store.started_tasks(job, reply[1])
+        started = jobcenter.storage.store.started_tasks(job, reply[1], H1, NONCE)
         assert [(task.index, task.attempt) for task in started] == [(F, 1)]
         assert decode(reply[2:]) == ["default,other", idem]
 
@@ -189,7 +191,7 @@ def test_claim_reports_when_the_next_retry_is_due(store: Store) -> None:
     job_id = submit(store, {"name": "later", "tasks": [{"id": "a", "task": "t.a", "retries": 1}]})
     (a,) = claim(store, H1)
     assert store.claim(H1, ["default"], max_tasks=1, max_leader=0).next_retry_ms == -1
-    assert store.fail(H1, job_id, A, a.attempt, "flaky", 60_000) == (0, "retry_wait")
+    assert store.fail(H1, job_id, A, a.token, "flaky", 60_000) == (0, "retry_wait")
     report = store.claim(H1, ["default"], max_tasks=1, max_leader=0)
     assert report.tasks == []
     assert 0 < report.next_retry_ms <= 60_000
@@ -201,9 +203,9 @@ def test_a_revived_job_keeps_its_idempotency_key_while_it_runs_again(store: Stor
     assert store.redis.pttl(idem) == -1  # no TTL while the job runs
     roots = {t.index: t for t in claim(store, H1, queues=["default", "other"])}
     assert sorted(roots) == [A, E, F]
-    assert complete_one(store, H1, job_id, E, roots[E].attempt) == 0
-    assert complete_one(store, H1, job_id, F, roots[F].attempt) == 0
-    assert store.fail(H1, job_id, A, roots[A].attempt, "boom", NO_RETRY) == (0, "failed")
+    assert complete_one(store, H1, job_id, E, roots[E].token) == 0
+    assert complete_one(store, H1, job_id, F, roots[F].token) == 0
+    assert store.fail(H1, job_id, A, roots[A].token, "boom", NO_RETRY) == (0, "failed")
     assert_finalized(store, job_id, "failed")
     assert store.redis.pttl(idem) > 0
 
@@ -226,7 +228,7 @@ def test_a_finalized_jobs_frontier_keeps_its_retention_while_it_drains(store: St
     (p,) = claim(store, H1)
     code, left = store.cancel_step(job_id, from_client=True)
     assert code == 0 and left > 0  # f999 and p are visited in the next step
-    assert complete_one(store, H1, job_id, p.index, p.attempt) == 0  # a release under way
+    assert complete_one(store, H1, job_id, p.index, p.token) == 0  # a release under way
     assert store.cancel_step(job_id) == (0, 0)  # cancels f999, the last task: finalized
     assert job_field(store, job_id, "state") == "cancelled"
     frontier = store.keys.job(job_id).frontier
@@ -242,9 +244,9 @@ def test_a_succeeded_job_keeps_its_record_and_history_but_frees_its_working_fiel
         {"id": "a", "task": "t.a", "retries": 2}, {"id": "b", "task": "t.b", "depends_on": ["a"]},
     ]})  # fmt: skip
     (a,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, a.index, a.attempt) == 0
+    assert complete_one(store, H1, job_id, a.index, a.token) == 0
     (b,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, b.index, b.attempt) == 0
+    assert complete_one(store, H1, job_id, b.index, b.token) == 0
     Leader(store, LEADER).compact(job_id)  # its message: pack it
     fields = set(store.records(job_id).every_field())
     assert not {f for f in fields if f.split(":")[0] in {"p", "c", "d", "q", "pr", "m"}}
@@ -263,7 +265,7 @@ def test_a_large_succeeded_job_is_compacted_by_a_leader(store: Store) -> None:
     job_id = submit(store, {"name": "large", "tasks": tasks})
     Leader(store, LEADER).split(job_id)
     while started := claim(store, H1, 500):
-        codes, _ = store.complete(H1, [(job_id, t.index, t.attempt) for t in started])
+        codes, _ = store.complete(H1, [(job_id, t.index, t.token) for t in started])
         assert set(codes.values()) == {0}
     assert job_field(store, job_id, "state") == "succeeded"
     assert store.redis.zscore(store.keys.leader(0), f"compact|{job_id}") is not None

@@ -41,9 +41,9 @@ def run_all(store: Store, outcome: str) -> None:
     assert started
     for t in started:
         if outcome == "complete":
-            store.complete(H1, [(t.job_id, t.index, t.attempt)])
+            store.complete(H1, [(t.job_id, t.index, t.token)])
         else:
-            store.fail(H1, t.job_id, t.index, t.attempt, "boom", -1)
+            store.fail(H1, t.job_id, t.index, t.token, "boom", -1)
 
 
 def test_a_small_job_is_indexed_running_from_its_submit_then_succeeded(store: Store) -> None:

@@ -72,7 +72,7 @@ def test_a_full_pool_parks_its_tasks_in_order_and_lets_others_run(store: Store) 
     assert [task_states(store, job_id)[f"g{i}"] for i in range(2, 5)] == ["queued"] * 3
 
     g0 = next(t for t in first if t.index == index["g0"])
-    assert complete_one(store, H1, job_id, g0.index, g0.attempt) == 0
+    assert complete_one(store, H1, job_id, g0.index, g0.token) == 0
     assert used(store) == 1
     (next_one,) = claim(store, H2)
     assert next_one.index == index["g2"]  # its place in the order was kept
@@ -86,7 +86,7 @@ def test_a_later_task_of_a_full_pool_does_not_overtake_parked_ones(store: Store)
     assert claim(store, H1) == []  # a's g1 parked
     job_b, _ = submit_and_split(store, pool_job(1, name="b"))
 
-    complete_one(store, H1, job_a, a0.index, a0.attempt)
+    complete_one(store, H1, job_a, a0.index, a0.token)
     (taken,) = claim(store, H1)
     assert (taken.job_id, taken.index) == (job_a, index_a["g1"])
     assert task_states(store, job_b) == {"g0": "queued"}
@@ -99,7 +99,7 @@ def test_a_higher_priority_task_goes_before_parked_ones(store: Store) -> None:
     assert claim(store, H1) == []
     job_b, _ = submit_and_split(store, {**pool_job(1, name="b"), "priority": 5})
 
-    complete_one(store, H1, job_a, a0.index, a0.attempt)
+    complete_one(store, H1, job_a, a0.index, a0.token)
     (taken,) = claim(store, H1)
     assert taken.job_id == job_b
 
@@ -119,7 +119,7 @@ def test_a_task_needing_more_slots_than_are_free_waits_and_keeps_the_order(store
     )
     (small,) = claim(store, H1)  # big needs 3 of the 1 left; after may not jump it
     assert small.index == index["small"] and used(store) == 2
-    complete_one(store, H1, job_id, small.index, small.attempt)
+    complete_one(store, H1, job_id, small.index, small.token)
     assert [t.index for t in claim(store, H1)] == [index["big"]]
     assert used(store) == 3
 
@@ -143,7 +143,7 @@ def test_a_pool_in_use_cannot_be_deleted_and_an_idle_one_can(store: Store) -> No
     (t,) = claim(store, H1)
     with pytest.raises(WrongState, match="in use"):
         limits.delete_pool(store, GPU)
-    complete_one(store, H1, job_id, t.index, t.attempt)
+    complete_one(store, H1, job_id, t.index, t.token)
     limits.delete_pool(store, GPU)
     assert limits.pools(store) == []
 
@@ -157,7 +157,7 @@ def test_max_running_caps_a_jobs_running_tasks(store: Store) -> None:
     job_id, _ = submit_and_split(store, spec)
     first = claim(store, H1)
     assert len(first) == 2 and claim(store, H2) == []
-    complete_one(store, H1, job_id, first[0].index, first[0].attempt)
+    complete_one(store, H1, job_id, first[0].index, first[0].token)
     assert len(claim(store, H2)) == 1
     other, _ = submit_and_split(store, {**spec, "name": "other"})
     assert len(claim(store, H2)) == 2  # another job's limit is its own
@@ -182,22 +182,22 @@ def test_a_concurrency_key_limits_each_tenant_apart(store: Store) -> None:
 
 def _ending(name: str) -> Callable[[Store, str, Any], None]:
     def complete(store: Store, job_id: str, t: Any) -> None:
-        assert complete_one(store, H1, job_id, t.index, t.attempt) == 0
+        assert complete_one(store, H1, job_id, t.index, t.token) == 0
 
     def fail_retry(store: Store, job_id: str, t: Any) -> None:
-        assert store.fail(H1, job_id, t.index, t.attempt, "boom", 60_000)[0] == 0
+        assert store.fail(H1, job_id, t.index, t.token, "boom", 60_000)[0] == 0
 
     def fail_now_retry(store: Store, job_id: str, t: Any) -> None:
-        assert store.fail(H1, job_id, t.index, t.attempt, "boom", 0)[0] == 0
+        assert store.fail(H1, job_id, t.index, t.token, "boom", 0)[0] == 0
 
     def fail_final(store: Store, job_id: str, t: Any) -> None:
-        assert store.fail(H1, job_id, t.index, t.attempt, "boom", NO_RETRY)[0] == 0
+        assert store.fail(H1, job_id, t.index, t.token, "boom", NO_RETRY)[0] == 0
 
     def give_back(store: Store, job_id: str, t: Any) -> None:
-        assert store.give_back(H1, [(job_id, t.index, t.attempt, "t.gpu")], 60_000, 60_000)
+        assert store.give_back(H1, [(job_id, t.index, t.token, "t.gpu")], 60_000, 60_000)
 
     def release(store: Store, job_id: str, t: Any) -> None:
-        assert store.release(H1, [(job_id, t.index, t.attempt)]) == 1
+        assert store.release(H1, [(job_id, t.index, t.token)]) == 1
 
     def cancel(store: Store, job_id: str, t: Any) -> None:
         store.cancel_step(job_id, from_client=True)
@@ -278,7 +278,7 @@ def test_a_duplicate_queue_entry_of_a_held_task_takes_no_second_slot(store: Stor
     store.redis.zadd(store.keys.queue(0, "default"), {entry: 0})
     assert claim(store, H2) == []  # start.lua drops it: the task runs
     assert used(store) == 1
-    assert complete_one(store, H1, job_id, t.index, t.attempt) == 0
+    assert complete_one(store, H1, job_id, t.index, t.token) == 0
     assert used(store) == 0 and held(store) == {}
 
 
@@ -332,7 +332,7 @@ def test_concurrent_claims_from_several_clients_never_exceed_a_pool(
         try:
             while not done.is_set():
                 for t in claim(s, handler, n=2):
-                    complete_one(s, handler, t.job_id, t.index, t.attempt)
+                    complete_one(s, handler, t.job_id, t.index, t.token)
         except BaseException as exc:  # reported by the test below
             errors.append(exc)
 
@@ -359,12 +359,12 @@ def test_a_timed_out_attempt_keeps_its_slots_until_it_is_run_again(store: Store)
     store.redis.zadd(store.keys.leases(0), {f"{job_id}|{t.index}": 0})
     store.expire([(job_id, t.index)], grace_ms=60_000)
     assert task_states(store, job_id)["g0"] == "timed_out" and used(store) == 1
-    assert heartbeat_one(store, H1, job_id, t.index, t.attempt) == 0  # it was alive after all
+    assert heartbeat_one(store, H1, job_id, t.index, t.token) == 0  # it was alive after all
     assert used(store) == 1 and claim(store, H2) == []
 
 
 def gate_wait(store: Store, job_id: str, t: Any, gate: str = "db", give_up_ms: int = 60_000) -> int:
-    codes = store.gate_wait(H1, [(job_id, t.index, t.attempt, gate, 60_000, give_up_ms)])
+    codes = store.gate_wait(H1, [(job_id, t.index, t.token, gate, 60_000, give_up_ms)])
     return codes[(job_id, t.index)]
 
 
@@ -481,7 +481,7 @@ def test_the_instances_of_a_mapped_task_take_its_pool_slots(store: Store) -> Non
     }
     job_id, _ = submit_and_split(store, spec)
     (src,) = claim(store, H1)
-    store.complete(H1, [(job_id, src.index, src.attempt, codec.pack([1, 2, 3, 4, 5]))])
+    store.complete(H1, [(job_id, src.index, src.token, codec.pack([1, 2, 3, 4, 5]))])
     instances = claim(store, H1)
     assert len(instances) == 2 and used(store) == 2
     assert pool(store).waiting == 3

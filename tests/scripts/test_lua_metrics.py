@@ -29,10 +29,10 @@ def test_a_run_with_a_retry_and_a_failure_is_counted_once_per_transition(store: 
     job_id, _ = submit_and_split(store, SPEC)
     a = claim_by_index(store, H1)[A]
     (b,) = claim(store, H1, queues=["other"])
-    complete_one(store, H1, job_id, A, a.attempt)
-    assert store.fail(H1, job_id, B, b.attempt, "boom", 0) == (0, "queued")
+    complete_one(store, H1, job_id, A, a.token)
+    assert store.fail(H1, job_id, B, b.token, "boom", 0) == (0, "queued")
     (b2,) = claim(store, H2, queues=["other"])
-    assert store.fail(H2, job_id, B, b2.attempt, "boom", -1) == (0, "failed")
+    assert store.fail(H2, job_id, B, b2.token, "boom", -1) == (0, "failed")
 
     c = read_counters(store)
     assert c.finished == {
@@ -64,5 +64,5 @@ def test_metrics_off_count_nothing(make_store: Callable[..., Store]) -> None:
     quiet = Store(store.redis, replace(store.settings, metrics=False))
     job_id, _ = submit_and_split(quiet, SPEC)
     a = claim_by_index(quiet, H1)[A]
-    complete_one(quiet, H1, job_id, A, a.attempt)
+    complete_one(quiet, H1, job_id, A, a.token)
     assert not store.redis.exists(store.keys.metrics(0))

@@ -32,9 +32,9 @@ def spec(on: list[str], *, webhook: bool = True, hook: bool = True) -> dict[str,
 def run(store: Store, job_id: str, outcome: str) -> None:
     (t,) = [t for t in claim(store, H1) if t.job_id == job_id]
     if outcome == "succeed":
-        store.complete(H1, [(t.job_id, t.index, t.attempt)])
+        store.complete(H1, [(t.job_id, t.index, t.token)])
     else:
-        store.fail(H1, t.job_id, t.index, t.attempt, "boom", NO_RETRY)
+        store.fail(H1, t.job_id, t.index, t.token, "boom", NO_RETRY)
 
 
 def due(store: Store, job_id: str) -> dict[str, float]:

@@ -32,7 +32,7 @@ A = 0
 def test_a_retry_waits_out_its_backoff_in_the_delayed_set(store: Store) -> None:
     job_id, _ = submit_and_split(store, RETRYING)
     (first,) = claim(store, H1)
-    assert store.fail(H1, job_id, A, first.attempt, "flaky", BACKOFF_MS) == (0, "retry_wait")
+    assert store.fail(H1, job_id, A, first.token, "flaky", BACKOFF_MS) == (0, "retry_wait")
     assert store.redis.zcard(store.keys.delayed(0, "default")) == 1
     assert claim(store, H2) == []  # not due yet
 
@@ -49,11 +49,11 @@ def test_a_failure_asking_for_a_retry_with_no_attempt_left_fails_and_cascades(
 ) -> None:
     job_id, _ = submit_and_split(store, RETRYING)
     (first,) = claim(store, H1)
-    assert store.fail(H1, job_id, A, first.attempt, "flaky", 0) == (0, "queued")
+    assert store.fail(H1, job_id, A, first.token, "flaky", 0) == (0, "queued")
     (second,) = claim(store, H1)
     assert second.attempt == 2
     assert job_field(store, job_id, "state") == "running"
-    assert store.fail(H1, job_id, A, second.attempt, "flaky again", 0) == (0, "failed")
+    assert store.fail(H1, job_id, A, second.token, "flaky again", 0) == (0, "failed")
     assert task_states(store, job_id) == {"a": "failed", "b": "upstream_failed"}
     assert queued_indexes(store, job_id) == []
     assert_finalized(store, job_id, "failed")
@@ -63,13 +63,13 @@ def test_a_stopping_worker_gives_its_attempt_back_without_using_up_a_retry(store
     spec = {"name": "give-back", "tasks": [{"id": "a", "task": "t.a", "retries": 1}]}
     job_id, _ = submit_and_split(store, spec)
     (first,) = claim(store, H1)
-    assert store.release(H1, [(job_id, A, first.attempt)]) == 1
+    assert store.release(H1, [(job_id, A, first.token)]) == 1
     assert queued_indexes(store, job_id) == [A]
     assert task_states(store, job_id)["a"] == "queued"
     assert [h["state"] for h in history_of(store, job_id, "a")] == ["queued"]
     (second,) = claim(store, H2)
     assert second.attempt == 2
     # the interrupted attempt did not count: attempt 2 still has its one retry
-    assert store.fail(H2, job_id, A, second.attempt, "boom", 0) == (0, "queued")
+    assert store.fail(H2, job_id, A, second.token, "boom", 0) == (0, "queued")
     (third,) = claim(store, H2)
-    assert store.fail(H2, job_id, A, third.attempt, "boom", 0) == (0, "failed")
+    assert store.fail(H2, job_id, A, third.token, "boom", 0) == (0, "failed")

@@ -38,7 +38,7 @@ def fan_out(n: int) -> dict[str, Any]:
 def fail_root(store: Store, job_id: str) -> None:
     (root,) = claim(store, H1, n=1)
     assert root.index == R
-    assert store.fail(H1, job_id, R, root.attempt, "boom", NO_RETRY) == (0, "failed")
+    assert store.fail(H1, job_id, R, root.token, "boom", NO_RETRY) == (0, "failed")
 
 
 def state_counts(store: Store, job_id: str) -> Counter[str]:
@@ -51,7 +51,7 @@ def run_to_the_end(store: Store, job_id: str) -> None:
         admin._finish_cascade(store, job_id)
         started = claim(store, H1, n=1_000)
         assert started or job_field(store, job_id, "state") != "running", "nothing to run"
-        store.complete(H1, [(t.job_id, t.index, t.attempt) for t in started])
+        store.complete(H1, [(t.job_id, t.index, t.token) for t in started])
 
 
 def test_retry_revives_every_task_of_the_largest_job_submit_accepts(store: Store) -> None:
@@ -76,7 +76,7 @@ def test_a_retry_stopped_after_its_roots_is_taken_up_by_the_next_retry(store: St
     fail_root(store, job_id)
     assert store.revive(job_id, [R], []) == 1  # the first call of a retry; then it died
     (root,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, R, root.attempt) == 0
+    assert complete_one(store, H1, job_id, R, root.token) == 0
     # nothing released the children (still upstream_failed): the job ends, failed
     assert task_states(store, job_id) == {
         "r": "succeeded", "a": "upstream_failed", "b": "upstream_failed", "ab": "upstream_failed",
@@ -122,8 +122,8 @@ def test_a_retry_in_many_small_calls_runs_the_job_to_success(
     job_id, _ = submit_and_split(store, spec)
     started = {t.index: t for t in claim(store, H1)}
     assert sorted(started) == [R, 5]
-    assert complete_one(store, H1, job_id, 5, started[5].attempt) == 0
-    assert store.fail(H1, job_id, R, started[R].attempt, "boom", NO_RETRY) == (0, "failed")
+    assert complete_one(store, H1, job_id, 5, started[5].token) == 0
+    assert store.fail(H1, job_id, R, started[R].token, "boom", NO_RETRY) == (0, "failed")
     assert_finalized(store, job_id, "failed")
     calls = []
     revive = store.revive

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_lua_source import LUA_DIR, STRING, _code
 
-from jobcenter.errors import StaleToken, UnknownJob, WrongState
+from jobcenter.errors import NewerRelease, StaleToken, UnknownJob, WrongState
 from jobcenter.storage import schema
 from jobcenter.storage.lua import ALL_SCRIPTS
 from jobcenter.storage.schema import (
@@ -74,6 +74,7 @@ def test_the_exception_table_agrees_with_the_schema() -> None:
     assert StaleToken.code == schema.code("STALE_TOKEN")
     assert WrongState.code == schema.code("WRONG_STATE")
     assert UnknownJob.code == schema.code("JOB_GONE")
+    assert NewerRelease.code == schema.code("NEWER_PROTOCOL")
 
 
 @pytest.mark.parametrize("path", sorted(LUA_DIR.glob("*.lua")), ids=lambda p: p.stem)

@@ -48,7 +48,7 @@ def complete_taking(
 ) -> list[StartedTask]:
     codes, taken = store.complete(
         handler,
-        [(t.job_id, t.index, t.attempt) for t in done],
+        [(t.job_id, t.index, t.token) for t in done],
         take_queues=queues,
         take_max=take_max,
     )
@@ -152,7 +152,7 @@ def test_a_due_retry_is_left_for_the_claim_to_put_back_in_order(store: Store) ->
     }
     job_id, _ = submit_and_split(store, spec)
     a, b = claim(store, H1, 2)
-    code, state = store.fail(H1, job_id, a.index, a.attempt, "boom", 60_000)
+    code, state = store.fail(H1, job_id, a.index, a.token, "boom", 60_000)
     assert (code, state) == (0, "retry_wait")
     delayed = store.keys.delayed(0, "default")
     (c,) = complete_taking(store, H1, [b], take_max=1)  # the retry is not due yet
@@ -180,7 +180,7 @@ def test_the_tasks_a_completion_took_are_found_after_its_reply_was_lost(store: S
     assert [t.index for t in taken] == [1, 2]
     # the reply was lost: the worker sends it again, finds it done, and adopts what it took
     codes, again = store.complete(
-        H1, [(job_id, first[0].index, first[0].attempt)], take_queues=["default"], take_max=2
+        H1, [(job_id, first[0].index, first[0].token)], take_queues=["default"], take_max=2
     )
     assert codes == {(job_id, 0): 1}
     assert sorted(t.index for t in store.running_attempts(H1, job_id)) == [1, 2] + [
@@ -205,7 +205,7 @@ def test_a_prefetch_takes_tasks_beyond_the_free_slots_in_queue_order(store: Stor
     job_id, _ = submit_and_split(store, flat(5))
     (first,) = claim(store, H1, 1)
     _, taken = store.complete(
-        H1, [(job_id, 0, first.attempt)], take_queues=["default"], take_max=1, prefetch=2
+        H1, [(job_id, 0, first.token)], take_queues=["default"], take_max=1, prefetch=2
     )
     assert [t.index for t in taken] == [1, 2, 3]
     assert not any(t.has_children for t in taken)
@@ -219,7 +219,7 @@ def test_a_prefetch_stops_before_the_first_child_of_a_task_it_took(store: Store)
     dag, index = submit_and_split(store, DAG)
     (a,) = claim(store, H1, 1)
     _, taken = store.complete(
-        H1, [(dag, a.index, a.attempt)], take_queues=["default"], take_max=0, prefetch=2
+        H1, [(dag, a.index, a.token)], take_queues=["default"], take_max=0, prefetch=2
     )
     assert [t.index for t in taken] == [index["b"]]  # b sorts before c; d after it
     first_child = taken[0].first_child
@@ -231,7 +231,7 @@ def test_no_prefetch_follows_a_task_with_children_taken_into_a_free_slot(store: 
     dag, index = submit_and_split(store, DAG)
     (a,) = claim(store, H1, 1)
     _, taken = store.complete(
-        H1, [(dag, a.index, a.attempt)], take_queues=["default"], take_max=1, prefetch=2
+        H1, [(dag, a.index, a.token)], take_queues=["default"], take_max=1, prefetch=2
     )
     assert [(t.index, t.has_children) for t in taken] == [(index["b"], True)]
     assert queued_indexes(store, dag) == [index["d"]]
@@ -250,7 +250,7 @@ def test_tasks_with_children_are_prefetched_when_every_child_comes_after_them(
     job_id, _ = submit_and_split(store, FAN_IN)
     (first,) = claim(store, H1, 1)
     _, taken = store.complete(
-        H1, [(job_id, first.index, first.attempt)], take_queues=["default"], take_max=1,
+        H1, [(job_id, first.index, first.token)], take_queues=["default"], take_max=1,
         prefetch=2,
     )  # fmt: skip
     assert [t.index for t in taken] == [first.index + 1, first.index + 2, first.index + 3]
@@ -267,7 +267,7 @@ def test_a_prefetch_sorts_before_the_first_child_of_what_the_worker_holds(store:
     (first,) = claim(store, H1, 1)
     bound = queued_order(store, job_id, first.index + 3, first)  # a held task's child there
     _, taken = store.complete(
-        H1, [(job_id, first.index, first.attempt)], take_queues=["default"], take_max=1,
+        H1, [(job_id, first.index, first.token)], take_queues=["default"], take_max=1,
         prefetch=4, prefetch_before=bound,
     )  # fmt: skip
     assert [t.index for t in taken] == [first.index + 1, first.index + 2]
@@ -285,7 +285,7 @@ def test_a_task_with_more_children_than_are_ordered_stops_every_prefetch(store: 
     job_id, index = submit_and_split(store, wide)
     (p,) = claim(store, H1, 1)
     _, taken = store.complete(
-        H1, [(job_id, p.index, p.attempt)], take_queues=["default"], take_max=1, prefetch=2
+        H1, [(job_id, p.index, p.token)], take_queues=["default"], take_max=1, prefetch=2
     )
     assert [(t.index, t.first_child) for t in taken] == [(index["q"], b"")]
     assert queued_indexes(store, job_id) == [index["r"]]
@@ -304,7 +304,7 @@ def test_children_a_completion_releases_fill_free_slots_only_never_a_prefetch(
     job_id, _ = submit_and_split(store, spec)
     (root,) = claim(store, H1, 1)
     _, taken = store.complete(
-        H1, [(job_id, root.index, root.attempt)], take_queues=["default"], take_max=1, prefetch=4
+        H1, [(job_id, root.index, root.token)], take_queues=["default"], take_max=1, prefetch=4
     )
     assert [t.index for t in taken] == [1]
     assert queued_indexes(store, job_id) == [2, 3, 4]

@@ -64,7 +64,7 @@ def test_a_success_folds_its_run_time_into_the_learned_estimates(store: Store) -
         {"name": "learn", "tasks": [{"id": "a", "task": "t.learned"}, {"id": "b", "task": "t.x"}]},
     )
     (task,) = [t for t in claim(store, H1) if t.index == 0]
-    assert complete_one(store, H1, job_id, 0, task.attempt) == 0
+    assert complete_one(store, H1, job_id, 0, task.token) == 0
     started, finished = (int(task_field(store, job_id, f, 0) or 0) for f in ("ts", "tf"))
     ran_ms = finished - started
     learned = store.redis.hgetall(estimates)

@@ -47,8 +47,8 @@ def test_a_retry_running_after_a_failure_shows_its_own_attempt_not_the_last_ones
 ) -> None:
     job_id, _ = submit_and_split(store, RETRYING)
     (first,) = claim(store, H1)
-    store.heartbeat(H1, [(job_id, A, first.attempt, "half way")])
-    assert store.fail(H1, job_id, A, first.attempt, "ValueError: flaky", 0) == (0, "queued")
+    store.heartbeat(H1, [(job_id, A, first.token, "half way")])
+    assert store.fail(H1, job_id, A, first.token, "ValueError: flaky", 0) == (0, "queued")
     queued = task(store, job_id)
     assert queued["error"] == "ValueError: flaky"  # why it is queued again
 
@@ -80,7 +80,7 @@ def test_a_revived_task_running_again_shows_its_own_attempt(store: Store) -> Non
     spec = {"name": "revived", "tasks": [{"id": "a", "task": "t.a"}]}
     job_id, _ = submit_and_split(store, spec)
     (first,) = claim(store, H1)
-    assert store.fail(H1, job_id, A, first.attempt, "boom", NO_RETRY) == (0, "failed")
+    assert store.fail(H1, job_id, A, first.token, "boom", NO_RETRY) == (0, "failed")
     assert admin.retry_job(store, job_id) == 1
 
     (second,) = claim(store, H2)
@@ -96,7 +96,7 @@ def test_a_child_taken_at_once_by_the_completing_worker_shows_a_fresh_attempt(
     ]}  # fmt: skip
     job_id, _ = submit_and_split(store, spec)
     (a,) = claim(store, H1)
-    _, taken = store.complete(H1, [(job_id, A, a.attempt)], take_queues=["default"], take_max=1)
+    _, taken = store.complete(H1, [(job_id, A, a.token)], take_queues=["default"], take_max=1)
     assert [t.index for t in taken] == [1]
     assert_fresh_attempt(task(store, job_id, "b"), 1, H1)
 
@@ -128,15 +128,15 @@ def test_every_task_records_when_it_was_created_last_modified_and_completed(
     assert running["handler"] == H1
     assert running["updated_at"] == running["started_at"] >= running["queued_at"]
     assert running["completed_at"] is None
-    assert heartbeat_one(store, H1, job_id, A, first.attempt) == 0
+    assert heartbeat_one(store, H1, job_id, A, first.token) == 0
     assert task(store, job_id, "a")["updated_at"] == running["updated_at"]  # a lease renewal
-    store.heartbeat(H1, [(job_id, A, first.attempt, "half way")])
+    store.heartbeat(H1, [(job_id, A, first.token, "half way")])
     progressed = task(store, job_id, "a")
     assert progressed["updated_at"] >= running["updated_at"]
-    store.heartbeat(H1, [(job_id, A, first.attempt, "half way")])  # no news
+    store.heartbeat(H1, [(job_id, A, first.token, "half way")])  # no news
     assert task(store, job_id, "a")["updated_at"] == progressed["updated_at"]
 
-    assert complete_one(store, H1, job_id, A, first.attempt) == 0
+    assert complete_one(store, H1, job_id, A, first.token) == 0
     done = task(store, job_id, "a")
     assert done["completed_at"] == done["finished_at"] == done["updated_at"]
     assert done["completed_at"] >= progressed["updated_at"]
@@ -154,12 +154,12 @@ def test_a_task_failed_for_good_is_completed_and_one_waiting_for_a_retry_is_not(
     ]}  # fmt: skip
     job_id, _ = submit_and_split(store, spec)
     (first,) = claim(store, H1)
-    assert store.fail(H1, job_id, A, first.attempt, "flaky", BACKOFF_MS) == (0, "retry_wait")
+    assert store.fail(H1, job_id, A, first.token, "flaky", BACKOFF_MS) == (0, "retry_wait")
     waiting = task(store, job_id, "a")
     assert waiting["finished_at"] is not None and waiting["completed_at"] is None
 
     (second,) = wait_until(lambda: claim(store, H1), 5.0, message="the retry never came due")
-    assert store.fail(H1, job_id, A, second.attempt, "broken", NO_RETRY) == (0, "failed")
+    assert store.fail(H1, job_id, A, second.token, "broken", NO_RETRY) == (0, "failed")
 
     failed, blocked = task(store, job_id, "a"), task(store, job_id, "b")
     assert failed["completed_at"] == failed["finished_at"] == failed["updated_at"]

@@ -69,9 +69,9 @@ def test_only_a_job_of_enough_tasks_gives_up_the_compact_tasks_hash(
 def test_a_restored_job_gets_its_tasks_hash_back_as_a_hashtable(store: Store) -> None:
     job_id = submit(store, flat(TASKS_HASHTABLE_MIN_TASKS))
     first, *rest = claim(store, H1)
-    store.fail(H1, job_id, first.index, first.attempt, "boom", NO_RETRY)
+    store.fail(H1, job_id, first.index, first.token, "boom", NO_RETRY)
     for t in rest:
-        assert complete_one(store, H1, job_id, t.index, t.attempt) == 0
+        assert complete_one(store, H1, job_id, t.index, t.token) == 0
     Leader(store, LEADER).compact(job_id)
     assert job_field(store, job_id, "packed") == "1"  # its tasks hash is gone
 
@@ -94,7 +94,7 @@ def test_a_map_that_makes_a_small_job_large_turns_its_tasks_hash_into_a_hashtabl
     (src,) = claim(store, H1)
 
     elements = list(range(TASKS_HASHTABLE_MIN_TASKS))
-    store.complete(H1, [(job_id, src.index, src.attempt, codec.pack(elements))])
+    store.complete(H1, [(job_id, src.index, src.token, codec.pack(elements))])
     while store.has_frontier(job_id):
         store.continue_frontier(job_id)
     assert job_field(store, job_id, "n") == str(2 + len(elements))
@@ -111,7 +111,7 @@ def run_one(store: Store, task: str = "x") -> None:
     job_id = submit(store, {"name": f"enc-{task}", "tasks": [{"id": "t", "task": task}]})
     assert store.keys.job_shard(job_id) == 0
     (t,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, t.index, t.attempt) == 0
+    assert complete_one(store, H1, job_id, t.index, t.token) == 0
 
 
 def reload_compact(store: Store, key: str) -> dict[bytes, bytes]:

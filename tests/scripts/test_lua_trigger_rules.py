@@ -66,9 +66,9 @@ def run_job(
         task = pick(running)
         running.remove(task)
         if nodes[names[task.index]].outcome == "succeeded":
-            assert complete_one(store, H1, job_id, task.index, task.attempt) == 0
+            assert complete_one(store, H1, job_id, task.index, task.token) == 0
         else:
-            reply = store.fail(H1, job_id, task.index, task.attempt, "boom", NO_RETRY)
+            reply = store.fail(H1, job_id, task.index, task.token, "boom", NO_RETRY)
             assert reply == (0, "failed")
     assert not running and claim(store, H1) == []
     assert max(runs.values(), default=1) == 1, runs
@@ -139,12 +139,12 @@ def test_one_success_runs_at_once_without_waiting_for_its_other_parents(store: S
     nodes = {"a": Node(), "b": Node(), "c": Node(deps=["a", "b"], rule="one_success")}
     job_id, ids = submit_and_split(store, _spec(nodes))
     a, b = sorted(claim(store, H1), key=lambda t: t.index)
-    assert complete_one(store, H1, job_id, a.index, a.attempt) == 0
+    assert complete_one(store, H1, job_id, a.index, a.token) == 0
     (c,) = claim(store, H1)  # b still running
     assert c.index == ids["c"]
-    assert complete_one(store, H1, job_id, b.index, b.attempt) == 0
+    assert complete_one(store, H1, job_id, b.index, b.token) == 0
     assert claim(store, H1) == []  # b's success does not release c a second time
-    assert complete_one(store, H1, job_id, c.index, c.attempt) == 0
+    assert complete_one(store, H1, job_id, c.index, c.token) == 0
     assert_finalized(store, job_id, "succeeded")
 
 
@@ -156,10 +156,10 @@ def test_a_skip_waits_for_the_other_parents_so_a_late_failure_still_counts(store
     job_id, _ = submit_and_split(store, _spec(nodes))
     by_id = {t.index: t for t in claim(store, H1)}  # a_root and b
     a_root, b = by_id[0], by_id[2]
-    assert complete_one(store, H1, job_id, a_root.index, a_root.attempt) == 0
+    assert complete_one(store, H1, job_id, a_root.index, a_root.token) == 0
     states = task_states(store, job_id)
     assert (states["a"], states["c"]) == ("skipped", "waiting")
-    assert store.fail(H1, job_id, b.index, b.attempt, "boom", NO_RETRY) == (0, "failed")
+    assert store.fail(H1, job_id, b.index, b.token, "boom", NO_RETRY) == (0, "failed")
     status = store.status(job_id)
     assert status["tasks"]["c"]["state"] == "upstream_failed"
     assert status["tasks"]["a"]["error"] == "trigger rule one_failed not met"
@@ -216,7 +216,7 @@ def test_a_skip_passes_on_through_a_wide_fan_out_in_bounded_chunks(
     nodes["join"] = Node(deps=[f"c{k}" for k in range(width)], rule="none_failed")
     job_id, ids = submit_and_split(store, _spec(nodes))
     (root,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, root.index, root.attempt) == 0
+    assert complete_one(store, H1, job_id, root.index, root.token) == 0
     assert job_field(store, job_id, "state") == "running"  # the rest waits for a leader
     while store.continue_frontier(job_id):
         pass
@@ -224,7 +224,7 @@ def test_a_skip_passes_on_through_a_wide_fan_out_in_bounded_chunks(
     assert Counter(states.values()) == {"succeeded": 1, "skipped": width + 1, "queued": 1}
     assert states["join"] == "queued"  # none_failed: every parent skipped, none failed
     (join,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, join.index, join.attempt) == 0
+    assert complete_one(store, H1, job_id, join.index, join.token) == 0
     assert_finalized(store, job_id, "succeeded")
 
 
@@ -252,9 +252,9 @@ def test_concurrent_completions_from_several_clients_decide_each_child_once(
             gate.wait()
             for task in share:
                 if task.index % 2:
-                    client.fail(H1, job_id, task.index, task.attempt, "boom", NO_RETRY)
+                    client.fail(H1, job_id, task.index, task.token, "boom", NO_RETRY)
                 else:
-                    client.complete(H1, [(job_id, task.index, task.attempt)])
+                    client.complete(H1, [(job_id, task.index, task.token)])
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -267,13 +267,14 @@ def test_concurrent_completions_from_several_clients_decide_each_child_once(
     for t in threads:
         t.join()
     assert not errors
-    released = Counter(t.index for t in claim(stores[0], H1))
+    children = claim(stores[0], H1)
+    released = Counter(t.index for t in children)
     assert all(count == 1 for count in released.values())
     for task in claim(stores[0], H1):
         raise AssertionError(f"released twice: {task}")
     names = {index: task_id for task_id, index in ids.items()}
-    for index in released:  # the children that run end as their node says
-        assert complete_one(stores[0], H1, job_id, index, 1) == 0
+    for child in children:  # the children that run end as their node says
+        assert complete_one(stores[0], H1, job_id, child.index, child.token) == 0
     states = task_states(stores[0], job_id)
     expected = expected_states(nodes)
     assert states == expected
@@ -306,11 +307,11 @@ def test_retry_job_runs_a_rules_job_again_with_fresh_counts(store: Store) -> Non
     assert admin.retry_job(store, job_id) == 3  # a, ok, strict
     assert job_field(store, job_id, "state") == "running"
     (a,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, a.index, a.attempt) == 0
+    assert complete_one(store, H1, job_id, a.index, a.token) == 0
     (ok,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, ok.index, ok.attempt) == 0
+    assert complete_one(store, H1, job_id, ok.index, ok.token) == 0
     (strict,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, strict.index, strict.attempt) == 0
+    assert complete_one(store, H1, job_id, strict.index, strict.token) == 0
     assert task_states(store, job_id)["strict"] == "succeeded"
     assert_finalized(store, job_id, "succeeded")
 
@@ -322,14 +323,14 @@ def test_retry_resets_a_waiting_child_that_counted_the_failure(store: Store) -> 
     job_id, ids = submit_and_split(store, _spec(nodes))
     by_index = {t.index: t for t in claim(store, H1)}
     a, b = by_index[ids["a"]], by_index[ids["b"]]
-    assert store.fail(H1, job_id, a.index, a.attempt, "boom", NO_RETRY) == (0, "failed")
+    assert store.fail(H1, job_id, a.index, a.token, "boom", NO_RETRY) == (0, "failed")
     assert admin.retry_job(store, job_id) == 1
     (a2,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, a2.index, a2.attempt) == 0
+    assert complete_one(store, H1, job_id, a2.index, a2.token) == 0
     assert task_states(store, job_id)["c"] == "waiting"  # b has not ended
-    assert complete_one(store, H1, job_id, b.index, b.attempt) == 0
+    assert complete_one(store, H1, job_id, b.index, b.token) == 0
     (c,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, c.index, c.attempt) == 0
+    assert complete_one(store, H1, job_id, c.index, c.token) == 0
     assert_finalized(store, job_id, "succeeded")
 
 
@@ -389,11 +390,11 @@ def test_recovery_decides_a_waiting_task_whose_decision_was_lost(
     job_id, ids = submit_and_split(store, _spec(nodes))
     by_index = {t.index: t for t in claim(store, H1)}
     a, b, slow = (by_index[ids[t]] for t in ("a", "b", "slow"))
-    assert complete_one(store, H1, job_id, b.index, b.attempt) == 0
+    assert complete_one(store, H1, job_id, b.index, b.token) == 0
     if a_ends == "failed":
-        assert store.fail(H1, job_id, a.index, a.attempt, "boom", NO_RETRY) == (0, "failed")
+        assert store.fail(H1, job_id, a.index, a.token, "boom", NO_RETRY) == (0, "failed")
     else:
-        assert complete_one(store, H1, job_id, a.index, a.attempt) == 0
+        assert complete_one(store, H1, job_id, a.index, a.token) == 0
     c = ids["c"]
     assert task_states(store, job_id)["c"] == decided
     jk, shard = store.keys.job(job_id), store.keys.job_shard(job_id)
@@ -412,6 +413,6 @@ def test_recovery_decides_a_waiting_task_whose_decision_was_lost(
     if decided == "queued":
         assert store.redis.hmget(jk.tasks, f"d:{c}", f"u:{c}", f"nf:{c}") == [b"1", b"0", b"1"]
         (run,) = claim(store, H1)
-        assert complete_one(store, H1, job_id, run.index, run.attempt) == 0
-    assert complete_one(store, H1, job_id, slow.index, slow.attempt) == 0
+        assert complete_one(store, H1, job_id, run.index, run.token) == 0
+    assert complete_one(store, H1, job_id, slow.index, slow.token) == 0
     assert_finalized(store, job_id, "failed" if a_ends == "failed" else "succeeded")

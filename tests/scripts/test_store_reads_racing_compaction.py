@@ -32,10 +32,10 @@ def _failed_job(store: Store) -> str:
     while started := claim(store, H1, 100):
         for t in started:
             if t.index == TASKS:
-                store.fail(H1, job_id, t.index, t.attempt, "no", NO_RETRY)
+                store.fail(H1, job_id, t.index, t.token, "no", NO_RETRY)
             else:
                 value = codec.pack(t.index)
-                assert store.complete(H1, [(job_id, t.index, t.attempt, value)])[0] == {
+                assert store.complete(H1, [(job_id, t.index, t.token, value)])[0] == {
                     (job_id, t.index): 0
                 }
     assert store.compact(job_id)

@@ -35,14 +35,14 @@ def test_a_batch_refused_in_part_keeps_what_the_calls_that_ran_did(store: Store)
     chain, _ = submit_and_split(store, PARENT_CHILD)
     single, _ = submit_and_split(store, SINGLE)
     started = {(t.job_id, t.index): t for t in claim(store, H1)}
-    done = [(job_id, index, t.attempt) for (job_id, index), t in started.items()]
+    done = [(job_id, index, t.token) for (job_id, index), t in started.items()]
 
     with refusing(store, single), pytest.raises(RefusedInPart) as refused:
         store.complete(H1, done, take_queues=["default"], take_max=2)
 
     assert refused.value.codes == {(chain, P): 0}
     assert [(t.job_id, t.index, t.attempt) for t in refused.value.taken] == [(chain, C, 1)]
-    codes, taken = store.complete(H1, [(single, S, started[(single, S)].attempt)])
+    codes, taken = store.complete(H1, [(single, S, started[(single, S)].token)])
     assert (codes, taken) == ({(single, S): 0}, [])
 
 
@@ -50,7 +50,7 @@ def test_a_give_back_refused_in_part_keeps_what_ran(store: Store) -> None:
     chain, _ = submit_and_split(store, PARENT_CHILD)
     single, _ = submit_and_split(store, SINGLE)
     started = {(t.job_id, t.index): t for t in claim(store, H1)}
-    attempts = [(j, i, t.attempt, "t.x") for (j, i), t in started.items()]
+    attempts = [(j, i, t.token, "t.x") for (j, i), t in started.items()]
 
     with refusing(store, single), pytest.raises(RefusedInPart) as refused:
         store.give_back(H1, attempts, 100, 1_000)
@@ -65,12 +65,12 @@ def test_the_children_a_completion_took_are_found_after_its_reply_was_lost(store
     chain, _ = submit_and_split(store, PARENT_CHILD)
     (parent,) = claim(store, H1)
     codes, taken = store.complete(
-        H1, [(chain, P, parent.attempt)], take_queues=["default"], take_max=1
+        H1, [(chain, P, parent.token)], take_queues=["default"], take_max=1
     )
     assert codes == {(chain, P): 0} and [t.index for t in taken] == [C]
     # the reply was lost: the worker sends the completion again, and finds it done
     codes, again = store.complete(
-        H1, [(chain, P, parent.attempt)], take_queues=["default"], take_max=1
+        H1, [(chain, P, parent.token)], take_queues=["default"], take_max=1
     )
     assert codes == {(chain, P): 1} and again == []
 

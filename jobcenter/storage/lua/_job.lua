@@ -58,11 +58,20 @@ local function bind_job(k, job_id)
   JOB_ID, META = job_id, {}
 end
 
--- Read the job's fields; false when the job hash does not exist.
+-- Read the job's fields; false when the job hash does not exist (META.refusal: JOB_GONE), or
+-- when a newer release wrote it (NEWER_PROTOCOL): this one must not change what it may not
+-- understand (its queue entries, say, which it could not even find). Called before any write.
 local function load_job()
   local m = redis.call('HMGET', J, JF.STATE, JF.QUEUE, JF.PRIORITY, JF.SEQ, JF.QUEUES,
-    JF.TRIGGER_RULES, JF.PACKED, JF.TASKS, JF.NAME, JF.IDEMPOTENCY_KEY, JF.LEFT)
-  if not m[1] then return false end
+    JF.TRIGGER_RULES, JF.PACKED, JF.TASKS, JF.NAME, JF.IDEMPOTENCY_KEY, JF.LEFT, JF.PROTOCOL)
+  if not m[1] then
+    META = {refusal = JOB_GONE}
+    return false
+  end
+  if tonumber(m[12] or PROTOCOL) > PROTOCOL then
+    META = {refusal = NEWER_PROTOCOL}
+    return false
+  end
   -- packed: finished and compacted, so its tasks hash is gone and no task of it runs
   META = {state = m[1], queue = m[2], priority = tonumber(m[3]), seq = tonumber(m[4]),
           queues = m[5] or '', rules = m[6] ~= false, packed = m[7] and true or false,
@@ -268,9 +277,35 @@ function OBS.children_after(csv)
   return first or 0
 end
 local function max_attempts(i) return tonumber(redis.call('HGET', T, TF_MAX_ATTEMPTS .. i) or 1) end
+-- Task i's fencing token, "<attempt>:<handler>:<nonce>" of its current attempt (the nonce:
+-- random, drawn by the worker for the claim that started it, so no two claims share a token,
+-- whatever counters Redis loses), and its fields {attempt, handler, nonce}.
 local function token_of(i)
-  local a = redis.call('HMGET', T, TF_ATTEMPTS .. i, TF_HANDLER .. i)
-  return (a[1] or '0') .. ':' .. (a[2] or '')
+  local a = redis.call('HMGET', T, TF_ATTEMPTS .. i, TF_HANDLER .. i, TF_NONCE .. i)
+  return (a[1] or '0') .. ':' .. (a[2] or '') .. ':' .. (a[3] or ''), a
+end
+-- Why a report under `token` is refused when it is not the task's current one (a: the task's
+-- attempt, handler and nonce). Stale: an attempt Redis started, that the task moved on from
+-- (its nonce is the task's: given back). Unknown: an attempt number Redis has not reached, or
+-- one it started again under another nonce: Redis lost the writes of that attempt's claim (a
+-- restart from an older snapshot, a failover to a replica that lagged). After a give-back
+-- (handler cleared, nonce kept) the number given back counts as reached: a late report of it
+-- is stale (a rollback to just after a give-back is not told apart).
+local function refusal_of(token, a)
+  local attempt, nonce = string.match(token, '^(%d+):.*:(%x*)$')
+  if nonce and nonce == a[3] then return ITEM_STALE_TOKEN end
+  local reached = tonumber(a[1] or 0)
+  if not a[2] and a[3] then reached = reached + 1 end
+  attempt = tonumber(attempt or 0)
+  if attempt > reached or (attempt == reached and a[2]) then return ITEM_UNKNOWN_ATTEMPT end
+  return ITEM_STALE_TOKEN
+end
+-- nil when `handler` reports under task i's current token, else the code refusing the report
+-- (refusal_of); and the task's attempt, handler and nonce.
+local function token_refusal(i, token, handler)
+  local current, a = token_of(i)
+  if current == token and a[2] == handler then return nil, a end
+  return refusal_of(token, a), a
 end
 
 -- Tasks first..last (indexes) were just written by the split: record when (seed 000's

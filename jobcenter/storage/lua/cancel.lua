@@ -7,11 +7,12 @@
   ARGV[A] mode for a new request, or '' to go on with the one under way
   ARGV[A+1] error text recorded on abandoned tasks
   A job whose tasks Redis lost (tasks_lost, _job.lua) ends at once (settle_lost).
-  Returns {0, tasks still to visit} | {1, state} finished already | {-4} job gone | {-5} ]]
+  Returns {0, tasks still to visit} | {1, state} finished already | {-4} job gone | {-5}
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it]]
 
 local CANCEL_BUDGET = 1000 -- tasks visited per call: keeps every call short
 
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if META.state == J_SUCCEEDED or META.state == J_FAILED or META.state == J_CANCELLED then
   redis.call('ZREM', LEADER, 'cancel|' .. JOB_ID)
   return {ALREADY, META.state}

@@ -8,7 +8,11 @@
   ARGV[7] this shard  ARGV[8] the shard count  ARGV[9..] the queue names, in KEYS order
   Returns {leader messages "<kind>|<job>", expired lease members "<job>|<index>",
            reserved queue members "<seq>|<job>|<index>[|<limits>]", ms until the next retry
-           is due or a rate window ends with tasks waiting in these queues (-1: none)}
+           is due or a rate window ends with tasks waiting in these queues (-1: none),
+           "<protocol>|<queue>" for each queue where entries of a newer protocol were left}
+  An entry of a protocol above PROTOCOL (schema.py: it ends with "|v<N>") was written by a
+  newer release: it is never popped, only read, and left in its place for a worker of that
+  release; the claim takes the entries behind it (at most NEWER_SKIPPED_MAX a queue per call).
   A reserved task holds a lease and a claims entry; start.lua makes it running. A worker
   that dies in between leaves an expiring lease, so expire.lua puts the task back.
   A queue with a rate limit (LF.RATE: N starts per period, N split over the shards) gives
@@ -32,6 +36,9 @@ local RETRIES_MOVED_MAX = 200 -- due retries moved per queue per call: bounded w
 local PARKED_MAX = 1000 -- tasks parked per call: bounded work when a full limit heads a queue
 local UNPARKED_MAX = 256 -- parked tasks put back per limit and queue per call
 local ORDER_OFFSET = 1000000000 -- spec.MAX_PRIORITY: a score -p is 0..2e9 once offset
+-- newer-protocol entries passed over per queue per call: bounded reads when a newer release's
+-- work heads a queue (its own workers take it; this one goes on behind it)
+local NEWER_SKIPPED_MAX = 256
 
 local now = now_ms()
 local leader = {}
@@ -167,7 +174,7 @@ local function unpark_queue(qname, ready)
   end
 end
 
-local reserved = {}
+local reserved, newer = {}, {}
 local parked_left = PARKED_MAX
 for k = 9, #KEYS, 3 do
   local ready, delayed, wake_key = KEYS[k], KEYS[k + 1], KEYS[k + 2]
@@ -182,36 +189,48 @@ for k = 9, #KEYS, 3 do
   local wanted = want > 0
   local rate = wanted and rate_window(qname)
   local rate_left = rate and rate.left or want
-  local before, emptied = want, false
-  while want > 0 and rate_left > 0 and parked_left > 0 do
+  local before, emptied, skipped, newest = want, false, 0, 0
+  while want > 0 and rate_left > 0 and parked_left > 0 and skipped < NEWER_SKIPPED_MAX do
     local asked = math.min(want, rate_left)
-    local popped = redis.call('ZPOPMIN', ready, asked)
-    local leases, claims = {}, {}
-    for p = 1, #popped, 2 do
-      local member = popped[p]
-      local job, index, spec = string.match(member, '^%d+|([^|]+)|(%d+)|?(.*)$')
-      local lease = job .. '|' .. tonumber(index) -- leases name the unpadded index
-      if spec == '' or take_slots(qname, member, popped[p + 1], job, lease, spec) then
-        leases[#leases + 1] = now + lease_ms
-        leases[#leases + 1] = lease
-        claims[#claims + 1] = lease
-        claims[#claims + 1] = handler
-        reserved[#reserved + 1] = member
-        want = want - 1
-        rate_left = rate_left - 1
+    -- read, not popped: what this release cannot run stays where it is
+    local head = redis.call('ZRANGE', ready, skipped, skipped + asked - 1, 'WITHSCORES')
+    local leases, claims, taken = {}, {}, {}
+    for p = 1, #head, 2 do
+      local member = head[p]
+      local protocol = tonumber(string.match(member, ENTRY_PROTOCOL) or 1) -- unmarked: 1
+      if protocol > PROTOCOL then
+        skipped = skipped + 1
+        newest = math.max(newest, protocol)
       else
-        parked_left = parked_left - 1
+        taken[#taken + 1] = member
+        local job, index, spec = string.match(member, '^%d+|([^|]+)|(%d+)|?(.*)$')
+        local lease = job .. '|' .. tonumber(index) -- leases name the unpadded index
+        if spec == '' or take_slots(qname, member, head[p + 1], job, lease, spec) then
+          leases[#leases + 1] = now + lease_ms
+          leases[#leases + 1] = lease
+          claims[#claims + 1] = lease
+          claims[#claims + 1] = handler
+          reserved[#reserved + 1] = member
+          want = want - 1
+          rate_left = rate_left - 1
+        else
+          parked_left = parked_left - 1
+        end
       end
     end
+    call_chunked('ZREM', ready, taken)
     call_chunked('ZADD', LEASES, leases)
     call_chunked('HSET', CLAIMS, claims)
-    emptied = #popped < 2 * asked
-    if emptied then break end -- the queue is empty
+    emptied = #head < 2 * asked
+    if emptied then break end -- the queue is empty (but for what was passed over)
   end
+  if newest > 0 then newer[#newer + 1] = newest .. '|' .. qname end
   if rate and before > want then
     redis.call('HSET', LIMITS, LF.RATE_WINDOW .. qname, rate.start .. '|' .. rate.count + before - want)
   end
-  local more = wanted and not emptied and redis.call('EXISTS', ready) == 1
+  -- more that this release can run: not only what it passed over (no wake-up ping-pong)
+  local more = wanted and not emptied and skipped < NEWER_SKIPPED_MAX
+    and redis.call('ZCARD', ready) > skipped
   if rate and rate_left <= 0 and more then -- the queue waits for the window's end: say when,
     due_in(rate.ends - now) -- so workers wake then
   elseif more then
@@ -233,4 +252,4 @@ for _, id in ipairs(freed) do
     redis.call('SREM', FREED, id)
   end
 end
-return {leader, expired, reserved, next_due}
+return {leader, expired, reserved, next_due, newer}

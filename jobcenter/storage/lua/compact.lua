@@ -11,14 +11,15 @@
   ARGV[A+3] the part  ARGV[A+4] the record's format (schema.PACKED_FORMAT)
   Returns {0} | {1} nothing to do: not finished, a cascade under way, or packed already (its
   message is dropped) | {-4} job gone | {-6} the job changed since it was read, or another
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
   leader wrote parts meanwhile: read it again ]]
 
 local P = KEYS[14 + #JOB_STATES] -- the packed record (_job.lua)
 
 local message = 'compact|' .. JOB_ID
 if not load_job() then
-  redis.call('ZREM', LEADER, message)
-  return {JOB_GONE}
+  if META.refusal == JOB_GONE then redis.call('ZREM', LEADER, message) end
+  return {META.refusal}
 end
 local finished = META.state == J_SUCCEEDED or META.state == J_FAILED or META.state == J_CANCELLED
 if not finished or META.packed or redis.call('EXISTS', F) == 1 then

@@ -6,32 +6,35 @@
   the same call: one round trip, not three). Each success updates the learned run time of
   its job name + task id and of its task name.
   KEYS: the job context (_job.lua), then KEYS[XK] the shard's learned-estimates hash
-  ARGV[A] handler id  ARGV[A+1] lease ms  ARGV[A+2] tasks to take (released children, then queued
+  ARGV[A] handler id  ARGV[A+1] the call's nonce, for the attempts it starts (start.lua)
+  ARGV[A+2] lease ms  ARGV[A+3] tasks to take (released children, then queued
   ones): "<free>" into free slots, or "<free>+<extra>" with a prefetch (NEXT.may_take), then
   "@<run order>" when the worker holds tasks with children: it prefetches only tasks before it
-  ARGV[A+3] number of queues the worker serves  ARGV[A+4..] their names
-  then triples: task index, attempt, its result (msgpack bytes, stored with the success;
-  '' for None: nothing stored)
+  ARGV[A+4] number of queues the worker serves  ARGV[A+5..] their names
+  then triples: task index, fencing token (_job.lua token_of), its result (msgpack bytes,
+  stored with the success; '' for None: nothing stored)
   Returns {0, {code per triple}, {{index, attempt, payload, inputs, run order, children} per taken
           task} (as one msgpack string: MSGPACK.tasks)} | {-4}
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
           | {-5}
-  Codes: 0 completed | 1 this attempt completed already | -2 stale token | -3 not running ]]
+  Codes: 0 completed | 1 this attempt completed already | -2 stale token | -3 not running
+  | -9 an attempt Redis never started: it lost writes (refusal_of) ]]
 
-local handler = ARGV[A]
-local lease_ms = tonumber(ARGV[A + 1])
+local handler, nonce = ARGV[A], ARGV[A + 1]
+local lease_ms = tonumber(ARGV[A + 2])
 -- "<free>" or "<free>+<extra>": tasks to take into free slots, and beyond them (a prefetch)
 local NEXT = {writes = {}, clears = {}, leases = {}, indexes = {}, attempts = {}, released = {},
   slotted = {}}
-local take_left = tonumber(string.match(ARGV[A + 2], '^%d+'))
-NEXT.extra = tonumber(string.match(ARGV[A + 2], '^%d+%+(%d+)') or 0)
-NEXT.before = string.match(ARGV[A + 2], '@(.+)$') -- nil: no bound
+local take_left = tonumber(string.match(ARGV[A + 3], '^%d+'))
+NEXT.extra = tonumber(string.match(ARGV[A + 3], '^%d+%+(%d+)') or 0)
+NEXT.before = string.match(ARGV[A + 3], '@(.+)$') -- nil: no bound
 take_left = take_left + NEXT.extra
-local nserved = tonumber(ARGV[A + 3])
+local nserved = tonumber(ARGV[A + 4])
 local served = {}
-for k = A + 4, A + 3 + nserved do served[ARGV[k]] = true end
-local first_triple = A + 4 + nserved
+for k = A + 5, A + 4 + nserved do served[ARGV[k]] = true end
+local first_triple = A + 5 + nserved
 
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
@@ -127,7 +130,8 @@ local function take(c)
   take_left = take_left - 1
   local attempt = tonumber(f[7] or 0) + 1
   redis.call('HSET', T, TF_STATE .. c, T_RUNNING, TF_ATTEMPTS .. c, attempt, TF_HANDLER .. c, handler,
-    TF_QUEUED_AT .. c, NEXT.now, TF_STARTED_AT .. c, NEXT.now, TF_UPDATED_AT .. c, NEXT.now)
+    TF_NONCE .. c, nonce, TF_QUEUED_AT .. c, NEXT.now, TF_STARTED_AT .. c, NEXT.now,
+    TF_UPDATED_AT .. c, NEXT.now)
   NEXT.clear(c, f[11], f[12], f[13]) -- a fresh attempt
   call_chunked('HDEL', T, NEXT.clears)
   NEXT.clears = {}
@@ -157,7 +161,7 @@ end
 function NEXT.take_queued()
   if take_left <= 0 or META.state ~= J_RUNNING then return end
   if redis.call('SCARD', SL.keys.freed) > 0 then return end
-  for k = A + 4, A + 3 + nserved do
+  for k = A + 5, A + 4 + nserved do
     local q = QUEUES[ARGV[k]]
     -- a queue none of this job's tasks enter: its head is not in KEYS, so nothing after it
     if not q or NEXT.held_back(ARGV[k], q) then break end
@@ -167,7 +171,8 @@ function NEXT.take_queued()
       local popped = {}
       for _, member in ipairs(head) do
         local job, index, rest = string.match(member, '^%d+|([^|]+)|(%d+)(.*)$')
-        NEXT.stopped = job ~= JOB_ID or rest ~= '' -- another job's task, or one with slots
+        -- another job's task, or one with slots (or a newer release's: a marked entry)
+        NEXT.stopped = job ~= JOB_ID or rest ~= ''
         NEXT.stopped = NEXT.stopped or not NEXT.start(tostring(tonumber(index)), ARGV[k], member)
         if NEXT.stopped then break end
         popped[#popped + 1] = member
@@ -232,7 +237,8 @@ function NEXT.start(i, qname, member)
   take_left = take_left - 1
   local attempt = tonumber(f[2] or 0) + 1
   for _, v in ipairs({TF_STATE .. i, T_RUNNING, TF_ATTEMPTS .. i, attempt, TF_HANDLER .. i, handler,
-                      TF_STARTED_AT .. i, NEXT.now, TF_UPDATED_AT .. i, NEXT.now}) do
+                      TF_NONCE .. i, nonce, TF_STARTED_AT .. i, NEXT.now, TF_UPDATED_AT .. i,
+                      NEXT.now}) do
     NEXT.writes[#NEXT.writes + 1] = v
   end
   NEXT.clear(i, f[10], f[5], f[11])
@@ -250,15 +256,17 @@ local codes, done = {}, {}
 local writes, clears, leases, history, frontier = {}, {}, {}, {}, {}
 OBS.succeeded = {indexes = {}, attempts = {}} -- one event entry for the batch
 for k = first_triple, #ARGV, 3 do
-  local i, attempt, result = ARGV[k], ARGV[k + 1], ARGV[k + 2]
+  local i, token, result = ARGV[k], ARGV[k + 1], ARGV[k + 2]
   local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
     TF_STARTED_AT .. i, TF_CHILDREN .. i, TF_PAYLOAD .. i, TF_ID .. i, TF_QUEUE .. i,
-    TF_LIMITS .. i, TF_ERROR .. i, TF_PROGRESS .. i, TF_WAITING_FOR .. i, TF_GATE_WAIT .. i)
+    TF_LIMITS .. i, TF_ERROR .. i, TF_PROGRESS .. i, TF_WAITING_FOR .. i, TF_GATE_WAIT .. i,
+    TF_NONCE .. i)
   local code = ITEM_OK
   if META.packed then
     code = ITEM_STALE_TOKEN -- its job finished and was compacted: no attempt of it is current
-  elseif (f[2] or '0') .. ':' .. (f[3] or '') ~= attempt .. ':' .. handler then
-    code = ITEM_STALE_TOKEN
+  elseif (f[2] or '0') .. ':' .. (f[3] or '') .. ':' .. (f[14] or '') ~= token
+      or f[3] ~= handler then
+    code = refusal_of(token, {f[2], f[3], f[14]})
   elseif f[1] == T_SUCCEEDED or done[i] then
     code = ITEM_ALREADY
   elseif f[1] ~= T_RUNNING and f[1] ~= T_TIMED_OUT then

@@ -5,11 +5,12 @@
   KEYS[XK+2] the firing schedule's jobs zset (the job hash again when no schedule fired it)
   KEYS[XK+3] its notifications hash  KEYS[XK+4] its deliveries list
   ARGV[A..] indexes of its failed tasks (its dead letters)
-  Returns {0} | {-3} the job is not finished (cancel it first) | {-4} job gone | {-5} ]]
+  Returns {0} | {-3} the job is not finished (cancel it first) | {-4} job gone | {-5} 
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it]]
 
 local P = KEYS[14 + #JOB_STATES] -- the packed record (_job.lua)
 
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if META.state ~= J_SUCCEEDED and META.state ~= J_FAILED and META.state ~= J_CANCELLED then
   return {WRONG_STATE}
 end

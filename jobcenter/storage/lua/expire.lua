@@ -7,12 +7,13 @@
   KEYS: the job context (_job.lua)
   ARGV[A] grace ms  ARGV[A+1..] task indexes
   Returns {0, {outcome per index}} | {-4} job gone (its leases are dropped) | {-5}
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
   Outcomes: 'live' (not expired) | 'requeued' | 'timed_out' | 'retried' | 'failed' | 'dropped' ]]
 
 local grace_ms = tonumber(ARGV[A])
 if not load_job() then
-  drop_reservations(A + 1)
-  return {JOB_GONE}
+  if META.refusal == JOB_GONE then drop_reservations(A + 1) end
+  return {META.refusal}
 end
 if not queues_passed() then return {KEYS_MISSING} end
 

@@ -1,16 +1,19 @@
 --[[ fail: a running attempt failed: retry_wait (backoff) while attempts remain and the
   caller asks for a retry, else failed, with every descendant marked upstream_failed.
   KEYS: the job context (_job.lua)
-  ARGV[A] handler id  ARGV[A+1] task index  ARGV[A+2] attempt  ARGV[A+3] error text
-  ARGV[A+4] retry delay ms, or -1 for no retry (Fatal, or a non-retryable error)
+  ARGV[A] handler id  ARGV[A+1] task index  ARGV[A+2] fencing token (_job.lua token_of)
+  ARGV[A+3] error text  ARGV[A+4] retry delay ms, or -1 for no retry (Fatal, or a
+  non-retryable error)
   Returns {0, new state} | {1, state} this attempt ended already | {-2} stale token (or
           the job finished and was compacted) | {-3} not running | {-4} job gone
-          | {-5} queues not passed | {-7} its job was cancelled (or abandoned) ]]
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
+          | {-5} queues not passed | {-7} its job was cancelled (or abandoned)
+          | {-9} an attempt Redis never started: it lost writes (refusal_of) ]]
 
-local handler, i, attempt = ARGV[A], ARGV[A + 1], ARGV[A + 2]
+local handler, i, token = ARGV[A], ARGV[A + 1], ARGV[A + 2]
 local err, delay = ARGV[A + 3], tonumber(ARGV[A + 4])
 
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
 -- a refusal says when the job was cancelled: the worker logs the real cause
 local function refused(otherwise)
@@ -19,7 +22,9 @@ end
 -- finished and compacted: no attempt of the job is current any more
 if META.packed then return refused(STALE_TOKEN) end
 local state = task_state(i)
-if token_of(i) ~= attempt .. ':' .. handler then return {STALE_TOKEN} end
+local refusal, fields = token_refusal(i, token, handler)
+if refusal then return {refusal} end
+local attempt = fields[1]
 if state ~= T_RUNNING and state ~= T_TIMED_OUT then
   if state == T_FAILED or state == T_RETRY_WAIT or state == T_QUEUED or state == T_SUCCEEDED then
 

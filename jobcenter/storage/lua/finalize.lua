@@ -3,12 +3,13 @@
   split) and recovery (a job whose tasks all ended but that was never closed).
   KEYS: the job context (_job.lua)
   Returns {0, state} | {1, state} finalized already | {2} tasks still unfinished | {-4}
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
           | {-5} idempotency key not passed ]]
 
 local message = 'finalize|' .. JOB_ID
 if not load_job() then
-  redis.call('ZREM', LEADER, message)
-  return {JOB_GONE}
+  if META.refusal == JOB_GONE then redis.call('ZREM', LEADER, message) end
+  return {META.refusal}
 end
 if META.state == J_SUCCEEDED or META.state == J_FAILED or META.state == J_CANCELLED then
   redis.call('ZREM', LEADER, message)

@@ -1,28 +1,33 @@
 --[[ gate_wait: a gate the task requires said no before its attempt began: the attempt goes
-  back unused (attempt number restored, handler cleared, so no earlier token matches), its
-  pool and limit slots are given back, and the task waits in its queue's delayed set for the
+  back unused (attempt number restored, handler cleared, so no token matches any more;
+  its nonce stays, so a late report of it is stale, not unknown), its pool and limit slots are given back, and the task waits in its queue's delayed set for the
   gate's backoff. The task records which gate and since when ('gw:' "<since ms>|<gate>",
   kept while the same gate keeps saying no) for status; once that has lasted the gate's
   give-up time the task fails for good, with an error naming the gate (its retries are for
   its own failures, not the environment's).
   KEYS: the job context (_job.lua)
-  ARGV[A] handler id  then quintuples: task index, attempt, gate, backoff ms, give-up ms
+  ARGV[A] handler id  then quintuples: task index, fencing token (_job.lua token_of), gate,
+  backoff ms, give-up ms
   Returns {0, {code per quintuple}} | {-4} job gone | {-5} queues not passed
-  Codes: 0 waits | 1 failed: the gate said no for too long | -2 stale token | -3 not running ]]
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
+  Codes: 0 waits | 1 failed: the gate said no for too long | -2 stale token | -3 not running
+  | -9 an attempt Redis never started: it lost writes (refusal_of) ]]
 
 local handler = ARGV[A]
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local codes, woken, failed = {}, {}, false
 for k = A + 1, #ARGV, 5 do
-  local i, attempt, gate = ARGV[k], ARGV[k + 1], ARGV[k + 2]
+  local i, token, gate = ARGV[k], ARGV[k + 1], ARGV[k + 2]
   local backoff, give_up = tonumber(ARGV[k + 3]), tonumber(ARGV[k + 4])
   local state = task_state(i)
   local code = ITEM_OK
-  if token_of(i) ~= attempt .. ':' .. handler then
-    code = ITEM_STALE_TOKEN
+  local refusal, fields = token_refusal(i, token, handler)
+  local attempt = fields[1]
+  if refusal then
+    code = refusal
   elseif state ~= T_RUNNING and state ~= T_TIMED_OUT then
     code = ITEM_NOT_RUNNING
   else

@@ -4,32 +4,37 @@
   given; the shortest delay when a live worker serves the task's name on its queue (that
   worker takes it soon: a longer delay would only make it wait). The attempt does not
   count: the attempt number goes back to what it was, and the handler is cleared, so no
-  token of this or an earlier attempt matches any more. The task
+  token of this or an earlier attempt matches any more (its nonce stays: a late report of
+  it is stale, not unknown). The task
   records the name it waits for and since when ('wf:' field "<since ms>|<name>", kept over
   repeated give-backs) for status, and for recovery, which fails it once no live worker has
   had the name for too long.
   KEYS: the job context (_job.lua)
   ARGV[A] handler id  ARGV[A+1] shortest delay ms  ARGV[A+2] longest delay ms
   ARGV[A+3] what live workers serve: "queue|name" entries, each followed by a newline
-  then triples: task index, attempt, task name
+  then triples: task index, fencing token (_job.lua token_of), task name
   Returns {0, {code per triple}} | {-4} job gone | {-5} queues not passed
-  Codes: 0 given back | -2 stale token (not this handler's attempt) | -3 not running ]]
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
+  Codes: 0 given back | -2 stale token (not this handler's attempt) | -3 not running
+  | -9 an attempt Redis never started: it lost writes (refusal_of) ]]
 
 local handler = ARGV[A]
 local delay_min, delay_max = tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2])
 local served = {}
 for member in string.gmatch(ARGV[A + 3], '([^\n]+)\n') do served[member] = true end
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
 local codes, woken = {}, {}
 for k = A + 4, #ARGV, 3 do
-  local i, attempt, name = ARGV[k], ARGV[k + 1], ARGV[k + 2]
+  local i, token, name = ARGV[k], ARGV[k + 1], ARGV[k + 2]
   local state = task_state(i)
   local code = ITEM_OK
-  if token_of(i) ~= attempt .. ':' .. handler then
-    code = ITEM_STALE_TOKEN
+  local refusal, fields = token_refusal(i, token, handler)
+  local attempt = fields[1]
+  if refusal then
+    code = refusal
   elseif state ~= T_RUNNING and state ~= T_TIMED_OUT then
     code = ITEM_NOT_RUNNING
   else

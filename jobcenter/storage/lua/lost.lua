@@ -8,12 +8,14 @@
   - the job hash is there, unfinished, but its tasks were lost (tasks_lost, _job.lua): the
     job ends failed, or cancelled under a user's cancel, its error naming the tasks hash
   KEYS: the job context (_job.lua)
-  Returns {0, state} settled: the job's state now | {1} nothing was lost | {-5} ]]
+  Returns {0, state} settled: the job's state now | {1} nothing was lost | {-5}
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it]]
 
 local P = KEYS[14 + #JOB_STATES] -- the packed record (_job.lua)
 local now = now_ms()
 
-if not load_job() then
+if not load_job() and META.refusal == NEWER_PROTOCOL then return {NEWER_PROTOCOL} end
+if not META.state then
   local created = redis.call('ZSCORE', ACTIVE, JOB_ID)
   for _, state in ipairs({J_PENDING, J_RUNNING}) do
     created = created or redis.call('ZSCORE', STATE_INDEX[state], JOB_ID)

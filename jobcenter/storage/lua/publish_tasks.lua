@@ -4,10 +4,11 @@
   KEYS: the job context (_job.lua)
   ARGV[A] handler id  ARGV[A+1] leader step timeout ms  ARGV[A+2] tasks written before
   this chunk  ARGV[A+3] tasks written after it  ARGV[A+4..] field, value pairs (tasks hash)
-  Returns {0} | {-3} job not pending | {-4} job gone | {-6} another leader moved the cursor ]]
+  Returns {0} | {-3} job not pending | {-4} job gone | {-6} another leader moved the cursor 
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it]]
 
 
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if META.state ~= J_PENDING or redis.call('HGET', J, JF.STOP) then return {WRONG_STATE} end
 if tonumber(redis.call('HGET', J, JF.WRITTEN) or 0) ~= tonumber(ARGV[A + 2]) then return {CURSOR_MOVED} end
 

@@ -4,9 +4,10 @@
   ARGV[A] handler id  ARGV[A+1] leader step timeout ms  ARGV[A+2] roots queued before this
   chunk  ARGV[A+3] roots queued after it  ARGV[A+4] 1 if this is the last chunk
   ARGV[A+5..] task indexes
-  Returns {0} | {-3} job cancelled, finished, or not fully written | {-4} | {-5} | {-6} ]]
+  Returns {0} | {-3} job cancelled, finished, or not fully written | {-4} | {-5} | {-6} 
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it]]
 
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
 local j = redis.call('HMGET', J, JF.WRITTEN, JF.TASKS, JF.QUEUED, JF.STOP)
 if (META.state ~= J_PENDING and META.state ~= J_RUNNING) or j[4] or j[1] ~= j[2] then

@@ -1,12 +1,14 @@
 --[[ release: a worker shutting down gives its running attempts back: each goes back to its
   queue at once, and gets one more attempt so the interrupted one does not use up a retry.
   KEYS: the job context (_job.lua)
-  ARGV[A] handler id  then pairs: task index, attempt
+  ARGV[A] handler id  then pairs: task index, fencing token (_job.lua token_of)
   Returns {0, number released} | {-4} job gone | {-5} queues not passed
-  An attempt whose token is stale or that is no longer running is left alone. ]]
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
+  An attempt whose token is not the task's current one, or that is no longer running, is left
+  alone. ]]
 
 local handler = ARGV[A]
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()
@@ -14,10 +16,10 @@ local released = 0
 for k = A + 1, #ARGV, 2 do
   local i = ARGV[k]
   local state = task_state(i)
-  if token_of(i) == ARGV[k + 1] .. ':' .. handler
-      and (state == T_RUNNING or state == T_TIMED_OUT) then
+  local refusal, attempt = token_refusal(i, ARGV[k + 1], handler)
+  if not refusal and (state == T_RUNNING or state == T_TIMED_OUT) then
     record_history(i, T_QUEUED, now, 'given back by a stopping worker')
-    OBS.emit(EV.RELEASED, i, {EF.ATTEMPT, ARGV[k + 1], EF.HANDLER, handler})
+    OBS.emit(EV.RELEASED, i, {EF.ATTEMPT, attempt[1], EF.HANDLER, handler})
     redis.call('HSET', T, TF_MAX_ATTEMPTS .. i, max_attempts(i) + 1)
     redis.call('ZREM', LEASES, lease_member(i))
     SL.free_slots(i)

@@ -15,10 +15,11 @@
   KEYS: the job context (_job.lua)
   ARGV[A] action  ARGV[A+1] error text (abandon, node)  then per task: index, and for
   'release' a count of parents followed by the parents' indexes
-  Returns {0, number repaired, of which failed} | {-4} job gone | {-5} queues not passed ]]
+  Returns {0, number repaired, of which failed} | {-4} job gone | {-5} queues not passed
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it]]
 
 local action, err = ARGV[A], ARGV[A + 1]
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
 
 local now = now_ms()

@@ -5,11 +5,12 @@
   ARGV[A] items restored before this call (the caller's cursor)  ARGV[A+1] 1 on the last call
   ARGV[A+2] number of task field/value pairs, then the pairs, then history entries (in order)
   Returns {0} | {1} not packed: nothing to restore | {-4} job gone | {-6} another restore
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
   moved the cursor meanwhile ]]
 
 local P = KEYS[14 + #JOB_STATES] -- the packed record (_job.lua)
 
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if redis.call('HEXISTS', J, JF.PACKED) == 0 then return {ALREADY} end
 local before = tonumber(ARGV[A])
 if tonumber(redis.call('HGET', J, JF.RESTORE_CURSOR) or 0) ~= before then return {CURSOR_MOVED} end

@@ -3,10 +3,11 @@
   message is added only if none is pending (a duplicate would be dropped anyway).
   KEYS: the job context (_job.lua)
   ARGV[A] kind: 'split' | 'continue' | 'finalize'
-  Returns {0} added | {1} a message was pending already, or the job is finished | {-4} ]]
+  Returns {0} added | {1} a message was pending already, or the job is finished | {-4} 
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it]]
 
 local kind = ARGV[A]
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if META.state == J_SUCCEEDED or META.state == J_FAILED or META.state == J_CANCELLED then
   return {ALREADY}
 end

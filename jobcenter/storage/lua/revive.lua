@@ -12,11 +12,12 @@
   ARGV[A] number of roots  ARGV[A+1..] root indexes  then for each task to reset (parents
   before children): its index, its number of parents, their indexes
   Returns {0, tasks revived} | {1} a failure cascade is under way: finish it ('continue')
-          and call again | {-3, reason} | {-4} job gone | {-5} queues not passed ]]
+          and call again | {-3, reason} | {-4} job gone | {-5} queues not passed 
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it]]
 
 local P = KEYS[14 + #JOB_STATES] -- the packed record (_job.lua)
 
-if not load_job() then return {JOB_GONE} end
+if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
 if redis.call('HGET', J, JF.STOP) == 'cancel' then return {WRONG_STATE, 'the job was cancelled'} end
 if redis.call('EXISTS', F) == 1 then return {BUSY} end

@@ -1,30 +1,32 @@
 --[[ start: reserved -> running: a new attempt of each task this handler reserved.
   KEYS: the job context (_job.lua)
-  ARGV[A] handler id  ARGV[A+1..] task indexes
+  ARGV[A] handler id  ARGV[A+1] the claim's nonce (random, drawn by the worker: each attempt's
+  fencing token is "<attempt>:<handler>:<nonce>", _job.lua token_of)  ARGV[A+2..] task indexes
   Returns {0, {{index, attempt, payload, inputs, run order, children}...} (as one msgpack
   string: MSGPACK.tasks), the job's queues, its idempotency key} (inputs: _data.lua task_inputs, the parents' results the task
   receives; run order: OBS.run_order, where it stands in its queue's order; children:
   OBS.children_after, 0 when it releases no others as it ends)
           | {-4} job gone (its reservations are dropped)
+          | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
   A task reserved by another handler is skipped untouched; one no longer queued (cancelled)
   has its reservation dropped. ]]
 
-local handler = ARGV[A]
+local handler, nonce = ARGV[A], ARGV[A + 1]
 if not load_job() then
-  drop_reservations(A + 1)
-  return {JOB_GONE}
+  if META.refusal == JOB_GONE then drop_reservations(A + 2) end
+  return {META.refusal}
 end
 
 local now = now_ms()
 local now_text = tostring(now) -- written as text: a number is formatted by each call
 local leases = {}
-for k = A + 1, #ARGV do leases[#leases + 1] = lease_member(ARGV[k]) end
+for k = A + 2, #ARGV do leases[#leases + 1] = lease_member(ARGV[k]) end
 local holders = redis.call('HMGET', CLAIMS, unpack(leases))
 local started, mine, dropped, writes, clears, seen = {}, {}, {}, {}, {}, {}
 local started_indexes, started_attempts = {}, {}
-for k = A + 1, #ARGV do
-  local i, lease = ARGV[k], leases[k - A]
-  if holders[k - A] == handler and not seen[i] then
+for k = A + 2, #ARGV do
+  local i, lease = ARGV[k], leases[k - A - 1]
+  if holders[k - A - 1] == handler and not seen[i] then
     seen[i] = true
     mine[#mine + 1] = lease
     local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i,
@@ -33,7 +35,8 @@ for k = A + 1, #ARGV do
     if f[1] == T_QUEUED or f[1] == T_RETRY_WAIT then
       local attempt = tonumber(f[2] or 0) + 1
       for _, v in ipairs({TF_STATE .. i, T_RUNNING, TF_ATTEMPTS .. i, attempt, TF_HANDLER .. i, handler,
-                          TF_STARTED_AT .. i, now_text, TF_UPDATED_AT .. i, now_text}) do writes[#writes + 1] = v end
+                          TF_NONCE .. i, nonce, TF_STARTED_AT .. i, now_text, TF_UPDATED_AT .. i,
+                          now_text}) do writes[#writes + 1] = v end
       -- a fresh attempt: the last one's error, finish time and progress (those it has) are
       -- history now
       if f[13] then clears[#clears + 1] = TF_ERROR .. i end
