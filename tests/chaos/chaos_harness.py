@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 from chaos_tasks import EVENTS_URL_ENV, WORKER_NAME_ENV, all_gates_key, events_key, gate_key
 from harness import PROCESS_START_SECONDS, TESTS_DIR, Cli, WorkerPool, WorkerProcess, spawn
@@ -323,3 +324,21 @@ def check_converged(
     if leader and JobState(state).terminal:
         problems.append(f"leader messages left: {leader}")
     return Convergence(state, task_states, starts, problems)
+
+
+def short_settings(url: str, namespace: str) -> Settings:
+    """Settings with the workers' short lease and timeouts (SHORT_ENV), for a test's own store."""
+    return Settings(
+        redis_url=url,
+        namespace=namespace,
+        lease_seconds=float(SHORT_ENV["JOBCENTER_LEASE_SECONDS"]),
+        worker_timeout_seconds=float(SHORT_ENV["JOBCENTER_WORKER_TIMEOUT_SECONDS"]),
+        recovery_interval_seconds=float(SHORT_ENV["JOBCENTER_RECOVERY_INTERVAL_SECONDS"]),
+    )
+
+
+def close_cluster(cluster: Cluster) -> None:
+    """Stop the cluster's workers; fail the test if any worker or rq child was left over."""
+    problems = cluster.close()
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)

@@ -8,28 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from chaos_harness import SHORT_ENV, Cluster
+from chaos_harness import Cluster, close_cluster, short_settings
 
 from jobcenter import Client
-from jobcenter.config import Settings
 from jobcenter.storage.embedded import RedisServer
 from jobcenter.storage.store import Store, connect
-
-
-def _settings(url: str, namespace: str) -> Settings:
-    return Settings(
-        redis_url=url,
-        namespace=namespace,
-        lease_seconds=float(SHORT_ENV["JOBCENTER_LEASE_SECONDS"]),
-        worker_timeout_seconds=float(SHORT_ENV["JOBCENTER_WORKER_TIMEOUT_SECONDS"]),
-        recovery_interval_seconds=float(SHORT_ENV["JOBCENTER_RECOVERY_INTERVAL_SECONDS"]),
-    )
-
-
-def _close(cluster: Cluster) -> None:
-    problems = cluster.close()
-    if problems:
-        pytest.fail("\n".join(problems), pytrace=False)
 
 
 @pytest.fixture
@@ -37,13 +20,13 @@ def cluster(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Cluster]
     """Workers on the session's Redis; at teardown every worker and rq child must be gone."""
     c = Cluster(redis_url, namespace, tmp_path)
     yield c
-    _close(c)
+    close_cluster(c)
 
 
 @pytest.fixture
 def store(redis_url: str, namespace: str) -> Store:
     """The test's own view of the namespace, with the same short lease as the workers."""
-    return Store(connect(redis_url), _settings(redis_url, namespace))
+    return Store(connect(redis_url), short_settings(redis_url, namespace))
 
 
 @pytest.fixture
@@ -58,7 +41,7 @@ def private_cluster(
     """Workers on a Redis of this test's own (appendfsync always), which the test may kill."""
     c = Cluster(private_redis.url, namespace, tmp_path)
     yield c
-    _close(c)
+    close_cluster(c)
 
 
 @pytest.fixture
@@ -70,9 +53,9 @@ def outage_cluster(
     gate do not wait out the outage the test causes."""
     c = Cluster(private_redis.url, namespace, tmp_path, events_url=redis_url)
     yield c
-    _close(c)
+    close_cluster(c)
 
 
 @pytest.fixture
 def private_client(private_redis: RedisServer, namespace: str) -> Client:
-    return Client(Store(connect(private_redis.url), _settings(private_redis.url, namespace)))
+    return Client(Store(connect(private_redis.url), short_settings(private_redis.url, namespace)))

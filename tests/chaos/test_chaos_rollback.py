@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 import redis
-from chaos_harness import Cluster
-from conftest import _close, _settings
+from chaos_harness import Cluster, close_cluster, short_settings
 from helpers import wait_until
 
 from jobcenter import Client
@@ -49,7 +48,7 @@ def test_a_claim_redis_forgot_runs_again_under_a_new_token_and_the_stale_result_
 ) -> None:
     server = forgetful_redis
     cluster = Cluster(server.url, namespace, tmp_path, events_url=redis_url)
-    store = Store(connect(server.url), _settings(server.url, namespace))
+    store = Store(connect(server.url), short_settings(server.url, namespace))
     client = Client(store)
     try:
         held = {"id": "held", "task": "chaos.hold", "args": ["g"]}
@@ -91,4 +90,4 @@ def test_a_claim_redis_forgot_runs_again_under_a_new_token_and_the_stale_result_
         assert client.result(job_id, "held") == second["token"]  # the run Redis knows
     finally:
         store.redis.close()
-        _close(cluster)
+        close_cluster(cluster)
