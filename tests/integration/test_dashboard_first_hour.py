@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 import yaml
-from dashboard_harness import Dashboard
+from dashboard_harness import TOKEN, Dashboard, every_route
 from helpers import wait_until
 from integration_harness import EXAMPLES, JOB_SECONDS, Workers
 
 from jobcenter import Client
+from jobcenter.storage.embedded import RedisServer
 
 
 @pytest.fixture
@@ -91,3 +92,47 @@ def test_map_instances_are_drawn_from_their_source_and_counted_in_the_page(
     )
     assert "· 9 tasks" in page
     assert instance["task"] == "jobcenter.demo.count_rows" and instance["state"] == "succeeded"
+
+
+# -- Redis unreachable ----------------------------------------------------------------------------
+
+
+def test_with_redis_unreachable_every_route_says_so_and_answers_again_once_it_is_back(
+    private_redis: RedisServer,
+) -> None:
+    client = Client.from_url(private_redis.url, "outage")
+    job_id = client.submit({"name": "waits", "tasks": [{"id": "t1", "task": "nobody.has"}]})
+    schedule_id = client.schedule(
+        {"name": "hourly", "tasks": [{"id": "t", "task": "x.y"}]}, every="1h"
+    )
+    dashboard = Dashboard(client)
+    routes = [
+        (method, path)
+        for method, path in every_route(dashboard.server.config.app, job_id, schedule_id)
+        if path != "/" and not path.startswith("/static/")  # neither reads Redis
+    ]
+    as_script = {"Accept": "application/json", "X-Jobcenter-Token": TOKEN}
+    try:
+        private_redis.stop()
+        down = {(m, p): dashboard.http.request(m, p, headers=as_script) for m, p in routes}
+        pages = {p: dashboard.get(p) for m, p in routes if m == "GET" and "/api/" not in p}
+        private_redis.restart()
+        back = {p: dashboard.get(p).status_code for m, p in routes if m == "GET"}
+    finally:
+        dashboard.close()
+
+    trouble = f"cannot reach Redis at {private_redis.url}: "
+    assert ("GET", "/metrics") in down and ("POST", f"/jobs/{job_id}/cancel") in down
+    for (method, path), reply in down.items():
+        assert (reply.status_code, reply.headers["retry-after"]) == (503, "5"), (method, path)
+        assert reply.json()["error"].startswith(trouble), (method, path)
+    for path, page in pages.items():
+        assert page.status_code == 503, path
+        if path == "/metrics":  # what a scraper logs
+            assert page.text.startswith(trouble) and page.headers["content-type"].startswith(
+                "text/plain"
+            )
+        else:  # a page that names the problem and reloads itself until Redis is back
+            assert trouble in page.text and '<meta http-equiv="refresh" content="5">' in page.text
+    assert {path: code for path, code in back.items() if code >= 400} == {}
+    assert client.state(job_id) == "running"  # no action went through meanwhile
