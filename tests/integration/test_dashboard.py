@@ -29,6 +29,7 @@ ACTIONS = [
     "/dead-letters/{job}/t1/requeue",
     "/schedules/{schedule}/pause",
     "/schedules/{schedule}/resume",
+    "/schedules/{schedule}/run",
 ]
 
 

@@ -14,7 +14,7 @@ from dashboard_harness import TOKEN, Dashboard, every_route
 from helpers import wait_until
 from integration_harness import EXAMPLES, JOB_SECONDS, Workers
 
-from jobcenter import Client
+from jobcenter import Client, schedules
 from jobcenter.storage.embedded import RedisServer
 
 
@@ -136,3 +136,33 @@ def test_with_redis_unreachable_every_route_says_so_and_answers_again_once_it_is
             assert trouble in page.text and '<meta http-equiv="refresh" content="5">' in page.text
     assert {path: code for path, code in back.items() if code >= 400} == {}
     assert client.state(job_id) == "running"  # no action went through meanwhile
+
+
+# -- a schedule's "run now" -----------------------------------------------------------------------
+
+
+def test_run_now_submits_the_schedules_job_at_once_and_leaves_its_next_fire_as_it_was(
+    dashboard: Dashboard, client: Client, workers: Workers
+) -> None:
+    spec = {"name": "nightly", "tasks": [{"id": "t1", "task": "tasks_for_tests.record"}]}
+    schedule_id = client.schedule(spec, cron="0 3 * * *", name="nightly-report")
+    before = schedules.show_schedule(client.store, schedule_id)
+    schedules.pause_schedule(client.store, schedule_id)  # a paused one runs when asked, too
+    workers.start()
+
+    reply = dashboard.act("/schedules/nightly-report/run")  # by name, as by id
+    job_id = reply.json()["message"].split("job ")[1].split()[0]
+    ended = client.wait(job_id, JOB_SECONDS)
+    after = schedules.show_schedule(client.store, schedule_id)
+    listed = dashboard.get(f"/jobs?schedule={schedule_id}").text
+    page = dashboard.get(f"/schedules/{schedule_id}").text
+
+    assert reply.status_code == 200
+    assert reply.json()["message"] == f"schedule nightly-report: job {job_id} submitted"
+    assert ended["state"] == "succeeded" and ended["name"] == "nightly"
+    assert f'<tr data-job="{job_id}">' in listed  # listed under its schedule
+    assert (after["next_fire"], after["state"]) == (before["next_fire"], "paused")
+    assert (after["fires"], after["last_job"]) == (1, job_id)
+    assert after["recent"][0]["outcome"] == "submitted" and after["recent"][0]["job"] == job_id
+    assert after["recent"][0]["reason"] == "run now, by hand"
+    assert 'data-url="/schedules/' + schedule_id + '/run"' in page and "Run now" in page
