@@ -90,7 +90,7 @@ def test_map_instances_are_drawn_from_their_source_and_counted_in_the_page(
         | {("extract", t) for t in instances}  # each instance runs on one of its elements
         | {(t, "transform") for t in instances}  # the mapped task gathers them
     )
-    assert "· 9 tasks" in page
+    assert '<span id="job-tasks">9</span> tasks' in page
     assert instance["task"] == "jobcenter.demo.count_rows" and instance["state"] == "succeeded"
 
 
