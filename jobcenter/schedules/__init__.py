@@ -2,7 +2,7 @@
 a cron expression, fired by one ticker at a time per namespace.
 
 triggers (parsing, fire times) <- planning (the pure catch-up decision) <- manage (add, list,
-show, pause, resume, remove) <- ticker (fires due schedules). Their Redis calls live in
+show, pause, resume, run now, remove) <- ticker (fires due schedules). Their Redis calls live in
 jobcenter.storage.schedules. This module hands on the names callers use."""
 
 from jobcenter.storage.schedules import FIRES_KEPT, ScheduleState
@@ -16,6 +16,7 @@ from .manage import (
     remove_schedule,
     resolve,
     resume_schedule,
+    run_schedule_now,
     show_schedule,
 )
 from .planning import (
@@ -53,6 +54,6 @@ __all__ = [
     "SKIPPED", "SUBMITTED", "TICK_SECONDS", "Fire", "Plan", "Schedule", "ScheduleState",
     "Scheduler", "Trigger", "add_schedule", "list_schedules", "now_ms", "parse_at", "parse_cron",
     "parse_duration", "parse_trigger", "parse_zone", "pause_schedule", "plan_fires",
-    "read_schedule", "remove_schedule", "resolve", "resume_schedule", "run_ticker",
-    "show_schedule",
+    "read_schedule", "remove_schedule", "resolve", "resume_schedule", "run_schedule_now",
+    "run_ticker", "show_schedule",
 ]  # fmt: skip

@@ -1,5 +1,5 @@
-"""Adding, listing, showing, pausing, resuming and removing schedules: the checks and views
-around storage.schedules (which does every Redis call)."""
+"""Adding, listing, showing, pausing, resuming, running now and removing schedules: the checks
+and views around storage.schedules (which does every Redis call)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,22 @@ from jobcenter.storage import schedules as stored
 from jobcenter.storage.schedules import ScheduleState, StoredSchedule
 from jobcenter.storage.store import Store
 
-from .planning import CATCHUP_POLICIES, DEFAULT_CATCHUP, DEFAULT_OVERLAP, OVERLAP_POLICIES, Schedule
+from .planning import (
+    CATCHUP_POLICIES,
+    DEFAULT_CATCHUP,
+    DEFAULT_OVERLAP,
+    OVERLAP_POLICIES,
+    SUBMITTED,
+    Fire,
+    Schedule,
+)
 from .triggers import AT, parse_trigger
 
 LIST_PAGE = 500  # schedules `schedule list` reads per round trip
 # Reads a pause/resume may take when ticks keep changing the schedule under it: a tick writes
 # a schedule at most twice per fire, a job submit apart, so a retry almost always gets through.
 CHANGE_ATTEMPTS = 20
+RUN_NOW = "run now, by hand"  # the reason the fire record of a run asked for gives
 
 
 def now_ms(store: Store) -> int:
@@ -190,10 +199,13 @@ def _record_view(record: object) -> dict[str, Any]:
 
 
 def _change(
-    store: Store, ref: str, fn: Callable[[Schedule, ScheduleState], ScheduleState]
+    store: Store,
+    ref: str,
+    fn: Callable[[Schedule, ScheduleState], ScheduleState],
+    records: list[bytes] | None = None,
 ) -> dict[str, Any]:
-    """Apply `fn` to a schedule's state as read, decided again when a tick changed the
-    schedule meanwhile; returns the new view."""
+    """Apply `fn` to a schedule's state as read (adding fire `records`), decided again when a
+    tick changed the schedule meanwhile; returns the new view."""
     schedule_id = resolve(store, ref)
     for _ in range(CHANGE_ATTEMPTS):
         read = read_schedule(store, schedule_id)
@@ -201,7 +213,7 @@ def _change(
             raise _not_found(store, ref)
         schedule, state, revision = read
         new = fn(schedule, state)
-        code = save_schedule(store, schedule, revision, new)
+        code = save_schedule(store, schedule, revision, new, records)
         if code == stored.SAVED:
             return _view(schedule, new)
         if code != stored.STALE:
@@ -227,6 +239,28 @@ def resume_schedule(store: Store, ref: str, *, now: int | None = None) -> dict[s
         return replace(state, paused=False, next=nxt)
 
     return _change(store, ref, resume)
+
+
+def run_schedule_now(store: Store, ref: str) -> str:
+    """Submit a schedule's job now, whatever its trigger, state or overlap policy (a person
+    asked for it): the job is listed under the schedule and recorded as one of its fires;
+    the next fire stays as it was. Returns the job id."""
+    schedule_id = resolve(store, ref)
+    read = read_schedule(store, schedule_id)
+    if read is None:
+        raise _not_found(store, ref)
+    schedule = read[0]
+    now = now_ms(store)
+    # the key a fire at `now` would get: a second click in the same ms submits nothing more
+    spec = spec_from_any(replace(schedule.spec, idempotency_key=f"{schedule.id}:{now}"))
+    ((job_id, _),) = store.submit_many([spec], fired=[(schedule.id, now / 1000)])
+
+    def ran(_schedule: Schedule, state: ScheduleState) -> ScheduleState:
+        return replace(state, last_fire=now, last_job=job_id, fires=state.fires + 1)
+
+    fire = Fire(schedule.id, now, SUBMITTED, job_id, reason=RUN_NOW)
+    _change(store, schedule_id, ran, [fire.record(now)])
+    return job_id
 
 
 def remove_schedule(store: Store, ref: str) -> str:

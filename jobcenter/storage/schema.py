@@ -61,7 +61,8 @@ class TaskField(StrEnum):
         return f"TF_{self.name}"
 
 
-# What a task's working fields are, dropped when a succeeded job is compacted.
+# What a task's working fields are: what only a run of it needs. A failed or cancelled job's
+# packed record keeps them all, for a retry; a succeeded job's drops those not shown below.
 WORKING_FIELDS = (
     TaskField.PAYLOAD,
     TaskField.NONCE,
@@ -81,6 +82,18 @@ WORKING_FIELDS = (
     TaskField.PARENTS_LEFT,
     TaskField.PARENTS_FAILED,
     TaskField.PARENTS_SKIPPED,
+)
+# The working fields a succeeded job's packed record keeps all the same: what its readers show
+# of a finished job (the dashboard's picture: its edges and map links; a task's name and
+# arguments, its queue and attempts allowed). Its payload is kept as name and arguments alone
+# (storage/packed.py), a few bytes a task: the whole payload cost ~65.
+SHOWN_WORKING_FIELDS = (
+    TaskField.PAYLOAD,
+    TaskField.CHILDREN,
+    TaskField.QUEUE,
+    TaskField.MAX_ATTEMPTS,
+    TaskField.MAP_ARG,
+    TaskField.MAP_OF,
 )
 
 

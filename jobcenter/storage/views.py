@@ -245,7 +245,7 @@ class JobGraph:
     ids: list[str]  # task ids by index
     states: list[str]  # by index
     edges: list[tuple[int, int]]  # (parent, child) indexes
-    edges_known: bool  # False once a succeeded job's working fields (its edges) were freed
+    edges_known: bool  # False for a succeeded job whose record was packed without its edges
 
 
 def _unwritten_state(job_state: str) -> str:
@@ -254,8 +254,9 @@ def _unwritten_state(job_state: str) -> str:
 
 
 def job_graph(store: Store, job_id: str) -> JobGraph:
-    """Every task's id and state and the DAG's edges: from the tasks hash once the job is
-    split, from its stored spec before."""
+    """Every task's id and state and the DAG's edges: from the tasks hash (or the packed
+    record) once the job is split, from its stored spec before. A map's instances are drawn
+    as children of its source, and parents of the mapped task."""
     job = job_summary(store, job_id)
     jk = store.keys.job(job_id)
     n = job.tasks
@@ -269,18 +270,28 @@ def job_graph(store: Store, job_id: str) -> JobGraph:
         states = [text(s) or default for s in written]
         edges = [(p, c) for p, kids in enumerate(layout.children) for c in kids]
         return JobGraph(job, ids, states, edges, True)
-    fields = [f"{a}:{i}" for i in range(n) for a in ("id", "s", "c")]
+    per_task = (TaskField.ID, TaskField.STATE, TaskField.CHILDREN, TaskField.MAP_INSTANCES)
+    fields = [f.of(i) for i in range(n) for f in per_task]
     records = store.records(job_id)
-    values = records.values(fields)
+    # every split task has a payload; a succeeded job packed by jobcenter before its record
+    # kept the edges has none: its edges are not known
+    *values, first_payload = records.values([*fields, TaskField.PAYLOAD.of(0)])
     ids, states, edges = [], [], []
+    maps: dict[int, range] = {}  # a mapped task -> its instances
     for i in range(n):
-        task_id, state, children = values[3 * i : 3 * i + 3]
+        task_id, state, children, expanded = values[4 * i : 4 * i + 4]
         ids.append(text(task_id) or str(i))
         states.append(text(state) or _unwritten_state(job.state))
         if children:
             edges += [(i, int(c)) for c in children.decode().split(",")]
-    compacted = job.state == "succeeded" and records.packed is not None  # working fields gone
-    return JobGraph(job, ids, states, edges, not compacted)
+        if expanded:  # "<first index>|<count>|..."
+            first, count = map(int, expanded.decode().split("|")[:2])
+            maps[i] = range(first, min(first + count, n))
+    sources = records.values([TaskField.MAP_ARG.of(i) for i in maps])  # "<kwarg>=<source>"
+    for instances, source in zip(maps.values(), sources, strict=True):
+        if source:
+            edges += [(int(source.decode().rpartition("=")[2]), k) for k in instances]
+    return JobGraph(job, ids, states, edges, n == 0 or first_payload is not None)
 
 
 @dataclass(frozen=True)

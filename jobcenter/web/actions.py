@@ -1,5 +1,5 @@
 """What a person can change from the dashboard, each a POST that needs the token: cancel
-and retry a job, requeue a dead letter, pause and resume a schedule."""
+and retry a job, requeue a dead letter, pause, resume and run a schedule now."""
 
 from __future__ import annotations
 
@@ -88,10 +88,20 @@ async def resume(request: Request) -> Response:
     return await _act(request, do, "/schedules")
 
 
+async def run_now(request: Request) -> Response:
+    ref = request.path_params["schedule_id"]
+
+    def do(c: Client) -> str:
+        return f"schedule {ref}: job {schedules.run_schedule_now(c.store, ref)} submitted"
+
+    return await _act(request, do, f"/schedules/{ref}")
+
+
 ROUTES = [
     Route("/jobs/{job_id}/cancel", cancel, methods=["POST"]),
     Route("/jobs/{job_id}/retry", retry, methods=["POST"]),
     Route("/dead-letters/{job_id}/{task_id:path}/requeue", requeue, methods=["POST"]),
     Route("/schedules/{schedule_id}/pause", pause, methods=["POST"]),
     Route("/schedules/{schedule_id}/resume", resume, methods=["POST"]),
+    Route("/schedules/{schedule_id}/run", run_now, methods=["POST"]),
 ]

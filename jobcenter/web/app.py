@@ -14,14 +14,22 @@ from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobcenter.client import Client
-from jobcenter.errors import JobcenterError, NotFound
+from jobcenter.config import redacted_url
+from jobcenter.errors import JobcenterError, NotFound, RedisUnavailable
+from jobcenter.storage.errors import (
+    REDIS_TROUBLE,
+    ClusterClientError,
+    ResponseError,
+    unreachable,
+    write_refused,
+)
 
 from . import actions, api, format, metrics, pages
 
@@ -31,6 +39,9 @@ GZIP_MIN_BYTES = 1_000  # the live states of a large job compress ~10x
 # name at 127.0.0.1 (DNS rebinding) and read what the dashboard answers, but the browser
 # still sends that site's name as the Host: so a request for any other name is refused.
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+# While Redis is unreachable a page says so and reloads itself this often, and the job
+# page's script asks again as often: each shows what was asked for once Redis answers.
+OUTAGE_RETRY_SECONDS = 5
 
 # Scripts and styles only from our own files: text from jobs (errors, names) can never run.
 SECURITY_HEADERS = [
@@ -63,6 +74,19 @@ def wants_json(request: Request) -> bool:
     )
 
 
+def redis_trouble(exc: Exception, redis_url: str) -> str | None:
+    """What is wrong with Redis, if `exc` says Redis is unreachable or refuses writes (a page
+    cannot be served until that ends); None for any other error."""
+    if isinstance(exc, RedisUnavailable):
+        return str(exc)
+    if unreachable(exc) or isinstance(exc, ClusterClientError):
+        return f"cannot reach Redis at {redacted_url(redis_url)}: {exc}"
+    why = write_refused(exc) if isinstance(exc, ResponseError) else None
+    if why is not None:
+        return f"Redis at {redacted_url(redis_url)} refuses writes: {why}"
+    return None
+
+
 def create_app(
     client: Client,
     token: str | None = None,
@@ -83,6 +107,9 @@ def create_app(
     templates.env.globals.update(ago=format.ago, now=time.time)
 
     async def error(request: Request, exc: Exception) -> Response:
+        trouble = redis_trouble(exc, client.settings.redis_url)
+        if trouble is not None:
+            return outage(request, trouble)
         if isinstance(exc, HTTPException):
             status, message = exc.status_code, str(exc.detail)
         elif isinstance(exc, NotFound):
@@ -94,6 +121,20 @@ def create_app(
         if wants_json(request):
             return JSONResponse({"ok": False, "error": message}, status_code=status)
         return pages.render(request, "error.html", status_code=status, message=message)
+
+    def outage(request: Request, trouble: str) -> Response:
+        """503, saying what is wrong with Redis, and when to ask again."""
+        retry = {"retry-after": str(OUTAGE_RETRY_SECONDS)}
+        if wants_json(request):
+            body = {"ok": False, "error": trouble, "retry_after": OUTAGE_RETRY_SECONDS}
+            return JSONResponse(body, status_code=503, headers=retry)
+        if request.url.path == metrics.PATH:
+            return PlainTextResponse(f"{trouble}\n", status_code=503, headers=retry)
+        page = pages.render(
+            request, "outage.html", 503, trouble=trouble, refresh=OUTAGE_RETRY_SECONDS
+        )
+        page.headers.update(retry)
+        return page
 
     app = Starlette(
         routes=[
@@ -111,7 +152,12 @@ def create_app(
             ),
             Middleware(GZipMiddleware, minimum_size=GZIP_MIN_BYTES),
         ],
-        exception_handlers={HTTPException: error, JobcenterError: error, ValueError: error},
+        exception_handlers={
+            HTTPException: error,
+            JobcenterError: error,
+            ValueError: error,
+            **{kind: error for kind in REDIS_TROUBLE},
+        },
     )
     app.state.client = client
     app.state.token = token or None

@@ -193,4 +193,5 @@ def metrics(request: Request) -> Response:
     return Response(exposition(client(request).store), media_type=CONTENT_TYPE_LATEST)
 
 
-ROUTES = [Route("/metrics", metrics)]
+PATH = "/metrics"
+ROUTES = [Route(PATH, metrics)]

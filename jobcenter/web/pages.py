@@ -17,6 +17,7 @@ from jobcenter.storage import views
 
 DEAD_LETTERS_PAGE = 100  # the newest dead letters listed
 AUTO_REFRESH_SECONDS = 5  # workers and queues pages reload themselves this often
+LIST_REFRESH_SECONDS = 3  # the jobs list reads itself again this often (app.js keepLive)
 
 
 def client(request: Request) -> Client:
@@ -65,6 +66,7 @@ def jobs(request: Request) -> Response:
         states=[s.value for s in JobState],
         older=older,
         newest=f"/jobs?{urlencode(kept)}" if q.get("before") else None,
+        live_every=LIST_REFRESH_SECONDS,
     )
 
 

@@ -7,17 +7,21 @@ and downloads nothing. Without them every test here is skipped, and the skip rea
 
 from __future__ import annotations
 
+import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from browser_harness import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS, TOKEN, URL, missing_browser
-from harness import PROCESS_START_SECONDS, Cli
+from harness import PROCESS_START_SECONDS, REPO_ROOT, Cli
 from helpers import read_until
 from integration.integration_harness import Scratch, Workers, worker_pool
 
 from jobcenter import Client
+
+SCREENSHOTS = REPO_ROOT / "build" / "screenshots"
 
 
 @pytest.fixture
@@ -67,7 +71,10 @@ def dashboard_url(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[st
 
 
 @pytest.fixture
-def screenshots(tmp_path: Path) -> Path:
-    folder = tmp_path / "screenshots"
-    folder.mkdir()
+def screenshots(request: pytest.FixtureRequest) -> Path:
+    """build/screenshots/<test>/ (build/ is ignored by git): kept after the run, emptied
+    when the test runs again."""
+    folder = SCREENSHOTS / re.sub(r"[^\w.-]+", "-", request.node.name)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
     return folder

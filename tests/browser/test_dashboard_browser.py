@@ -8,7 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from browser_harness import TOKEN
+from browser_harness import (
+    NODE_STATES,
+    PAGE_SECONDS,
+    click_node,
+    enter_token,
+    job_badge,
+    open_job,
+    shot,
+    wait,
+)
 from helpers import wait_until
 from integration.integration_harness import EXAMPLES, JOB_SECONDS, Scratch, Workers
 from webhook_server import ALLOW_ENV, allowing, webhook_server
@@ -16,13 +25,8 @@ from webhook_server import ALLOW_ENV, allowing, webhook_server
 from jobcenter import Client
 
 STEP_SECONDS = "0.6"  # demo steps long enough for the picture to show each stage
-PAGE_SECONDS = 15.0  # a page that has not drawn by then is broken, not slow
 LOADS = 3  # page loads measured per large job
 
-NODE_STATES = """
-return Object.fromEntries([...document.querySelectorAll('g.node[data-task]')]
-  .map(g => [g.dataset.task, g.dataset.state]));
-"""
 TIMINGS = """
 const at = (name) => performance.getEntriesByName(name)[0].startTime;
 const nav = performance.getEntriesByType('navigation')[0];
@@ -30,42 +34,6 @@ return {html: nav.responseEnd, graph_read: at('jc-graph-read') - at('jc-graph-as
         laid_out: at('jc-laid-out') - at('jc-graph-read'), drawn: at('jc-drawn'),
         boxes: window.jobcenterPage.boxes, tasks: window.jobcenterPage.tasks};
 """
-
-
-def wait(driver: Any, condition: Any, timeout: float = JOB_SECONDS, message: str = "") -> Any:
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition, message)
-
-
-def open_job(driver: Any, url: str, job_id: str) -> None:
-    driver.get(f"{url}jobs/{job_id}")
-    wait(driver, lambda d: d.execute_script("return window.jobcenterPage?.ready"), PAGE_SECONDS)
-    driver.execute_script("window.sameDocument = true")  # gone if the page ever reloads
-
-
-def job_badge(driver: Any) -> str:
-    return str(driver.execute_script("return document.getElementById('job-state').textContent"))
-
-
-def shot(driver: Any, folder: Path, name: str) -> Path:
-    path = folder / f"{name}.png"
-    driver.save_screenshot(str(path))
-    print(f"\n[browser] screenshot: {path}")
-    return path
-
-
-def click_node(driver: Any, task_id: str) -> None:
-    from selenium.webdriver.common.by import By
-
-    driver.find_element(By.CSS_SELECTOR, f'g.node[data-task="{task_id}"]').click()
-
-
-def enter_token(driver: Any) -> None:
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
-
-    driver.find_element(By.ID, "token").send_keys(TOKEN, Keys.TAB)
 
 
 def test_seed000_failure_shows_live_in_the_picture_and_a_requeue_reruns_it(

@@ -3,11 +3,14 @@ loopback port, for the HTTP-level tests."""
 
 from __future__ import annotations
 
+import re
 import threading
+from typing import Any
 
 import httpx
 import uvicorn
 from helpers import wait_until
+from starlette.routing import Mount
 
 from jobcenter import Client
 from jobcenter.web.app import create_app
@@ -56,3 +59,17 @@ class Dashboard:
         self.http.close()
         self.server.should_exit = True
         self.thread.join(STOP_SECONDS)
+
+
+def every_route(app: Any, job_id: str, schedule_id: str) -> list[tuple[str, str]]:
+    """(method, path) of every route the app serves, its parameters filled in, so a route
+    added later (an API mounted beside the pages) is covered without naming it here."""
+    params = {"job_id": job_id, "schedule_id": schedule_id, "index:int": "0", "task_id:path": "t1"}
+    out = []
+    for route in app.routes:
+        if isinstance(route, Mount):
+            out.append(("GET", f"{route.path}/app.css"))
+            continue
+        path = re.sub(r"{([^}]+)}", lambda m: params[m.group(1)], route.path)
+        out.append(("POST" if "POST" in route.methods else "GET", path))
+    return out

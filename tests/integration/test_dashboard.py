@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
-from dashboard_harness import TOKEN, Dashboard
+from dashboard_harness import TOKEN, Dashboard, every_route
 from helpers import wait_until
 from integration_harness import EXAMPLES, JOB_SECONDS, Workers
-from starlette.routing import Mount
 from webhook_server import ALLOW_ENV, allowing, webhook_server
 
 from jobcenter import Client
@@ -30,6 +29,7 @@ ACTIONS = [
     "/dead-letters/{job}/t1/requeue",
     "/schedules/{schedule}/pause",
     "/schedules/{schedule}/resume",
+    "/schedules/{schedule}/run",
 ]
 
 
@@ -86,20 +86,6 @@ def test_every_page_answers_with_html_that_cannot_run_foreign_scripts(
     assert reply.headers["content-type"].startswith("text/html")
     assert "script-src 'self'" in reply.headers["content-security-policy"]
     assert 'id="token"' in reply.text  # actions are allowed: the token box is there
-
-
-def every_route(app: Any, job_id: str, schedule_id: str) -> list[tuple[str, str]]:
-    """(method, path) of every route the app serves, its parameters filled in, so a route
-    added later (an API mounted beside the pages) is covered without naming it here."""
-    params = {"job_id": job_id, "schedule_id": schedule_id, "index:int": "0", "task_id:path": "t1"}
-    out = []
-    for route in app.routes:
-        if isinstance(route, Mount):
-            out.append(("GET", f"{route.path}/app.css"))
-            continue
-        path = re.sub(r"{([^}]+)}", lambda m: params[m.group(1)], route.path)
-        out.append(("POST" if "POST" in route.methods else "GET", path))
-    return out
 
 
 def test_a_request_for_another_host_is_refused_on_every_route_and_acts_on_nothing(

@@ -77,7 +77,7 @@ def _reads(store: Store, job_id: str) -> dict[str, Any]:
         "status": store.status(job_id),
         "history": store.history(job_id),
         "history page": store.history(job_id, start=1, count=2),
-        "graph": (graph.ids, graph.states),
+        "graph": (graph.ids, graph.states, graph.edges, graph.edges_known),
         "live": views.live_states(store, job_id).states,
         "detail": [views.task_detail(store, job_id, i) for i in range(4)],
         "fields": store.task_fields(job_id, TaskField.STATE, TaskField.ATTEMPTS, TaskField.ERROR),
@@ -100,24 +100,23 @@ def test_a_finished_job_is_one_packed_record_that_reads_back_as_it_was(
     assert store.redis.type(jk.packed) == b"string"
     assert 0 < store.redis.pttl(jk.packed) <= store.redis.pttl(jk.job) + 5
     packed = _reads(store, job_id)
-    if outcome == "failed":
-        assert packed == as_it_was
-    else:  # the same, but for the working fields a succeeded job no longer needs
-        assert packed["status"] == as_it_was["status"]
-        assert packed["history"] == as_it_was["history"]
-        assert as_it_was["detail"][1].task == "t.b" and packed["detail"][1].task is None
+    # a succeeded job, too, though its record left out what only a run needs
+    assert packed == as_it_was
+    assert packed["graph"][2:] == ([(0, 1), (0, 2), (1, 3), (2, 3)], True)
+    assert packed["detail"][1].task == "t.b"
+    assert packed["detail"][1].args == '{"args": [1, "x"], "kwargs": {}}'
+    assert packed["detail"][0].max_attempts == 3
 
     assert store.restore(job_id)  # the tasks hash and history exactly as they were packed
     assert job_field(store, job_id, "packed") is None
     assert not store.redis.exists(jk.packed)
     assert store.redis.pttl(jk.tasks) > 0 and store.redis.pttl(jk.history) > 0
     unpacked = _reads(store, job_id)
-    if outcome == "succeeded":  # its working fields were freed, as before packing
-        assert not store.redis.hexists(jk.tasks, "p:0")
-        assert all(d.task is None for d in unpacked["detail"])
-    else:  # a failed job keeps them: a retry needs them
-        assert store.redis.hexists(jk.tasks, "p:0")
-        assert unpacked["detail"][1].args == '{"args": [1, "x"], "kwargs": {}}'
+    payload = codec.unpack(store.redis.hget(jk.tasks, "p:1"))
+    if outcome == "succeeded":  # its name and arguments: what the payload held for a run, freed
+        assert payload == {"t": "t.b", "a": [1, "x"]}
+    else:  # a failed job keeps it whole: a retry needs it
+        assert payload["id"] == "left" and payload["a"] == [1, "x"]  # type: ignore[index]
     assert packed == unpacked
     assert [h["attempt"] for h in packed["history"] if h["task"] == "extract"] == [1, 2]
     assert packed["status"]["tasks"]["extract"]["attempts"] == 2
@@ -136,7 +135,8 @@ def test_the_record_is_msgpack_parts_column_by_column(store: Store) -> None:
     assert tasks["c"]["id"] == [b"extract", b"left", b"right", b"join"]
     assert tasks["c"]["s"] == {"d": [b"succeeded"], "x": [0, 0, 0, 0]}  # few distinct values
     assert set(tasks["c"]["tf"]) == {"b", "v"}  # times: a base and small offsets
-    assert "p" not in tasks["c"]  # a succeeded job's working fields are not kept
+    assert "p" not in tasks["c"] and "d" not in tasks["c"]  # what only a run needs: freed
+    assert tasks["c"]["p.t"] == [b"t.a", b"t.b", b"t.b", b"t.c"]  # the task names
     assert len(decode(raw).history) == parts[1]["n"] == 5
 
 

@@ -27,6 +27,7 @@ from lua_helpers import (
 
 import jobcenter.storage.store
 from jobcenter.errors import IdempotencyConflict
+from jobcenter.model import codec
 from jobcenter.model.spec import parse_spec
 from jobcenter.runtime.leader import Leader
 from jobcenter.storage.events import Events
@@ -237,7 +238,7 @@ def test_a_finalized_jobs_frontier_keeps_its_retention_while_it_drains(store: St
     assert store.redis.pttl(frontier) > 0
 
 
-def test_a_succeeded_job_keeps_its_record_and_history_but_frees_its_working_fields(
+def test_a_succeeded_job_keeps_its_record_history_and_edges_but_frees_its_working_fields(
     store: Store,
 ) -> None:
     job_id = submit(store, {"name": "small", "tasks": [
@@ -249,8 +250,8 @@ def test_a_succeeded_job_keeps_its_record_and_history_but_frees_its_working_fiel
     assert complete_one(store, H1, job_id, b.index, b.token) == 0
     Leader(store, LEADER).compact(job_id)  # its message: pack it
     fields = set(store.records(job_id).every_field())
-    assert not {f for f in fields if f.split(":")[0] in {"p", "c", "d", "q", "pr", "m"}}
-    assert fields >= {"id:0", "s:0", "a:0", "h:0", "tf:0", "id:1", "s:1"}
+    assert not {f for f in fields if f.split(":")[0] in {"d", "pr", "o"}}
+    assert fields >= {"id:0", "s:0", "a:0", "h:0", "tf:0", "id:1", "s:1", "c:0", "m:0", "p:1"}
     status = store.status(job_id)
     assert status["state"] == "succeeded"
     assert {t: s["state"] for t, s in status["tasks"].items()} == {
@@ -272,7 +273,8 @@ def test_a_large_succeeded_job_is_compacted_by_a_leader(store: Store) -> None:
     assert store.redis.hexists(store.keys.job(job_id).tasks, "p:0")
     Leader(store, LEADER).compact(job_id)
     assert not store.redis.exists(store.keys.job(job_id).tasks)
-    assert store.records(job_id).values(["p:1199", "s:1199"]) == [None, b"succeeded"]
+    payload, state, rank = store.records(job_id).values(["p:1199", "s:1199", "o:1199"])
+    assert (codec.unpack(payload or b""), state, rank) == ({"t": "t.x"}, b"succeeded", None)
     assert store.redis.zscore(store.keys.leader(0), f"compact|{job_id}") is None
     assert store.status(job_id)["tasks"]["t1199"]["state"] == "succeeded"
 

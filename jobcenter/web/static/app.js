@@ -1,4 +1,5 @@
-// Every page: the action token (kept for this tab only) and the action buttons.
+// Every page: the action token (kept for this tab only), the action buttons, and the
+// sections a page keeps live.
 "use strict";
 
 const TOKEN_KEY = "jobcenter-dashboard-token";
@@ -51,6 +52,48 @@ function wireActions(root) {
   }
 }
 
+// Sections marked data-refresh="SECONDS" (the jobs list) are read again from the page's own
+// URL that often, while the tab is shown, and each is swapped for its fresh copy (by id):
+// the page stays live without a reload, and a filter being typed is left alone. A read that
+// fails (Redis away: the server's page says why) is tried again at the next turn.
+function keepLive() {
+  const first = document.querySelector("[data-refresh]");
+  if (!first) {
+    return;
+  }
+  const everyMs = Number(first.dataset.refresh) * 1000;
+  const status = document.getElementById("live-status");
+  async function refresh() {
+    if (!document.hidden) {
+      try {
+        const reply = await fetch(window.location.href, { credentials: "same-origin" });
+        const fresh = new DOMParser().parseFromString(await reply.text(), "text/html");
+        if (!reply.ok) {
+          const why = fresh.getElementById("outage") || fresh.querySelector(".error-message");
+          throw new Error(why ? why.textContent : reply.statusText);
+        }
+        for (const section of document.querySelectorAll("[data-refresh]")) {
+          const copy = fresh.getElementById(section.id);
+          if (copy) {
+            section.replaceWith(copy);
+          }
+        }
+        if (status) {
+          status.textContent = `updated ${new Date().toLocaleTimeString()}`;
+          status.classList.remove("bad");
+        }
+      } catch (err) {
+        if (status) {
+          status.textContent = `live updates paused: ${err.message.replace(/\.\s*$/, "")}; trying again`;
+          status.classList.add("bad");
+        }
+      }
+    }
+    window.setTimeout(refresh, everyMs);
+  }
+  window.setTimeout(refresh, everyMs);
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   const input = document.getElementById("token");
   if (input) {
@@ -58,6 +101,7 @@ document.addEventListener("DOMContentLoaded", () => {
     input.addEventListener("change", () => sessionStorage.setItem(TOKEN_KEY, input.value));
   }
   wireActions(document);
+  keepLive();
 });
 
 window.jobcenter = { act, notice, wireActions };

@@ -14,8 +14,12 @@
   const JOB_DONE = new Set(["succeeded", "failed", "cancelled"]);
   const TASK_DONE = new Set(["succeeded", "failed", "upstream_failed", "cancelled", "skipped"]);
   const IDLE_POLL_MS = 3000; // a finished job is still watched: a retry re-opens it
+  const RETRY_MS = 5000; // a graph that could not be read (Redis away) is asked for again
   const TASK_W = 110, TASK_H = 34, GROUP_W = 170, GROUP_H = 58, CHAR_W = 7;
-  const MIN_SCALE = 0.6; // a picture larger than the view is shrunk to this at most, then panned
+  const TEXT_PAD = 8; // px between a box's edge and its text
+  const MIN_VIEW_H = 220; // px: the picture's least height, whatever room the window leaves
+  const ZOOM_STEP = 1.15; // one wheel notch
+  const MIN_SEGMENT = 3; // px: a state one task in thousands has still shows in a group's bar
   const MEMBERS_SHOWN = 500; // tasks of a group listed in the side panel
 
   const root = document.getElementById("job");
@@ -49,11 +53,17 @@
     return e;
   }
 
+  // The JSON of `url`; an Error with the server's message and the HTTP status otherwise.
   async function getJSON(url) {
     const reply = await fetch(url, { headers: { Accept: "application/json" } });
     const body = await reply.json().catch(() => ({ error: reply.statusText }));
-    if (!reply.ok) throw new Error(body.error || reply.statusText);
+    if (!reply.ok) throw Object.assign(new Error(body.error || reply.statusText), { status: reply.status });
     return body;
+  }
+
+  // An error's message as a clause: without the full stop Redis's client ends it with.
+  function why(err) {
+    return err.message.replace(/\.\s*$/, "");
   }
 
   function when(seconds) {
@@ -65,9 +75,28 @@
     return seconds < 1 ? `${Math.round(seconds * 1000)} ms` : `${seconds.toFixed(1)} s`;
   }
 
-  function fit(text, width) {
-    const max = Math.max(3, Math.floor((width - 12) / CHAR_W));
-    return text.length > max ? text.slice(0, max - 1) + "…" : text;
+  // Set an SVG text to `full`, cut with an ellipsis where it would pass `width` px (measured:
+  // a guess per character overflows on wide letters and at other fonts).
+  function fitText(el, full, width) {
+    el.textContent = full;
+    if (el.getComputedTextLength() <= width) return;
+    let lo = 0, hi = full.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      el.textContent = full.slice(0, mid) + "…";
+      if (el.getComputedTextLength() <= width) lo = mid; else hi = mid - 1;
+    }
+    el.textContent = full.slice(0, lo) + "…";
+  }
+
+  // Each present state's width in a group's bar of `full` px: its share, but at least
+  // MIN_SEGMENT (taken from the wider ones), so a single failure in a large group shows.
+  function segments(counts, total, full) {
+    const widths = URGENCY.map((s) => ((counts[s] || 0) / total) * full);
+    const raised = widths.map((w) => (w > 0 && w < MIN_SEGMENT ? MIN_SEGMENT : w));
+    const extra = raised.reduce((a, w, i) => a + w - widths[i], 0);
+    const wide = widths.reduce((a, w) => a + (w >= MIN_SEGMENT ? w : 0), 0);
+    return raised.map((w, i) => (widths[i] >= MIN_SEGMENT && wide ? w - (extra * w) / wide : w));
   }
 
   function urgent(counts) {
@@ -135,14 +164,16 @@
       if (node.members.length === 1) {
         g.dataset.task = model.ids[node.members[0]];
         title.textContent = node.label;
-        svgEl("text", { x: w / 2, y: h / 2 + 4, "text-anchor": "middle" }, g).textContent = fit(node.label, w);
+        fitText(svgEl("text", { x: w / 2, y: h / 2 + 4, "text-anchor": "middle" }, g), node.label, w - 2 * TEXT_PAD);
       } else {
         g.dataset.group = node.label;
-        title.textContent = `${node.label}: ${node.members.length} tasks (level ${node.level})`;
-        svgEl("text", { x: 8, y: 16 }, g).textContent = fit(`${node.label} ×${node.members.length}`, w);
-        box.sub = svgEl("text", { x: 8, y: 31, class: "sub" }, g);
+        box.title = title;
+        box.about = `${node.label}: ${node.members.length} tasks (level ${node.level})`;
+        title.textContent = box.about;
+        fitText(svgEl("text", { x: TEXT_PAD, y: 16 }, g), `${node.label} ×${node.members.length}`, w - 2 * TEXT_PAD);
+        box.sub = svgEl("text", { x: TEXT_PAD, y: 31, class: "sub" }, g);
         box.bars = {};
-        for (const s of URGENCY) box.bars[s] = svgEl("rect", { x: 8, y: 40, width: 0, height: 9, fill: colours[s] }, g);
+        for (const s of URGENCY) box.bars[s] = svgEl("rect", { x: TEXT_PAD, y: 40, width: 0, height: 9, fill: colours[s] }, g);
       }
       g.addEventListener("click", (ev) => {
         ev.stopPropagation();
@@ -157,34 +188,72 @@
   // -- pan and zoom (the viewBox) ----------------------------------------------------------
 
   let vb = { x: 0, y: 0, w: 1, h: 1 };
+  let moved = false; // the person zoomed or panned since the picture was last fitted
   function setViewBox() { svg.setAttribute("viewBox", `${vb.x} ${vb.y} ${vb.w} ${vb.h}`); }
 
-  // Show the whole picture if it fits at MIN_SCALE, else its start; never enlarge it.
+  // The picture's height: what the window has left below its top (above the legend), so the
+  // whole page shows at once; at least MIN_VIEW_H.
+  function roomBelow() {
+    const top = svg.getBoundingClientRect().top + window.scrollY;
+    const legendH = document.getElementById("legend").offsetHeight;
+    const margin = parseFloat(getComputedStyle(document.querySelector("main")).paddingBottom) || 0;
+    return Math.max(MIN_VIEW_H, window.innerHeight - top - legendH - margin - 2);
+  }
+
+  // Show the whole picture, shrunk as much as that takes (never enlarged): on load, on Fit,
+  // and when the view's width changes before the person moved it.
   function fitView() {
     if (!model.size) return;
     const [width, height] = model.size;
-    const maxH = Math.max(220, window.innerHeight * 0.7);
-    svg.style.height = `${Math.min(maxH, Math.max(220, height + 24))}px`;
+    const available = svg.getBoundingClientRect().width;
+    if (!available) return;
+    const room = roomBelow();
+    const scale = Math.min(1, available / width, room / height);
+    svg.style.height = `${Math.min(room, Math.max(MIN_VIEW_H, Math.ceil(height * scale)))}px`;
     const box = svg.getBoundingClientRect();
-    if (!box.width) return;
-    const scale = Math.min(Math.max(width / box.width, height / box.height, 1), 1 / MIN_SCALE);
-    vb = { x: 0, y: 0, w: box.width * scale, h: box.height * scale };
+    const unitsPerPx = Math.max(width / box.width, height / box.height, 1);
+    vb = { x: 0, y: 0, w: box.width * unitsPerPx, h: box.height * unitsPerPx };
+    moved = false;
     setViewBox();
   }
+
+  // The picture at its natural size, from its start (its roots).
+  function actualSize() {
+    const box = svg.getBoundingClientRect();
+    vb = { x: 0, y: 0, w: box.width, h: box.height };
+    moved = true;
+    setViewBox();
+  }
+
+  // Zoom by `f` (> 1: out) about the point (px, py) of the view, in screen px from its corner.
+  function zoom(f, px, py) {
+    const box = svg.getBoundingClientRect();
+    const x = vb.x + (px / box.width) * vb.w;
+    const y = vb.y + (py / box.height) * vb.h;
+    vb = { x: x - (x - vb.x) * f, y: y - (y - vb.y) * f, w: vb.w * f, h: vb.h * f };
+    moved = true;
+    setViewBox();
+  }
+
   let lastWidth = 0;
   new ResizeObserver(() => {
-    const width = svg.getBoundingClientRect().width;
-    if (Math.abs(width - lastWidth) > 1) { lastWidth = width; fitView(); }
+    const box = svg.getBoundingClientRect();
+    if (Math.abs(box.width - lastWidth) <= 1) return;
+    if (moved && lastWidth) { // keep the person's zoom: the same units per px, a wider view
+      const unitsPerPx = vb.w / lastWidth;
+      vb.w = box.width * unitsPerPx;
+      vb.h = box.height * unitsPerPx;
+      setViewBox();
+    } else {
+      fitView();
+    }
+    lastWidth = box.width;
   }).observe(svg);
 
   svg.addEventListener("wheel", (ev) => {
     ev.preventDefault();
     const box = svg.getBoundingClientRect();
-    const f = ev.deltaY > 0 ? 1.15 : 1 / 1.15;
-    const px = vb.x + ((ev.clientX - box.left) / box.width) * vb.w;
-    const py = vb.y + ((ev.clientY - box.top) / box.height) * vb.h;
-    vb = { x: px - (px - vb.x) * f, y: py - (py - vb.y) * f, w: vb.w * f, h: vb.h * f };
-    setViewBox();
+    zoom(ev.deltaY > 0 ? ZOOM_STEP : 1 / ZOOM_STEP, ev.clientX - box.left, ev.clientY - box.top);
   }, { passive: false });
 
   let drag = null;
@@ -195,8 +264,18 @@
     const box = svg.getBoundingClientRect();
     vb.x = drag.vb.x - ((ev.clientX - drag.x) / box.width) * vb.w;
     vb.y = drag.vb.y - ((ev.clientY - drag.y) / box.height) * vb.h;
+    moved = moved || ev.clientX !== drag.x || ev.clientY !== drag.y;
     setViewBox();
   });
+
+  function centreZoom(f) {
+    const box = svg.getBoundingClientRect();
+    zoom(f, box.width / 2, box.height / 2);
+  }
+  document.getElementById("dag-fit").addEventListener("click", fitView);
+  document.getElementById("dag-actual").addEventListener("click", actualSize);
+  document.getElementById("dag-zoom-in").addEventListener("click", () => centreZoom(1 / ZOOM_STEP));
+  document.getElementById("dag-zoom-out").addEventListener("click", () => centreZoom(ZOOM_STEP));
 
   // -- live states -------------------------------------------------------------------------
 
@@ -220,15 +299,19 @@
       box.rect.setAttribute("fill", "#fff");
       box.rect.setAttribute("stroke", colours[s]);
       box.rect.setAttribute("stroke-width", "2.5");
-      let x = 8;
-      const full = box.w - 16;
-      for (const st of URGENCY) {
-        const w = ((counts[st] || 0) / members.length) * full;
+      let x = TEXT_PAD;
+      const widths = segments(counts, members.length, box.w - 2 * TEXT_PAD);
+      URGENCY.forEach((st, k) => {
         box.bars[st].setAttribute("x", x.toFixed(2));
-        box.bars[st].setAttribute("width", w.toFixed(2));
-        x += w;
+        box.bars[st].setAttribute("width", widths[k].toFixed(2));
+        x += widths[k];
+      });
+      const told = URGENCY.filter((st) => counts[st]).map((st) => `${counts[st]} ${st}`).join(" · ");
+      if (told !== box.told) { // measuring is layout work: only when the counts changed
+        box.told = told;
+        box.title.textContent = `${box.about}: ${told}`;
+        fitText(box.sub, told, box.w - 2 * TEXT_PAD);
       }
-      box.sub.textContent = URGENCY.filter((st) => counts[st]).map((st) => `${counts[st]} ${st}`).join(" · ");
     }
     const counts = document.getElementById("counts");
     counts.textContent = "";
@@ -282,7 +365,7 @@
         setNote(null);
       } catch (err) {
         after = null;
-        setNote(`live updates paused: ${err.message}`);
+        setNote(`live updates paused: ${why(err)}; trying again`);
       }
       timer = window.setTimeout(tick, state && JOB_DONE.has(state) ? IDLE_POLL_MS : pollMs);
     }
@@ -291,7 +374,10 @@
   }
 
   function onStates(live) {
-    if (live.states.length !== model.ids.length) { load(); return; } // the job was replaced
+    if (live.states.length !== model.ids.length) { // a map was expanded, or the job replaced
+      load().catch((err) => setNote(`cannot draw the job: ${why(err)}`));
+      return;
+    }
     const before = selected && selected.kind === "task" ? model.states[selected.index] : null;
     paint(live.states);
     showJob(live.state, live.finished_at);
@@ -445,7 +531,7 @@
       html("span", null, item, "dot").style.background = colours[s];
       item.append(s);
     }
-    html("span", "· drag to move, wheel to zoom", box);
+    html("span", "· drag to move, wheel or + − to zoom", box);
   }
 
   async function load() {
@@ -459,28 +545,34 @@
     if (g.picture.grouping !== "tasks") {
       notes.push(`${g.ids.length} tasks drawn as ${g.picture.nodes.length} groups (by ${g.picture.grouping}); click a group for its tasks.`);
     }
-    if (!g.edges_known) notes.push("The job succeeded and its edges were freed: tasks are shown without them.");
+    if (!g.edges_known) notes.push("This job's edges were not kept (an older jobcenter compacted it): tasks are shown without them.");
     model.note = notes.join(" ");
+    document.getElementById("job-tasks").textContent = g.ids.length;
+    setNote(null);
+    legend(); // before the picture: its height is what the window leaves above the legend
     draw(g.picture, g.edges_known);
     performance.mark("jc-laid-out");
     paint(g.states);
     showJob(g.job.state, g.job.finished_at);
-    setNote(null);
-    legend();
     performance.mark("jc-drawn");
     const wanted = new URLSearchParams(window.location.hash.slice(1)).get("task");
     if (wanted && model.indexOf.has(wanted)) select({ kind: "task", index: model.indexOf.get(wanted) });
     window.jobcenterPage = { ready: true, tasks: g.ids.length, boxes: model.boxes.length };
   }
 
-  document.addEventListener("DOMContentLoaded", async () => {
+  // Draw the job, then follow it; a graph that could not be read is asked for again (Redis
+  // may be restarting), unless the job is not there.
+  async function start() {
     try {
       await load();
     } catch (err) {
-      model.note = `cannot draw the job: ${err.message}`;
+      const again = err.status !== 404;
+      model.note = `cannot draw the job: ${why(err)}${again ? "; trying again" : ""}`;
       setNote(null);
+      if (again) window.setTimeout(start, RETRY_MS);
       return;
     }
     subscribe(onStates);
-  });
+  }
+  document.addEventListener("DOMContentLoaded", start);
 })();
