@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-api openapi bench lint clean lock test-latest
+.PHONY: demo test test-api test-docs docs openapi bench lint clean lock test-latest
 
 # The versions CI last passed with: every install of `make` takes them from the lock
 # (constraints.txt, written by pip-tools' pip-compile from pyproject.toml's ranges), so a fresh
@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml $(LOCK)
 		|| { cat $(VENV)/install.log >&2; echo "install failed; its log: $(VENV)/install.log" >&2; exit 1; }
 	@touch $@
 
-demo: $(VENV)/.installed  ## the seed-000 DAG on an embedded Redis with two workers
+demo: $(VENV)/.installed  ## the example DAG on an embedded Redis with two workers
 	@$(PY) scripts/demo.py $(DEMO_ARGS)
 
 test: $(VENV)/.installed  ## the whole suite, against Redis servers it starts itself
@@ -32,16 +32,27 @@ test: $(VENV)/.installed  ## the whole suite, against Redis servers it starts it
 test-api: $(VENV)/.installed  ## the HTTP API's tier: real servers, real HTTP, fuzzing
 	$(PY) -m pytest -q tests/api $(TEST_ARGS)
 
+test-docs: $(VENV)/.installed  ## every example of README.md and docs/, run or validated
+	$(PY) -m pytest -q tests/docs $(TEST_ARGS)
+
+# The site: Sphinx reads docs/ (Markdown, through MyST-Parser) and writes docs/_build/html.
+# -W: a warning (a broken link, a page missing from the contents) fails the build; -E reads
+# every page again, so a warning of a page that did not change is not skipped.
+DOCS_BUILD := $(VENV)/bin/sphinx-build -W --keep-going -E -q -b html docs docs/_build/html
+docs: $(VENV)/.installed  ## the documentation site, into docs/_build/html
+	$(DOCS_BUILD)
+
 openapi: $(VENV)/.installed  ## write the HTTP API's document to docs/openapi.json
 	$(PY) scripts/openapi.py
 
 bench: $(VENV)/.installed  ## throughput benchmark (prints its figures)
 	PYTHONPATH=scripts $(PY) -m bench $(BENCH_ARGS)
 
-lint: $(VENV)/.installed  ## what CI checks besides the tests: lint rules, formatting, types
-	$(VENV)/bin/ruff check jobcenter tests scripts
-	$(VENV)/bin/ruff format --check jobcenter tests scripts
+lint: $(VENV)/.installed  ## what CI checks besides the tests: lint rules, formatting, types, docs
+	$(VENV)/bin/ruff check jobcenter tests scripts docs/conf.py
+	$(VENV)/bin/ruff format --check jobcenter tests scripts docs/conf.py
 	$(VENV)/bin/mypy jobcenter
+	$(DOCS_BUILD)
 
 LOCK_VENV := .venv-lock
 # By default every pin moves to the newest version; LOCK_ARGS="--upgrade-package NAME" moves
@@ -52,7 +63,7 @@ lock:  ## write the lock: the newest versions pyproject.toml allows (see LOCK_AR
 		&& $(LOCK_VENV)/bin/python -m pip install -q --upgrade pip pip-tools; }
 	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile -q --strip-extras --allow-unsafe --no-emit-find-links \
 		--no-emit-index-url --no-emit-trusted-host \
-		--extra test --extra dashboard --extra api --extra testing -o $(LOCK) $(LOCK_ARGS) pyproject.toml
+		--extra test --extra dashboard --extra api --extra testing --extra docs -o $(LOCK) $(LOCK_ARGS) pyproject.toml
 
 # The suite against the newest versions the registry serves, in a venv of its own, without
 # the lock: it names each package that moved from the lock first. Run it before `make lock`
@@ -69,4 +80,4 @@ test-latest:  ## the whole suite on the newest versions of every dependency, nam
 	$(LATEST_VENV)/bin/python -m pytest -q $(TEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(LOCK_VENV) $(LATEST_VENV) .jobcenter build *.egg-info
+	rm -rf $(VENV) $(LOCK_VENV) $(LATEST_VENV) .jobcenter build *.egg-info docs/_build

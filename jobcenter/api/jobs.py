@@ -67,7 +67,7 @@ def submit(
     spec: Annotated[
         dict[str, Any],
         Body(
-            description="The job spec, as in a spec file (README: Job specs).",
+            description="The job spec, as in a spec file (docs/reference/spec.md).",
             examples=[models.SEED000],
         ),
     ],

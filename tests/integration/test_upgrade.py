@@ -98,7 +98,7 @@ def test_a_namespace_of_a_newer_schema_is_refused_with_what_to_do(
     for result in (listing, worker):
         assert result.code == EXIT_REFUSED, result.stderr
         assert f"schema version {SCHEMA_VERSION + 1}" in result.stderr
-        assert "deploy/README.md" in result.stderr
+        assert "docs/operations/upgrades.md" in result.stderr
     assert redis_client.get(f"jc:{namespace}:schema") == str(SCHEMA_VERSION + 1).encode()
 
 

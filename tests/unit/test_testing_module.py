@@ -68,11 +68,12 @@ def test_a_failing_task_shows_its_state_and_error() -> None:
 
 
 def test_the_readme_example_runs_the_etl_example_as_shown() -> None:
-    """README, Testing a DAG's data flow: the example test, word for word."""
+    """docs/guide/testing.md: the example test, word for word (the docs tier runs the page's
+    block itself too)."""
     root = Path(__file__).resolve().parents[2]
     run = run_job(load_spec_file(root / "examples" / "etl.yaml"), modules=["jobcenter.demo"])
     assert run.state == "succeeded"
     assert run.result("summary") == "500 rows in 5 files"
     assert run.states()["transform[4]"] == "succeeded"
-    readme = (root / "README.md").read_text()
-    assert 'assert run.result("summary") == "500 rows in 5 files"' in readme
+    page = (root / "docs" / "guide" / "testing.md").read_text()
+    assert 'assert run.result("summary") == "500 rows in 5 files"' in page
