@@ -6,6 +6,7 @@ import base64
 import json
 import sys
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from jobcenter.storage.export import FINISHED_STATES
 from .options import (
     EXIT_FAILED,
     EXIT_TIMEOUT,
+    FOLLOW_ERROR_WIDTH,
     FOLLOW_PAGE,
     FOLLOW_POLL_SECONDS,
     client_for,
@@ -71,17 +73,20 @@ def _follow(
     its final state. A poll reads the job's counters and the attempts that ended since the
     last poll (a page at a time), never every task: following a huge job stays cheap."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    lines = _TaskLines(client, job_id, total) if not quiet and not sys.stdout.isatty() else None
+    on_terminal = not quiet and sys.stdout.isatty()
+    lines = _TaskLines(client, job_id, total, echo=not on_terminal) if not quiet else None
     bar = None
-    if not quiet and lines is None:
+    if on_terminal:
         bar = click.progressbar(length=total, label="tasks finished")
         bar.__enter__()
     try:
         while True:
             progress = client.progress(job_id)
             if bar is not None:
+                bar.length = progress.total  # a map adds its instances as it expands
                 bar.update(progress.finished - bar.pos)
             if lines is not None:
+                lines.total = progress.total
                 lines.show_attempts()
             if progress.state.terminal:
                 if lines is not None:
@@ -93,20 +98,32 @@ def _follow(
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
+            if lines is not None:
+                lines.show_not_succeeded()
 
 
 class _TaskLines:
-    """`submit --wait` off a terminal: a line per task as it ends, read from the job's
-    history of attempts a page at a time."""
+    """`submit --wait`: a line per task as it ends (off a terminal), read from the job's
+    history of attempts a page at a time; on a terminal, under the bar, the tasks that did
+    not succeed once the job ended. `total` is the job's task count, which grows as a map
+    expands into its instances."""
 
-    def __init__(self, client: Client, job_id: str, total: int) -> None:
-        self.client, self.job_id, self.total = client, job_id, total
+    def __init__(self, client: Client, job_id: str, total: int, *, echo: bool) -> None:
+        self.client, self.job_id, self.total, self.echo = client, job_id, total, echo
         self.read = 0  # history entries read so far
         self.ended: set[str] = set()
+        self.not_succeeded: dict[str, tuple[str, str]] = {}  # task -> state, error
 
-    def _show(self, task_id: str, state: str) -> None:
+    def _show(self, task_id: str, state: str, error: str | None = None) -> None:
+        if task_id in self.ended:
+            return
         self.ended.add(task_id)
-        click.echo(f"  [{len(self.ended)}/{self.total}] {task_id} {state}")
+        note = first_line(error, FOLLOW_ERROR_WIDTH) if state == TaskState.FAILED else ""
+        if state != TaskState.SUCCEEDED:
+            self.not_succeeded[task_id] = (state, note)
+        if self.echo:
+            line = f"  [{len(self.ended)}/{self.total}] {task_id} {state}"
+            click.echo(f"{line}: {note}" if note else line)
 
     def show_attempts(self) -> None:
         """The tasks whose last attempt ended since the last call."""
@@ -115,18 +132,30 @@ class _TaskLines:
             self.read += len(page)
             for attempt in page:
                 if TaskState(attempt["state"]).terminal:
-                    self._show(attempt["task"], attempt["state"])
+                    self._show(attempt["task"], attempt["state"], attempt["error"])
             if len(page) < FOLLOW_PAGE:
                 return
 
     def show_unattempted(self) -> None:
         """Once the job has ended: the tasks that ended without an attempt of their own
-        (upstream_failed, skipped, or cancelled before they ran)."""
+        (upstream_failed, skipped, cancelled before they ran, a mapped task's join)."""
         if len(self.ended) >= self.total:
             return
         for task_id, state in self.client.task_states(self.job_id).items():
             if task_id not in self.ended and TaskState(state).terminal:
                 self._show(task_id, state)
+
+    def show_not_succeeded(self) -> None:
+        """Under the bar: each failed task by name with its error, then how many others
+        did not succeed, by state."""
+        others: Counter[str] = Counter()
+        for task_id, (state, error) in self.not_succeeded.items():
+            if state == TaskState.FAILED:
+                click.echo(f"  {task_id} failed: {error}")
+            else:
+                others[state] += 1
+        if others:
+            click.echo("  " + ", ".join(f"{n} {state}" for state, n in sorted(others.items())))
 
 
 @click.command()

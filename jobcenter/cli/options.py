@@ -38,6 +38,7 @@ EXIT_UNHEALTHY = 1  # `jobcenter health` only: not ready/alive (the code Docker 
 HEALTH_TIMEOUT_SECONDS = 5.0  # `jobcenter health`: a worker's endpoint answers in under a second
 FOLLOW_POLL_SECONDS = 0.1  # `submit --wait` reads the job's counters this often
 FOLLOW_PAGE = 1_000  # history entries per read while following: each read stays short
+FOLLOW_ERROR_WIDTH = 100  # a failed task's error while following: its first line, cut here
 
 
 def log_format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
