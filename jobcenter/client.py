@@ -123,7 +123,8 @@ class Client:
         return self.store.history(job_id, start, count)
 
     def retry(self, job_id: str) -> int:
-        """Re-run a job's failed and upstream_failed tasks, keeping its succeeded ones."""
+        """Re-run a job's failed tasks and every task below them that ended (a cleanup that
+        ran runs again after them); its other succeeded tasks are kept."""
         return admin.retry_job(self.store, job_id)
 
     def delete(self, job_id: str) -> None:

@@ -360,7 +360,8 @@ def _echo_event(event: Event, as_json: bool) -> None:
 @click.argument("job_id")
 @redis_options
 def retry(settings: Settings, job_id: str) -> None:
-    """Re-run a failed job's failed and upstream_failed tasks; succeeded ones are kept."""
+    """Re-run a failed job's failed tasks and every task below them (upstream_failed ones, and
+    cleanups that ran); the other succeeded ones are kept."""
     revived = client_for(settings).retry(job_id)
     click.echo(f"job {job_id}: {revived} tasks to run again")
 

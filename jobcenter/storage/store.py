@@ -1103,7 +1103,7 @@ class Store:
     def revive(
         self, job_id: str, roots: Sequence[int], resets: Sequence[tuple[int, Sequence[int]]]
     ) -> int | None:
-        """Run failed `roots` again and put `resets` (upstream_failed, each with its parents,
+        """Run failed `roots` again and put `resets` (ended tasks, each with its parents,
         parents first) back to waiting; returns how many tasks were revived, or None while
         a failure cascade is under way (finish it, then call again). Raises WrongState
         naming what is off. A compacted job is unpacked first (restore)."""
