@@ -112,7 +112,10 @@ class Client:
 
     def list(self, **query: Unpack[JobQuery]) -> builtins.list[dict[str, Any]]:
         """Job summaries, newest first: `limit` (100) of them, filtered by `owner`, `state`,
-        `schedule_id` and creation `since` (epoch seconds), as Store.list_jobs reads them."""
+        `schedule_id` (a schedule's id or name) and creation `since` (epoch seconds), as
+        Store.list_jobs reads them."""
+        if query.get("schedule_id"):
+            query["schedule_id"] = _schedule.filter_id(self.store, str(query["schedule_id"]))
         return self.store.list_jobs(**query)
 
     def history(

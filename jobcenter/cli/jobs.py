@@ -251,7 +251,9 @@ def _since(value: str | None, option: str = "--since") -> float | None:
 @click.command(name="list")
 @click.option("--owner", default=None)
 @click.option("--state", type=click.Choice([s.value for s in JobState]), default=None)
-@click.option("--schedule", "schedule_id", default=None, help="Only jobs fired by this schedule.")
+@click.option(
+    "--schedule", "schedule_id", default=None, help="Only jobs fired by this schedule (id or name)."
+)
 @click.option("--since", default=None, help="Created since: epoch, ISO time, or 15m/2h/7d.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)

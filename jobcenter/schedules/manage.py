@@ -62,6 +62,13 @@ def resolve(store: Store, ref: str) -> str:
     return found
 
 
+def filter_id(store: Store, ref: str) -> str:
+    """The schedule id a jobs filter (`list --schedule`, the dashboard's) means by `ref`:
+    the id of the schedule with that id or name, else `ref` as it is (the id of a schedule
+    removed since: its jobs are kept)."""
+    return stored.find(store, ref) or ref
+
+
 def _not_found(store: Store, ref: str) -> NotFound:
     return NotFound(f"no schedule {ref!r} in namespace {store.settings.namespace!r}")
 

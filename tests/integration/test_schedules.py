@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from click.testing import CliRunner, Result
+from dashboard_harness import Dashboard
+from harness import Cli
 
 from jobcenter import Client
 from jobcenter import schedules as sched
@@ -232,6 +235,26 @@ def test_jobs_a_schedule_fired_are_listed_by_it_and_schedules_are_listed_in_page
         (fire,) = [f for f in fires if f.schedule_id == s.id]
         listed = store.list_jobs(schedule_id=s.id)
         assert [(j["id"], j["fire_time"]) for j in listed] == [(fire.job_id, fire.fire_ms / 1000)]
+
+
+def test_list_and_the_dashboard_filter_jobs_by_a_schedules_name_as_by_its_id(
+    store: Store, cli: Cli, client: Client
+) -> None:
+    dashboard = Dashboard(client)
+    named = sched.add_schedule(store, SPEC, every="PT1M", name="nightly")
+    other = sched.add_schedule(store, SPEC, every="PT1M", name="other")
+    fires = ticker(store, "a").tick(max(named.created_ms, other.created_ms) + MINUTE)
+    (fired,) = [f.job_id for f in fires if f.schedule_id == named.id]
+
+    for ref in (named.id, "nightly"):
+        listed = cli("list", "--schedule", ref, "--json")
+        assert listed.code == 0, listed.stderr
+        assert [row["id"] for row in listed.json()] == [fired]
+        page = dashboard.get(f"/jobs?schedule={ref}")
+        assert page.status_code == 200, page.text
+        assert re.findall(r'data-job="([^"]+)"', page.text) == [fired]
+    assert cli("list", "--schedule", "no-such-schedule", "--json").json() == []
+    dashboard.close()
 
 
 # -- catch-up after the scheduler was down ---------------------------------------------------
