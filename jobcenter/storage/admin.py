@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from jobcenter.errors import NotFound, Refused, SpecError
+from jobcenter.errors import NotFound, Refused
 from jobcenter.model.dag import topological_order
 from jobcenter.model.states import JobState, TaskState
 
@@ -79,8 +79,11 @@ def retry_job(store: Store, job_id: str) -> int:
     """Re-run a job's failed tasks and everything downstream of them (its upstream_failed
     tasks, and the cleanups and error handlers that ran after the failure); the other
     succeeded tasks are kept."""
-    if not store.redis.exists(store.keys.job(job_id).job):
+    state = store.job_state(job_id)
+    if state is None:
         raise NotFound.job(job_id, store.settings.namespace)
+    if state == JobState.CANCELLED:  # as revive.lua says, before "no failed task"
+        raise Refused(f"job {job_id} was cancelled: it cannot be retried")
     return _revive(store, job_id, None)
 
 
@@ -133,7 +136,7 @@ def _revive(store: Store, job_id: str, roots: list[int] | None) -> int:
         )
     ]
     if not roots and not resets:
-        raise SpecError(f"job {job_id} has no failed task to retry")
+        raise Refused(f"job {job_id} has no failed task to retry")
     # The last roots and the first resets go in one call: a job that fits one call (most)
     # is retried at once, so no root's new attempt ends before the tasks below it are reset.
     root_calls = [roots[k : k + REVIVE_ARGS_MAX] for k in range(0, len(roots), REVIVE_ARGS_MAX)]

@@ -1381,8 +1381,10 @@ class Store:
             ]
         )
         if text(state) != TaskState.SUCCEEDED:
+            ended = text(state) in TERMINAL_TASK_STATES  # it will never have one
             raise NoResult(
-                f"task {task_id!r} of job {job_id} has no result yet: it is {text(state)}"
+                f"task {task_id!r} of job {job_id} has no result"
+                + (f": it ended {text(state)}" if ended else f" yet: it is {text(state)}")
             )
         if instances is not None:
             first, count = map(int, instances.split(b"|")[:2])
