@@ -19,6 +19,7 @@ from jobcenter.model.spec import load_spec_file
 from jobcenter.model.states import JobState, TaskState
 from jobcenter.storage.events import Event
 from jobcenter.storage.export import FINISHED_STATES
+from jobcenter.storage.schema import EventKind
 
 from .options import (
     EXIT_FAILED,
@@ -301,7 +302,11 @@ def history(settings: Settings, job_id: str, as_json: bool) -> None:
 
 @click.command()
 @click.option("--job", "job_id", default=None, help="Only this job's events (from its start).")
-@click.option("--follow", is_flag=True, help="Go on printing events as they come (Ctrl-C ends).")
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Go on printing events as they come (Ctrl-C ends; with --job, the job's end too).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
 @click.option("--since", default=None, help="From this time: epoch, ISO time, or 15m/2h/7d.")
 @click.option(
@@ -323,7 +328,10 @@ def events(
     retried, upstream_failed, cancelled, timed_out, finalized, repaired, ...), oldest first."""
     if settings.events_maxlen == 0:
         click.echo("note: JOBCENTER_EVENTS_MAXLEN=0 here: new transitions add no events", err=True)
-    stream = client_for(settings).events()
+    client = client_for(settings)
+    stream = client.events()
+    # read before the events: a job that had ended then has its last event among them
+    ended = job_id is not None and JobState(client.state(job_id)).terminal
     since_s = _since(since)
     since_ms = None if since_s is None else int(since_s * 1000)
     if limit is None and job_id is None and since_ms is None:
@@ -331,11 +339,13 @@ def events(
     shown, cursor = stream.read(job_id=job_id, since_ms=since_ms, limit=limit)
     for event in shown:
         _echo_event(event, as_json)
-    if not follow:
+    if not follow or ended:
         return
     try:
         for event in stream.follow(cursor, job_id=job_id):
             _echo_event(event, as_json)
+            if job_id is not None and event.kind == EventKind.FINALIZED:
+                return  # the job ended: nothing more comes unless a retry re-opens it
     except KeyboardInterrupt:
         return
 
