@@ -102,7 +102,7 @@ def list_(settings: Settings, as_json: bool) -> None:
         sched.list_schedules(_store(settings)),
         as_json,
         lambda r: (
-            f"{r['id']}  {r['state']:<6}  next {_time(r['next_fire'])}  "
+            f"{r['id']}  {r['state']:<6}  next {_time(r['next_fire']):<20}  "
             f"fires={r['fires']} skipped={r['skipped']}  {r['name'] or r['job']}  "
             f"{r['kind']} {r['expr']}" + (f" ({r['tz']})" if r["tz"] else "")
         ),

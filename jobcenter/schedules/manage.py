@@ -138,7 +138,8 @@ def _view(schedule: Schedule, state: ScheduleState) -> dict[str, Any]:
         "catchup": schedule.catchup,
         "state": state.status,
         "created_at": schedule.created_ms / 1000,
-        "next_fire": _seconds(state.next),
+        # a paused schedule fires nothing: its stored next fire falls behind (resume moves it)
+        "next_fire": None if state.paused else _seconds(state.next),
         "pending_fire": _seconds(state.pending),
         "buffered_fire": _seconds(state.buffered),
         "last_fire": _seconds(state.last_fire),

@@ -387,6 +387,10 @@ def test_a_paused_schedule_does_not_fire_and_resumes_from_now(store: Store) -> N
     assert sched.pause_schedule(store, s.id)["state"] == "paused"
 
     assert a.tick(s.created_ms + 5 * MINUTE + 1_000) == []
+    # paused, it has no next fire: not one in the past, where the ticker left it
+    assert sched.show_schedule(store, s.id)["next_fire"] is None
+    (listed,) = sched.list_schedules(store)
+    assert (listed["state"], listed["next_fire"]) == ("paused", None)
 
     view = sched.resume_schedule(store, s.id, now=s.created_ms + 5 * MINUTE + 1_000)
     assert view["state"] == "active"
@@ -428,7 +432,9 @@ def test_a_pause_landing_while_a_tick_decides_wins_over_the_stale_decision(store
 
     view = sched.show_schedule(store, s.id)
     assert (view["state"], view["pending_fire"]) == ("paused", None)
-    assert view["next_fire"] == (s.created_ms + MINUTE) / 1000  # not advanced
+    read = sched.read_schedule(store, s.id)
+    assert read is not None and read[1].next == s.created_ms + MINUTE  # not advanced
+    assert view["next_fire"] is None  # paused: it fires nothing
     assert view["recent"] == [] and scheduled_jobs(store) == []
     assert store.redis.zscore(store.keys.schedules_due(), s.id) is None
 
