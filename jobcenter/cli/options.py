@@ -53,6 +53,25 @@ def log_format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
+def more_verbose(ctx: click.Context, param: click.Parameter, count: int) -> None:
+    """`-v` given after a command (`jobcenter worker -v`): as before it, each one lowers the
+    logging level a step (-vv: debug)."""
+    if count:
+        root = logging.getLogger()
+        root.setLevel(max(logging.DEBUG, root.getEffectiveLevel() - 10 * count))
+
+
+def verbose_option() -> click.Option:
+    """The -v every command takes after its name, as the main command takes it before."""
+    return click.Option(
+        ["-v", "--verbose"],
+        count=True,
+        expose_value=False,
+        callback=more_verbose,
+        help="More logging (-vv for debug); also before the command.",
+    )
+
+
 def fail(message: str, code: int) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
