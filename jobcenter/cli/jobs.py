@@ -173,7 +173,7 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
     click.echo(
         f"created {format_time(st['created_at'])}  finished {format_time(st['finished_at'])}"
     )
-    rows = [("TASK", "STATE", "ATT", "HANDLER", "STARTED", "FINISHED", "ERROR / PROGRESS")]
+    rows = [("TASK", "STATE", "ATT", "HANDLER", "STARTED", "FINISHED (UTC)", "ERROR / PROGRESS")]
     for task_id, t in st["tasks"].items():
         text = first_line(t["error"] or t.get("progress"), 60)
         if t.get("waiting_for"):  # workers gave it back for want of its code
@@ -275,11 +275,14 @@ def list_jobs(
     echo_rows(
         rows,
         as_json,
-        lambda r: (
-            f"{r['id']}  {r['state']:<9}  {format_time(r['created_at'])}  "
-            f"{r['owner'] or '-':<10}  {r['name']}"
-            + (f"  schedule {r['schedule_id']}" if r["schedule_id"] else "")
-        ),
+        [
+            ("JOB", lambda r: r["id"]),
+            ("STATE", lambda r: r["state"]),
+            ("CREATED (UTC)", lambda r: format_time(r["created_at"])),
+            ("OWNER", lambda r: r["owner"] or "-"),
+            ("SCHEDULE", lambda r: r["schedule_id"] or "-"),
+            ("NAME", lambda r: r["name"]),
+        ],
     )
 
 
@@ -292,12 +295,21 @@ def history(settings: Settings, job_id: str, as_json: bool) -> None:
     echo_rows(
         client_for(settings).history(job_id),
         as_json,
-        lambda r: (
-            f"{r['task']:<20} #{r['attempt']:<3} {r['state']:<11} "
-            f"{(r['handler'] or '-')[:8]:<8}  {format_time(r['started_at'])}  "
-            f"{format_time(r['finished_at'])}  {first_line(r['error'], 60)}"
-        ),
+        [
+            ("TASK", lambda r: r["task"]),
+            ("ATTEMPT", lambda r: f"#{r['attempt']}"),
+            ("ENDED", lambda r: ATTEMPT_ENDINGS.get(r["state"], r["state"])),
+            ("HANDLER", lambda r: (r["handler"] or "-")[:8]),
+            ("STARTED (UTC)", lambda r: format_time(r["started_at"])),
+            ("FINISHED (UTC)", lambda r: format_time(r["finished_at"])),
+            ("ERROR", lambda r: first_line(r["error"], 60)),
+        ],
     )
+
+
+# How an attempt ended, in `history`'s words: an attempt recorded as retry_wait failed, and
+# its task was retried (--json keeps the recorded state)
+ATTEMPT_ENDINGS = {TaskState.RETRY_WAIT.value: "failed, retried"}
 
 
 @click.command()
@@ -337,6 +349,8 @@ def events(
     if limit is None and job_id is None and since_ms is None:
         limit = DEFAULT_EVENTS
     shown, cursor = stream.read(job_id=job_id, since_ms=since_ms, limit=limit)
+    if not as_json:
+        click.echo(_event_line("TIME (UTC)", "JOB", "TASK", "ATT", "EVENT", "HANDLER", "NOTE"))
     for event in shown:
         _echo_event(event, as_json)
     if not follow or ended:
@@ -359,13 +373,18 @@ def _echo_event(event: Event, as_json: bool) -> None:
         return
     task = "-" if event.task is None else event.task
     attempt = f"#{event.attempt}" if event.attempt is not None else ""
-    note = event.error or event.detail or ""
-    click.echo(
-        f"{format_time(event.time)}  {event.job}  {task:<16} {attempt:<4} {event.kind:<15} "
-        f"{(event.handler or '-')[:8]:<8}  {first_line(note, 60)}".rstrip(),
-        nl=True,
-    )
+    note = first_line(event.error or event.detail or "", 60)
+    when, handler = format_time(event.time), (event.handler or "-")[:8]
+    click.echo(_event_line(when, event.job, task, attempt, event.kind, handler, note))
     sys.stdout.flush()
+
+
+def _event_line(*cells: str) -> str:
+    """A line of `events`, the header's too: fixed widths, as events come one at a time."""
+    when, job, task, attempt, kind, handler, note = cells
+    return (
+        f"{when:<24}  {job:<26}  {task:<16} {attempt:<4} {kind:<15} {handler:<8}  {note}"
+    ).rstrip()
 
 
 @click.command()
@@ -401,10 +420,13 @@ def dlq_list(settings: Settings, limit: int, as_json: bool) -> None:
     echo_rows(
         client_for(settings).dead_letters(limit),
         as_json,
-        lambda r: (
-            f"{r['job']}  {r['task']:<20} attempts={r['attempts']:<3} "
-            f"{format_time(r['failed_at'])}  {first_line(r['error'], 70)}"
-        ),
+        [
+            ("JOB", lambda r: r["job"]),
+            ("TASK", lambda r: r["task"]),
+            ("ATTEMPTS", lambda r: r["attempts"]),
+            ("FAILED (UTC)", lambda r: format_time(r["failed_at"])),
+            ("ERROR", lambda r: first_line(r["error"], 70)),
+        ],
     )
 
 

@@ -7,7 +7,7 @@ import functools
 import json
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -149,14 +149,14 @@ def client_for(settings: Settings) -> Client:
 
 
 def format_time(seconds: float | None, *, to_second: bool = False) -> str:
-    """A time for the tables, in UTC: to the millisecond (attempts, jobs), or to the second
-    with a 'Z' (schedule fires); '-' for none."""
+    """A time for the tables, in UTC, which its 'Z' says: to the millisecond (attempts,
+    jobs), or to the second (schedule fires); '-' for none."""
     if seconds is None:
         return "-"
     moment = datetime.fromtimestamp(seconds, UTC)
     if to_second:
         return moment.strftime("%Y-%m-%d %H:%M:%SZ")
-    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 def first_line(text: str | None, width: int | None = None) -> str:
@@ -165,12 +165,18 @@ def first_line(text: str | None, width: int | None = None) -> str:
     return lines[0][:width] if lines else ""
 
 
-def echo_rows(
-    rows: list[dict[str, Any]], as_json: bool, line: Callable[[dict[str, Any]], str]
-) -> None:
-    """A listing: the rows as one JSON document, or a `line` each."""
+Column = tuple[str, Callable[[dict[str, Any]], Any]]  # a table's header, and its cell
+
+
+def echo_rows(rows: list[dict[str, Any]], as_json: bool, columns: Sequence[Column]) -> None:
+    """A listing: the rows as one JSON document, or a table under a header line, its
+    columns aligned (the last one, free text, is not padded)."""
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    for row in rows:
-        click.echo(line(row))
+    table = [[header for header, _ in columns]]
+    table += [[str(cell(row)) for _, cell in columns] for row in rows]
+    widths = [max(len(line[k]) for line in table) for k in range(len(columns) - 1)]
+    for line in table:
+        padded = [text.ljust(width) for text, width in zip(line, widths, strict=False)]
+        click.echo("  ".join([*padded, line[-1]]).rstrip())
