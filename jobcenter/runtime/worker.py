@@ -45,7 +45,7 @@ from jobcenter.storage.store import (
 )
 
 from . import registry, rq_runner
-from .execution import Outcome, ProcessRunner, ThreadRunner
+from .execution import Outcome, ProcessRunner, ThreadRunner, task_label
 from .leader import Leader
 from .notifier import DELIVERY_THREADS, Notifier
 from .pulse import Pulse
@@ -495,7 +495,7 @@ class Worker:
         try:
             self.store.heartbeat(self.handler, [(task.job_id, task.index, task.attempt, message)])
         except RedisError as exc:  # the heartbeat loop carries it, and logs the trouble
-            log.debug("progress of job %s task %d not sent: %s", task.job_id, task.index, exc)
+            log.debug("progress of job %s task %s not sent: %s", task.job_id, task_label(task), exc)
 
     # -- reporting -------------------------------------------------------------------------
 
@@ -713,9 +713,11 @@ class Worker:
             for o in gated
         ]  # fmt: skip
         codes = self.store.gate_wait(self.handler, attempts)
+        labels = {(o.task.job_id, o.task.index): task_label(o.task) for o in gated}
         for (job_id, index), code in codes.items():
             if code == GATE_GAVE_UP:
-                log.warning("job %s task %d failed: its gate said no too long", job_id, index)
+                name = labels[(job_id, index)]
+                log.warning("job %s task %s failed: its gate said no too long", job_id, name)
         self._settle(left, [o for o in gated if (o.task.job_id, o.task.index) in codes])
 
     def _settle(
@@ -770,14 +772,20 @@ class Worker:
                 self._stop_attempt(job_id, index, attempts[(job_id, index)], code)
             elif code < 0:
                 log.warning(
-                    "job %s task %d: heartbeat refused: %s (code %d)",
+                    "job %s task %s: heartbeat refused: %s (code %d)",
                     job_id,
-                    index,
+                    self._label(job_id, index),
                     why_refused(self.store, job_id, index, attempts[(job_id, index)], code),
                     code,
                 )
         self._register()
         self._supervise_recovery()
+
+    def _label(self, job_id: str, index: int) -> str:
+        """A running task's id for a log line ('#index' once it left)."""
+        with self.lock:
+            running = self.running.get((job_id, index))
+        return f"#{index}" if running is None else task_label(running.task)
 
     def _stop_attempt(self, job_id: str, index: int, attempt: int, code: int) -> None:
         """The attempt's job was cancelled (or is gone): stop the attempt and free its slot.
@@ -785,7 +793,8 @@ class Worker:
         if not self.runner.cancel((job_id, index, attempt)):
             return  # it ended meanwhile; the reporter has its outcome
         why = "was cancelled" if code == HEARTBEAT_CANCELLED else "is gone"
-        log.info("job %s %s: stopped its running task %d (attempt %d)", job_id, why, index, attempt)
+        name = self._label(job_id, index)
+        log.info("job %s %s: stopped its running task %s (attempt %d)", job_id, why, name, attempt)
         with self.lock:
             running = self.running.get((job_id, index))
             if running is not None and running.task.attempt == attempt:

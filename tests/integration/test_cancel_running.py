@@ -55,7 +55,7 @@ def test_cancel_stops_the_running_attempt_and_frees_its_slot(
             lambda: marks(path)[-1] in ("saw cancel", "cancelled"), message="the task was not told"
         )
     wait_until(
-        lambda: f"job {job_id} was cancelled: stopped its running task 0" in worker.log(),
+        lambda: f"job {job_id} was cancelled: stopped its running task long" in worker.log(),
         message="the worker did not log the cancel",
     )
     after = client.submit(

@@ -103,9 +103,9 @@ CAUSES: dict[str, tuple[Callable[[Store, str, StartedTask], None], str]] = {
     "taken over": (_take_over, f"attempt 2 (handler {OTHER}) took the task over"),
 }
 HEARTBEAT_CAUSES = {  # a cancel or a deleted job stop the attempt instead (logged as such)
-    "cancelled": "job {job} was cancelled: stopped its running task 0",
-    "cancelled and packed": "job {job} was cancelled: stopped its running task 0",
-    "deleted": "job {job} is gone: stopped its running task 0",
+    "cancelled": "job {job} was cancelled: stopped its running task a",
+    "cancelled and packed": "job {job} was cancelled: stopped its running task a",
+    "deleted": "job {job} is gone: stopped its running task a",
     "taken over": f"attempt 2 (handler {OTHER}) took the task over",
     "reported meanwhile": "the task is succeeded now, not running",
 }
