@@ -54,6 +54,12 @@ def submit(
     spec = load_spec_file(spec_file)  # validated before anything touches Redis
     client = client_for(settings)
     job_id = client.submit(spec)
+    for queue, name in client.unserved(client.spec_tasks(spec)):
+        click.echo(
+            f"warning: no live worker has task {name!r} on queue {queue!r}: its tasks wait "
+            "until one does (start a worker that imports its module)",
+            err=True,
+        )
     if not wait:
         click.echo(json.dumps({"id": job_id}) if as_json else job_id)
         return
@@ -165,7 +171,8 @@ class _TaskLines:
 @redis_options
 def status(settings: Settings, job_id: str, as_json: bool) -> None:
     """Show a job and each of its tasks."""
-    st = client_for(settings).status(job_id)
+    client = client_for(settings)
+    st = client.status(job_id)
     if as_json:
         click.echo(json.dumps(st, indent=2))
         return
@@ -174,12 +181,17 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
         f"created {format_time(st['created_at'])}  finished {format_time(st['finished_at'])}"
     )
     rows = [("TASK", "STATE", "ATT", "HANDLER", "STARTED", "FINISHED (UTC)", "ERROR / PROGRESS")]
+    unserved = {} if JobState(st["state"]).terminal else client.queued_unserved(job_id)
     for task_id, t in st["tasks"].items():
         text = first_line(t["error"] or t.get("progress"), 60)
         if t.get("waiting_for"):  # workers gave it back for want of its code
             waiting = t["waiting_for"]
             since = format_time(waiting["since"])
             text = f"waiting since {since} for a worker with {waiting['task']}"
+            if task_id in unserved:
+                text += ": no live worker has it"
+        elif task_id in unserved:  # queued, and no live worker can run it now
+            text = f"no live worker has task {unserved[task_id]}"
         elif t.get("waiting_for_limit"):  # parked: its pool or limit is full
             text = f"waiting for a slot of {t['waiting_for_limit']}"
         elif t.get("waiting_for_gate"):  # a gate it requires said no

@@ -87,3 +87,33 @@ def test_on_a_terminal_the_failed_task_is_named_under_the_bar(
     assert "tasks finished" in shown  # the bar
     assert "load failed: Fatal: no room" in shown
     assert "1 upstream_failed" in shown
+
+
+def test_a_task_no_live_worker_has_is_named_at_submit_and_in_status(
+    cli: Cli, workers: Workers, tmp_path: Path
+) -> None:
+    """With workers known, submit warns of a task name none of them registered (its tasks
+    would wait silently), and status says so of its queued tasks; known names, or no worker
+    known at all, give no warning."""
+    spec = tmp_path / "typo.json"
+    spec.write_text(json.dumps({"name": "typo", "tasks": [
+        {"id": "ok", "task": "tasks_for_tests.record"},
+        {"id": "typo", "task": "tasks_for_tests.recrod"},
+    ]}))  # fmt: skip
+    alone = cli("submit", str(spec))
+    assert alone.code == 0 and "warning" not in alone.stderr  # no worker known yet
+    workers.start()
+
+    submitted = cli("submit", str(spec))
+
+    assert submitted.code == 0, submitted.stderr
+    assert (
+        "warning: no live worker has task 'tasks_for_tests.recrod' on queue 'default'"
+        in submitted.stderr
+    )
+    assert "tasks_for_tests.record'" not in submitted.stderr
+    job_id = submitted.stdout.strip()
+    status = cli("status", job_id)
+    line = next(x for x in status.stdout.splitlines() if x.startswith("typo "))
+    # (once a worker gave it back for want of its code, since when too)
+    assert "tasks_for_tests.recrod" in line and "no live worker has" in line, line
