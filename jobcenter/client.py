@@ -8,13 +8,14 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Unpack
 
+from jobcenter.model import codec
 from jobcenter.model.spec import JobSpec, spec_from_any
-from jobcenter.model.states import JobState
+from jobcenter.model.states import JobState, TaskState
 from jobcenter.storage.embedded import local_url
 from jobcenter.storage.events import Events
 from jobcenter.storage.outages import ride_out
 from jobcenter.storage.schema import TaskField
-from jobcenter.storage.store import JobProgress, JobQuery, Store
+from jobcenter.storage.store import JobProgress, JobQuery, Store, served_member
 
 from . import schedules as _schedule
 from .config import Settings
@@ -79,6 +80,38 @@ class Client:
     def status(self, job_id: str) -> dict[str, Any]:
         return self.store.status(job_id)
 
+    def unserved(self, pairs: Iterable[tuple[str, str]]) -> builtins.list[tuple[str, str]]:
+        """Of (queue, task name) `pairs`, those no live worker has registered: its tasks wait
+        until one does. Empty when no worker is known at all (nothing to compare with)."""
+        live_since = self.store.now_ms() - int(self.settings.worker_timeout_seconds * 1000)
+        served = self.store.served_since(live_since)
+        if not served:
+            return []
+        return sorted({pair for pair in pairs if served_member(*pair) not in served})
+
+    def spec_tasks(self, spec: JobSpec) -> builtins.list[tuple[str, str]]:
+        """Each (queue, task name) a spec's tasks run as."""
+        return [(task.queue or spec.queue, task.task) for task in spec.tasks]
+
+    def queued_unserved(self, job_id: str) -> dict[str, str]:
+        """The job's queued tasks whose task name no live worker has registered on their
+        queue: task id -> task name (what `status` says they wait for)."""
+        fields = self.store.task_fields(job_id, TaskField.ID, TaskField.STATE, TaskField.QUEUE)
+        queued = [i for i, s in fields[TaskField.STATE].items() if s == TaskState.QUEUED]
+        if not queued:
+            return {}
+        job_queue = self.store.redis.hget(self.store.keys.job(job_id).job, "queue")
+        payloads = self.store.records(job_id).values([TaskField.PAYLOAD.of(i) for i in queued])
+        names = {}
+        for index, payload in zip(queued, payloads, strict=True):
+            decoded = codec.unpack(payload) if payload else None
+            name = decoded.get("t", "?") if isinstance(decoded, dict) else "?"
+            queue = fields[TaskField.QUEUE].get(index) or (job_queue or b"default").decode()
+            names[index] = (queue, str(name))
+        missing = set(self.unserved(names.values()))
+        ids = fields[TaskField.ID]
+        return {ids.get(i, i): pair[1] for i, pair in names.items() if pair in missing}
+
     def events(self) -> Events:
         """The event streams: every transition of every job, merged across shards."""
         return Events(self.store)
@@ -129,7 +162,10 @@ class Client:
 
     def list(self, **query: Unpack[JobQuery]) -> builtins.list[dict[str, Any]]:
         """Job summaries, newest first: `limit` (100) of them, filtered by `owner`, `state`,
-        `schedule_id` and creation `since` (epoch seconds), as Store.list_jobs reads them."""
+        `schedule_id` (a schedule's id or name) and creation `since` (epoch seconds), as
+        Store.list_jobs reads them."""
+        if query.get("schedule_id"):
+            query["schedule_id"] = _schedule.filter_id(self.store, str(query["schedule_id"]))
         return self.store.list_jobs(**query)
 
     def history(
@@ -140,7 +176,8 @@ class Client:
         return self.store.history(job_id, start, count)
 
     def retry(self, job_id: str) -> int:
-        """Re-run a job's failed and upstream_failed tasks, keeping its succeeded ones."""
+        """Re-run a job's failed tasks and every task below them that ended (a cleanup that
+        ran runs again after them); its other succeeded tasks are kept."""
         return admin.retry_job(self.store, job_id)
 
     def delete(self, job_id: str) -> None:

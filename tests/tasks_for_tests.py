@@ -178,9 +178,10 @@ def retry_later(delay: float) -> None:
 
 
 @task(name="tasks_for_tests.log_line")
-def log_line(message: str) -> str:
-    """Logs `message` from inside the task (what --log-format json tags with its job)."""
-    logging.getLogger("tasks_for_tests").warning(message)
+def log_line(message: str, level: str = "warning") -> str:
+    """Logs `message` at `level` from inside the task (what --log-format json tags with its
+    job)."""
+    logging.getLogger("tasks_for_tests").log(logging.getLevelNamesMapping()[level.upper()], message)
     return message
 
 

@@ -17,6 +17,7 @@ from .options import (
     EXIT_NO_REDIS,
     EXIT_REFUSED,
     EXIT_TIMEOUT,
+    verbose_option,
 )
 
 __all__ = [
@@ -26,7 +27,9 @@ __all__ = [
 
 
 @click.group()
-@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+@click.option(
+    "-v", "--verbose", count=True, help="More logging (-vv for debug); also after the command."
+)
 @click.version_option(package_name="jobcenter")
 def main(verbose: int) -> None:
     """jobcenter: a DAG job center over Redis."""
@@ -43,3 +46,16 @@ for command in (
     pools.rate_group,
 ):
     main.add_command(command)
+
+
+def _add_verbose(command: click.Command) -> None:
+    """Every command, and each of a group's, takes -v after its name too."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _add_verbose(sub)
+    else:
+        command.params.append(verbose_option())
+
+
+for command in main.commands.values():
+    _add_verbose(command)

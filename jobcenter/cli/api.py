@@ -97,10 +97,13 @@ def token_list(settings: Settings, as_json: bool) -> None:
     echo_rows(
         rows,
         as_json,
-        lambda r: (
-            f"{r['id']}  {r['scope']:<8} {r['owner'] or '-':<12} "
-            f"{format_time(r['created_at'])}  {r['name'] or ''}".rstrip()
-        ),
+        [
+            ("ID", lambda r: r["id"]),
+            ("SCOPE", lambda r: r["scope"]),
+            ("OWNER", lambda r: r["owner"] or "-"),
+            ("CREATED (UTC)", lambda r: format_time(r["created_at"])),
+            ("LABEL", lambda r: r["name"] or ""),
+        ],
     )
 
 

@@ -6,6 +6,7 @@ import base64
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,10 +23,12 @@ from jobcenter.model.states import JobState, TaskState
 from jobcenter.storage.events import Event
 from jobcenter.storage.export import FINISHED_STATES
 from jobcenter.storage.outages import ride_out
+from jobcenter.storage.schema import EventKind
 
 from .options import (
     EXIT_FAILED,
     EXIT_TIMEOUT,
+    FOLLOW_ERROR_WIDTH,
     FOLLOW_PAGE,
     FOLLOW_POLL_SECONDS,
     Duration,
@@ -81,6 +84,12 @@ def submit(
     spec = load_spec_file(spec_file)  # validated before anything touches Redis
     client = client_for(settings)
     job_id = client.submit(spec)
+    for queue, name in client.unserved(client.spec_tasks(spec)):
+        click.echo(
+            f"warning: no live worker has task {name!r} on queue {queue!r}: its tasks wait "
+            "until one does (start a worker that imports its module)",
+            err=True,
+        )
     if not wait:
         click.echo(json.dumps({"id": job_id}) if as_json else job_id)
         return
@@ -103,17 +112,20 @@ def _follow(client: Client, waiting: _Wait, total: int, quiet: bool) -> JobState
     its final state. A poll reads the job's counters and the attempts that ended since the
     last poll (a page at a time), never every task: following a huge job stays cheap."""
     job_id = waiting.job_id
-    lines = _TaskLines(client, waiting, total) if not quiet and not sys.stdout.isatty() else None
+    on_terminal = not quiet and sys.stdout.isatty()
+    lines = _TaskLines(client, waiting, total, echo=not on_terminal) if not quiet else None
     bar = None
-    if not quiet and lines is None:
+    if on_terminal:
         bar = click.progressbar(length=total, label="tasks finished")
         bar.__enter__()
     try:
         while True:
             progress = waiting.read(lambda: client.progress(job_id))
             if bar is not None:
+                bar.length = progress.total  # a map adds its instances as it expands
                 bar.update(progress.finished - bar.pos)
             if lines is not None:
+                lines.total = progress.total
                 lines.show_attempts()
             if progress.state.terminal:
                 if lines is not None:
@@ -124,21 +136,33 @@ def _follow(client: Client, waiting: _Wait, total: int, quiet: bool) -> JobState
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
+            if lines is not None:
+                lines.show_not_succeeded()
 
 
 class _TaskLines:
-    """`submit --wait` off a terminal: a line per task as it ends, read from the job's
-    history of attempts a page at a time."""
+    """`submit --wait`: a line per task as it ends (off a terminal), read from the job's
+    history of attempts a page at a time; on a terminal, under the bar, the tasks that did
+    not succeed once the job ended. `total` is the job's task count, which grows as a map
+    expands into its instances."""
 
-    def __init__(self, client: Client, waiting: _Wait, total: int) -> None:
-        self.client, self.waiting, self.total = client, waiting, total
+    def __init__(self, client: Client, waiting: _Wait, total: int, *, echo: bool) -> None:
+        self.client, self.waiting, self.total, self.echo = client, waiting, total, echo
         self.job_id = waiting.job_id
         self.read = 0  # history entries read so far
         self.ended: set[str] = set()
+        self.not_succeeded: dict[str, tuple[str, str]] = {}  # task -> state, error
 
-    def _show(self, task_id: str, state: str) -> None:
+    def _show(self, task_id: str, state: str, error: str | None = None) -> None:
+        if task_id in self.ended:
+            return
         self.ended.add(task_id)
-        click.echo(f"  [{len(self.ended)}/{self.total}] {task_id} {state}")
+        note = first_line(error, FOLLOW_ERROR_WIDTH) if state == TaskState.FAILED else ""
+        if state != TaskState.SUCCEEDED:
+            self.not_succeeded[task_id] = (state, note)
+        if self.echo:
+            line = f"  [{len(self.ended)}/{self.total}] {task_id} {state}"
+            click.echo(f"{line}: {note}" if note else line)
 
     def show_attempts(self) -> None:
         """The tasks whose last attempt ended since the last call."""
@@ -149,19 +173,31 @@ class _TaskLines:
             self.read += len(page)
             for attempt in page:
                 if TaskState(attempt["state"]).terminal:
-                    self._show(attempt["task"], attempt["state"])
+                    self._show(attempt["task"], attempt["state"], attempt["error"])
             if len(page) < FOLLOW_PAGE:
                 return
 
     def show_unattempted(self) -> None:
         """Once the job has ended: the tasks that ended without an attempt of their own
-        (upstream_failed, skipped, or cancelled before they ran)."""
+        (upstream_failed, skipped, cancelled before they ran, a mapped task's join)."""
         if len(self.ended) >= self.total:
             return
         states = self.waiting.read(lambda: self.client.task_states(self.job_id))
         for task_id, state in states.items():
             if task_id not in self.ended and TaskState(state).terminal:
                 self._show(task_id, state)
+
+    def show_not_succeeded(self) -> None:
+        """Under the bar: each failed task by name with its error, then how many others
+        did not succeed, by state."""
+        others: Counter[str] = Counter()
+        for task_id, (state, error) in self.not_succeeded.items():
+            if state == TaskState.FAILED:
+                click.echo(f"  {task_id} failed: {error}")
+            else:
+                others[state] += 1
+        if others:
+            click.echo("  " + ", ".join(f"{n} {state}" for state, n in sorted(others.items())))
 
 
 @click.command()
@@ -170,7 +206,8 @@ class _TaskLines:
 @redis_options
 def status(settings: Settings, job_id: str, as_json: bool) -> None:
     """Show a job and each of its tasks."""
-    st = client_for(settings).status(job_id)
+    client = client_for(settings)
+    st = client.status(job_id)
     if as_json:
         click.echo(json.dumps(st, indent=2))
         return
@@ -180,13 +217,18 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
     )
     if st["error"]:
         click.echo(f"error: {st['error']}")
-    rows = [("TASK", "STATE", "ATT", "HANDLER", "STARTED", "FINISHED", "ERROR / PROGRESS")]
+    rows = [("TASK", "STATE", "ATT", "HANDLER", "STARTED", "FINISHED (UTC)", "ERROR / PROGRESS")]
+    unserved = {} if JobState(st["state"]).terminal else client.queued_unserved(job_id)
     for task_id, t in st["tasks"].items():
         text = first_line(t["error"] or t.get("progress"), 60)
         if t.get("waiting_for"):  # workers gave it back for want of its code
             waiting = t["waiting_for"]
             since = format_time(waiting["since"])
             text = f"waiting since {since} for a worker with {waiting['task']}"
+            if task_id in unserved:
+                text += ": no live worker has it"
+        elif task_id in unserved:  # queued, and no live worker can run it now
+            text = f"no live worker has task {unserved[task_id]}"
         elif t.get("waiting_for_limit"):  # parked: its pool or limit is full
             text = f"waiting for a slot of {t['waiting_for_limit']}"
         elif t.get("waiting_for_gate"):  # a gate it requires said no
@@ -262,7 +304,9 @@ def _since(value: str | None, option: str = "--since") -> float | None:
 @click.command(name="list")
 @click.option("--owner", default=None)
 @click.option("--state", type=click.Choice([s.value for s in JobState]), default=None)
-@click.option("--schedule", "schedule_id", default=None, help="Only jobs fired by this schedule.")
+@click.option(
+    "--schedule", "schedule_id", default=None, help="Only jobs fired by this schedule (id or name)."
+)
 @click.option("--since", default=None, help="Created since: epoch, ISO time, or 15m/2h/7d.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
@@ -283,11 +327,14 @@ def list_jobs(
     echo_rows(
         rows,
         as_json,
-        lambda r: (
-            f"{r['id']}  {r['state']:<9}  {format_time(r['created_at'])}  "
-            f"{r['owner'] or '-':<10}  {r['name']}"
-            + (f"  schedule {r['schedule_id']}" if r["schedule_id"] else "")
-        ),
+        [
+            ("JOB", lambda r: r["id"]),
+            ("STATE", lambda r: r["state"]),
+            ("CREATED (UTC)", lambda r: format_time(r["created_at"])),
+            ("OWNER", lambda r: r["owner"] or "-"),
+            ("SCHEDULE", lambda r: r["schedule_id"] or "-"),
+            ("NAME", lambda r: r["name"]),
+        ],
     )
 
 
@@ -300,17 +347,30 @@ def history(settings: Settings, job_id: str, as_json: bool) -> None:
     echo_rows(
         client_for(settings).history(job_id),
         as_json,
-        lambda r: (
-            f"{r['task']:<20} #{r['attempt']:<3} {r['state']:<11} "
-            f"{(r['handler'] or '-')[:8]:<8}  {format_time(r['started_at'])}  "
-            f"{format_time(r['finished_at'])}  {first_line(r['error'], 60)}"
-        ),
+        [
+            ("TASK", lambda r: r["task"]),
+            ("ATTEMPT", lambda r: f"#{r['attempt']}"),
+            ("ENDED", lambda r: ATTEMPT_ENDINGS.get(r["state"], r["state"])),
+            ("HANDLER", lambda r: (r["handler"] or "-")[:8]),
+            ("STARTED (UTC)", lambda r: format_time(r["started_at"])),
+            ("FINISHED (UTC)", lambda r: format_time(r["finished_at"])),
+            ("ERROR", lambda r: first_line(r["error"], 60)),
+        ],
     )
+
+
+# How an attempt ended, in `history`'s words: an attempt recorded as retry_wait failed, and
+# its task was retried (--json keeps the recorded state)
+ATTEMPT_ENDINGS = {TaskState.RETRY_WAIT.value: "failed, retried"}
 
 
 @click.command()
 @click.option("--job", "job_id", default=None, help="Only this job's events (from its start).")
-@click.option("--follow", is_flag=True, help="Go on printing events as they come (Ctrl-C ends).")
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Go on printing events as they come (Ctrl-C ends; with --job, the job's end too).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
 @click.option("--since", default=None, help="From this time: epoch, ISO time, or 15m/2h/7d.")
 @click.option(
@@ -332,19 +392,26 @@ def events(
     retried, upstream_failed, cancelled, timed_out, finalized, repaired, ...), oldest first."""
     if settings.events_maxlen == 0:
         click.echo("note: JOBCENTER_EVENTS_MAXLEN=0 here: new transitions add no events", err=True)
-    stream = client_for(settings).events()
+    client = client_for(settings)
+    stream = client.events()
+    # read before the events: a job that had ended then has its last event among them
+    ended = job_id is not None and JobState(client.state(job_id)).terminal
     since_s = _since(since)
     since_ms = None if since_s is None else int(since_s * 1000)
     if limit is None and job_id is None and since_ms is None:
         limit = DEFAULT_EVENTS
     shown, cursor = stream.read(job_id=job_id, since_ms=since_ms, limit=limit)
+    if not as_json:
+        click.echo(_event_line("TIME (UTC)", "JOB", "TASK", "ATT", "EVENT", "HANDLER", "NOTE"))
     for event in shown:
         _echo_event(event, as_json)
-    if not follow:
+    if not follow or ended:
         return
     try:
         for event in stream.follow(cursor, job_id=job_id):
             _echo_event(event, as_json)
+            if job_id is not None and event.kind == EventKind.FINALIZED:
+                return  # the job ended: nothing more comes unless a retry re-opens it
     except KeyboardInterrupt:
         return
 
@@ -358,20 +425,26 @@ def _echo_event(event: Event, as_json: bool) -> None:
         return
     task = "-" if event.task is None else event.task
     attempt = f"#{event.attempt}" if event.attempt is not None else ""
-    note = event.error or event.detail or ""
-    click.echo(
-        f"{format_time(event.time)}  {event.job}  {task:<16} {attempt:<4} {event.kind:<15} "
-        f"{(event.handler or '-')[:8]:<8}  {first_line(note, 60)}".rstrip(),
-        nl=True,
-    )
+    note = first_line(event.error or event.detail or "", 60)
+    when, handler = format_time(event.time), (event.handler or "-")[:8]
+    click.echo(_event_line(when, event.job, task, attempt, event.kind, handler, note))
     sys.stdout.flush()
+
+
+def _event_line(*cells: str) -> str:
+    """A line of `events`, the header's too: fixed widths, as events come one at a time."""
+    when, job, task, attempt, kind, handler, note = cells
+    return (
+        f"{when:<24}  {job:<26}  {task:<16} {attempt:<4} {kind:<15} {handler:<8}  {note}"
+    ).rstrip()
 
 
 @click.command()
 @click.argument("job_id")
 @redis_options
 def retry(settings: Settings, job_id: str) -> None:
-    """Re-run a failed job's failed and upstream_failed tasks; succeeded ones are kept."""
+    """Re-run a failed job's failed tasks and every task below them (upstream_failed ones, and
+    cleanups that ran); the other succeeded ones are kept."""
     revived = client_for(settings).retry(job_id)
     click.echo(f"job {job_id}: {revived} tasks to run again")
 
@@ -399,10 +472,13 @@ def dlq_list(settings: Settings, limit: int, as_json: bool) -> None:
     echo_rows(
         client_for(settings).dead_letters(limit),
         as_json,
-        lambda r: (
-            f"{r['job']}  {r['task']:<20} attempts={r['attempts']:<3} "
-            f"{format_time(r['failed_at'])}  {first_line(r['error'], 70)}"
-        ),
+        [
+            ("JOB", lambda r: r["job"]),
+            ("TASK", lambda r: r["task"]),
+            ("ATTEMPTS", lambda r: r["attempts"]),
+            ("FAILED (UTC)", lambda r: format_time(r["failed_at"])),
+            ("ERROR", lambda r: first_line(r["error"], 70)),
+        ],
     )
 
 

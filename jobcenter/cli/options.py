@@ -7,7 +7,7 @@ import functools
 import json
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,6 +39,7 @@ EXIT_UNHEALTHY = 1  # `jobcenter health` only: not ready/alive (the code Docker 
 HEALTH_TIMEOUT_SECONDS = 5.0  # `jobcenter health`: a worker's endpoint answers in under a second
 FOLLOW_POLL_SECONDS = 0.1  # `submit --wait` reads the job's counters this often
 FOLLOW_PAGE = 1_000  # history entries per read while following: each read stays short
+FOLLOW_ERROR_WIDTH = 100  # a failed task's error while following: its first line, cut here
 
 
 def log_format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -79,6 +80,25 @@ def listen_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+def more_verbose(ctx: click.Context, param: click.Parameter, count: int) -> None:
+    """`-v` given after a command (`jobcenter worker -v`): as before it, each one lowers the
+    logging level a step (-vv: debug)."""
+    if count:
+        root = logging.getLogger()
+        root.setLevel(max(logging.DEBUG, root.getEffectiveLevel() - 10 * count))
+
+
+def verbose_option() -> click.Option:
+    """The -v every command takes after its name, as the main command takes it before."""
+    return click.Option(
+        ["-v", "--verbose"],
+        count=True,
+        expose_value=False,
+        callback=more_verbose,
+        help="More logging (-vv for debug); also before the command.",
+    )
 
 
 def fail(message: str, code: int) -> None:
@@ -178,14 +198,14 @@ def client_for(settings: Settings) -> Client:
 
 
 def format_time(seconds: float | None, *, to_second: bool = False) -> str:
-    """A time for the tables, in UTC: to the millisecond (attempts, jobs), or to the second
-    with a 'Z' (schedule fires); '-' for none."""
+    """A time for the tables, in UTC, which its 'Z' says: to the millisecond (attempts,
+    jobs), or to the second (schedule fires); '-' for none."""
     if seconds is None:
         return "-"
     moment = datetime.fromtimestamp(seconds, UTC)
     if to_second:
         return moment.strftime("%Y-%m-%d %H:%M:%SZ")
-    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 def first_line(text: str | None, width: int | None = None) -> str:
@@ -194,12 +214,18 @@ def first_line(text: str | None, width: int | None = None) -> str:
     return lines[0][:width] if lines else ""
 
 
-def echo_rows(
-    rows: list[dict[str, Any]], as_json: bool, line: Callable[[dict[str, Any]], str]
-) -> None:
-    """A listing: the rows as one JSON document, or a `line` each."""
+Column = tuple[str, Callable[[dict[str, Any]], Any]]  # a table's header, and its cell
+
+
+def echo_rows(rows: list[dict[str, Any]], as_json: bool, columns: Sequence[Column]) -> None:
+    """A listing: the rows as one JSON document, or a table under a header line, its
+    columns aligned (the last one, free text, is not padded)."""
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    for row in rows:
-        click.echo(line(row))
+    table = [[header for header, _ in columns]]
+    table += [[str(cell(row)) for _, cell in columns] for row in rows]
+    widths = [max(len(line[k]) for line in table) for k in range(len(columns) - 1)]
+    for line in table:
+        padded = [text.ljust(width) for text, width in zip(line, widths, strict=False)]
+        click.echo("  ".join([*padded, line[-1]]).rstrip())

@@ -33,10 +33,12 @@ def list_(settings: Settings, as_json: bool) -> None:
     echo_rows(
         client_for(settings).pools(),
         as_json,
-        lambda r: (
-            f"{r['name']}  used {r['used']}/{'unset' if r['slots'] is None else r['slots']}"
-            f"  waiting {r['waiting']}"
-        ),
+        [
+            ("POOL", lambda r: r["name"]),
+            ("USED", lambda r: r["used"]),
+            ("SLOTS", lambda r: "unset" if r["slots"] is None else r["slots"]),
+            ("WAITING", lambda r: r["waiting"]),
+        ],
     )
 
 
@@ -73,7 +75,11 @@ def rate_list(settings: Settings, as_json: bool) -> None:
     echo_rows(
         client_for(settings).rates(),
         as_json,
-        lambda r: f"{r['target']}  {r['starts']} starts per {r['period']:g} s",
+        [
+            ("TARGET", lambda r: r["target"]),
+            ("STARTS", lambda r: r["starts"]),
+            ("PER", lambda r: f"{r['period']:g} s"),
+        ],
     )
 
 

@@ -101,11 +101,18 @@ def list_(settings: Settings, as_json: bool) -> None:
     echo_rows(
         sched.list_schedules(_store(settings)),
         as_json,
-        lambda r: (
-            f"{r['id']}  {r['state']:<6}  next {_time(r['next_fire'])}  "
-            f"fires={r['fires']} skipped={r['skipped']}  {r['name'] or r['job']}  "
-            f"{r['kind']} {r['expr']}" + (f" ({r['tz']})" if r["tz"] else "")
-        ),
+        [
+            ("SCHEDULE", lambda r: r["id"]),
+            ("STATE", lambda r: r["state"]),
+            ("NEXT FIRE (UTC)", lambda r: _time(r["next_fire"])),
+            ("FIRES", lambda r: r["fires"]),
+            ("SKIPPED", lambda r: r["skipped"]),
+            ("NAME", lambda r: r["name"] or r["job"]),
+            (
+                "TRIGGER",
+                lambda r: f"{r['kind']} {r['expr']}" + (f" ({r['tz']})" if r["tz"] else ""),
+            ),
+        ],
     )
 
 

@@ -122,7 +122,10 @@ def worker(
         check_name(node, "--node")
     logs.configure(log_format)
     os.environ[logs.FORMAT_ENV] = log_format  # the rq recovery child logs the same way
-    logging.getLogger("jobcenter").setLevel(min(logging.INFO, logging.getLogger().level))
+    # a step more than other commands: info by default (the worker's own lines and its
+    # tasks' logging.info), debug with -v
+    root = logging.getLogger()
+    root.setLevel(max(logging.DEBUG, root.level - 10))
     if allow_shell:
         modules = (*modules, "jobcenter.runtime.shell")
     # MODULES are found in the current directory, as under `python -m jobcenter` (the

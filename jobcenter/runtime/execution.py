@@ -173,6 +173,16 @@ def decode(task: StartedTask) -> dict[str, Any]:
     return payload
 
 
+def task_label(task: StartedTask) -> str:
+    """The task's id for a log line (its index, '#3', when its payload cannot say)."""
+    try:
+        payload = codec.unpack(task.payload)
+    except Exception:
+        payload = None
+    name = payload.get("id") if isinstance(payload, dict) else None
+    return name if isinstance(name, str) else f"#{task.index}"
+
+
 def retry_delay(task: StartedTask, payload: dict[str, Any]) -> int:
     base = payload.get("rb", DEFAULT_BACKOFF)
     return backoff_ms(task.attempt, base, payload.get("rm", DEFAULT_BACKOFF_MAX))
@@ -318,7 +328,9 @@ def relay(progress: Progress, task: StartedTask, message: str) -> None:
     try:
         progress(task, message)
     except Exception as exc:
-        log.warning("job %s task %d: progress report not sent (%s)", task.job_id, task.index, exc)
+        log.warning(
+            "job %s task %s: progress report not sent (%s)", task.job_id, task_label(task), exc
+        )
 
 
 def timed_out(task: StartedTask, payload: dict[str, Any], note: str) -> Outcome:
@@ -797,7 +809,7 @@ class ProcessRunner:
         try:
             return self._run_child(task, payload, progress)
         except Exception as exc:  # cannot start a process (fork fails, no fds left, ...)
-            log.warning("job %s task %d: %s", task.job_id, task.index, describe(exc))
+            log.warning("job %s task %s: %s", task.job_id, task_label(task), describe(exc))
             error = f"cannot run the task process: {describe(exc)}"
             return Outcome(task, False, error, retry_delay(task, payload))
 

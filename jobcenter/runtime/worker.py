@@ -54,7 +54,7 @@ from jobcenter.storage.store import (
 
 from . import exits, registry, rq_runner
 from .eviction_guard import EvictionGuard
-from .execution import Outcome, ProcessRunner, ThreadRunner
+from .execution import Outcome, ProcessRunner, ThreadRunner, task_label
 from .leader import Leader
 from .notifier import DELIVERY_THREADS, Notifier
 from .pulse import Pulse
@@ -525,7 +525,7 @@ class Worker:
                 self.handler, [(task.job_id, task.index, task.token, message)]
             )
         except RedisError as exc:  # the heartbeat loop carries it, and logs the trouble
-            log.debug("progress of job %s task %d not sent: %s", task.job_id, task.index, exc)
+            log.debug("progress of job %s task %s not sent: %s", task.job_id, task_label(task), exc)
             return
         code = codes.get((task.job_id, task.index), 0)
         if code < 0:
@@ -602,11 +602,12 @@ class Worker:
         of an attempt Redis does not know (it lost writes: the task may run again) is an
         error, counted, with what the attempt reported: its only trace."""
         cause = why_refused(self.store, job_id, index, token, code)
+        name = self._label(job_id, index)
         if code == UNKNOWN_ATTEMPT:
             log.error(
-                "job %s task %d: %s refused: %s (code %d)%s",
+                "job %s task %s: %s refused: %s (code %d)%s",
                 job_id,
-                index,
+                name,
                 report,
                 cause,
                 code,
@@ -616,14 +617,14 @@ class Worker:
                 count_unknown(self.store, job_id, report)
         elif report == "heartbeat":
             log.warning(
-                "job %s task %d: heartbeat refused: %s (code %d)", job_id, index, cause, code
+                "job %s task %s: heartbeat refused: %s (code %d)", job_id, name, cause, code
             )
         else:
             log.warning(
-                "late %s of job %s task %d discarded: %s (code %d)",
+                "late %s of job %s task %s discarded: %s (code %d)",
                 report,
                 job_id,
-                index,
+                name,
                 cause,
                 code,
             )
@@ -763,9 +764,11 @@ class Worker:
             for o in gated
         ]  # fmt: skip
         codes = self.store.gate_wait(self.handler, attempts)
+        labels = {(o.task.job_id, o.task.index): task_label(o.task) for o in gated}
         for (job_id, index), code in codes.items():
             if code == GATE_GAVE_UP:
-                log.warning("job %s task %d failed: its gate said no too long", job_id, index)
+                name = labels[(job_id, index)]
+                log.warning("job %s task %s failed: its gate said no too long", job_id, name)
         self._settle(left, [o for o in gated if (o.task.job_id, o.task.index) in codes])
 
     def _settle(
@@ -827,12 +830,19 @@ class Worker:
         self._supervise_recovery()
         self.eviction.check()
 
+    def _label(self, job_id: str, index: int) -> str:
+        """A running task's id for a log line ('#index' once it left)."""
+        with self.lock:
+            running = self.running.get((job_id, index))
+        return f"#{index}" if running is None else task_label(running.task)
+
     def _stop_attempt(self, job_id: str, index: int, token: str, code: int) -> None:
         """Redis refused the attempt's heartbeat (`code`): it is no longer live (its job was
         cancelled or is gone, another attempt took the task over, the task was queued again
         or failed when its lease ran out, or Redis lost the writes that started it). Stop it
         now, whatever the cause, so it never runs beside the task's next attempt, and free its
         slot. Nothing is reported: Redis would refuse its outcome."""
+        name = self._label(job_id, index)
         stopped = self.runner.stop(
             (job_id, index, token), STOP_REASONS.get(code, StopReason.NOT_RUNNING)
         )
@@ -841,12 +851,12 @@ class Worker:
         why = why_refused(self.store, job_id, index, token, code)
         attempt = token.partition(":")[0]
         if not stopped:  # it ended meanwhile: the reporter has its outcome
-            log.info("job %s task %d attempt %s: heartbeat refused: %s (code %d)",
-                     job_id, index, attempt, why, code)  # fmt: skip
+            log.info("job %s task %s attempt %s: heartbeat refused: %s (code %d)",
+                     job_id, name, attempt, why, code)  # fmt: skip
             return
         level = logging.INFO if code in STOPPED or code == JOB_GONE else logging.WARNING
-        log.log(level, "job %s task %d attempt %s stopped: %s (code %d)",
-                job_id, index, attempt, why, code)  # fmt: skip
+        log.log(level, "job %s task %s attempt %s stopped: %s (code %d)",
+                job_id, name, attempt, why, code)  # fmt: skip
         with self.lock:
             running = self.running.get((job_id, index))
             if running is not None and running.task.token == token:

@@ -9,6 +9,7 @@ from jobcenter.storage.schedules import FIRES_KEPT, ScheduleState
 
 from .manage import (
     add_schedule,
+    filter_id,
     list_schedules,
     now_ms,
     pause_schedule,
@@ -52,8 +53,8 @@ __all__ = [
     "AT", "BUFFERED", "CATCHUP_POLICIES", "CRON", "DEFAULT_CATCHUP", "DEFAULT_OVERLAP", "EVERY",
     "FAILED", "FIRES_KEPT", "MISFIRE_GRACE_MS", "MISSED", "OVERLAP_POLICIES", "SINGLETON",
     "SKIPPED", "SUBMITTED", "TICK_SECONDS", "Fire", "Plan", "Schedule", "ScheduleState",
-    "Scheduler", "Trigger", "add_schedule", "list_schedules", "now_ms", "parse_at", "parse_cron",
-    "parse_duration", "parse_trigger", "parse_zone", "pause_schedule", "plan_fires",
+    "Scheduler", "Trigger", "add_schedule", "filter_id", "list_schedules", "now_ms", "parse_at",
+    "parse_cron", "parse_duration", "parse_trigger", "parse_zone", "pause_schedule", "plan_fires",
     "read_schedule", "remove_schedule", "resolve", "resume_schedule", "run_schedule_now",
     "run_ticker", "show_schedule",
 ]  # fmt: skip

@@ -72,6 +72,13 @@ def resolve(store: Store, ref: str) -> str:
     return found
 
 
+def filter_id(store: Store, ref: str) -> str:
+    """The schedule id a jobs filter (`list --schedule`, the dashboard's) means by `ref`:
+    the id of the schedule with that id or name, else `ref` as it is (the id of a schedule
+    removed since: its jobs are kept)."""
+    return stored.find(store, ref) or ref
+
+
 def _not_found(store: Store, ref: str) -> NotFound:
     return NotFound(f"no schedule {ref!r} in namespace {store.settings.namespace!r}")
 
@@ -142,7 +149,8 @@ def _view(schedule: Schedule, state: ScheduleState) -> dict[str, Any]:
         "catchup": schedule.catchup,
         "state": state.status,
         "created_at": schedule.created_ms / 1000,
-        "next_fire": _seconds(state.next),
+        # a paused schedule fires nothing: its stored next fire falls behind (resume moves it)
+        "next_fire": None if state.paused else _seconds(state.next),
         "pending_fire": _seconds(state.pending),
         "buffered_fire": _seconds(state.buffered),
         "last_fire": _seconds(state.last_fire),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from jobcenter.errors import NotFound, SpecError
+from jobcenter.errors import NotFound, Refused
 from jobcenter.model.dag import topological_order
 from jobcenter.model.states import JobState, TaskState
 
@@ -17,6 +17,9 @@ from .store import Store
 REVIVE_ARGS_MAX = 2_000  # task and parent indexes per revive call: each call is short
 TRIM_BATCH = 1_000  # expired jobs trimmed from the indexes per read
 FINISHED_JOB_STATES = [state for state in JobState if state.terminal]
+# what a task below a retried one may have ended as, to run again (cancelled: only in a
+# cancelled job, which is never retried)
+RESET_STATES = {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.UPSTREAM_FAILED, TaskState.SKIPPED}
 
 
 def dead_letters(store: Store, limit: int = 100) -> list[dict[str, Any]]:
@@ -73,20 +76,29 @@ def requeue(store: Store, job_id: str, task_id: str) -> int:
 
 
 def retry_job(store: Store, job_id: str) -> int:
-    """Re-run a job's failed and upstream_failed tasks; its succeeded tasks are kept."""
-    if not store.redis.exists(store.keys.job(job_id).job):
+    """Re-run a job's failed tasks and everything downstream of them (its upstream_failed
+    tasks, and the cleanups and error handlers that ran after the failure); the other
+    succeeded tasks are kept."""
+    state = store.job_state(job_id)
+    if state is None:
         raise NotFound.job(job_id, store.settings.namespace)
+    if state == JobState.CANCELLED:  # as revive.lua says, before "no failed task"
+        raise Refused(f"job {job_id} was cancelled: it cannot be retried")
     return _revive(store, job_id, None)
 
 
 def _revive(store: Store, job_id: str, roots: list[int] | None) -> int:
-    """Run `roots` (None: every failed task) again and put back to waiting the
-    upstream_failed tasks that may run again, in bounded calls: the roots first, then the
-    blocked tasks, parents before children. Each call leaves the job consistent, so a
-    retry that dies half way leaves a job that ends, and that the next retry takes up
-    where it stopped."""
+    """Run `roots` (None: every failed task) again, and put back to waiting every task that
+    must be decided again: each task downstream of a root that ended (a cleanup or error
+    handler that ran after the failure: it runs again after the roots' new attempts) and
+    every upstream_failed task. In bounded calls: the roots first, then the others, parents
+    before children. Each call leaves the job consistent, so a retry that dies half way
+    leaves a job that ends, and that the next retry takes up where it stopped."""
     _finish_cascade(store, job_id)  # the states read next must not be changing under us
-    fields = store.task_fields(job_id, TaskField.STATE, TaskField.CHILDREN)
+    fields = store.task_fields(
+        job_id, TaskField.ID, TaskField.STATE, TaskField.CHILDREN,
+        TaskField.MAP_INSTANCES, TaskField.MAP_OF,
+    )  # fmt: skip
     states = {int(i): s for i, s in fields[TaskField.STATE].items()}
     if roots is None:
         roots = sorted(i for i, s in states.items() if s == TaskState.FAILED)
@@ -97,29 +109,76 @@ def _revive(store: Store, job_id: str, roots: list[int] | None) -> int:
     for parent, kids in children.items():
         for kid in kids:
             parents[kid].append(parent)
-    # every upstream_failed task, parents first: revive.lua decides from its parents'
-    # states (the revived ones count as not ended) whether its trigger rule may yet run it
+    downstream = _downstream(roots, children)
+    # a failed task below another one (an error handler that failed) waits for it again
+    roots = [root for root in roots if root not in downstream]
+    names = {int(i): name for i, name in fields[TaskField.ID].items()}
+    _check_downstream(job_id, downstream, states, names)
+    expanded = {int(i) for i in fields[TaskField.MAP_INSTANCES]}
+    instances = {int(i) for i in fields[TaskField.MAP_OF]}
+    for mapped in expanded & downstream:
+        again = [p for p in parents[mapped] if p not in instances and p in downstream | {*roots}]
+        if again:
+            raise Refused(
+                f"job {job_id}: task {names.get(mapped, mapped)} was expanded from a map before "
+                f"its parent {names.get(again[0], again[0])} is to run again; retry cannot "
+                "expand a map twice: submit the job again"
+            )
+    # parents first: revive.lua decides from its parents' states (the revived ones count as
+    # not ended) whether its trigger rule may yet run it
     resets = [
         (index, parents[index])
         for index in topological_order(states, children)
-        if states[index] == TaskState.UPSTREAM_FAILED
+        if index not in roots
+        and (
+            states[index] == TaskState.UPSTREAM_FAILED
+            or (index in downstream and states[index] in RESET_STATES)
+        )
     ]
     if not roots and not resets:
-        raise SpecError(f"job {job_id} has no failed task to retry")
-    revived = 0
-    for start in range(0, len(roots), REVIVE_ARGS_MAX):
-        revived += _revive_call(store, job_id, roots[start : start + REVIVE_ARGS_MAX], [])
+        raise Refused(f"job {job_id} has no failed task to retry")
+    # The last roots and the first resets go in one call: a job that fits one call (most)
+    # is retried at once, so no root's new attempt ends before the tasks below it are reset.
+    root_calls = [roots[k : k + REVIVE_ARGS_MAX] for k in range(0, len(roots), REVIVE_ARGS_MAX)]
+    chunk_roots = root_calls.pop() if root_calls else []
+    revived = sum(_revive_call(store, job_id, part, []) for part in root_calls)
     chunk: list[tuple[int, list[int]]] = []
-    size = 0
+    size = len(chunk_roots)
     for reset in resets:
         chunk.append(reset)
         size += 2 + len(reset[1])
         if size >= REVIVE_ARGS_MAX:
-            revived += _revive_call(store, job_id, [], chunk)
-            chunk, size = [], 0
-    if chunk:
-        revived += _revive_call(store, job_id, [], chunk)
+            revived += _revive_call(store, job_id, chunk_roots, chunk)
+            chunk_roots, chunk, size = [], [], 0
+    if chunk_roots or chunk:
+        revived += _revive_call(store, job_id, chunk_roots, chunk)
     return revived
+
+
+def _downstream(roots: list[int], children: dict[int, list[int]]) -> set[int]:
+    """Every task below `roots` (not the roots themselves, unless below another root)."""
+    seen: set[int] = set()
+    todo = [kid for root in roots for kid in children.get(root, ())]
+    while todo:
+        index = todo.pop()
+        if index not in seen:
+            seen.add(index)
+            todo += children.get(index, ())
+    return seen
+
+
+def _check_downstream(
+    job_id: str, downstream: set[int], states: dict[int, str], names: dict[int, str]
+) -> None:
+    """Refused while a task below the ones to run again is queued or running (an error
+    handler its failure started): it must end before it can be run again."""
+    for index in sorted(downstream):
+        state = states.get(index)
+        if state is not None and state != TaskState.WAITING and not TaskState(state).terminal:
+            raise Refused(
+                f"job {job_id}: task {names.get(index, index)}, downstream of the tasks to "
+                f"retry, is {state}: retry once it has ended"
+            )
 
 
 def _revive_call(

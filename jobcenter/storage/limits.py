@@ -13,7 +13,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
-from jobcenter.errors import SpecError, WrongState
+from jobcenter.errors import NotFound, SpecError, WrongState
 from jobcenter.model.durations import parse_seconds
 from jobcenter.model.spec import MAX_RUNNING_LIMIT, check_name
 
@@ -66,6 +66,8 @@ def _run_pool_set(store: Store, name: str, value: str) -> None:
                 f"pool {name!r} has {pool[0].used} slot(s) in use and {pool[0].waiting} "
                 "task(s) waiting: it can be deleted once they have run"
             )
+        if not pool or pool[0].total is None:
+            raise NotFound(f"no pool {name!r} is set in namespace {store.settings.namespace!r}")
     for shard in range(keys.shards):
         limits, slots, _, freed, freed_wake = keys.limit_keys(shard)
         script_keys = [limits, slots, freed, freed_wake]
@@ -148,6 +150,10 @@ def set_rate(store: Store, target: str, rate: str) -> RateView:
 
 
 def delete_rate(store: Store, target: str) -> None:
+    """Remove `target`'s rate limit; NotFound when it has none."""
+    if target not in {rate.target for rate in rates(store)}:
+        _rate_field(target)  # a malformed target is a spec error first
+        raise NotFound(f"no rate limit on {target} in namespace {store.settings.namespace!r}")
     _run_rate_set(store, _rate_field(target), "")
 
 

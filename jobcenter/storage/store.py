@@ -1153,7 +1153,7 @@ class Store:
     def revive(
         self, job_id: str, roots: Sequence[int], resets: Sequence[tuple[int, Sequence[int]]]
     ) -> int | None:
-        """Run failed `roots` again and put `resets` (upstream_failed, each with its parents,
+        """Run failed `roots` again and put `resets` (ended tasks, each with its parents,
         parents first) back to waiting; returns how many tasks were revived, or None while
         a failure cascade is under way (finish it, then call again). Raises WrongState
         naming what is off. A compacted job is unpacked first (restore)."""
@@ -1479,8 +1479,10 @@ class Store:
             ]
         )
         if text(state) != TaskState.SUCCEEDED:
+            ended = text(state) in TERMINAL_TASK_STATES  # it will never have one
             raise NoResult(
-                f"task {task_id!r} of job {job_id} has no result yet: it is {text(state)}"
+                f"task {task_id!r} of job {job_id} has no result"
+                + (f": it ended {text(state)}" if ended else f" yet: it is {text(state)}")
             )
         if instances is not None:
             first, count = map(int, instances.split(b"|")[:2])

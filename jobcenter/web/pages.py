@@ -49,7 +49,9 @@ def jobs(request: Request) -> Response:
     filters = views.JobFilter(
         owner=q.get("owner") or None,
         state=q.get("state") or None,
-        schedule_id=q.get("schedule") or None,
+        schedule_id=schedules.filter_id(client(request).store, q["schedule"])
+        if q.get("schedule")
+        else None,
         name=q.get("name") or None,
     )
     if filters.state and filters.state not in {s.value for s in JobState}:

@@ -74,7 +74,7 @@ def test_cancel_stops_the_running_attempt_and_frees_its_slot(
         message="the stop was not counted",
     )
     wait_until(
-        lambda: f"job {job_id} task 0 attempt 1 stopped: its job was cancelled" in worker.log(),
+        lambda: f"job {job_id} task long attempt 1 stopped: its job was cancelled" in worker.log(),
         message="the worker did not log the cancel",
     )
     ended = wait_until(

@@ -64,3 +64,34 @@ def test_a_refused_delete_and_a_refused_retry_exit_5(
     assert "cancelled" in retried.stderr
     scratch.open_gate("busy")
     assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
+
+
+def test_each_refusal_exits_with_the_code_the_readme_gives_it(
+    cli: Cli, client: Client, workers: Workers, tmp_path: Path
+) -> None:
+    """Retry of a cancelled job or of one with nothing failed: 5 (refused in its state);
+    an unknown pool or rate limit: 2 naming it; the result of a task that failed: 7, saying
+    it ended so (not "yet")."""
+    cancelled = client.submit(BLOCKED)
+    client.cancel(cancelled)
+    workers.start()
+    failed = client.submit(
+        {"name": "fails", "tasks": [{"id": "f", "task": "tasks_for_tests.fatal"}]}
+    )
+    succeeded = client.submit(
+        {"name": "ok", "tasks": [{"id": "ok", "task": "tasks_for_tests.record"}]}
+    )
+    client.wait(failed, JOB_SECONDS)
+    client.wait(succeeded, JOB_SECONDS)
+
+    cases = {
+        ("retry", cancelled): (5, f"job {cancelled} was cancelled"),
+        ("retry", succeeded): (5, "has no failed task to retry"),
+        ("pool", "delete", "nosuch"): (2, "no pool 'nosuch' is set"),
+        ("rate", "delete", "queue:nosuch"): (2, "no rate limit on queue:nosuch"),
+        ("result", failed, "f"): (7, "has no result: it ended failed"),
+        ("result", cancelled, "busy"): (7, "has no result: it ended cancelled"),
+    }
+    for args, (code, message) in cases.items():
+        result = cli(*args)
+        assert (result.code, message in result.stderr) == (code, True), (args, result.stderr)

@@ -12,13 +12,16 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import click
 import httpx
+from click.testing import CliRunner
 from harness import PROCESS_START_SECONDS, TESTS_DIR, Cli
 from harness import subprocess_env as env_for
 from helpers import read_until
 from integration_harness import JOB_SECONDS, Workers
 
 from jobcenter import Client
+from jobcenter.cli import main
 
 URL = re.compile(r"jobcenter dashboard on (http://127\.0\.0\.1:\d+/)")
 JSON_KEYS = {"time", "level", "logger", "worker", "job", "task", "attempt", "event"}
@@ -128,3 +131,41 @@ def test_the_dashboard_logs_json_lines(cli: Cli) -> None:
 
     entries = json_lines(rest)
     assert any("GET /jobs" in e["event"] and e["logger"] == "uvicorn.access" for e in entries)
+
+
+def test_a_tasks_info_lines_reach_the_workers_log_by_default_and_v_follows_the_command(
+    workers: Workers, client: Client
+) -> None:
+    """A worker logs at info by default, its tasks' logging.info too; `worker -v` (after
+    the command, as before it) adds debug lines."""
+    plain = workers.start(name="plain")
+    spec = {"name": "log", "tasks": [
+        {"id": "talk", "task": "tasks_for_tests.log_line", "args": ["info from a task", "info"]},
+    ]}  # fmt: skip
+    client.wait(client.submit(spec), JOB_SECONDS)
+    assert plain.stop() == 0
+    assert "INFO tasks_for_tests: info from a task" in plain.log()
+    assert " DEBUG " not in plain.log()
+
+    verbose = workers.start("-v", name="verbose")
+    assert verbose.stop() == 0
+    assert " DEBUG " in verbose.log()
+
+
+def test_every_command_takes_v_after_its_name() -> None:
+    """-v is the main command's option; each command takes it after its name too."""
+
+    def leaves(group: click.Group, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+        found = []
+        for name, command in group.commands.items():
+            if isinstance(command, click.Group):
+                found += leaves(command, (*path, name))
+            else:
+                found.append((*path, name))
+        return found
+
+    commands = leaves(main, ())
+    assert ("worker",) in commands and ("schedule", "list") in commands
+    for path in commands:
+        result = CliRunner().invoke(main, [*path, "-v", "--help"])
+        assert result.exit_code == 0, (path, result.output)

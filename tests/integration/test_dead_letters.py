@@ -132,7 +132,7 @@ def test_retry_reruns_failed_and_blocked_tasks_and_keeps_succeeded_ones(
     assert client.dead_letters() == []
 
     again = cli("retry", job_id)
-    assert again.code == 2
+    assert again.code == 5  # refused in the job's state: nothing failed
     assert "no failed task" in again.stderr
     unknown = cli("retry", "01NOSUCHJOB0000000000000000")
     assert unknown.code == 2

@@ -103,7 +103,7 @@ def _until(lines: queue.Queue[str], kind: str, task: str | None) -> list[dict[st
     return seen
 
 
-def test_events_follow_sees_a_running_job_and_ctrl_c_ends_it_with_0(
+def test_events_follow_of_a_job_sees_it_run_and_stops_when_it_ends(
     cli: Cli, workers: Workers, client: Client, scratch: Scratch
 ) -> None:
     workers.start()
@@ -131,6 +131,15 @@ def test_events_follow_sees_a_running_job_and_ctrl_c_ends_it_with_0(
         ("succeeded", "after"),
         ("finalized", None),
     ]
+    assert cli.finish(follower).code == 0  # it stops by itself once the job ended
+    again = cli("events", "--job", job_id, "--follow", timeout=FOLLOW_SECONDS)
+    assert again.code == 0 and "finalized" in again.stdout  # an ended job: no wait at all
+
+
+def test_events_follow_without_a_job_ends_on_ctrl_c_with_0(cli: Cli, client: Client) -> None:
+    client.submit({"name": "waits", "tasks": [{"id": "a", "task": "t.nobody"}]})
+    follower = cli.start("events", "--follow", "--json")
+    _until(_reader(follower), "queued", "a")  # it follows now
     follower.send_signal(signal.SIGINT)
     assert cli.finish(follower).code == 0
 

@@ -103,10 +103,10 @@ CAUSES: dict[str, tuple[Callable[[Store, str, StartedTask], None], str]] = {
     "taken over": (_take_over, f"attempt 2 (handler {OTHER}) took the task over"),
 }
 HEARTBEAT_CAUSES = {  # a refused heartbeat stops the attempt (logged with its cause)
-    "cancelled": "job {job} task 0 attempt 1 stopped: its job was cancelled",
-    "cancelled and packed": "job {job} task 0 attempt 1 stopped: its job was cancelled",
-    "deleted": "job {job} task 0 attempt 1 stopped: its job is gone",
-    "taken over": f"job {{job}} task 0 attempt 1 stopped: attempt 2 (handler {OTHER}) took the "
+    "cancelled": "job {job} task a attempt 1 stopped: its job was cancelled",
+    "cancelled and packed": "job {job} task a attempt 1 stopped: its job was cancelled",
+    "deleted": "job {job} task a attempt 1 stopped: its job is gone",
+    "taken over": f"job {{job}} task a attempt 1 stopped: attempt 2 (handler {OTHER}) took the "
     "task over",
     "reported meanwhile": "the task is succeeded now, not running",
 }

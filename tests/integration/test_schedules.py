@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from click.testing import CliRunner, Result
+from dashboard_harness import Dashboard
+from harness import Cli
 
 from jobcenter import Client
 from jobcenter import schedules as sched
@@ -234,6 +237,26 @@ def test_jobs_a_schedule_fired_are_listed_by_it_and_schedules_are_listed_in_page
         assert [(j["id"], j["fire_time"]) for j in listed] == [(fire.job_id, fire.fire_ms / 1000)]
 
 
+def test_list_and_the_dashboard_filter_jobs_by_a_schedules_name_as_by_its_id(
+    store: Store, cli: Cli, client: Client
+) -> None:
+    dashboard = Dashboard(client)
+    named = sched.add_schedule(store, SPEC, every="PT1M", name="nightly")
+    other = sched.add_schedule(store, SPEC, every="PT1M", name="other")
+    fires = ticker(store, "a").tick(max(named.created_ms, other.created_ms) + MINUTE)
+    (fired,) = [f.job_id for f in fires if f.schedule_id == named.id]
+
+    for ref in (named.id, "nightly"):
+        listed = cli("list", "--schedule", ref, "--json")
+        assert listed.code == 0, listed.stderr
+        assert [row["id"] for row in listed.json()] == [fired]
+        page = dashboard.get(f"/jobs?schedule={ref}")
+        assert page.status_code == 200, page.text
+        assert re.findall(r'data-job="([^"]+)"', page.text) == [fired]
+    assert cli("list", "--schedule", "no-such-schedule", "--json").json() == []
+    dashboard.close()
+
+
 # -- catch-up after the scheduler was down ---------------------------------------------------
 
 
@@ -364,6 +387,10 @@ def test_a_paused_schedule_does_not_fire_and_resumes_from_now(store: Store) -> N
     assert sched.pause_schedule(store, s.id)["state"] == "paused"
 
     assert a.tick(s.created_ms + 5 * MINUTE + 1_000) == []
+    # paused, it has no next fire: not one in the past, where the ticker left it
+    assert sched.show_schedule(store, s.id)["next_fire"] is None
+    (listed,) = sched.list_schedules(store)
+    assert (listed["state"], listed["next_fire"]) == ("paused", None)
 
     view = sched.resume_schedule(store, s.id, now=s.created_ms + 5 * MINUTE + 1_000)
     assert view["state"] == "active"
@@ -405,7 +432,9 @@ def test_a_pause_landing_while_a_tick_decides_wins_over_the_stale_decision(store
 
     view = sched.show_schedule(store, s.id)
     assert (view["state"], view["pending_fire"]) == ("paused", None)
-    assert view["next_fire"] == (s.created_ms + MINUTE) / 1000  # not advanced
+    read = sched.read_schedule(store, s.id)
+    assert read is not None and read[1].next == s.created_ms + MINUTE  # not advanced
+    assert view["next_fire"] is None  # paused: it fires nothing
     assert view["recent"] == [] and scheduled_jobs(store) == []
     assert store.redis.zscore(store.keys.schedules_due(), s.id) is None
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from lua_helpers import (
     H1,
+    LEADER,
     NO_RETRY,
     assert_finalized,
     claim,
@@ -21,7 +22,9 @@ from lua_helpers import (
     untouched,
 )
 
+from jobcenter.errors import WrongState
 from jobcenter.model.spec import MAX_TASKS
+from jobcenter.runtime.leader import Leader
 from jobcenter.storage import admin
 from jobcenter.storage.schema import TaskField
 from jobcenter.storage.store import Store
@@ -138,3 +141,26 @@ def test_a_retry_in_many_small_calls_runs_the_job_to_success(
     }  # fmt: skip
     run_to_the_end(store, job_id)
     assert_finalized(store, job_id, "succeeded")
+
+
+def test_a_reset_left_for_after_the_job_ended_succeeded_is_refused_unchanged(
+    store: Store,
+) -> None:
+    """A retry of several calls stopped after its roots, and the job ended succeeded: its
+    compaction freed the arguments of the tasks that ran. A call to reset one of them is
+    refused, naming it, and writes nothing (it could not run)."""
+    spec = {"name": "cleanup", "tasks": [
+        {"id": "r", "task": "t.r"},
+        {"id": "cleanup", "task": "t.c", "depends_on": ["r"], "trigger_rule": "all_done"},
+    ]}  # fmt: skip
+    job_id, ids = submit_and_split(store, spec)
+    fail_root(store, job_id)
+    run_to_the_end(store, job_id)
+    assert store.revive(job_id, [R], []) == 1  # the first call; then it stopped
+    run_to_the_end(store, job_id)
+    assert_finalized(store, job_id, "succeeded")
+    Leader(store, LEADER).compact(job_id)
+    store.restore(job_id)
+
+    with untouched(store), pytest.raises(WrongState, match="task cleanup cannot run"):
+        store.revive(job_id, [], [(ids["cleanup"], [R])])

@@ -54,6 +54,21 @@ def run_job(
     """Submit `nodes`, then play the worker: run what is queued, ending each task as its
     node says, in the order `pick` chooses, until the job ends. Every task runs at most once."""
     job_id, ids = submit_and_split(store, _spec(nodes))
+    runs = play(store, job_id, ids, {t: n.outcome for t, n in nodes.items()}, pick)
+    assert max(runs.values(), default=1) == 1, runs
+    return job_id, task_states(store, job_id)
+
+
+def play(
+    store: Store,
+    job_id: str,
+    ids: Mapping[str, int],
+    outcomes: Mapping[str, str],
+    pick: Pick = lambda running: running[0],
+) -> Counter[str]:
+    """Play the worker until the job ends: run what is queued, ending each task as
+    `outcomes` says, in the order `pick` chooses; returns how often each task ran. A task
+    runs only once every parent it waits for has ended (claim hands out no other)."""
     names = {index: task_id for task_id, index in ids.items()}
     running: list[StartedTask] = []
     runs: Counter[str] = Counter()
@@ -65,14 +80,13 @@ def run_job(
         assert running, f"stuck: {task_states(store, job_id)}"
         task = pick(running)
         running.remove(task)
-        if nodes[names[task.index]].outcome == "succeeded":
+        if outcomes[names[task.index]] == "succeeded":
             assert complete_one(store, H1, job_id, task.index, task.token) == 0
         else:
             reply = store.fail(H1, job_id, task.index, task.token, "boom", NO_RETRY)
             assert reply == (0, "failed")
     assert not running and claim(store, H1) == []
-    assert max(runs.values(), default=1) == 1, runs
-    return job_id, task_states(store, job_id)
+    return runs
 
 
 def _parent(name: str, ending: str) -> dict[str, Node]:
@@ -284,15 +298,16 @@ def test_concurrent_completions_from_several_clients_decide_each_child_once(
     assert_finalized(stores[0], job_id, job_state(expected))
 
 
-def test_retry_job_runs_a_rules_job_again_with_fresh_counts(store: Store) -> None:
-    """retry JOB after a failure: the failed task runs again, the tasks its failure decided
-    are counted afresh, and they end by their rules on the new outcome."""
+def test_retry_job_runs_again_everything_downstream_of_the_failed_task(store: Store) -> None:
+    """retry JOB after a failure: the failed task runs again, and so does every task below
+    it that ended, decided again on its parents' new outcome: the error handler that ran
+    is skipped now, the cleanup that ran before the retry runs again after its parents."""
     nodes = {
         "a": Node(outcome="failed"),
         "b": Node(),
         "ok": Node(deps=["a", "b"]),  # upstream_failed, then runs
-        "on_error": Node(deps=["a", "b"], rule="one_failed"),  # runs (no retry for it)
-        "cleanup": Node(deps=["ok", "on_error"], rule="all_done"),
+        "on_error": Node(deps=["a", "b"], rule="one_failed"),  # runs, then skipped
+        "cleanup": Node(deps=["ok", "on_error"], rule="all_done"),  # runs, then runs again
         "strict": Node(deps=["a", "ok"], rule="none_failed"),  # upstream_failed, then runs
     }
     job_id, states = run_job(store, nodes)
@@ -304,15 +319,21 @@ def test_retry_job_runs_a_rules_job_again_with_fresh_counts(store: Store) -> Non
         "cleanup": "succeeded",
         "strict": "upstream_failed",
     }
-    assert admin.retry_job(store, job_id) == 3  # a, ok, strict
+    assert admin.retry_job(store, job_id) == 5  # all but b
     assert job_field(store, job_id, "state") == "running"
-    (a,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, a.index, a.token) == 0
-    (ok,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, ok.index, ok.token) == 0
-    (strict,) = claim(store, H1)
-    assert complete_one(store, H1, job_id, strict.index, strict.token) == 0
-    assert task_states(store, job_id)["strict"] == "succeeded"
+    assert task_states(store, job_id)["cleanup"] == "waiting"
+    ids = {task_id: i for i, task_id in enumerate(nodes)}
+    runs = play(store, job_id, ids, dict.fromkeys(nodes, "succeeded"))
+    assert runs == {"a": 1, "ok": 1, "strict": 1, "cleanup": 1}
+    assert task_states(store, job_id) == {
+        "a": "succeeded",
+        "b": "succeeded",
+        "ok": "succeeded",
+        "on_error": "skipped",
+        "cleanup": "succeeded",
+        "strict": "succeeded",
+    }
+    assert (job_field(store, job_id, "nfailed"), job_field(store, job_id, "nskipped")) == ("0", "1")
     assert_finalized(store, job_id, "succeeded")
 
 
@@ -366,6 +387,44 @@ def test_random_dags_end_as_the_reference_says(
     assert job_field(store, job_id, "state") == job_state(expected)
     nfailed = sum(s in FAILED_STATES for s in expected.values())
     assert job_field(store, job_id, "nfailed") == str(nfailed)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(nodes=dags(), seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_a_retry_ends_every_task_as_a_run_without_the_failures_would(
+    store: Store, nodes: dict[str, Node], seed: int
+) -> None:
+    """Random DAGs with failures, retried once every task succeeds: each task ends as in a
+    run where nothing failed, and each one below a failed task that runs in that run runs
+    again after the retry, whatever it ended as before."""
+    rng = random.Random(seed)
+    job_id, first = run_job(store, nodes, lambda running: rng.choice(running))
+    failed = [t for t, state in first.items() if state == "failed"]
+    if not failed:
+        return
+    assert admin.retry_job(store, job_id) > 0
+    ids = {task_id: i for i, task_id in enumerate(nodes)}
+    runs = play(store, job_id, ids, dict.fromkeys(nodes, "succeeded"), rng.choice)
+
+    clean = {t: Node(deps=n.deps, rule=n.rule) for t, n in nodes.items()}
+    expected = expected_states(clean)
+    assert task_states(store, job_id) == expected
+    below = _below(nodes, failed)
+    assert {t for t in runs} == {t for t in below if expected[t] == "succeeded"}
+    assert job_field(store, job_id, "state") == job_state(expected)
+
+
+def _below(nodes: Mapping[str, Node], roots: list[str]) -> set[str]:
+    """`roots` and every task below them."""
+    out = set(roots)
+    for task_id, node in nodes.items():  # parents first
+        if out.intersection(node.deps):
+            out.add(task_id)
+    return out
 
 
 # --- recovery rule 3: a lost decision is made by a recovery pass ------------------------

@@ -648,7 +648,7 @@ local function count_parents(first, last, reviving)
   for k = first, last do
     local p = ARGV[k]
     local state = task_state(p)
-    if state ~= T_SUCCEEDED then d = d + 1 end
+    if reviving[p] or state ~= T_SUCCEEDED then d = d + 1 end -- it is to succeed again
     if reviving[p] or not (state == T_SUCCEEDED or state == T_SKIPPED or FAILED_ENDS[state]) then
       u = u + 1
     elseif state == T_SKIPPED then

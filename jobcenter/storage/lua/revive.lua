@@ -1,13 +1,17 @@
 --[[ revive: run failed tasks again (a dead letter requeued, or `retry JOB`, in chunks): each
-  root goes from failed back to queued with a fresh budget of attempts; each upstream_failed
-  task given goes back to waiting (queued if its rule is met meanwhile) unless its trigger
-  rule still fails on its parents, counted with the tasks this call revives as not ended (a
-  parent failed for good: not revived, or revived by an earlier chunk and failed again). Its
-  parent counters are counted again from its parents' states; a waiting child of a revived
-  task stops counting that parent as failed (parent_ended counts it when it ends again).
+  root goes from failed back to queued with a fresh budget of attempts. Every task
+  downstream of them that ended (succeeded, failed, upstream_failed or skipped: a cleanup
+  that ran after the failure, an error handler) goes back to waiting too, to run again after
+  its parents' new attempts (queued if its rule is met meanwhile), unless its trigger rule
+  still fails or skips on its parents, counted with the tasks this call revives as not ended
+  (a parent failed for good: not revived, or revived by an earlier chunk and failed again).
+  Its parent counters are counted again from its parents' states; a task that ran gets a
+  fresh budget of attempts and loses its result; a waiting child of a revived task stops
+  counting how that parent ended (parent_ended counts it when it ends again).
   A finished job re-opens (running, no TTL) and is finalized again when its tasks end.
-  All checks come first: a root not failed, a task to reset not upstream_failed, a
-  cancelled job, or a packed one (restore.lua first), and nothing is written.
+  All checks come first: a root not failed, a task to reset not ended or without its
+  arguments (freed when its job ended succeeded: a retry of several calls stopped half way),
+  a cancelled job, or a packed one (restore.lua first), and nothing is written.
   KEYS: the job context (_job.lua)
   ARGV[A] number of roots  ARGV[A+1..] root indexes  then for each task to reset (parents
   before children): its index, its number of parents, their indexes
@@ -28,37 +32,54 @@ end
 local function not_in(i, want)
   return {WRONG_STATE, 'task ' .. (redis.call('HGET', T, TF_ID .. i) or i) .. ' is not ' .. want}
 end
+-- what a task downstream of a root may have ended as, to be reset
+local RESETTABLE = {[T_SUCCEEDED] = true, [T_FAILED] = true, [T_UPSTREAM_FAILED] = true,
+  [T_SKIPPED] = true}
 local nroots = tonumber(ARGV[A])
-local roots, resets, revived, verdicts, counts = {}, {}, {}, {}, {}
+local roots, resets, revived, verdicts, counts, ended = {}, {}, {}, {}, {}, {}
 for k = A + 1, A + nroots do
   if task_state(ARGV[k]) ~= T_FAILED then return not_in(ARGV[k], T_FAILED) end
   roots[#roots + 1] = ARGV[k]
   revived[ARGV[k]] = true
+  ended[ARGV[k]] = T_FAILED
 end
 local k = A + 1 + nroots
 while k <= #ARGV do
   local i, nparents = ARGV[k], tonumber(ARGV[k + 1])
-  if task_state(i) ~= T_UPSTREAM_FAILED then return not_in(i, T_UPSTREAM_FAILED) end
+  local state = task_state(i)
+  if not RESETTABLE[state] then return not_in(i, 'ended') end
+  if redis.call('HEXISTS', T, TF_PAYLOAD .. i) == 0 then -- a retry of many calls stopped
+    return {WRONG_STATE, 'task ' .. task_name(i) .. ' cannot run again: the job ended '
+      .. 'succeeded meanwhile, which freed its arguments'}
+  end
   local parents = count_parents(k + 2, k + 1 + nparents, revived)
   local verdict = parents_verdict(i, parents)
   if verdict ~= 'fail' and verdict ~= 'skip' then
     resets[#resets + 1] = i
     revived[i] = true
-    verdicts[i], counts[i] = verdict, parents
+    verdicts[i], counts[i], ended[i] = verdict, parents, state
   end
   k = k + 2 + nparents
 end
 if #roots + #resets == 0 then return {OK, 0} end
 
--- Task i is alive again: a waiting child that counted it as failed (it has a trigger rule,
--- or a parent skipped) counts it as not ended; a child in this call's resets is counted
--- afresh below.
-local function uncount_failed_parent(i)
+-- Task i is alive again: a waiting child that counted how it ended (its dependencies left
+-- when it succeeded; with a trigger rule or a parent skipped, its parents ended, failed and
+-- skipped) counts it as not ended; a child in this call's resets is counted afresh below.
+local function uncount_ended_parent(i)
   local csv = redis.call('HGET', T, TF_CHILDREN .. i) or ''
   for c in string.gmatch(csv, '[^,]+') do
-    if task_state(c) == T_WAITING and redis.call('HEXISTS', T, TF_PARENTS_LEFT .. c) == 1 then
-      redis.call('HINCRBY', T, TF_PARENTS_LEFT .. c, 1)
-      redis.call('HINCRBY', T, TF_PARENTS_FAILED .. c, -1)
+    if task_state(c) == T_WAITING then
+      local counted = redis.call('HEXISTS', T, TF_PARENTS_LEFT .. c) == 1
+      if ended[i] == T_SUCCEEDED then redis.call('HINCRBY', T, TF_DEPS_LEFT .. c, 1) end
+      if counted then
+        redis.call('HINCRBY', T, TF_PARENTS_LEFT .. c, 1)
+        if ended[i] == T_SKIPPED then
+          redis.call('HINCRBY', T, TF_PARENTS_SKIPPED .. c, -1)
+        elseif ended[i] ~= T_SUCCEEDED then
+          redis.call('HINCRBY', T, TF_PARENTS_FAILED .. c, -1)
+        end
+      end
     end
   end
 end
@@ -66,12 +87,29 @@ end
 local now = now_ms()
 if redis.call('HEXISTS', J, JF.TRIGGER_RULES) == 1 then -- else no such child exists
   for _, list in ipairs({roots, resets}) do
-    for _, i in ipairs(list) do uncount_failed_parent(i) end
+    for _, i in ipairs(list) do uncount_ended_parent(i) end
   end
+end
+-- a task that ran gets a fresh budget of attempts, as a root does
+local function fresh_budget(i)
+  local used = tonumber(redis.call('HGET', T, TF_ATTEMPTS .. i) or 0)
+  if used > 0 then redis.call('HSET', T, TF_MAX_ATTEMPTS .. i, used + max_attempts(i)) end
+end
+local failed, skipped = #roots, 0 -- what the job's counters counted the revived tasks as
+for _, i in ipairs(roots) do
+  OBS.emit(EV.REVIVED, i)
+  fresh_budget(i)
+  redis.call('HDEL', T, TF_FINISHED_AT .. i)
+  redis.call('ZREM', DLQ, lease_member(i))
+  enqueue(i, now)
 end
 for _, i in ipairs(resets) do
   OBS.emit(EV.REVIVED, i)
-  redis.call('HDEL', T, TF_FINISHED_AT .. i, TF_ERROR .. i)
+  if ended[i] == T_SKIPPED then skipped = skipped + 1 end
+  if ended[i] == T_FAILED or ended[i] == T_UPSTREAM_FAILED then failed = failed + 1 end
+  if ended[i] == T_FAILED then redis.call('ZREM', DLQ, lease_member(i)) end
+  if ended[i] ~= T_UPSTREAM_FAILED then fresh_budget(i) end
+  redis.call('HDEL', T, TF_FINISHED_AT .. i, TF_ERROR .. i, TF_RESULT .. i)
   store_parent_counts(i, counts[i])
   if verdicts[i] == 'run' then
     enqueue(i, now) -- its rule was met while it was blocked: nothing else would release it
@@ -79,18 +117,12 @@ for _, i in ipairs(resets) do
     redis.call('HSET', T, TF_STATE .. i, T_WAITING, TF_UPDATED_AT .. i, now)
   end
 end
-for _, i in ipairs(roots) do
-  OBS.emit(EV.REVIVED, i)
-  local used = tonumber(redis.call('HGET', T, TF_ATTEMPTS .. i) or 0)
-  redis.call('HSET', T, TF_MAX_ATTEMPTS .. i, used + max_attempts(i))
-  redis.call('HDEL', T, TF_FINISHED_AT .. i)
-  redis.call('ZREM', DLQ, lease_member(i))
-  enqueue(i, now)
-end
 flush_wakes()
 local n = #roots + #resets
 redis.call('HINCRBY', J, JF.LEFT, n)
-redis.call('HINCRBY', J, JF.FAILED, -n)
+-- (never -0: Lua writes it '-0', which HINCRBY refuses)
+if failed > 0 then redis.call('HINCRBY', J, JF.FAILED, -failed) end
+if skipped > 0 then redis.call('HINCRBY', J, JF.SKIPPED, -skipped) end
 local expiring = expiring_member()
 set_job_state(J_RUNNING)
 redis.call('HSET', J, JF.UPDATED_AT, now)
