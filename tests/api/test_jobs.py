@@ -219,7 +219,7 @@ def test_cancel_retry_and_delete_answer_as_the_cli_does(
     assert "not finished" in problem(running, 409)["detail"]
     assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
     assert "cancelled already" in problem(again, 409)["detail"]
-    assert "no failed task" in problem(revive_cancelled, 422)["detail"]  # as `retry` exits 2
+    assert "cannot be retried" in problem(revive_cancelled, 409)["detail"]  # as `retry` exits 5
     assert retried.json()["message"] == f"job {failing}: 1 tasks to run again"
     assert deleted.status_code == 204
     assert problem(api.call("GET", f"/jobs/{failing}", token), 404)
