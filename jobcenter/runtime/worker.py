@@ -54,7 +54,9 @@ from jobcenter.storage.store import (
 
 from . import exits, registry, rq_runner
 from .eviction_guard import EvictionGuard
-from .execution import Outcome, ProcessRunner, ThreadRunner, task_label
+from .execution.outcome import Outcome, task_label
+from .execution.processes import ProcessRunner
+from .execution.threads import ThreadRunner
 from .leader import Leader
 from .notifier import DELIVERY_THREADS, Notifier
 from .pulse import Pulse
