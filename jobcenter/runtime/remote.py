@@ -35,7 +35,8 @@ from .execution.outcome import (
     retry_delay,
     timed_out,
 )
-from .worker import CLAIM_BATCH_MAX, GIVE_BACK_DELAY_MAX_MS, GIVE_BACK_DELAY_MIN_MS
+from .worker.reporting import GIVE_BACK_DELAY_MAX_MS, GIVE_BACK_DELAY_MIN_MS
+from .worker.state import CLAIM_BATCH_MAX
 
 log = logging.getLogger(__name__)
 
