@@ -40,6 +40,8 @@ HEALTH_TIMEOUT_SECONDS = 5.0  # `jobcenter health`: a worker's endpoint answers 
 FOLLOW_POLL_SECONDS = 0.1  # `submit --wait` reads the job's counters this often
 FOLLOW_PAGE = 1_000  # history entries per read while following: each read stays short
 FOLLOW_ERROR_WIDTH = 100  # a failed task's error while following: its first line, cut here
+LOCAL_HOST = "127.0.0.1"  # what a server listens on, and `health` asks, unless told: this machine
+DEFAULT_HTTP_PORT = 8080  # the dashboard's and the API's port unless told
 
 
 def log_format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -57,13 +59,11 @@ def log_format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 def listen_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--host, --port and --allowed-hosts of the commands serving HTTP (dashboard, serve)."""
     options = [
-        click.option(
-            "--host", default="127.0.0.1", show_default=True, help="Address to listen on."
-        ),
+        click.option("--host", default=LOCAL_HOST, show_default=True, help="Address to listen on."),
         click.option(
             "--port",
             type=click.IntRange(0, 65535),
-            default=8080,
+            default=DEFAULT_HTTP_PORT,
             show_default=True,
             help="0: any.",
         ),  # fmt: skip

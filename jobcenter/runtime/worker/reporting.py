@@ -8,6 +8,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
+from jobcenter.config import THREAD_POOL
 from jobcenter.storage import schema
 from jobcenter.storage.errors import RedisError, trouble
 from jobcenter.storage.outages import Backoff
@@ -15,7 +16,7 @@ from jobcenter.storage.refusals import UNKNOWN_ATTEMPT, count_unknown, what_it_r
 from jobcenter.storage.store import RefusedInPart, StartedTask
 
 from ..execution.outcome import Outcome, task_label
-from .state import CLAIM_BATCH_MAX, THREAD_POOL, Running, WorkerState
+from .state import CLAIM_BATCH_MAX, Running, WorkerState
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from jobcenter.config import DEFAULT_CONCURRENCY, PROCESS_POOL, THREAD_POOL
 from jobcenter.model.ids import handler_id
 from jobcenter.model.spec import DEFAULT_QUEUE
 from jobcenter.storage.keys import LEADER_SEGMENT, node_queue
@@ -25,9 +26,6 @@ from ..segments import Ownership, ShardWaits
 from ..stopping import Stop, StopCounts
 
 CLAIM_BATCH_MAX = 256  # tasks reserved per claim: one round trip serves many tasks
-DEFAULT_CONCURRENCY = 4  # task slots of a worker that names none
-THREAD_POOL, PROCESS_POOL = "thread", "process"  # where its tasks run
-POOLS = (THREAD_POOL, PROCESS_POOL)
 
 
 @dataclass
@@ -96,7 +94,7 @@ class WorkerState:
 
     def _make_runner(self) -> ThreadRunner | ProcessRunner:
         limit = self.store.settings.result_max_bytes
-        if self.options.pool == "process":
+        if self.options.pool == PROCESS_POOL:
             return ProcessRunner(
                 self.options.concurrency,
                 self.handler,
