@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from jobcenter.client import Client
-from jobcenter.config import Settings, redacted_url
+from jobcenter.config import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Settings, redacted_url
 from jobcenter.errors import (
     JobcenterError,
     NoResult,
@@ -137,14 +137,14 @@ def redis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         envvar="JOBCENTER_REDIS_URL",
         default=None,
         help="Redis URL [env JOBCENTER_REDIS_URL; default: the server a running `jobcenter "
-        "up` recorded in the nearest .jobcenter/ here or above, else the one this user "
-        "started last, else redis://127.0.0.1:6379/0]",
+        f"up` recorded in the nearest {server.DEFAULT_DATA_DIR}/ here or above, else the one this "
+        f"user started last, else {DEFAULT_REDIS_URL}]",
     )
     @click.option(
         "--namespace",
         envvar="JOBCENTER_NAMESPACE",
         default=None,
-        help="Namespace of keys [env JOBCENTER_NAMESPACE; default 'default']",
+        help=f"Namespace of keys [env JOBCENTER_NAMESPACE; default {DEFAULT_NAMESPACE!r}]",
     )
     @functools.wraps(fn)
     def wrapper(redis_url: str | None, namespace: str | None, **kwargs: Any) -> Any:
