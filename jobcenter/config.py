@@ -23,6 +23,11 @@ DURABILITY_MODES = (ACKED, FSYNCED, REPLICATED)
 
 # Results are for handing data to the next task, not for bulk data (keep that elsewhere).
 DEFAULT_RESULT_MAX_BYTES = 1024 * 1024
+# A worker's task slots and where its tasks run, unless told (`jobcenter worker -c --pool`).
+DEFAULT_CONCURRENCY = 4
+THREAD_POOL, PROCESS_POOL = "thread", "process"  # process: for CPU-bound tasks
+POOLS = (THREAD_POOL, PROCESS_POOL)
+LIST_LIMIT = 50  # jobs or dead letters a listing shows unless told (CLI --limit, API ?limit)
 IDLE_WAIT_SECONDS = 1.0  # an idle worker claims its shards at least this often: lease sweeps
 
 N = TypeVar("N", int, float)
@@ -199,28 +204,39 @@ class Settings:
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
-        """Settings from JOBCENTER_* variables, then `overrides` (None values are ignored)."""
+        """Settings from JOBCENTER_* variables, then `overrides` (None values are ignored);
+        a variable unset or empty keeps the field's default."""
         values: dict[str, Any] = {
             "redis_url": os.environ.get("JOBCENTER_REDIS_URL") or DEFAULT_REDIS_URL,
             "namespace": os.environ.get("JOBCENTER_NAMESPACE") or DEFAULT_NAMESPACE,
-            "lease_seconds": _env_float("JOBCENTER_LEASE_SECONDS", 30.0),
-            "worker_timeout_seconds": _env_float("JOBCENTER_WORKER_TIMEOUT_SECONDS", 60.0),
-            "recovery_interval_seconds": _env_float("JOBCENTER_RECOVERY_INTERVAL_SECONDS", 60.0),
-            "retention_seconds": _env_float("JOBCENTER_RETENTION_SECONDS", 7 * 24 * 3600.0),
-            "unknown_task_timeout_seconds": _env_float(
-                "JOBCENTER_UNKNOWN_TASK_TIMEOUT_SECONDS", 600.0
+            "lease_seconds": _env_float("JOBCENTER_LEASE_SECONDS", cls.lease_seconds),
+            "worker_timeout_seconds": _env_float(
+                "JOBCENTER_WORKER_TIMEOUT_SECONDS", cls.worker_timeout_seconds
             ),
-            "shards": _env_int("JOBCENTER_SHARDS", 1),
-            "segment_lease_seconds": _env_float("JOBCENTER_SEGMENT_LEASE_SECONDS", 10.0),
-            "idle_wait_seconds": _env_float("JOBCENTER_IDLE_WAIT_SECONDS", IDLE_WAIT_SECONDS),
-            "durability": os.environ.get("JOBCENTER_DURABILITY") or FSYNCED,
-            "events_maxlen": _env_int("JOBCENTER_EVENTS_MAXLEN", 100_000),
-            "metrics": _env_switch("JOBCENTER_METRICS", True),
-            "result_max_bytes": _env_int("JOBCENTER_RESULT_MAX_BYTES", DEFAULT_RESULT_MAX_BYTES),
+            "recovery_interval_seconds": _env_float(
+                "JOBCENTER_RECOVERY_INTERVAL_SECONDS", cls.recovery_interval_seconds
+            ),
+            "retention_seconds": _env_float("JOBCENTER_RETENTION_SECONDS", cls.retention_seconds),
+            "unknown_task_timeout_seconds": _env_float(
+                "JOBCENTER_UNKNOWN_TASK_TIMEOUT_SECONDS", cls.unknown_task_timeout_seconds
+            ),
+            "shards": _env_int("JOBCENTER_SHARDS", cls.shards),
+            "segment_lease_seconds": _env_float(
+                "JOBCENTER_SEGMENT_LEASE_SECONDS", cls.segment_lease_seconds
+            ),
+            "idle_wait_seconds": _env_float("JOBCENTER_IDLE_WAIT_SECONDS", cls.idle_wait_seconds),
+            "durability": os.environ.get("JOBCENTER_DURABILITY") or cls.durability,
+            "events_maxlen": _env_int("JOBCENTER_EVENTS_MAXLEN", cls.events_maxlen),
+            "metrics": _env_switch("JOBCENTER_METRICS", cls.metrics),
+            "result_max_bytes": _env_int("JOBCENTER_RESULT_MAX_BYTES", cls.result_max_bytes),
             "webhook_secret": os.environ.get("JOBCENTER_WEBHOOK_SECRET") or None,
-            "notify_timeout_seconds": _env_float("JOBCENTER_NOTIFY_TIMEOUT_SECONDS", 5.0),
-            "notify_attempts": _env_int("JOBCENTER_NOTIFY_ATTEMPTS", 8),
-            "notify_backoff_seconds": _env_float("JOBCENTER_NOTIFY_BACKOFF_SECONDS", 2.0),
+            "notify_timeout_seconds": _env_float(
+                "JOBCENTER_NOTIFY_TIMEOUT_SECONDS", cls.notify_timeout_seconds
+            ),
+            "notify_attempts": _env_int("JOBCENTER_NOTIFY_ATTEMPTS", cls.notify_attempts),
+            "notify_backoff_seconds": _env_float(
+                "JOBCENTER_NOTIFY_BACKOFF_SECONDS", cls.notify_backoff_seconds
+            ),
             "webhook_allow": os.environ.get("JOBCENTER_WEBHOOK_ALLOW", ""),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})

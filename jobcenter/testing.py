@@ -25,7 +25,7 @@ from jobcenter.errors import JobcenterError
 from jobcenter.model.spec import JobSpec, spec_from_any
 from jobcenter.model.states import JobState, TaskState
 from jobcenter.runtime import registry
-from jobcenter.runtime.execution import context_for, decode, execute
+from jobcenter.runtime.execution.outcome import context_for, decode, execute
 from jobcenter.runtime.leader import Leader
 from jobcenter.storage.store import StartedTask, Store
 

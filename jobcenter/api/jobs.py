@@ -15,6 +15,7 @@ from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from jobcenter.config import LIST_LIMIT
 from jobcenter.errors import IdempotencyConflict, SpecError, WrongState
 from jobcenter.model.spec import spec_from_any
 from jobcenter.model.states import JobState
@@ -140,7 +141,7 @@ def list_jobs(
     since: Annotated[
         float | None, Query(ge=0, le=EPOCH_MAX, description="Created since (epoch s).")
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=LIST_LIMIT_MAX)] = 50,
+    limit: Annotated[int, Query(ge=1, le=LIST_LIMIT_MAX)] = LIST_LIMIT,
     cursor: Annotated[str | None, Query(max_length=200, description="From next_cursor.")] = None,
 ) -> models.JobPage:
     """Job summaries, newest first, a page at a time: follow `next_cursor`. An owner-bound

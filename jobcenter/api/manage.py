@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request, Response
 
 from jobcenter import schedules
+from jobcenter.config import LIST_LIMIT
 from jobcenter.storage import tokens
 
 from . import models
@@ -149,7 +150,7 @@ def resume_schedule(request: Request, record: Operator, ref: NAME) -> dict[str, 
 def dead_letters(
     request: Request,
     record: Reader,
-    limit: Annotated[int, Query(ge=1, le=DEAD_LETTERS_MAX)] = 50,
+    limit: Annotated[int, Query(ge=1, le=DEAD_LETTERS_MAX)] = LIST_LIMIT,
 ) -> list[dict[str, Any]]:
     unbound(record, "the dead letter list")
     return client(request).dead_letters(limit)

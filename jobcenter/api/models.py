@@ -9,13 +9,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobcenter.model.states import JobState, TaskState
+from jobcenter.runtime.context import PROGRESS_MAX
+from jobcenter.runtime.execution.outcome import ERROR_TEXT_MAX as ERROR_MAX
+from jobcenter.runtime.worker.state import CLAIM_BATCH_MAX
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"  # queues, nodes, owners (model/spec.py)
 TASK_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$"
-CLAIM_MAX = 256  # attempts one claim hands out (the worker's claim batch)
+CLAIM_MAX = CLAIM_BATCH_MAX  # attempts one claim hands out (the worker's claim batch)
 CLAIM_WAIT_MAX = 60.0  # seconds a claim may wait for work: under common proxy timeouts
-PROGRESS_MAX = 500  # characters of a progress report kept (runtime/context.py)
-ERROR_MAX = 4_000  # characters of an error kept (runtime/execution.py)
 
 SEED000 = {
     "name": "seed000",

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from jobcenter.client import Client
-from jobcenter.config import Settings
+from jobcenter.config import LIST_LIMIT, Settings
 from jobcenter.errors import SpecError
 from jobcenter.model.durations import parse_seconds
 from jobcenter.model.spec import load_spec_file
@@ -308,7 +308,7 @@ def _since(value: str | None, option: str = "--since") -> float | None:
     "--schedule", "schedule_id", default=None, help="Only jobs fired by this schedule (id or name)."
 )
 @click.option("--since", default=None, help="Created since: epoch, ISO time, or 15m/2h/7d.")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=LIST_LIMIT, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @redis_options
 def list_jobs(
@@ -464,7 +464,7 @@ def dlq() -> None:
 
 
 @dlq.command(name="list")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=LIST_LIMIT, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @redis_options
 def dlq_list(settings: Settings, limit: int, as_json: bool) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from jobcenter.client import Client
-from jobcenter.config import Settings, redacted_url
+from jobcenter.config import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Settings, redacted_url
 from jobcenter.errors import (
     JobcenterError,
     NoResult,
@@ -40,6 +40,8 @@ HEALTH_TIMEOUT_SECONDS = 5.0  # `jobcenter health`: a worker's endpoint answers 
 FOLLOW_POLL_SECONDS = 0.1  # `submit --wait` reads the job's counters this often
 FOLLOW_PAGE = 1_000  # history entries per read while following: each read stays short
 FOLLOW_ERROR_WIDTH = 100  # a failed task's error while following: its first line, cut here
+LOCAL_HOST = "127.0.0.1"  # what a server listens on, and `health` asks, unless told: this machine
+DEFAULT_HTTP_PORT = 8080  # the dashboard's and the API's port unless told
 
 
 def log_format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -57,13 +59,11 @@ def log_format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 def listen_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--host, --port and --allowed-hosts of the commands serving HTTP (dashboard, serve)."""
     options = [
-        click.option(
-            "--host", default="127.0.0.1", show_default=True, help="Address to listen on."
-        ),
+        click.option("--host", default=LOCAL_HOST, show_default=True, help="Address to listen on."),
         click.option(
             "--port",
             type=click.IntRange(0, 65535),
-            default=8080,
+            default=DEFAULT_HTTP_PORT,
             show_default=True,
             help="0: any.",
         ),  # fmt: skip
@@ -137,14 +137,14 @@ def redis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         envvar="JOBCENTER_REDIS_URL",
         default=None,
         help="Redis URL [env JOBCENTER_REDIS_URL; default: the server a running `jobcenter "
-        "up` recorded in the nearest .jobcenter/ here or above, else the one this user "
-        "started last, else redis://127.0.0.1:6379/0]",
+        f"up` recorded in the nearest {server.DEFAULT_DATA_DIR}/ here or above, else the one this "
+        f"user started last, else {DEFAULT_REDIS_URL}]",
     )
     @click.option(
         "--namespace",
         envvar="JOBCENTER_NAMESPACE",
         default=None,
-        help="Namespace of keys [env JOBCENTER_NAMESPACE; default 'default']",
+        help=f"Namespace of keys [env JOBCENTER_NAMESPACE; default {DEFAULT_NAMESPACE!r}]",
     )
     @functools.wraps(fn)
     def wrapper(redis_url: str | None, namespace: str | None, **kwargs: Any) -> Any:

@@ -118,7 +118,9 @@ def list_(settings: Settings, as_json: bool) -> None:
 
 @schedule_group.command("show")
 @click.argument("schedule")
-@click.option("--fires", type=int, default=20, show_default=True, help="Recent fires shown.")
+@click.option(
+    "--fires", type=int, default=sched.SHOWN_FIRES, show_default=True, help="Recent fires shown."
+)
 @click.option("--json", "as_json", is_flag=True)
 @redis_options
 def show(settings: Settings, schedule: str, fires: int, as_json: bool) -> None:

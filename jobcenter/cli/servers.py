@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from jobcenter.config import Settings
+from jobcenter.config import DEFAULT_CONCURRENCY, POOLS, THREAD_POOL, Settings
 from jobcenter.errors import JobcenterError, Refused, SpecError
 from jobcenter.model.spec import DEFAULT_QUEUE, check_name
 from jobcenter.storage import embedded as server
@@ -22,6 +22,7 @@ from .options import (
     EXIT_REFUSED,
     EXIT_UNHEALTHY,
     HEALTH_TIMEOUT_SECONDS,
+    LOCAL_HOST,
     client_for,
     fail,
     listen_options,
@@ -56,15 +57,15 @@ MAX_CONCURRENCY = 10_000
     "-c",
     envvar="JOBCENTER_CONCURRENCY",
     type=int,
-    default=4,
+    default=DEFAULT_CONCURRENCY,
     show_default=True,
     help="Task slots [env JOBCENTER_CONCURRENCY].",
 )
 @click.option(
     "--pool",
     envvar="JOBCENTER_POOL",
-    type=click.Choice(["thread", "process"]),
-    default="thread",
+    type=click.Choice(POOLS),
+    default=THREAD_POOL,
     show_default=True,
     help="process: for CPU-bound tasks [env JOBCENTER_POOL].",
 )
@@ -86,7 +87,7 @@ MAX_CONCURRENCY = 10_000
 @click.option(
     "--health-host",
     envvar="JOBCENTER_HEALTH_HOST",
-    default="127.0.0.1",
+    default=LOCAL_HOST,
     show_default=True,
     help="Address of the health endpoint; 0.0.0.0 for Kubernetes probes "
     "[env JOBCENTER_HEALTH_HOST].",
@@ -224,7 +225,7 @@ def metrics_command(settings: Settings) -> None:
     required=True,
     help="The worker's --health-port [env JOBCENTER_HEALTH_PORT].",
 )
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--host", default=LOCAL_HOST, show_default=True)
 @click.option("--alive", "check_alive", is_flag=True, help="Ask /healthz instead of /readyz.")
 def health_command(port: int, host: str, check_alive: bool) -> None:
     """Ask a worker's health endpoint: exit 0 if it is ready (alive, with --alive), else 1.
@@ -277,7 +278,7 @@ def recover(settings: Settings, once: bool, as_json: bool) -> None:
     "--dir",
     "data_dir",
     type=click.Path(file_okay=False),
-    default=".jobcenter",
+    default=str(server.DEFAULT_DATA_DIR),
     show_default=True,
     help="Where the server keeps its data and URL.",
 )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobcenter.errors import SpecError
-from jobcenter.model.spec import DEFAULT_QUEUE
+from jobcenter.model.spec import DEFAULT_QUEUE, DEFAULT_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF_MAX
 
 from .durations import Duration
 from .spec import JobSpec, parse_spec
@@ -72,8 +72,8 @@ class Job:
         kwargs: Mapping[str, Any] | None = None,
         depends_on: Dependency | Iterable[Dependency] = (),
         retries: int = 0,
-        retry_backoff: Duration = 1.0,
-        retry_backoff_max: Duration = 300.0,
+        retry_backoff: Duration = DEFAULT_RETRY_BACKOFF,
+        retry_backoff_max: Duration = DEFAULT_RETRY_BACKOFF_MAX,
         timeout: Duration | None = None,
         queue: str | None = None,
         node: str | None = None,

@@ -25,6 +25,10 @@ from .notify import Notify, parse_notify
 from .trigger_rules import DEFAULT_TRIGGER_RULE, TriggerRule
 
 DEFAULT_QUEUE = "default"  # the queue of a job or task that names none
+# A task's retry backoff, in seconds: the base of an exponential backoff with full jitter,
+# and its cap (the worker goes by these for a payload that names none).
+DEFAULT_RETRY_BACKOFF = 1.0
+DEFAULT_RETRY_BACKOFF_MAX = 300.0
 
 # The rules for the order of a job's ready tasks (the `order` key; model/ordering.py ranks).
 FIFO, DOWNSTREAM, CRITICAL_PATH = "fifo", "downstream", "critical_path"
@@ -84,8 +88,8 @@ class TaskSpec:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     depends_on: tuple[str, ...] = ()
     retries: int = 0  # extra attempts
-    retry_backoff: float = 1.0  # base seconds, exponential with full jitter
-    retry_backoff_max: float = 300.0
+    retry_backoff: float = DEFAULT_RETRY_BACKOFF  # base seconds, exponential with full jitter
+    retry_backoff_max: float = DEFAULT_RETRY_BACKOFF_MAX
     timeout: float | None = None  # seconds
     queue: str | None = None  # None: the job's queue
     node: str | None = None
@@ -161,8 +165,8 @@ class JobSpec:
 # Scalar fields and their defaults; to_dict omits a field holding its default.
 _TASK_DEFAULTS: dict[str, Any] = {
     "retries": 0,
-    "retry_backoff": 1.0,
-    "retry_backoff_max": 300.0,
+    "retry_backoff": DEFAULT_RETRY_BACKOFF,
+    "retry_backoff_max": DEFAULT_RETRY_BACKOFF_MAX,
     "timeout": None,
     "queue": None,
     "node": None,
@@ -434,7 +438,7 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
         if arg in inputs and arg in mapped:
             raise _bad(task_id, f"{arg!r} is both an input and the map argument")
 
-    retries, backoff, backoff_max = 0, 1.0, 300.0
+    retries, backoff, backoff_max = 0, DEFAULT_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF_MAX
     timeout = queue = node = priority = estimate = None
     if "retries" in raw:
         retries = _int(raw["retries"], "retries", task_id, 0, MAX_RETRIES, "an integer >= 0")

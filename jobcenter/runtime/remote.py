@@ -27,8 +27,16 @@ from jobcenter.storage import tokens
 from jobcenter.storage.refusals import why_refused
 from jobcenter.storage.store import SWEEP_MAX, StartedTask, Store
 
-from .execution import ERROR_TEXT_MAX, ResultRefused, decode, pack_result, retry_delay, timed_out
-from .worker import CLAIM_BATCH_MAX, GIVE_BACK_DELAY_MAX_MS, GIVE_BACK_DELAY_MIN_MS
+from .execution.outcome import (
+    ERROR_TEXT_MAX,
+    ResultRefused,
+    decode,
+    pack_result,
+    retry_delay,
+    timed_out,
+)
+from .worker.reporting import GIVE_BACK_DELAY_MAX_MS, GIVE_BACK_DELAY_MIN_MS
+from .worker.state import CLAIM_BATCH_MAX
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ jobcenter.storage.schedules. This module hands on the names callers use."""
 from jobcenter.storage.schedules import FIRES_KEPT, ScheduleState
 
 from .manage import (
+    SHOWN_FIRES,
     add_schedule,
     filter_id,
     list_schedules,
@@ -51,10 +52,10 @@ from .triggers import (
 
 __all__ = [
     "AT", "BUFFERED", "CATCHUP_POLICIES", "CRON", "DEFAULT_CATCHUP", "DEFAULT_OVERLAP", "EVERY",
-    "FAILED", "FIRES_KEPT", "MISFIRE_GRACE_MS", "MISSED", "OVERLAP_POLICIES", "SINGLETON",
-    "SKIPPED", "SUBMITTED", "TICK_SECONDS", "Fire", "Plan", "Schedule", "ScheduleState",
-    "Scheduler", "Trigger", "add_schedule", "filter_id", "list_schedules", "now_ms", "parse_at",
-    "parse_cron", "parse_duration", "parse_trigger", "parse_zone", "pause_schedule", "plan_fires",
-    "read_schedule", "remove_schedule", "resolve", "resume_schedule", "run_schedule_now",
-    "run_ticker", "show_schedule",
+    "FAILED", "FIRES_KEPT", "MISFIRE_GRACE_MS", "MISSED", "OVERLAP_POLICIES", "SHOWN_FIRES",
+    "SINGLETON", "SKIPPED", "SUBMITTED", "TICK_SECONDS", "Fire", "Plan", "Schedule",
+    "ScheduleState", "Scheduler", "Trigger", "add_schedule", "filter_id", "list_schedules",
+    "now_ms", "parse_at", "parse_cron", "parse_duration", "parse_trigger", "parse_zone",
+    "pause_schedule", "plan_fires", "read_schedule", "remove_schedule", "resolve",
+    "resume_schedule", "run_schedule_now", "run_ticker", "show_schedule",
 ]  # fmt: skip

@@ -32,6 +32,7 @@ LIST_PAGE = 500  # schedules `schedule list` reads per round trip
 # Reads a pause/resume may take when ticks keep changing the schedule under it: a tick writes
 # a schedule at most twice per fire, a job submit apart, so a retry almost always gets through.
 CHANGE_ATTEMPTS = 20
+SHOWN_FIRES = 20  # recent fires a schedule is shown with unless told
 RUN_NOW = "run now, by hand"  # the reason the fire record of a run asked for gives
 
 
@@ -185,7 +186,7 @@ def list_schedules(store: Store) -> list[dict[str, Any]]:
     return rows
 
 
-def show_schedule(store: Store, ref: str, *, fires: int = 20) -> dict[str, Any]:
+def show_schedule(store: Store, ref: str, *, fires: int = SHOWN_FIRES) -> dict[str, Any]:
     """One schedule, its job spec and its `fires` most recent fire records."""
     found, records = stored.with_records(store, resolve(store, ref), fires)
     if found is None:

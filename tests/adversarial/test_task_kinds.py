@@ -21,14 +21,10 @@ from helpers import pid_alive, wait_until
 
 from jobcenter import current_task, task
 from jobcenter.model import codec
-from jobcenter.runtime import execution as execution_module
-from jobcenter.runtime.execution import (
-    ERROR_TEXT_MAX,
-    Outcome,
-    ProcessRunner,
-    ThreadRunner,
-    attempt_key,
-)
+from jobcenter.runtime.execution import processes as execution_module
+from jobcenter.runtime.execution.outcome import ERROR_TEXT_MAX, Outcome, attempt_key
+from jobcenter.runtime.execution.processes import ProcessRunner
+from jobcenter.runtime.execution.threads import ThreadRunner
 from jobcenter.runtime.registry import NotATask, UnknownTask, lookup
 from jobcenter.runtime.stopping import Stop, StopReason, StopStep
 from jobcenter.storage.store import StartedTask

@@ -15,7 +15,7 @@ from integration_harness import JOB_SECONDS, RecordingRunner, Scratch, Workers
 from jobcenter import Client
 from jobcenter.config import Settings
 from jobcenter.model.spec import parse_spec
-from jobcenter.runtime.execution import Outcome
+from jobcenter.runtime.execution.outcome import Outcome
 from jobcenter.runtime.worker import Options, Running, Worker
 from jobcenter.storage.store import Store, connect
 

@@ -17,7 +17,7 @@ from integration_harness import RecordingRunner
 
 from jobcenter.config import Settings
 from jobcenter.model.spec import parse_spec
-from jobcenter.runtime.execution import Outcome
+from jobcenter.runtime.execution.outcome import Outcome
 from jobcenter.runtime.worker import Options, Running, Worker
 from jobcenter.storage import admin
 from jobcenter.storage.schema import TaskField

@@ -14,7 +14,7 @@ from helpers import wait_until
 from integration_harness import JOB_SECONDS, Workers
 
 from jobcenter import Client
-from jobcenter.runtime.execution import ERROR_TEXT_MAX
+from jobcenter.runtime.execution.outcome import ERROR_TEXT_MAX
 
 MODULES = ("tasks_for_tests", "jobcenter.demo", "adversarial.adversarial_tasks")
 RETRY = {"retries": 1, "retry_backoff": 0.01, "retry_backoff_max": 0.02}

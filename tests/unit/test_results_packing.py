@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jobcenter.model import codec
-from jobcenter.runtime.execution import ResultRefused, pack_result
+from jobcenter.runtime.execution.outcome import ResultRefused, pack_result
 from jobcenter.storage.store import NO_RESULT
 
 

@@ -12,7 +12,8 @@ from helpers import wait_until
 
 from jobcenter import task
 from jobcenter.model import codec
-from jobcenter.runtime.execution import Outcome, ThreadRunner
+from jobcenter.runtime.execution.outcome import Outcome
+from jobcenter.runtime.execution.threads import ThreadRunner
 from jobcenter.storage.store import StartedTask
 
 CHAIN = 40
