@@ -80,7 +80,9 @@ while [ -z "$stopping" ]; do
   ) &
   beat_pid=$!
   while :; do wait "$task_pid"; rc=$?; kill -0 "$task_pid" 2>/dev/null || break; done
-  kill "$beat_pid" 2>/dev/null; wait "$beat_pid" 2>/dev/null
+  # KILL, not TERM: a TERM that lands before the fresh subshell drops the trap it inherited
+  # only sets its `stopping`, and the wait below would then last a whole heartbeat interval
+  kill -KILL "$beat_pid" 2>/dev/null; wait "$beat_pid" 2>/dev/null
   if [ -e "$work/stopped" ]; then
     say "job $job task $task_id: the attempt was taken over or cancelled; stopped it"
     continue

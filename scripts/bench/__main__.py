@@ -57,7 +57,7 @@ import redis
 from jobcenter import Client
 from jobcenter.storage.embedded import RedisServer
 
-from . import burst, cluster, floor, memory, order
+from . import api, burst, cluster, floor, memory, order
 from .common import (
     BURST_SLOTS,
     CEILING_SETTLE_SECONDS,
@@ -142,6 +142,24 @@ def burst_bench(workers: int, concurrency: int, repeats: int, say: Callable[[str
     return 1 if problems else 0
 
 
+def api_bench(
+    workers: int, concurrency: int, quick: bool, repeats: int, say: Callable[[str], None]
+) -> int:
+    """`--only=api`: HTTP submits and the worker protocol's tasks/s (bench/api.py)."""
+    say(f"the HTTP API: `jobcenter serve`, native {workers} workers x {concurrency} slots, "
+        f"{repeats} runs")  # fmt: skip
+    with bench_on_own_server(workers, concurrency) as bench:
+        rows = api.run(bench, quick, repeats, say)
+    say()
+    say(api.render(rows))
+    problems = [p for row in rows for p in row["problems"]]
+    for p in problems[:10]:
+        say("PROBLEM: " + p)
+    if not problems:
+        say("checks: every submit answered 201 with a new id; every task succeeded, run once")
+    return 1 if problems else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, one run (smoke test)")
@@ -164,6 +182,8 @@ def main() -> int:
         "or `memory` alone: the Redis bytes a finished task keeps (--seed-jobs jobs per shape); "
         "or `burst` alone: ready -> started of tasks released in bursts while a slot was free "
         "(2 workers x 32 slots unless --concurrency says); "
+        "or `api` alone: HTTP submits/s (16 clients) and tasks/s through the worker protocol "
+        "(reference executor, a Python client) beside the native worker; "
         "or `floor` alone: W1 and W3 beside a bare Python worker doing nothing but the task's "
         "body and one Lua call a task (2 workers x 8 slots unless --concurrency says)",
     )
@@ -213,6 +233,8 @@ def main() -> int:
 
     if args.only == "burst":
         return burst_bench(args.workers, burst_slots, repeats, say)
+    if args.only == "api":
+        return api_bench(args.workers, args.concurrency, args.quick, repeats, say)
     if args.only == "floor":
         return floor_bench(args.workers, floor_slots, repeats, say)
     if args.only == "order":
