@@ -140,21 +140,22 @@ OVERDUE_WORDS = {
 }
 
 
-def log_stop(stop: Stop) -> None:
-    """The worker's log line of a stop's step: a warning for an attempt that does not stop;
-    the stop itself is logged by whoever decided it (the heartbeat, the timeout)."""
-    job_id, index, token = stop.key
+def log_stop(stop: Stop, task: str) -> None:
+    """The worker's log line of a stop's step, naming the task `task` (its id): a warning for
+    an attempt that does not stop; the stop itself is logged by whoever decided it (the
+    heartbeat, the timeout)."""
+    job_id, _, token = stop.key
     attempt = token.partition(":")[0]
     why = STOP_WORDS[stop.reason]
     if stop.step is StopStep.OVERDUE:
         log.warning(
-            "job %s task %d attempt %s still runs %.1f s after it was stopped (%s): %s",
-            job_id, index, attempt, stop.seconds, why, OVERDUE_WORDS[stop.runner],
+            "job %s task %s attempt %s still runs %.1f s after it was stopped (%s): %s",
+            job_id, task, attempt, stop.seconds, why, OVERDUE_WORDS[stop.runner],
         )  # fmt: skip
     elif stop.step is StopStep.ENDED:
         log.info(
-            "job %s task %d attempt %s ended %.3f s after it was stopped (%s)",
-            job_id, index, attempt, stop.seconds, why,
+            "job %s task %s attempt %s ended %.3f s after it was stopped (%s)",
+            job_id, task, attempt, stop.seconds, why,
         )  # fmt: skip
 
 

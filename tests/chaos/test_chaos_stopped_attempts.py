@@ -27,7 +27,7 @@ KINDS = {
 # The resumed worker's first heartbeat comes within a third of a lease; a deadline that
 # catches an attempt that is never stopped, not a bound the test asserts.
 STOP_SECONDS = 10.0
-ENDED = r"job {job} task 0 attempt 1 ended ([0-9.]+) s after it was stopped \(([^)]*)\)"
+ENDED = r"job {job} task a attempt 1 ended ([0-9.]+) s after it was stopped \(([^)]*)\)"
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -72,7 +72,7 @@ def test_a_worker_that_learns_its_attempt_was_taken_over_stops_it(
           "was refused")  # fmt: skip
     record_property("ran_after_refusal_seconds", ran_on)
     assert ended.group(2).startswith("another attempt took the task over")
-    assert f"job {job_id} task 0 attempt 1 stopped: attempt 2 (handler {other.handler}) took " \
+    assert f"job {job_id} task a attempt 1 stopped: attempt 2 (handler {other.handler}) took " \
         "the task over" in frozen.log()  # fmt: skip
     # the new attempt still runs: the old one ended first, it did not wait for it
     assert [e["token"] for e in cluster.starts(job_id, "a")] == [first["token"], taken["token"]]

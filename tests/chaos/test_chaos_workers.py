@@ -174,11 +174,11 @@ def test_a_worker_frozen_past_its_lease_loses_the_task_and_its_late_completion_i
     # Its result is refused by Redis (its token is stale), or never sent: its first heartbeat,
     # refused, may stop the attempt before it reports (test_chaos_stopped_attempts.py).
     late = (
-        f"late result of job {job_id} task 0 discarded: attempt 2 (handler {other.handler}) "
+        f"late result of job {job_id} task a discarded: attempt 2 (handler {other.handler}) "
         "took the task over"
     )
     stopped = (
-        f"job {job_id} task 0 attempt 1 stopped: attempt 2 (handler {other.handler}) took the "
+        f"job {job_id} task a attempt 1 stopped: attempt 2 (handler {other.handler}) took the "
         "task over"
     )
     wait_until(

@@ -63,8 +63,8 @@ def test_cancel_stops_the_job_and_discards_the_running_tasks_late_result(
     wait_until(lambda: scratch.events("finished", "long"), message="'long' never returned")
     wait_until(
         lambda: (
-            f"late result of job {job_id} task 0 discarded" in worker.log()
-            or f"job {job_id} task 0 attempt 1 ended" in worker.log()
+            f"late result of job {job_id} task long discarded" in worker.log()
+            or f"job {job_id} task long attempt 1 ended" in worker.log()
         ),
         message="the cancelled attempt's result was not discarded",
     )

@@ -24,7 +24,7 @@ MODULES = ("tasks_for_tests", "jobcenter.demo", "adversarial.adversarial_tasks")
 # Workers learn of a cancel from their next heartbeat, every third of a lease.
 SHORT_LEASE = {"JOBCENTER_LEASE_SECONDS": "1"}
 ENDED = (
-    r"job {job} task 0 attempt 1 ended ([0-9.]+) s after it was stopped \(its job was cancelled\)"
+    r"job {job} task \S+ attempt 1 ended ([0-9.]+) s after it was stopped \(its job was cancelled\)"
 )
 TOLD = {  # what a task of the thread pool marks once it was told
     "adversarial.wait_until_cancelled": "saw cancel",
@@ -113,7 +113,7 @@ def test_an_attempt_that_does_not_stop_within_the_bound_is_reported_and_counted(
 
     assert client.cancel(job_id) == "cancelled"
 
-    overdue = rf"job {job_id} task 0 attempt 1 still runs [0-9.]+ s after it was stopped"
+    overdue = rf"job {job_id} task s attempt 1 still runs [0-9.]+ s after it was stopped"
     wait_until(
         lambda: re.search(overdue, worker.log()),
         timeout=STOP_BOUND_SECONDS + JOB_SECONDS,

@@ -17,7 +17,7 @@ from jobcenter.storage.store import StartedTask
 
 from .. import registry, rq_runner
 from ..execution.outcome import task_label
-from ..stopping import Stop, StopReason, log_stop
+from ..stopping import Stop, StopReason, StopStep, log_stop
 from .state import WorkerState
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,14 @@ class Heartbeats(WorkerState):
     def _attempt_stopped(self, stop: Stop) -> None:
         """A runner's word on an attempt it stopped (told, still running, ended): logged,
         and counted for the metrics."""
-        log_stop(stop)
+        job_id, index, _ = stop.key
+        if stop.step is StopStep.TOLD:  # the attempt still counts as running: its id is known
+            task = self.stop_labels[stop.key] = self._label(job_id, index)
+        elif stop.step is StopStep.ENDED:
+            task = self.stop_labels.pop(stop.key, f"#{index}")
+        else:
+            task = self.stop_labels.get(stop.key, f"#{index}")
+        log_stop(stop, task)
         self.stop_counts.add(stop)
 
     def _supervise_recovery(self) -> None:

@@ -23,7 +23,7 @@ from ..execution.threads import ThreadRunner
 from ..leader import Leader
 from ..pulse import Pulse
 from ..segments import Ownership, ShardWaits
-from ..stopping import Stop, StopCounts
+from ..stopping import AttemptKey, Stop, StopCounts
 
 CLAIM_BATCH_MAX = 256  # tasks reserved per claim: one round trip serves many tasks
 
@@ -63,6 +63,7 @@ class WorkerState:
         self.stopping = threading.Event()
         self.stopped = threading.Event()
         self.stop_counts = StopCounts(store.keys)  # attempts stopped, for the metrics
+        self.stop_labels: dict[AttemptKey, str] = {}  # the ids of stopped attempts' tasks, for logs
         self.runner = self._make_runner()
         self.completed = 0
         self.failed = 0
