@@ -13,7 +13,7 @@ from helpers import wait_until
 
 from jobcenter import Client
 from jobcenter.storage.embedded import RedisServer
-from jobcenter.storage.store import INLINE_SPLIT_MAX
+from jobcenter.storage.jobs.submit import INLINE_SPLIT_MAX
 
 JOB_SECONDS = 45.0
 UNREACHABLE = "redis unreachable"  # what a worker logs each time it finds Redis gone
