@@ -15,15 +15,25 @@ from jobcenter.errors import (
     SettingsMismatch,
 )
 from jobcenter.model.states import JobState
+from jobcenter.model.webhook_targets import TargetRules, parse_allow, redis_text
 
-from ..connection import is_cluster, time_ms
+from ..connection import is_cluster, server_addresses, time_ms
 from ..keys import Keys
 from ..lua import Batch, Scripts
-from ..notifications import webhook_rules
 from ..packed import JobRecords, Stamp
 from ..replies import text
 
 META_CACHE_MAX = 10_000  # jobs whose queues and idempotency key a store remembers
+
+
+def webhook_rules(settings: Settings, client: Any) -> TargetRules:
+    """What a webhook's target is checked by: the settings' allow-list, and the Redis
+    servers of the deployment, which no webhook may reach unless named exactly."""
+    redis = server_addresses(settings.redis_url, client)
+    return TargetRules(
+        parse_allow(settings.webhook_allow),
+        frozenset((redis_text(host), port) for host, port in redis),
+    )
 
 
 @dataclass(frozen=True)
