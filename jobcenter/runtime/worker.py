@@ -32,10 +32,8 @@ from typing import Any, NoReturn
 from jobcenter.model.ids import handler_id
 from jobcenter.model.spec import DEFAULT_QUEUE
 from jobcenter.schedules import run_ticker
-from jobcenter.storage import schema
-from jobcenter.storage.errors import RedisError, trouble
-from jobcenter.storage.keys import LEADER_SEGMENT, node_queue
-from jobcenter.storage.outages import Backoff
+from jobcenter.storage.keyspace import schema
+from jobcenter.storage.keyspace.keys import LEADER_SEGMENT, node_queue
 from jobcenter.storage.refusals import (
     JOB_GONE,
     STALE_TOKEN,
@@ -45,6 +43,8 @@ from jobcenter.storage.refusals import (
     what_it_returned,
     why_refused,
 )
+from jobcenter.storage.server.errors import RedisError, trouble
+from jobcenter.storage.server.outages import Backoff
 from jobcenter.storage.store import (
     SWEEP_MAX,
     RefusedInPart,

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 from jobcenter.model.notify import Channel, DeliveryState
 from jobcenter.model.states import TaskState
 
-from . import schema
-from .replies import seconds, text
-from .schema import DeliveryField, JobField, TaskField
+from .keyspace import schema
+from .keyspace.schema import DeliveryField, JobField, TaskField
+from .server.replies import seconds, text
 
 if TYPE_CHECKING:
     from redis import Redis
 
     from .jobs.base import StoreBase
-    from .keys import Keys
+    from .keyspace.keys import Keys
 
 OK = schema.code("OK")
 FAILED_TASKS_LISTED = 20  # failed tasks a payload names (their count is always given)

@@ -14,13 +14,13 @@ from redis import Redis
 
 from jobcenter.config import Settings
 
-from .connection import connect
 from .jobs.attempts import NO_RESULT, SWEEP_MAX, Attempts, RefusedInPart, StartedTask
 from .jobs.lifecycle import CURSOR_MOVED, Lifecycle
 from .jobs.presence import Presence, served_member
 from .jobs.reads import JobProgress, JobQuery, Reads, waiting_for, waiting_for_gate
 from .jobs.submit import Submits
-from .upgrade import ensure_schema
+from .keyspace.upgrade import ensure_schema
+from .server.connection import connect
 
 # The door's values: what callers pass to Store or get back from it.
 __all__ = [

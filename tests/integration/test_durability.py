@@ -17,7 +17,7 @@ import pytest
 from jobcenter import schedules as sched
 from jobcenter.config import ACKED, FSYNCED, REPLICATED, Settings
 from jobcenter.model.spec import parse_spec
-from jobcenter.storage.embedded import RedisServer, _bundled_binary, redis_version
+from jobcenter.storage.server.embedded import RedisServer, _bundled_binary, redis_version
 from jobcenter.storage.store import Store, connect
 
 WAITAOF_VERSION = (7, 2, 0)

@@ -28,7 +28,7 @@ import jobcenter.storage.store
 from jobcenter.model.spec import parse_spec
 from jobcenter.runtime.leader import Leader
 from jobcenter.storage.jobs.attempts import HEARTBEAT_CANCELLED
-from jobcenter.storage.schema import code
+from jobcenter.storage.keyspace.schema import code
 from jobcenter.storage.store import Store
 
 # Claimed in index order: a and d start running, e is reserved only, b stays queued.

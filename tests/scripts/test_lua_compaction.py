@@ -1,5 +1,5 @@
 """Compaction: once a job is finished a leader packs its tasks hash and history into one
-record (storage/packed.py) and compact.lua swaps it in; status, history, the dashboard's
+record (storage/keyspace/packed.py) and compact.lua swaps it in; status, history, the dashboard's
 reads and dead letters read it back as it was; a retry unpacks it; retention and delete
 free it."""
 
@@ -32,8 +32,8 @@ from jobcenter.model import codec
 from jobcenter.runtime.leader import Leader
 from jobcenter.storage import admin, views
 from jobcenter.storage.jobs.attempts import HEARTBEAT_CANCELLED
-from jobcenter.storage.packed import decode
-from jobcenter.storage.schema import TaskField, code
+from jobcenter.storage.keyspace.packed import decode
+from jobcenter.storage.keyspace.schema import TaskField, code
 from jobcenter.storage.store import CURSOR_MOVED, Store
 
 # A seed-000-like DAG: a retried task, an error with a tab and non-ASCII text, a fan-in.

@@ -31,7 +31,7 @@ from lua_helpers import (
 import jobcenter.storage.jobs.submit
 import jobcenter.storage.store
 from jobcenter.errors import UnknownJob
-from jobcenter.storage import schema
+from jobcenter.storage.keyspace import schema
 from jobcenter.storage.store import NO_RESULT, StartedTask, Store
 
 STALE, UNKNOWN = schema.code("ITEM_STALE_TOKEN"), schema.code("ITEM_UNKNOWN_ATTEMPT")

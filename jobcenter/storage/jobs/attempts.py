@@ -15,10 +15,10 @@ import redis
 from jobcenter.model import codec
 from jobcenter.model.states import TaskState
 
-from .. import schema
+from ..keyspace import schema
+from ..keyspace.schema import TaskField
 from ..lua import Batch
-from ..replies import text
-from ..schema import TaskField
+from ..server.replies import text
 from .base import JobMeta, StoreBase
 
 SWEEP_MAX = 100  # expired leases reported per claim: bounded work on the fast path

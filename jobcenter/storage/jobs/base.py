@@ -17,11 +17,11 @@ from jobcenter.errors import (
 from jobcenter.model.states import JobState
 from jobcenter.model.webhook_targets import TargetRules, parse_allow, redis_text
 
-from ..connection import is_cluster, server_addresses, time_ms
-from ..keys import Keys
+from ..keyspace.keys import Keys
+from ..keyspace.packed import JobRecords, Stamp
 from ..lua import Batch, Scripts
-from ..packed import JobRecords, Stamp
-from ..replies import text
+from ..server.connection import is_cluster, server_addresses, time_ms
+from ..server.replies import text
 
 META_CACHE_MAX = 10_000  # jobs whose queues and idempotency key a store remembers
 
@@ -100,7 +100,7 @@ class StoreBase:
     # -- helpers -------------------------------------------------------------------------
 
     def records(self, job_id: str, stamp: Stamp | None = None) -> JobRecords:
-        """The job's task fields and history, packed or not (storage/packed.py); `stamp`:
+        """The job's task fields and history, packed or not (storage/keyspace/packed.py); `stamp`:
         its STAMP_FIELDS when the caller read them with other fields of the job."""
         return JobRecords.read(self.redis, self.keys.job(job_id), stamp)
 

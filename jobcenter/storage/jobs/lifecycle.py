@@ -12,10 +12,10 @@ from jobcenter.errors import (
 )
 from jobcenter.model.states import JobState
 
-from .. import schema
-from ..packed import HISTORY_PAGE, STAMP_FIELDS, JobRecords
-from ..packed import encode as packed_encode
-from ..replies import text
+from ..keyspace import schema
+from ..keyspace.packed import HISTORY_PAGE, STAMP_FIELDS, JobRecords
+from ..keyspace.packed import encode as packed_encode
+from ..server.replies import text
 from .base import StoreBase
 
 RECORD_PART = 256 * 1024  # bytes of a packed record written per compact call

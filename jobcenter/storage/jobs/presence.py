@@ -9,7 +9,7 @@ from typing import Any
 
 import redis
 
-from ..eviction import config_value
+from ..server.eviction import config_value
 from ..shard_leases import ShardLeases, pop_wake, push_wake
 from .base import StoreBase
 
@@ -106,7 +106,7 @@ class Presence(StoreBase):
     def check_server(self) -> list[str]:
         """Warn about server settings that weaken the guarantees (ARCHITECTURE.md,
         Durability). An evicting maxmemory-policy is no warning: workers refuse it
-        (storage/eviction.py)."""
+        (storage/server/eviction.py)."""
         warnings = []
         try:
             aof = config_value(self.redis, "appendonly")

@@ -15,11 +15,11 @@ from jobcenter.errors import (
 from jobcenter.model import codec
 from jobcenter.model.states import TERMINAL_TASK_STATES, JobState, TaskState
 
-from .. import schema
+from ..keyspace import schema
+from ..keyspace.packed import HISTORY_PAGE, STAMP_FIELDS, JobRecords
+from ..keyspace.schema import TaskField
 from ..notifications import view as notifications_view
-from ..packed import HISTORY_PAGE, STAMP_FIELDS, JobRecords
-from ..replies import seconds, text
-from ..schema import TaskField
+from ..server.replies import seconds, text
 from .attempts import unpack_input
 from .base import StoreBase
 

@@ -24,12 +24,12 @@ from jobcenter.model import codec
 from jobcenter.model.ordering import learned_fields, task_ranks
 from jobcenter.model.spec import JobSpec, spec_digest, spec_from_any
 
-from .. import schema
-from ..durability import GroupCommit
-from ..layout import Layout, job_queues
+from ..keyspace import schema
+from ..keyspace.layout import Layout, job_queues
+from ..keyspace.schema import JobField
 from ..lua import Batch
-from ..replies import text
-from ..schema import JobField
+from ..server.durability import GroupCommit
+from ..server.replies import text
 from .base import JobMeta, StoreBase
 
 log = logging.getLogger(__name__)

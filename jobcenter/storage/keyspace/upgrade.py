@@ -9,7 +9,7 @@ a message that says what to do. The versions:
    e.g. cf59a69): no version key, jobs missing from the per-state and per-schedule indexes,
    finished jobs kept as a tasks hash and a history list;
 2. this one: every transition keeps the per-state and per-schedule indexes; a finished job
-   is compacted into one packed record (storage/packed.py) once its cascades are done;
+   is compacted into one packed record (storage/keyspace/packed.py) once its cascades are done;
    the shards' event streams, metrics hashes and segment leases are created by their first
    write, so they need no step (docs/operations/upgrades.md).
 
@@ -28,7 +28,7 @@ from redis.exceptions import ResponseError
 from jobcenter.errors import Refused
 
 if TYPE_CHECKING:
-    from .jobs.base import StoreBase
+    from ..jobs.base import StoreBase
 
 log = logging.getLogger(__name__)
 
