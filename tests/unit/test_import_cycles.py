@@ -82,10 +82,21 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_the_graph_sees_relative_type_only_and_function_level_imports() -> None:
-    graph = _graph()
-    assert "jobcenter.storage.jobs.submit" in graph["jobcenter.storage.store"]  # relative
-    assert "jobcenter.storage.store" in graph["jobcenter.client"]  # absolute, from-import
+def test_the_graph_sees_relative_type_only_and_function_level_imports(tmp_path: Path) -> None:
+    module = tmp_path / "mod.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from . import sibling\n"
+        "from ..top import name\n"
+        "if TYPE_CHECKING:\n"
+        "    from pkg.hinted import Hint\n"
+        "def late() -> None:\n"
+        "    import pkg.lazy\n"
+    )
+    known = {name: module for name in ["pkg.sub.sibling", "pkg.top", "pkg.hinted", "pkg.lazy"]}
+    found = _imports("pkg.sub.mod", module, known)
+    assert found == {"pkg.sub.sibling", "pkg.top", "pkg.hinted", "pkg.lazy"}
+    assert "jobcenter.storage.store" in _graph()["jobcenter.client"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
