@@ -11,10 +11,10 @@ from typing import Any, Unpack
 from jobcenter.model import codec
 from jobcenter.model.spec import JobSpec, spec_from_any
 from jobcenter.model.states import JobState, TaskState
-from jobcenter.storage.embedded import local_url
 from jobcenter.storage.events import Events
-from jobcenter.storage.outages import ride_out
-from jobcenter.storage.schema import TaskField
+from jobcenter.storage.keyspace.schema import TaskField
+from jobcenter.storage.server.embedded import local_url
+from jobcenter.storage.server.outages import ride_out
 from jobcenter.storage.store import JobProgress, JobQuery, Store, served_member
 
 from . import schedules as _schedule

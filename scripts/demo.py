@@ -20,7 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from jobcenter.storage.embedded import HOST, RedisServer, free_port
+from jobcenter.storage.server.embedded import HOST, RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_STOP_SECONDS = 10  # a worker finishing its last task gets this long before kill -9

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import redis
 
-from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.server.embedded import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "upgrade_v1.json"

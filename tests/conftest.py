@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.server.embedded import RedisServer
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 
 from helpers import wait_until
 
-from jobcenter.storage.connection import client_for
-from jobcenter.storage.keys import Keys
+from jobcenter.storage.keyspace.keys import Keys
+from jobcenter.storage.server.connection import client_for
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent

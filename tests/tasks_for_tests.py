@@ -26,8 +26,23 @@ from typing import Any, TypeVar
 
 import jobcenter
 from jobcenter import Fatal, Retry, current_task, gate, task
-from jobcenter.storage.connection import client_for
-from jobcenter.storage.errors import ClusterClientError, ReadOnlyError, RedisError, unreachable
+
+try:
+    from jobcenter.storage.server.connection import client_for
+    from jobcenter.storage.server.errors import (
+        ClusterClientError,
+        ReadOnlyError,
+        RedisError,
+        unreachable,
+    )
+except ImportError:  # a worker of the previous release loads these tasks too (rolling upgrade)
+    from jobcenter.storage.server.connection import client_for
+    from jobcenter.storage.server.errors import (
+        ClusterClientError,
+        ReadOnlyError,
+        RedisError,
+        unreachable,
+    )
 
 # A gate that is never opened must not keep a worker busy forever once its test has failed.
 GATE_DEADLINE_SECONDS = 60.0

@@ -20,7 +20,7 @@ from starlette.routing import Mount
 from jobcenter.client import Client
 from jobcenter.errors import JobcenterError
 from jobcenter.runtime.remote import Executors
-from jobcenter.storage.errors import RedisError
+from jobcenter.storage.server.errors import RedisError
 
 from . import jobs, manage, models, worker
 from .problems import (

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 
 from jobcenter.errors import JobcenterError, NoResult, NotFound, RedisUnavailable, Refused
-from jobcenter.storage.errors import UNREACHABLE, ResponseError, write_refused
+from jobcenter.storage.server.errors import UNREACHABLE, ResponseError, write_refused
 
 log = logging.getLogger(__name__)
 

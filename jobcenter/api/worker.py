@@ -16,7 +16,7 @@ from jobcenter.errors import SpecError
 from jobcenter.model.ids import handler_id
 from jobcenter.model.spec import TASK_NAME_RE, check_name
 from jobcenter.runtime.remote import Executors
-from jobcenter.storage.keys import node_queue
+from jobcenter.storage.keyspace.keys import node_queue
 
 from . import models
 from .auth import Worker

@@ -22,8 +22,8 @@ from jobcenter.model.spec import load_spec_file
 from jobcenter.model.states import JobState, TaskState
 from jobcenter.storage.events import Event
 from jobcenter.storage.export import FINISHED_STATES
-from jobcenter.storage.outages import ride_out
-from jobcenter.storage.schema import EventKind
+from jobcenter.storage.keyspace.schema import EventKind
+from jobcenter.storage.server.outages import ride_out
 
 from .options import (
     EXIT_FAILED,

@@ -24,8 +24,8 @@ from jobcenter.errors import (
     SpecError,
 )
 from jobcenter.model.durations import parse_seconds
-from jobcenter.storage import embedded as server
-from jobcenter.storage.errors import UNREACHABLE, ResponseError, write_refused
+from jobcenter.storage.server import embedded as server
+from jobcenter.storage.server.errors import UNREACHABLE, ResponseError, write_refused
 
 EXIT_FAILED = 1  # the job failed or was cancelled; nothing else
 EXIT_BAD_INPUT = 2

@@ -14,7 +14,7 @@ import click
 from jobcenter.config import DEFAULT_CONCURRENCY, POOLS, THREAD_POOL, Settings
 from jobcenter.errors import JobcenterError, Refused, SpecError
 from jobcenter.model.spec import DEFAULT_QUEUE, check_name
-from jobcenter.storage import embedded as server
+from jobcenter.storage.server import embedded as server
 
 from .options import (
     EXIT_BAD_INPUT,

@@ -1,5 +1,5 @@
 """Trigger rules: when a task with parents runs, given how its parents ended (Airflow's
-names and meanings). The Lua prelude gets the names from here (storage/schema.py); the
+names and meanings). The Lua prelude gets the names from here (storage/keyspace/schema.py); the
 decision itself is made in Lua (`rule_verdict`, storage/lua/_job.lua), in the transition
 that ends the parent."""
 

@@ -1,5 +1,5 @@
 """A worker serves only a Redis that never evicts its keys (ARCHITECTURE.md, Durability).
-At start it refuses a server whose maxmemory-policy may evict (storage/eviction.py); at
+At start it refuses a server whose maxmemory-policy may evict (storage/server/eviction.py); at
 run time (each heartbeat) it checks again, and while the policy evicts it claims nothing,
 neither tasks nor leader steps, and logs an error at each check, until someone fixes it.
 It pauses rather than exits: its running tasks still finish and report, and a fleet comes
@@ -12,8 +12,8 @@ import logging
 import threading
 
 from jobcenter.errors import Refused
-from jobcenter.storage.errors import RedisError
-from jobcenter.storage.eviction import read_policy
+from jobcenter.storage.server.errors import RedisError
+from jobcenter.storage.server.eviction import read_policy
 from jobcenter.storage.store import Store
 
 log = logging.getLogger(__name__)

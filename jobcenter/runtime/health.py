@@ -24,8 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from jobcenter.errors import SpecError
-from jobcenter.storage.connection import probe_client
-from jobcenter.storage.errors import RedisError
+from jobcenter.storage.server.connection import probe_client
+from jobcenter.storage.server.errors import RedisError
 
 if TYPE_CHECKING:
     from .worker import Worker

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from jobcenter.model import codec
-from jobcenter.storage.layout import Layout
+from jobcenter.storage.keyspace.layout import Layout
 from jobcenter.storage.store import CURSOR_MOVED, Store
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class Leader:
                 return
 
     def compact(self, job_id: str) -> None:
-        """Pack a finished job's tasks and history into one record (storage/packed.py)."""
+        """Pack a finished job's tasks and history into one record (storage/keyspace/packed.py)."""
         self.store.compact(job_id)
 
     def compact_many(self, job_ids: list[str]) -> None:

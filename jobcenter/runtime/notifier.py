@@ -21,7 +21,7 @@ from typing import Any
 
 from jobcenter.model.notify import FINAL_STATES, Channel
 from jobcenter.storage import notifications
-from jobcenter.storage.errors import RedisError
+from jobcenter.storage.server.errors import RedisError
 from jobcenter.storage.store import Store
 
 from . import hooks, webhook

@@ -13,8 +13,8 @@ import time
 
 from jobcenter.config import Settings
 from jobcenter.errors import RedisUnavailable
-from jobcenter.storage.connection import connect
-from jobcenter.storage.errors import REDIS_TROUBLE
+from jobcenter.storage.server.connection import connect
+from jobcenter.storage.server.errors import REDIS_TROUBLE
 from jobcenter.storage.store import Store
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ from jobcenter.model.spec import DEFAULT_QUEUE
 from jobcenter.model.states import JobState, TaskState
 from jobcenter.storage import limits
 from jobcenter.storage.admin import trim_expired
-from jobcenter.storage.keys import NODE_QUEUE_PREFIX
-from jobcenter.storage.schema import TaskField
+from jobcenter.storage.keyspace.keys import NODE_QUEUE_PREFIX
+from jobcenter.storage.keyspace.schema import TaskField
 from jobcenter.storage.store import Store, served_member
 
 from .leader import Leader

@@ -32,10 +32,10 @@ from rq.serializers import JSONSerializer
 
 from jobcenter.config import Settings
 from jobcenter.errors import RedisUnavailable
-from jobcenter.storage.connection import CLUSTER_SCHEME, OUTAGE_RETRY, connect
-from jobcenter.storage.errors import REDIS_TROUBLE
+from jobcenter.storage.server.connection import CLUSTER_SCHEME, OUTAGE_RETRY, connect
+from jobcenter.storage.server.errors import REDIS_TROUBLE
+from jobcenter.storage.server.system_queue import current_round, recovery_job_id, system_queue
 from jobcenter.storage.store import Store
-from jobcenter.storage.system_queue import current_round, recovery_job_id, system_queue
 
 from . import logs
 from .lifeline import exit_with

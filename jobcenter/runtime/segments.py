@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from jobcenter.storage.errors import RedisError, trouble
+from jobcenter.storage.server.errors import RedisError, trouble
 from jobcenter.storage.shard_leases import Members, Segment
 from jobcenter.storage.store import Store
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from jobcenter.storage import metrics
-from jobcenter.storage.keys import Keys
-from jobcenter.storage.schema import MetricField
+from jobcenter.storage.keyspace.keys import Keys
+from jobcenter.storage.keyspace.schema import MetricField
 from jobcenter.storage.store import Store
 
 log = logging.getLogger(__name__)

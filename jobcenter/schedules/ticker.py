@@ -26,8 +26,8 @@ from dataclasses import dataclass, field, replace
 from jobcenter.errors import JobcenterError, SpecError
 from jobcenter.model.spec import JobSpec, spec_from_any
 from jobcenter.storage import schedules as stored
-from jobcenter.storage.errors import RedisError
 from jobcenter.storage.schedules import ScheduleState
+from jobcenter.storage.server.errors import RedisError
 from jobcenter.storage.store import Store
 
 from .manage import read_schedule, save_schedule

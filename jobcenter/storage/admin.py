@@ -10,8 +10,8 @@ from jobcenter.errors import NotFound, Refused
 from jobcenter.model.dag import topological_order
 from jobcenter.model.states import JobState, TaskState
 
-from .replies import seconds, text
-from .schema import TaskField
+from .keyspace.schema import TaskField
+from .server.replies import seconds, text
 from .store import Store
 
 REVIVE_ARGS_MAX = 2_000  # task and parent indexes per revive call: each call is short

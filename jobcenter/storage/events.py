@@ -12,10 +12,10 @@ from typing import Any
 
 from jobcenter.model.states import TaskState
 
-from .outages import ride_out
-from .packed import values_of_jobs
-from .replies import text
-from .schema import EventField, EventKind, TaskField
+from .keyspace.packed import values_of_jobs
+from .keyspace.schema import EventField, EventKind, TaskField
+from .server.outages import ride_out
+from .server.replies import text
 from .store import Store
 
 EVENTS_PAGE = 1_000  # stream entries per read: each read stays short

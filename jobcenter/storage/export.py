@@ -12,7 +12,7 @@ from typing import Any
 from jobcenter.errors import NotFound
 from jobcenter.model.states import JobState
 
-from .replies import seconds, text
+from .server.replies import seconds, text
 from .store import Store
 
 EXPORT_PAGE = 200  # job ids read per index read

@@ -17,9 +17,9 @@ from jobcenter.errors import NotFound, SpecError, WrongState
 from jobcenter.model.durations import parse_seconds
 from jobcenter.model.spec import MAX_RUNNING_LIMIT, check_name
 
-from . import schema
-from .replies import text
-from .schema import LimitField, LimitKind
+from .keyspace import schema
+from .keyspace.schema import LimitField, LimitKind
+from .server.replies import text
 from .store import Store
 
 WRONG_STATE = schema.code("WRONG_STATE")

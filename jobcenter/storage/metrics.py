@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .schema import HISTOGRAM_BUCKETS_MS, MetricField
+from .keyspace.schema import HISTOGRAM_BUCKETS_MS, MetricField
 from .store import Store
 
 

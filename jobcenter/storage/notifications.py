@@ -13,20 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 from jobcenter.model.notify import Channel, DeliveryState
 from jobcenter.model.states import TaskState
-from jobcenter.model.webhook_targets import TargetRules, parse_allow, redis_text
 
-from . import schema
-from .connection import server_addresses
-from .replies import seconds, text
-from .schema import DeliveryField, JobField, TaskField
+from .keyspace import schema
+from .keyspace.schema import DeliveryField, JobField, TaskField
+from .server.replies import seconds, text
 
 if TYPE_CHECKING:
     from redis import Redis
 
-    from jobcenter.config import Settings
-
-    from .keys import Keys
-    from .store import Store
+    from .jobs.base import StoreBase
+    from .keyspace.keys import Keys
 
 OK = schema.code("OK")
 FAILED_TASKS_LISTED = 20  # failed tasks a payload names (their count is always given)
@@ -34,17 +30,7 @@ SCAN_PAGE = 1_000  # task fields per HSCAN when looking for the failed ones
 LOG_SHOWN = 20  # attempts `status` shows per job, the latest
 
 
-def webhook_rules(settings: Settings, client: Any) -> TargetRules:
-    """What a webhook's target is checked by: the settings' allow-list, and the Redis
-    servers of the deployment, which no webhook may reach unless named exactly."""
-    redis = server_addresses(settings.redis_url, client)
-    return TargetRules(
-        parse_allow(settings.webhook_allow),
-        frozenset((redis_text(host), port) for host, port in redis),
-    )
-
-
-def claim_due(store: Store, shard: int, lease_ms: int, limit: int) -> list[tuple[Channel, str]]:
+def claim_due(store: StoreBase, shard: int, lease_ms: int, limit: int) -> list[tuple[Channel, str]]:
     """Up to `limit` (channel, job id) deliveries of `shard` due now, each leased to the
     caller for `lease_ms`."""
     members = store.scripts.run("notify_claim", [store.keys.notify_due(shard)], [lease_ms, limit])
@@ -55,7 +41,9 @@ def claim_due(store: Store, shard: int, lease_ms: int, limit: int) -> list[tuple
     return out
 
 
-def begin(store: Store, channel: Channel, job_id: str, handler: str, lease_ms: int) -> int | None:
+def begin(
+    store: StoreBase, channel: Channel, job_id: str, handler: str, lease_ms: int
+) -> int | None:
     """Start an attempt at a claimed delivery: its number, or None when there is nothing to
     deliver any more (delivered by another worker meanwhile, or the job is gone)."""
     keys = store.keys.notify_keys(job_id)
@@ -64,7 +52,7 @@ def begin(store: Store, channel: Channel, job_id: str, handler: str, lease_ms: i
 
 
 def finish(
-    store: Store,
+    store: StoreBase,
     channel: Channel,
     job_id: str,
     attempt: int,
@@ -101,7 +89,7 @@ _NOTICE_COUNTS = {
 }
 
 
-def job_notice(store: Store, job_id: str) -> dict[str, Any] | None:
+def job_notice(store: StoreBase, job_id: str) -> dict[str, Any] | None:
     """What a notification says about a finished job: its id, name, owner, final state,
     times (epoch seconds), task counts and its first failed tasks with their errors; plus
     the webhook URL to send it to (`webhook`, not part of the payload). None if it is gone."""
@@ -119,7 +107,7 @@ def job_notice(store: Store, job_id: str) -> dict[str, Any] | None:
     return notice
 
 
-def _failed_tasks(store: Store, job_id: str) -> list[dict[str, Any]]:
+def _failed_tasks(store: StoreBase, job_id: str) -> list[dict[str, Any]]:
     """The job's tasks that failed themselves (not upstream_failed), the first few, with
     their errors; read in HSCAN pages, off the task path."""
     records = store.records(job_id)  # the tasks hash, or the finished job's packed record

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from jobcenter.model import codec
 
-from . import schema
-from .errors import REDIS_TROUBLE
-from .replies import text
-from .schema import JobField, MetricField, TaskField
+from .keyspace import schema
+from .keyspace.schema import JobField, MetricField, TaskField
+from .server.errors import REDIS_TROUBLE
+from .server.replies import text
 from .store import Store
 
 STALE_TOKEN = schema.code("STALE_TOKEN")  # = ITEM_STALE_TOKEN

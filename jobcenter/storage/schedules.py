@@ -12,9 +12,9 @@ from typing import Any
 
 from jobcenter.model import codec
 
-from .replies import text
-from .schema import ScheduleField as SF
-from .schema import code
+from .keyspace.schema import ScheduleField as SF
+from .keyspace.schema import code
+from .server.replies import text
 from .store import Store
 
 FIRES_KEPT = 100  # fire/skip/miss records kept per schedule (newest first)

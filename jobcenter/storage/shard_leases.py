@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import schema
-from .connection import time_ms
-from .keys import Keys
+from .keyspace import schema
+from .keyspace.keys import Keys
 from .lua import Scripts
-from .replies import text
+from .server.connection import time_ms
+from .server.replies import text
 
 Segment = tuple[int, str]  # (shard, queue name or LEADER_SEGMENT)
 

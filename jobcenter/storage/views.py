@@ -21,15 +21,15 @@ from jobcenter.model import codec
 from jobcenter.model.reports import RecoveryReport
 from jobcenter.model.spec import DEFAULT_QUEUE
 
-from .keys import LEADER_SEGMENT, NODE_QUEUE_PREFIX
-from .layout import Layout
+from .keyspace.keys import LEADER_SEGMENT, NODE_QUEUE_PREFIX
+from .keyspace.layout import Layout
+from .keyspace.packed import STAMP_FIELDS, JobRecords
+from .keyspace.schema import JobField, TaskField
 from .notifications import view as notifications_view
-from .packed import STAMP_FIELDS, JobRecords
-from .replies import seconds, text
-from .schema import JobField, TaskField
+from .server.replies import seconds, text
+from .server.system_queue import current_round, fetch_recovery_job
 from .shard_leases import owners_of
 from .store import Store, waiting_for, waiting_for_gate
-from .system_queue import current_round, fetch_recovery_job
 
 WORKERS_MAX = 500  # workers listed: more than a fleet we expect; the rest are only counted
 LEASES_MAX = 10_000  # running attempts read to count each worker's busy slots

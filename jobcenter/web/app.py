@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from jobcenter.client import Client
 from jobcenter.config import redacted_url
 from jobcenter.errors import JobcenterError, NotFound, RedisUnavailable
-from jobcenter.storage.errors import (
+from jobcenter.storage.server.errors import (
     REDIS_TROUBLE,
     ClusterClientError,
     ResponseError,

@@ -1,7 +1,7 @@
 """`make bench`: throughput and latency of jobcenter on a private Redis with two workers.
 
-Starts a redis-server of its own (jobcenter.storage.embedded.RedisServer) and two `jobcenter worker
-bench.tasks` processes (each with its rq recovery child), then measures:
+Starts a redis-server of its own (jobcenter.storage.server.embedded.RedisServer) and two
+`jobcenter worker bench.tasks` processes (each with its rq recovery child), then measures:
 
   W1  one job of 20,000 independent tasks               tasks/s
   W1-async  the same with a coroutine-function task (an asyncio RPUSH), run on each worker's
@@ -55,7 +55,7 @@ from typing import Any
 import redis
 
 from jobcenter import Client
-from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.server.embedded import RedisServer
 
 from . import api, burst, cluster, floor, memory, order
 from .common import (

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from jobcenter import Client
-from jobcenter.storage.connection import connect
-from jobcenter.storage.embedded import RedisServer
-from jobcenter.storage.embedded_cluster import LocalCluster
+from jobcenter.storage.server.connection import connect
+from jobcenter.storage.server.embedded import RedisServer
+from jobcenter.storage.server.embedded_cluster import LocalCluster
 
 from .common import (
     NAMESPACE,

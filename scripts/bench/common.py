@@ -22,8 +22,8 @@ import redis
 import yaml
 
 from jobcenter import Client
-from jobcenter.storage.embedded import RedisServer
 from jobcenter.storage.lua import ALL_SCRIPTS, source
+from jobcenter.storage.server.embedded import RedisServer
 
 from .tasks import REDIS_URL_ENV, ran_key
 

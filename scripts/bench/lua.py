@@ -43,9 +43,9 @@ import yaml
 from jobcenter.config import Settings
 from jobcenter.model.spec import spec_from_any
 from jobcenter.runtime.leader import Leader
-from jobcenter.storage.connection import connect
-from jobcenter.storage.embedded import BINARY_ENV_VAR, RedisServer, find_redis_server
 from jobcenter.storage.lua import ALL_SCRIPTS
+from jobcenter.storage.server.connection import connect
+from jobcenter.storage.server.embedded import BINARY_ENV_VAR, RedisServer, find_redis_server
 from jobcenter.storage.store import StartedTask, Store
 
 ROOT = Path(__file__).resolve().parents[2]

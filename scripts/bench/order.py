@@ -17,7 +17,7 @@ from typing import Any
 
 from jobcenter.model.ordering import task_ranks
 from jobcenter.model.spec import CRITICAL_PATH, DOWNSTREAM, FIFO, parse_spec
-from jobcenter.storage.layout import Layout
+from jobcenter.storage.keyspace.layout import Layout
 
 from .common import job_timeout, wait_job
 

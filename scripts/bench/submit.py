@@ -39,8 +39,8 @@ import redis
 
 from jobcenter import Client
 from jobcenter.runtime.leader import Leader
-from jobcenter.storage.embedded import RedisServer
-from jobcenter.storage.store import INLINE_SPLIT_MAX
+from jobcenter.storage.jobs.submit import INLINE_SPLIT_MAX
+from jobcenter.storage.server.embedded import RedisServer
 
 from .common import seed000_spec
 

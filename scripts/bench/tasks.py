@@ -16,7 +16,7 @@ from typing import Any
 import redis.asyncio
 
 from jobcenter import Fatal, current_task, task
-from jobcenter.storage.connection import client_for
+from jobcenter.storage.server.connection import client_for
 
 REDIS_URL_ENV = "JOBCENTER_BENCH_REDIS_URL"  # where the bench lists live (the bench's Redis)
 RAN_KEY_PREFIX = "bench:ran:"  # + job id: the list of tasks of that job that ran

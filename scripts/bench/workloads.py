@@ -13,8 +13,8 @@ from typing import Any
 import redis
 
 from jobcenter.model.spec import parse_spec
-from jobcenter.storage.packed import decode as decode_record
-from jobcenter.storage.schema import TaskField
+from jobcenter.storage.keyspace.packed import decode as decode_record
+from jobcenter.storage.keyspace.schema import TaskField
 
 from .common import (
     BENCH_COMMANDS,

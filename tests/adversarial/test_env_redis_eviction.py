@@ -24,9 +24,10 @@ from jobcenter.config import Settings
 from jobcenter.model import codec
 from jobcenter.runtime.leader import PUBLISH_CHUNK, Leader
 from jobcenter.runtime.recovery import Recovery
-from jobcenter.storage.embedded import RedisServer
-from jobcenter.storage.layout import Layout
-from jobcenter.storage.store import INLINE_SPLIT_MAX, Store
+from jobcenter.storage.jobs.submit import INLINE_SPLIT_MAX
+from jobcenter.storage.keyspace.layout import Layout
+from jobcenter.storage.server.embedded import RedisServer
+from jobcenter.storage.store import Store
 
 HANDLER = "eviction-handler"
 JOBS = 40  # submitted before Redis evicts: some of their keys go, some stay

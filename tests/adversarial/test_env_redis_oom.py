@@ -18,9 +18,9 @@ from lua_helpers import NO_RETRY, assert_same, claim, snapshot, submit
 
 from jobcenter.cli import EXIT_NO_REDIS
 from jobcenter.config import Settings
-from jobcenter.storage.embedded import RedisServer
-from jobcenter.storage.errors import OUT_OF_MEMORY_REPLIES
 from jobcenter.storage.lua import ALL_SCRIPTS, source
+from jobcenter.storage.server.embedded import RedisServer
+from jobcenter.storage.server.errors import OUT_OF_MEMORY_REPLIES
 from jobcenter.storage.store import StartedTask, Store
 
 HANDLER = "oom-handler"

@@ -10,7 +10,7 @@ import pytest
 from api_harness import ApiServer, Executor, Workers
 
 from jobcenter import Client
-from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.server.embedded import RedisServer
 
 
 @pytest.fixture

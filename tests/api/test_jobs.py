@@ -14,7 +14,7 @@ from api_harness import ApiServer, Workers
 from jobcenter import Client
 from jobcenter.errors import SpecError
 from jobcenter.model.spec import parse_spec
-from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.server.embedded import RedisServer
 
 PROBLEM = "application/problem+json"
 

@@ -32,7 +32,7 @@ from helpers import read_until, wait_until
 from integration.integration_harness import EXAMPLES, JOB_SECONDS, Scratch, Workers
 
 from jobcenter import Client
-from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.server.embedded import RedisServer
 
 SMALL, MEDIUM, LARGE = (1024, 768), (1400, 1000), (1920, 1080)  # common window sizes
 

@@ -29,7 +29,8 @@ from helpers import pid_alive
 
 from jobcenter.config import IDLE_WAIT_SECONDS, Settings
 from jobcenter.model.states import JobState, TaskState
-from jobcenter.storage.store import LEASE_GRACE_DIVISOR, Store
+from jobcenter.storage.jobs.attempts import LEASE_GRACE_DIVISOR
+from jobcenter.storage.store import Store
 
 CHAOS_DIR = Path(__file__).resolve().parent
 

@@ -11,7 +11,7 @@ import pytest
 from chaos_harness import Cluster, close_cluster, short_settings
 
 from jobcenter import Client
-from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.server.embedded import RedisServer
 from jobcenter.storage.store import Store, connect
 
 

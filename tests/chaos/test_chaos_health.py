@@ -12,7 +12,7 @@ from chaos_harness import WORKER_TIMEOUT_SECONDS, Cluster
 from harness import WorkerProcess
 from helpers import health_port, probe, wait_probe, wait_until
 
-from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.server.embedded import RedisServer
 
 OUTAGE_SECONDS = 15.0  # how long a test waits for a worker to notice and get over an outage
 

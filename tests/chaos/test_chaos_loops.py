@@ -17,7 +17,7 @@ from helpers import pid_alive, wait_until
 from jobcenter import Client
 from jobcenter.runtime.rq_runner import RQ_STOP_SECONDS
 from jobcenter.runtime.worker import EXIT_LOOP_FAILED
-from jobcenter.storage.store import INLINE_SPLIT_MAX
+from jobcenter.storage.jobs.submit import INLINE_SPLIT_MAX
 
 JOB_SECONDS = 45.0
 

@@ -9,7 +9,7 @@ import time
 from chaos_harness import Cluster
 
 from jobcenter import Client
-from jobcenter.storage.schema import TaskField
+from jobcenter.storage.keyspace.schema import TaskField
 from jobcenter.storage.store import Store
 
 ELEMENTS = 10_000  # the largest map: about 34 expansion chunks, so a kill lands among them

@@ -18,7 +18,7 @@ from chaos_harness import (
 from harness import WorkerProcess
 from helpers import wait_until
 
-import jobcenter.storage.store as store_module
+import jobcenter.storage.jobs.submit as store_module
 from jobcenter import Client
 from jobcenter.model.spec import spec_from_any
 from jobcenter.storage.store import Store

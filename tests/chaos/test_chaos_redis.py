@@ -12,8 +12,8 @@ from chaos_harness import LEASE_SECONDS, Cluster, chain_of_layers, check_converg
 from helpers import wait_until
 
 from jobcenter import Client
-from jobcenter.storage.embedded import RedisServer
-from jobcenter.storage.store import INLINE_SPLIT_MAX
+from jobcenter.storage.jobs.submit import INLINE_SPLIT_MAX
+from jobcenter.storage.server.embedded import RedisServer
 
 JOB_SECONDS = 45.0
 UNREACHABLE = "redis unreachable"  # what a worker logs each time it finds Redis gone

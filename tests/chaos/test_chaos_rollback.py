@@ -21,8 +21,8 @@ from chaos_harness import Cluster, close_cluster, short_settings
 from helpers import wait_until
 
 from jobcenter import Client
-from jobcenter.storage.embedded import RedisServer
 from jobcenter.storage.metrics import read_counters
+from jobcenter.storage.server.embedded import RedisServer
 from jobcenter.storage.store import Store, connect
 
 JOB_SECONDS = 30.0

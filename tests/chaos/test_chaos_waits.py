@@ -17,7 +17,7 @@ from chaos_harness import Cluster
 from helpers import wait_until
 
 from jobcenter import Client
-from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.server.embedded import RedisServer
 
 JOB_SECONDS = 45.0
 GATED = {"name": "rides-out", "tasks": [{"id": "a", "task": "chaos.step", "kwargs": {"gate": "a"}}]}

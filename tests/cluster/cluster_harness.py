@@ -15,8 +15,8 @@ from test_ordering_random_dags import random_dag
 from jobcenter import Client
 from jobcenter.errors import NotFound
 from jobcenter.model.states import TaskState
-from jobcenter.storage.embedded_cluster import LocalCluster
-from jobcenter.storage.errors import RedisError
+from jobcenter.storage.server.embedded_cluster import LocalCluster
+from jobcenter.storage.server.errors import RedisError
 
 SHARDS = 6  # two shards per master, so every master holds jobs
 FAILOVER_JOBS = 12  # jobs running when a primary is killed

@@ -20,8 +20,8 @@ from cluster_harness import CLUSTER_ENV, SHARDS, ClusterWorkers  # noqa: E402
 from integration_harness import Scratch, Workers, worker_pool  # noqa: E402
 
 from jobcenter import Client  # noqa: E402
-from jobcenter.storage.connection import connect  # noqa: E402
-from jobcenter.storage.embedded_cluster import LocalCluster  # noqa: E402
+from jobcenter.storage.server.connection import connect  # noqa: E402
+from jobcenter.storage.server.embedded_cluster import LocalCluster  # noqa: E402
 
 
 @pytest.fixture(scope="session")

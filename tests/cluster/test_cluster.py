@@ -42,11 +42,11 @@ from jobcenter.config import Settings
 from jobcenter.errors import SettingsMismatch
 from jobcenter.runtime.recovery import Recovery
 from jobcenter.storage import admin, views
-from jobcenter.storage.connection import connect
-from jobcenter.storage.embedded_cluster import LocalCluster
+from jobcenter.storage.keyspace.upgrade import SCHEMA_VERSION
+from jobcenter.storage.server.connection import connect
+from jobcenter.storage.server.embedded_cluster import LocalCluster
+from jobcenter.storage.server.system_queue import current_round
 from jobcenter.storage.store import Store
-from jobcenter.storage.system_queue import current_round
-from jobcenter.storage.upgrade import SCHEMA_VERSION
 
 pytestmark = pytest.mark.cluster
 

@@ -15,9 +15,9 @@ from integration_harness import JOB_SECONDS, Scratch, worker_pool
 
 from jobcenter import Client
 from jobcenter.config import REPLICATED, Settings
-from jobcenter.storage.connection import probe_client
-from jobcenter.storage.embedded import HOST
-from jobcenter.storage.embedded_cluster import LocalSentinel
+from jobcenter.storage.server.connection import probe_client
+from jobcenter.storage.server.embedded import HOST
+from jobcenter.storage.server.embedded_cluster import LocalSentinel
 
 pytestmark = pytest.mark.cluster
 

@@ -23,7 +23,7 @@ from helpers import wait_until
 
 from jobcenter import cli, config
 from jobcenter.config import Settings
-from jobcenter.storage.embedded import find_redis_server, free_port
+from jobcenter.storage.server.embedded import find_redis_server, free_port
 from jobcenter.storage.store import Store
 
 REPO = Path(__file__).resolve().parents[2]

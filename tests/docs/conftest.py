@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from doc_blocks import Block, pages, read_blocks  # noqa: E402
 from page_runs import PageRuns  # noqa: E402
 
-from jobcenter.storage.embedded import RedisServer  # noqa: E402
+from jobcenter.storage.server.embedded import RedisServer  # noqa: E402
 
 
 def runnable_blocks() -> list[Block]:

@@ -13,8 +13,8 @@ from harness import Cli
 from helpers import CommandLog, wait_until
 from integration_harness import Scratch, Workers
 
-from jobcenter.storage.keys import Keys
-from jobcenter.storage.packed import SCAN_PAGE
+from jobcenter.storage.keyspace.keys import Keys
+from jobcenter.storage.keyspace.packed import SCAN_PAGE
 
 TASKS = 1_200  # more than a submit splits itself: a leader splits it, as a large job is
 FOLLOWER_READS = 15  # reads of the job hash outside scripts: the follower has polled a while

@@ -11,7 +11,7 @@ from helpers import wait_until
 from integration_harness import JOB_SECONDS, Scratch, Workers
 
 from jobcenter import Client
-from jobcenter.storage.keys import Keys
+from jobcenter.storage.keyspace.keys import Keys
 
 GATED_JOB = {
     "name": "to-cancel",

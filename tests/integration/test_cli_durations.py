@@ -12,7 +12,7 @@ import redis
 from harness import Cli
 from integration_harness import JOB_SECONDS, Workers
 
-from jobcenter.storage.keys import Keys
+from jobcenter.storage.keyspace.keys import Keys
 
 FORMS = "(seconds, or 90s, 15m, 3d, PT1H)"
 DAY_MS = 86_400_000

@@ -20,7 +20,7 @@ from jobcenter import Client
 from jobcenter.model.spec import spec_from_any
 from jobcenter.runtime.segments import assign
 from jobcenter.storage import views
-from jobcenter.storage.keys import LEADER_SEGMENT
+from jobcenter.storage.keyspace.keys import LEADER_SEGMENT
 
 PAGES = ["/jobs", "/workers", "/queues", "/dead-letters", "/schedules", "/recovery"]
 ACTIONS = [

@@ -15,7 +15,7 @@ from helpers import wait_until
 from integration_harness import EXAMPLES, JOB_SECONDS, Workers
 
 from jobcenter import Client, schedules
-from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.server.embedded import RedisServer
 
 
 @pytest.fixture

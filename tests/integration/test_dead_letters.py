@@ -13,7 +13,7 @@ from integration_harness import JOB_SECONDS, Scratch, Workers
 
 from jobcenter import Client
 from jobcenter.errors import NotFound
-from jobcenter.storage.keys import Keys
+from jobcenter.storage.keyspace.keys import Keys
 
 MODULES = ("tasks_for_tests", "retry_tasks")
 

@@ -17,7 +17,7 @@ import pytest
 from jobcenter import schedules as sched
 from jobcenter.config import ACKED, FSYNCED, REPLICATED, Settings
 from jobcenter.model.spec import parse_spec
-from jobcenter.storage.embedded import RedisServer, _bundled_binary, redis_version
+from jobcenter.storage.server.embedded import RedisServer, _bundled_binary, redis_version
 from jobcenter.storage.store import Store, connect
 
 WAITAOF_VERSION = (7, 2, 0)
@@ -132,7 +132,7 @@ def test_fsynced_on_a_server_that_does_not_fsync_is_acked_with_a_note(
 ) -> None:
     store = make_store(waitaof_server, FSYNCED)
     store.redis.config_set(setting, "no")
-    with caplog.at_level(logging.INFO, logger="jobcenter.storage.store"):
+    with caplog.at_level(logging.INFO, logger="jobcenter.storage.jobs.submit"):
         submit_concurrently(store)
     assert waitaof_calls(store) == 0
     assert [r.getMessage() for r in caplog.records if note in r.getMessage()] != []
@@ -157,7 +157,7 @@ def test_fsynced_on_a_server_without_waitaof_is_acked_with_a_note_logged_once(
     server_without_waitaof: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = make_store(server_without_waitaof, FSYNCED)
-    with caplog.at_level(logging.INFO, logger="jobcenter.storage.store"):
+    with caplog.at_level(logging.INFO, logger="jobcenter.storage.jobs.submit"):
         submit_concurrently(store)
         assert store.wait_durable() is False
     notes = [r.getMessage() for r in caplog.records if "has no WAITAOF" in r.getMessage()]
@@ -169,7 +169,7 @@ def test_replicated_on_a_primary_without_replicas_is_acked_with_a_note(
 ) -> None:
     settings = Settings(redis_url=redis_url, namespace=namespace, durability=REPLICATED)
     store = Store(connect(redis_url), settings)
-    with caplog.at_level(logging.INFO, logger="jobcenter.storage.store"):
+    with caplog.at_level(logging.INFO, logger="jobcenter.storage.jobs.submit"):
         store.submit(parse_spec(ONE))
         assert store.wait_durable() is False  # no WAIT timing out on every submit
     assert any("no replica is connected" in r.getMessage() for r in caplog.records)

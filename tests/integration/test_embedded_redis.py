@@ -18,8 +18,8 @@ from helpers import wait_until
 
 from jobcenter import Client
 from jobcenter.errors import JobcenterError
-from jobcenter.storage import embedded as server_mod
-from jobcenter.storage.embedded import (
+from jobcenter.storage.server import embedded as server_mod
+from jobcenter.storage.server.embedded import (
     BINARY_ENV_VAR,
     URL_FILE_NAME,
     RedisServer,
@@ -225,7 +225,8 @@ def test_run_up_refuses_a_second_server_in_the_same_dir(tmp_path: Path) -> None:
 
 def _start_up_process(data_dir: Path) -> subprocess.Popen[str]:
     code = (
-        "import sys; from pathlib import Path; from jobcenter.storage.embedded import run_up; "
+        "import sys; from pathlib import Path; "
+        "from jobcenter.storage.server.embedded import run_up; "
         "run_up(Path(sys.argv[1]), None, print)"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}

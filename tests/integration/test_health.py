@@ -18,7 +18,7 @@ from helpers import health_port, probe, wait_probe, wait_until
 from integration_harness import Scratch, Workers
 
 from jobcenter import Client
-from jobcenter.storage.embedded import free_port
+from jobcenter.storage.server.embedded import free_port
 
 NOTIFY_WAIT_SECONDS = 15.0  # a worker process starts, imports and registers on a loaded CI box
 

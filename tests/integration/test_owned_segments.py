@@ -23,11 +23,11 @@ from jobcenter import Client
 from jobcenter.config import IDLE_WAIT_SECONDS
 from jobcenter.runtime.notifier import POLL_SECONDS as NOTIFY_POLL_SECONDS
 from jobcenter.runtime.segments import RENEWALS_PER_LEASE, assign
-from jobcenter.storage.connection import time_ms
-from jobcenter.storage.embedded import RedisServer
-from jobcenter.storage.keys import LEADER_SEGMENT, Keys
-from jobcenter.storage.replies import text
-from jobcenter.storage.schema import TaskField
+from jobcenter.storage.keyspace.keys import LEADER_SEGMENT, Keys
+from jobcenter.storage.keyspace.schema import TaskField
+from jobcenter.storage.server.connection import time_ms
+from jobcenter.storage.server.embedded import RedisServer
+from jobcenter.storage.server.replies import text
 from jobcenter.storage.shard_leases import ShardLeases
 from jobcenter.storage.store import Store
 

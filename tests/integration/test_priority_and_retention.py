@@ -22,7 +22,7 @@ from retry_tasks import records
 from jobcenter import Client
 from jobcenter.model.states import JobState
 from jobcenter.runtime.recovery import Recovery, RecoveryReport
-from jobcenter.storage.keys import Keys
+from jobcenter.storage.keyspace.keys import Keys
 
 MODULES = ("tasks_for_tests", "retry_tasks")
 RETENTION = "1"  # seconds: JOBCENTER_RETENTION_SECONDS of the retention tests

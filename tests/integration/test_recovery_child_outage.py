@@ -12,7 +12,7 @@ from pathlib import Path
 import redis
 from helpers import wait_until
 
-from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.server.embedded import RedisServer
 
 # How long Redis stays down: longer than redis-py's default retries ride out (10 tries,
 # backoff capped at 1 s), as a Sentinel failover is. The outage is the scenario, not a wait.

@@ -20,7 +20,7 @@ from jobcenter.model.spec import parse_spec
 from jobcenter.runtime.execution.outcome import Outcome
 from jobcenter.runtime.worker import Options, Running, Worker
 from jobcenter.storage import admin
-from jobcenter.storage.schema import TaskField
+from jobcenter.storage.keyspace.schema import TaskField
 from jobcenter.storage.store import StartedTask, Store, connect
 
 SPEC = {

@@ -30,8 +30,9 @@ from integration_harness import JOB_SECONDS, Scratch, Workers
 from test_limits import peak
 
 from jobcenter import Client
-from jobcenter.storage import limits, schema
-from jobcenter.storage.schema import JobField
+from jobcenter.storage import limits
+from jobcenter.storage.keyspace import schema
+from jobcenter.storage.keyspace.schema import JobField
 
 # Each release this one must run beside: its tag, and the commit the tag names (a CI clone
 # may have the history but no tags).

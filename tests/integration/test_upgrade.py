@@ -18,7 +18,7 @@ from helpers import wait_until
 from integration_harness import JOB_SECONDS, Workers
 
 from jobcenter import Client
-from jobcenter.storage.upgrade import SCHEMA_VERSION
+from jobcenter.storage.keyspace.upgrade import SCHEMA_VERSION
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "upgrade_v1.json"
 EXIT_REFUSED = 5

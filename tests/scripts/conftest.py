@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+import jobcenter.storage.jobs.submit
 import jobcenter.storage.store
 from jobcenter.config import Settings
 from jobcenter.storage.store import Store
@@ -50,4 +51,4 @@ def short_store(make_store: Callable[..., Store]) -> Store:
 def leader_split(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every job this test submits is split by the leader (publish_tasks, queue_roots), as a
     job larger than INLINE_SPLIT_MAX is, instead of by its submit script."""
-    monkeypatch.setattr(jobcenter.storage.store, "INLINE_SPLIT_MAX", 0)
+    monkeypatch.setattr(jobcenter.storage.jobs.submit, "INLINE_SPLIT_MAX", 0)

@@ -11,8 +11,9 @@ import redis
 
 from jobcenter.model.spec import parse_spec
 from jobcenter.runtime.leader import Leader
+from jobcenter.storage.jobs.base import JobMeta
 from jobcenter.storage.lua import Batch
-from jobcenter.storage.store import JobMeta, StartedTask, Store
+from jobcenter.storage.store import StartedTask, Store
 
 LEADER = "leader-handler"
 H1 = "handler-one"

@@ -14,9 +14,10 @@ from lua_helpers import NONCE, job_context
 
 from jobcenter.config import Settings
 from jobcenter.model.spec import spec_from_any
-from jobcenter.storage.embedded import RedisServer
+from jobcenter.storage.jobs.attempts import started_tasks
 from jobcenter.storage.lua import _inline_constants, source
-from jobcenter.storage.store import NO_RESULT, StartedTask, Store, started_tasks
+from jobcenter.storage.server.embedded import RedisServer
+from jobcenter.storage.store import NO_RESULT, StartedTask, Store
 
 HANDLER = "handler-one"
 QUEUES = ["default"]

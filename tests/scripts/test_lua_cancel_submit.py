@@ -23,11 +23,13 @@ from lua_helpers import (
     untouched,
 )
 
+import jobcenter.storage.jobs.submit
 import jobcenter.storage.store
 from jobcenter.model.spec import parse_spec
 from jobcenter.runtime.leader import Leader
-from jobcenter.storage.schema import code
-from jobcenter.storage.store import HEARTBEAT_CANCELLED, Store
+from jobcenter.storage.jobs.attempts import HEARTBEAT_CANCELLED
+from jobcenter.storage.keyspace.schema import code
+from jobcenter.storage.store import Store
 
 # Claimed in index order: a and d start running, e is reserved only, b stays queued.
 MIXED = {
@@ -127,7 +129,7 @@ def test_submitting_the_same_idempotency_key_again_returns_the_first_job(
     store: Store, monkeypatch: pytest.MonkeyPatch, split: str
 ) -> None:
     if split == "leader":
-        monkeypatch.setattr(jobcenter.storage.store, "INLINE_SPLIT_MAX", 0)
+        monkeypatch.setattr(jobcenter.storage.jobs.submit, "INLINE_SPLIT_MAX", 0)
     spec = parse_spec(
         {
             "name": "nightly",

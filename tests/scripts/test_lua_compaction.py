@@ -1,5 +1,5 @@
 """Compaction: once a job is finished a leader packs its tasks hash and history into one
-record (storage/packed.py) and compact.lua swaps it in; status, history, the dashboard's
+record (storage/keyspace/packed.py) and compact.lua swaps it in; status, history, the dashboard's
 reads and dead letters read it back as it was; a retry unpacks it; retention and delete
 free it."""
 
@@ -26,13 +26,15 @@ from lua_helpers import (
     untouched,
 )
 
+import jobcenter.storage.jobs.lifecycle
 import jobcenter.storage.store
 from jobcenter.model import codec
 from jobcenter.runtime.leader import Leader
 from jobcenter.storage import admin, views
-from jobcenter.storage.packed import decode
-from jobcenter.storage.schema import TaskField, code
-from jobcenter.storage.store import CURSOR_MOVED, HEARTBEAT_CANCELLED, Store
+from jobcenter.storage.jobs.attempts import HEARTBEAT_CANCELLED
+from jobcenter.storage.keyspace.packed import decode
+from jobcenter.storage.keyspace.schema import TaskField, code
+from jobcenter.storage.store import CURSOR_MOVED, Store
 
 # A seed-000-like DAG: a retried task, an error with a tab and non-ASCII text, a fan-in.
 DAG = {
@@ -178,7 +180,7 @@ def test_a_cancelled_job_is_packed_and_its_revoked_attempts_are_told_to_stop(
 def test_a_large_record_is_written_in_parts_and_read_as_the_hash_until_the_last(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(jobcenter.storage.store, "RECORD_PART", 4_096)
+    monkeypatch.setattr(jobcenter.storage.jobs.lifecycle, "RECORD_PART", 4_096)
     tasks = [{"id": f"t{k}", "task": "t.x"} for k in range(2_100)]
     job_id = submit(store, {"name": "large", "tasks": tasks})
     Leader(store, LEADER).split(job_id)
@@ -252,7 +254,7 @@ def test_small_finished_jobs_are_compacted_together_in_three_round_trips(
     sends = _round_trips(store, monkeypatch)
     Leader(store, LEADER).compact_many(jobs)
     assert len(sends) == 3
-    monkeypatch.setattr(jobcenter.storage.store, "COMPACT_BATCH_TASKS_MAX", 4)
+    monkeypatch.setattr(jobcenter.storage.jobs.lifecycle, "COMPACT_BATCH_TASKS_MAX", 4)
     Leader(store, LEADER).compact_many([big, running])
 
     for job_id in [*jobs, big]:
@@ -272,7 +274,7 @@ def test_a_job_changed_between_the_batched_read_and_write_is_read_again(
     """compact.lua refuses the batch's record of a job that changed since the batch read it
     (here: its updated_at moves, as a retry moves it); that job is read again alone."""
     changed, other = _finished(store, fail={"left"}), _finished(store)
-    encode = jobcenter.storage.store.packed_encode
+    encode = jobcenter.storage.jobs.lifecycle.packed_encode
     moved: list[bytes] = []
 
     def encode_then_change(*args: Any) -> bytes:
@@ -281,7 +283,7 @@ def test_a_job_changed_between_the_batched_read_and_write_is_read_again(
             store.redis.hset(store.keys.job(changed).job, "updated_at", "1")
         return encode(*args)
 
-    monkeypatch.setattr(jobcenter.storage.store, "packed_encode", encode_then_change)
+    monkeypatch.setattr(jobcenter.storage.jobs.lifecycle, "packed_encode", encode_then_change)
     as_it_was = _reads(store, changed)
     Leader(store, LEADER).compact_many([changed, other])
 

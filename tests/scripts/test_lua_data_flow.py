@@ -18,7 +18,7 @@ from jobcenter.errors import JobcenterError, NoResult, NotFound
 from jobcenter.model import codec
 from jobcenter.runtime.recovery import Recovery
 from jobcenter.storage import admin, views
-from jobcenter.storage.schema import TaskField
+from jobcenter.storage.keyspace.schema import TaskField
 from jobcenter.storage.store import Store
 from jobcenter.testing import finish_job, run_job
 

@@ -28,9 +28,10 @@ from lua_helpers import (
     untouched,
 )
 
+import jobcenter.storage.jobs.submit
 import jobcenter.storage.store
 from jobcenter.errors import UnknownJob
-from jobcenter.storage import schema
+from jobcenter.storage.keyspace import schema
 from jobcenter.storage.store import NO_RESULT, StartedTask, Store
 
 STALE, UNKNOWN = schema.code("ITEM_STALE_TOKEN"), schema.code("ITEM_UNKNOWN_ATTEMPT")
@@ -290,7 +291,7 @@ def test_queue_roots_with_a_moved_cursor_returns_minus_6_and_changes_nothing(
 ) -> None:
     """Whoever split the job (its submit, or a leader) left the cursors at the end."""
     if split == "leader":
-        monkeypatch.setattr(jobcenter.storage.store, "INLINE_SPLIT_MAX", 0)
+        monkeypatch.setattr(jobcenter.storage.jobs.submit, "INLINE_SPLIT_MAX", 0)
     job_id, _ = submit_and_split(store, BUSY)
     assert task_field(store, job_id, "s", A) == "queued"
     with untouched(store):
@@ -362,7 +363,7 @@ def test_a_submit_without_its_idempotency_key_returns_minus_5_and_changes_nothin
     store: Store, monkeypatch: pytest.MonkeyPatch, split: str
 ) -> None:
     if split == "leader":
-        monkeypatch.setattr(jobcenter.storage.store, "INLINE_SPLIT_MAX", 0)
+        monkeypatch.setattr(jobcenter.storage.jobs.submit, "INLINE_SPLIT_MAX", 0)
     job_id, own_keys, own_args = submit_call(store, IDEM_BUSY)
     keys, argv = job_context(store, job_id, without_idem=True)
     job_key, idem_at = store.keys.job(job_id).job, 2 + 4  # after seq and jobs: the job's 5th

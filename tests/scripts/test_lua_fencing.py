@@ -24,7 +24,7 @@ from lua_helpers import (
     untouched,
 )
 
-from jobcenter.storage import schema
+from jobcenter.storage.keyspace import schema
 from jobcenter.storage.store import Store
 
 GRACE_MS = 200  # the second deadline: how long a timed_out attempt may still resume

@@ -22,7 +22,7 @@ from lua_helpers import (
 
 from jobcenter.config import Settings
 from jobcenter.runtime.recovery import Recovery
-from jobcenter.storage import schema
+from jobcenter.storage.keyspace import schema
 from jobcenter.storage.store import Store
 
 DELAY_MIN_MS, DELAY_MAX_MS = 300, 2_000

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from lua_helpers import submit, untouched
 
+import jobcenter.storage.jobs.submit
 import jobcenter.storage.store
 from jobcenter.errors import IdempotencyConflict
 from jobcenter.model.spec import parse_spec
@@ -40,7 +41,7 @@ def test_a_key_resubmitted_with_a_different_spec_is_refused_naming_the_key_and_j
     store: Store, monkeypatch: pytest.MonkeyPatch, split: str, other: dict[str, Any]
 ) -> None:
     if split == "leader":
-        monkeypatch.setattr(jobcenter.storage.store, "INLINE_SPLIT_MAX", 0)
+        monkeypatch.setattr(jobcenter.storage.jobs.submit, "INLINE_SPLIT_MAX", 0)
     job_id = submit(store, SPEC)
 
     with untouched(store), pytest.raises(IdempotencyConflict) as raised:

@@ -25,6 +25,9 @@ from lua_helpers import (
     untouched,
 )
 
+import jobcenter.storage.jobs.attempts
+import jobcenter.storage.jobs.base
+import jobcenter.storage.jobs.submit
 import jobcenter.storage.store
 from jobcenter.errors import IdempotencyConflict
 from jobcenter.model import codec
@@ -76,7 +79,7 @@ def test_a_small_job_is_split_by_its_submit_exactly_as_a_leader_splits_it(
     with untouched(store):  # a leader finds nothing left to split
         Leader(store, LEADER).split(inline_id)
 
-    monkeypatch.setattr(jobcenter.storage.store, "INLINE_SPLIT_MAX", 0)
+    monkeypatch.setattr(jobcenter.storage.jobs.submit, "INLINE_SPLIT_MAX", 0)
     leader_id = submit(store, {**SPEC, "idempotency_key": "leader"})
     assert job_field(store, leader_id, "state") == "pending"
     assert store.redis.hexists(store.keys.job(leader_id).job, "spec")
@@ -127,7 +130,7 @@ def test_a_small_jobs_queue_entries_and_events_are_the_ones_a_leader_writes(
     events = Events(store)
     start = events.latest()
     inline_id = submit(store, RICH)
-    monkeypatch.setattr(jobcenter.storage.store, "INLINE_SPLIT_MAX", 0)
+    monkeypatch.setattr(jobcenter.storage.jobs.submit, "INLINE_SPLIT_MAX", 0)
     leader_id = submit(store, RICH)
     Leader(store, LEADER).split(leader_id)
 
@@ -149,7 +152,7 @@ def test_a_small_jobs_queue_entries_and_events_are_the_ones_a_leader_writes(
 def test_jobs_up_to_inline_split_max_tasks_are_split_by_submit_larger_ones_by_a_leader(
     store: Store, extra: int, split: str
 ) -> None:
-    n = jobcenter.storage.store.INLINE_SPLIT_MAX + extra
+    n = jobcenter.storage.jobs.submit.INLINE_SPLIT_MAX + extra
     spec = {"name": "edge", "tasks": [{"id": f"r{k}", "task": "t.r"} for k in range(n)]}
     job_id = submit(store, spec)
     if split == "inline":
@@ -176,14 +179,14 @@ def test_start_returns_the_jobs_queues_and_idempotency_key(store: Store) -> None
         args = [*argv, H1, NONCE, F]
         reply = store.scripts.run("start", script_keys, args)  # payloads stay bytes
         assert reply[0] == 0
-        started = jobcenter.storage.store.started_tasks(job, reply[1], H1, NONCE)
+        started = jobcenter.storage.jobs.attempts.started_tasks(job, reply[1], H1, NONCE)
         assert [(task.index, task.attempt) for task in started] == [(F, 1)]
         assert decode(reply[2:]) == ["default,other", idem]
 
     other = jobcenter.storage.store.Store(store.redis, store.settings)  # knows no job yet
     (started,) = other.claim(H2, ["default"], max_tasks=1, max_leader=0).tasks
     assert started.job_id == job_id
-    assert other.job_meta(job_id) == jobcenter.storage.store.JobMeta(
+    assert other.job_meta(job_id) == jobcenter.storage.jobs.base.JobMeta(
         ("default", "other"), "two-queues-key"
     )
 
@@ -316,7 +319,7 @@ def test_jobs_stored_by_one_submit_call_are_each_the_job_a_call_of_their_own_sto
 def test_a_submit_call_holds_a_bounded_number_of_tasks_and_jobs(store: Store) -> None:
     """At most SUBMIT_CALL_TASKS tasks written and SUBMIT_CALL_JOBS jobs per call: a call
     stays as short as one inline split; a job a leader splits goes alone."""
-    store_module = jobcenter.storage.store
+    store_module = jobcenter.storage.jobs.submit
     one = parse_spec({"name": "one", "tasks": [{"id": "a", "task": "t.a"}]})
     big = parse_spec({"name": "big", "tasks": [
         {"id": f"t{k}", "task": "t.t"} for k in range(store_module.INLINE_SPLIT_MAX)

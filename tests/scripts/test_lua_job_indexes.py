@@ -12,6 +12,8 @@ import pytest
 from helpers import CommandLog, wait_until
 from lua_helpers import H1, claim, job_field, redis_now_ms, submit, submit_and_split
 
+import jobcenter.storage.jobs.reads
+import jobcenter.storage.jobs.submit
 import jobcenter.storage.store
 from jobcenter.model.spec import parse_spec
 from jobcenter.model.states import JobState
@@ -79,7 +81,7 @@ def test_a_cancelled_job_is_indexed_cancelled(
     store: Store, monkeypatch: pytest.MonkeyPatch, split: bool
 ) -> None:
     if split:
-        monkeypatch.setattr(jobcenter.storage.store, "INLINE_SPLIT_MAX", 0)
+        monkeypatch.setattr(jobcenter.storage.jobs.submit, "INLINE_SPLIT_MAX", 0)
     job_id = submit(store, PAIR)
     store.cancel_step(job_id, from_client=True)
     assert job_field(store, job_id, "state") == "cancelled"
@@ -149,9 +151,10 @@ def test_list_with_several_filters_reads_the_smallest_index_and_says_when_it_sto
     assert [r["id"] for r in store.list_jobs(owner="ann", state="failed")] == [ann[0]]
     assert {r["id"] for r in store.list_jobs(owner="ann", state="running")} == set(ann[1:])
 
-    monkeypatch.setattr(jobcenter.storage.store, "LIST_SCAN_MAX", 2)  # ann's index is the smallest
-    monkeypatch.setattr(jobcenter.storage.store, "LIST_PAGE_MIN", 1)
-    with caplog.at_level(logging.WARNING, logger="jobcenter.storage.store"):
+    # ann's index is the smallest
+    monkeypatch.setattr(jobcenter.storage.jobs.reads, "LIST_SCAN_MAX", 2)
+    monkeypatch.setattr(jobcenter.storage.jobs.reads, "LIST_PAGE_MIN", 1)
+    with caplog.at_level(logging.WARNING, logger="jobcenter.storage.jobs.reads"):
         assert store.list_jobs(owner="ann", state="failed", limit=5) == []
     assert "read the newest 2 jobs" in caplog.text
 
@@ -159,7 +162,7 @@ def test_list_with_several_filters_reads_the_smallest_index_and_says_when_it_sto
 def test_history_reads_a_long_history_in_pages(
     store: Store, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(jobcenter.storage.store, "HISTORY_PAGE", 3)
+    monkeypatch.setattr(jobcenter.storage.jobs.reads, "HISTORY_PAGE", 3)
     tasks = [{"id": f"t{i}", "task": "t.a"} for i in range(8)]
     held = {"id": "held", "task": "t.a", "queue": "unserved"}  # the job stays running, unpacked
     job_id = submit(store, {"name": "eight", "tasks": [*tasks, held]})
@@ -178,7 +181,7 @@ def test_history_reads_a_long_history_in_pages(
 def test_status_reads_a_large_job_in_pages(
     store: Store, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(jobcenter.storage.store, "STATUS_PAGE", 10)
+    monkeypatch.setattr(jobcenter.storage.jobs.reads, "STATUS_PAGE", 10)
     tasks = [{"id": f"t{i}", "task": "t.a"} for i in range(200)]  # a hashtable, not a listpack
     job_id = submit(store, {"name": "wide", "tasks": tasks})
 

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 from lua_helpers import H1, H2, claim, claim_by_index, complete_one, submit_and_split
 
+from jobcenter.storage.keyspace.schema import HISTOGRAM_BUCKETS_MS
 from jobcenter.storage.metrics import read_counters
-from jobcenter.storage.schema import HISTOGRAM_BUCKETS_MS
 from jobcenter.storage.store import Store
 
 SPEC = {

@@ -17,8 +17,9 @@ from lua_helpers import (
 from test_lua_error_paths import UNKNOWN_JOB_CALLS
 
 from jobcenter.runtime.recovery import Recovery
-from jobcenter.storage import limits, schema
-from jobcenter.storage.schema import JobField
+from jobcenter.storage import limits
+from jobcenter.storage.keyspace import schema
+from jobcenter.storage.keyspace.schema import JobField
 from jobcenter.storage.store import Store
 
 NEWER = schema.PROTOCOL + 1

@@ -26,7 +26,7 @@ from jobcenter.errors import WrongState
 from jobcenter.model.spec import MAX_TASKS
 from jobcenter.runtime.leader import Leader
 from jobcenter.storage import admin
-from jobcenter.storage.schema import TaskField
+from jobcenter.storage.keyspace.schema import TaskField
 from jobcenter.storage.store import Store
 
 R = 0  # the root of every job here

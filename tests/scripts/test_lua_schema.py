@@ -1,4 +1,4 @@
-"""The Redis schema is named once (jobcenter/storage/schema.py): every script's documented
+"""The Redis schema is named once (jobcenter/storage/keyspace/schema.py): every script's documented
 return codes are the table's; no script spells a task field, a return code, a job, payload
 or schedule field as a literal (it uses the generated names), nor a name the table lacks."""
 
@@ -11,9 +11,8 @@ import pytest
 from test_lua_source import LUA_DIR, STRING, _code
 
 from jobcenter.errors import NewerRelease, StaleToken, UnknownJob, WrongState
-from jobcenter.storage import schema
-from jobcenter.storage.lua import ALL_SCRIPTS
-from jobcenter.storage.schema import (
+from jobcenter.storage.keyspace import schema
+from jobcenter.storage.keyspace.schema import (
     ITEM_CODES,
     LUA_TABLES,
     RETURN_CODES,
@@ -22,6 +21,7 @@ from jobcenter.storage.schema import (
     ScheduleField,
     TaskField,
 )
+from jobcenter.storage.lua import ALL_SCRIPTS
 
 SCRIPTS = sorted(ALL_SCRIPTS)
 # A task field's prefix as a Lua literal: 's:' in 's:' .. i

@@ -13,9 +13,9 @@ from helpers import wait_until
 from lua_helpers import H1, H2, H3, decode, untouched
 
 from jobcenter.runtime.segments import Ownership
-from jobcenter.storage.connection import probe_client, time_ms
-from jobcenter.storage.keys import LEADER_SEGMENT
-from jobcenter.storage.schema import code
+from jobcenter.storage.keyspace.keys import LEADER_SEGMENT
+from jobcenter.storage.keyspace.schema import code
+from jobcenter.storage.server.connection import probe_client, time_ms
 from jobcenter.storage.shard_leases import ShardLeases, pop_wake
 from jobcenter.storage.store import Store
 

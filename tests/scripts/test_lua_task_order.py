@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 from lua_helpers import H1, claim, complete_one, job_field, submit_and_split, task_field
 
+import jobcenter.storage.jobs.submit
 import jobcenter.storage.store
 from jobcenter.model.spec import parse_spec
-from jobcenter.storage.store import INLINE_SPLIT_MAX, Store
+from jobcenter.storage.jobs.submit import INLINE_SPLIT_MAX
+from jobcenter.storage.store import Store
 
 
 def _singles_then_chain(name: str, singles: int, chain: int, **job: Any) -> dict[str, Any]:
@@ -97,6 +99,6 @@ def test_submits_reuse_the_learned_estimates_read_within_the_cache_time(
     again, _ = submit_and_split(store, spec)
     assert (task_field(store, again, "o", 0), task_field(store, again, "o", 1)) == ("1", "0")
 
-    monkeypatch.setattr(jobcenter.storage.store, "LEARNED_CACHE_SECONDS", 0.0)
+    monkeypatch.setattr(jobcenter.storage.jobs.submit, "LEARNED_CACHE_SECONDS", 0.0)
     later, _ = submit_and_split(store, spec)  # read again: a now outweighs b
     assert (task_field(store, later, "o", 0), task_field(store, later, "o", 1)) == ("0", "1")

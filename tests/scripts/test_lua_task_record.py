@@ -20,6 +20,7 @@ from lua_helpers import (
     submit_and_split,
 )
 
+import jobcenter.storage.jobs.submit
 import jobcenter.storage.store
 from jobcenter.storage import admin
 from jobcenter.storage.store import Store
@@ -109,7 +110,7 @@ def test_every_task_records_when_it_was_created_last_modified_and_completed(
     store: Store, monkeypatch: pytest.MonkeyPatch, split: str
 ) -> None:
     if split == "leader":
-        monkeypatch.setattr(jobcenter.storage.store, "INLINE_SPLIT_MAX", 0)
+        monkeypatch.setattr(jobcenter.storage.jobs.submit, "INLINE_SPLIT_MAX", 0)
     spec = {"name": "times", "tasks": [
         {"id": "a", "task": "t.a"}, {"id": "b", "task": "t.b", "depends_on": ["a"]},
     ]}  # fmt: skip

@@ -19,7 +19,7 @@ from lua_helpers import H1, LEADER, NO_RETRY, claim, complete_one, job_field, su
 from jobcenter.model import codec
 from jobcenter.runtime.leader import Leader
 from jobcenter.runtime.recovery import Recovery
-from jobcenter.storage.schema import TASKS_HASHTABLE_MIN_TASKS
+from jobcenter.storage.keyspace.schema import TASKS_HASHTABLE_MIN_TASKS
 from jobcenter.storage.store import Store
 
 SEED000 = Path(__file__).resolve().parents[2] / "examples" / "seed000.yaml"

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from lua_helpers import H1, NO_RETRY, claim, submit
 
+import jobcenter.storage.jobs.lifecycle
 import jobcenter.storage.store
 from jobcenter.model import codec
 from jobcenter.storage import admin, views
@@ -93,7 +94,7 @@ class Swapper:
 
 @pytest.fixture
 def swapper(make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch) -> Iterator[Swapper]:
-    monkeypatch.setattr(jobcenter.storage.store, "RESTORE_CHUNK", RESTORE_CHUNK)
+    monkeypatch.setattr(jobcenter.storage.jobs.lifecycle, "RESTORE_CHUNK", RESTORE_CHUNK)
     store = make_store()
     swapper = Swapper(store, [_failed_job(store) for _ in range(JOBS)])
     swapper.thread.start()

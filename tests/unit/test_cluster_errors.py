@@ -1,7 +1,7 @@
 """Every error a Redis client of ours raises is a RedisError, the one class the worker's,
 leader's, notifier's, ticker's and shard leases' loops wait out: redis-py's cluster client
 raises errors of its own outside that class (a slot no node serves while a failover settles,
-no node answering), which the Cluster client of storage/connection.py translates. The
+no node answering), which the Cluster client of storage/server/connection.py translates. The
 transient answers of a cluster in a failover count as "unreachable"."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import redis.exceptions
 from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster
 
 from jobcenter.errors import RedisUnavailable
-from jobcenter.storage import errors
-from jobcenter.storage.connection import Cluster, connect
-from jobcenter.storage.errors import RedisError, cluster_errors_as_redis_errors, unreachable
+from jobcenter.storage.server import errors
+from jobcenter.storage.server.connection import Cluster, connect
+from jobcenter.storage.server.errors import RedisError, cluster_errors_as_redis_errors, unreachable
 
 # Every exception class redis-py defines, by name (its cluster client's included).
 REDIS_PY_ERRORS = {

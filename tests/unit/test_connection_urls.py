@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobcenter.storage.connection import Address, client_for, parse_multi_host
+from jobcenter.storage.server.connection import Address, client_for, parse_multi_host
 
 
 def test_a_cluster_url_names_every_seed_node_and_the_credentials() -> None:

@@ -1,6 +1,6 @@
-"""Group commit (jobcenter.storage.durability): writers that wait together share one durability
-round, and no writer is let go by a round that started before it arrived. The round here is a
-function the test holds open; what Redis does in a round is tested in
+"""Group commit (jobcenter.storage.server.durability): writers that wait together share one
+durability round, and no writer is let go by a round that started before it arrived. The round
+here is a function the test holds open; what Redis does in a round is tested in
 tests/integration/test_durability.py against real servers."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from helpers import wait_until
 
 from jobcenter.cli import EXIT_BAD_INPUT, main
 from jobcenter.config import Settings
-from jobcenter.storage.durability import GroupCommit
+from jobcenter.storage.server.durability import GroupCommit
 
 WRITERS = 6
 

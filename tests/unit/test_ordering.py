@@ -15,7 +15,7 @@ from jobcenter.model.ordering import (
     task_ranks,
 )
 from jobcenter.model.spec import parse_spec
-from jobcenter.storage.layout import Layout
+from jobcenter.storage.keyspace.layout import Layout
 
 
 def ranks_of(spec: dict, learned: dict | None = None) -> list[int] | None:

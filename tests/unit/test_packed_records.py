@@ -1,4 +1,4 @@
-"""A packed record (storage/packed.py) reads back as the tasks hash and history it was made
+"""A packed record (storage/keyspace/packed.py) reads back as the tasks hash and history it was made
 from, whatever the job's size: one task (each column a single value), a few, or more than a
 part holds; integer columns, repeated values and arbitrary bytes alike. A succeeded job's
 record leaves the working fields out but for what its readers show: the edges, map links,
@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobcenter.model import codec
-from jobcenter.storage.packed import decode, encode
-from jobcenter.storage.schema import (
+from jobcenter.storage.keyspace.packed import decode, encode
+from jobcenter.storage.keyspace.schema import (
     INTEGER_FIELDS,
     SHOWN_WORKING_FIELDS,
     WORKING_FIELDS,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from jobcenter.storage.errors import trouble, write_refused
+from jobcenter.storage.server.errors import trouble, write_refused
 
 SCRIPT_OOM_7_0 = (
     "command not allowed when used memory > 'maxmemory'. script: 22cc8ed9, on @user_script:983."

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobcenter.model.states import JobState, TaskState
-from jobcenter.storage.keys import JobKeys, Keys
+from jobcenter.storage.keyspace.keys import JobKeys, Keys
 
 REPO = Path(__file__).resolve().parents[2]
 # Where the README and the code used to send readers for their contract: outside the repo.

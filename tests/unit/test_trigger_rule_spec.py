@@ -12,8 +12,8 @@ from jobcenter import Job
 from jobcenter.errors import SpecError
 from jobcenter.model.spec import parse_spec, spec_digest
 from jobcenter.model.trigger_rules import TriggerRule
-from jobcenter.storage.layout import Layout
-from jobcenter.storage.schema import TaskField
+from jobcenter.storage.keyspace.layout import Layout
+from jobcenter.storage.keyspace.schema import TaskField
 
 
 def _spec(rule: Any) -> dict[str, Any]:

@@ -8,10 +8,10 @@ import functools
 import logging
 from collections.abc import Callable
 
-from jobcenter.storage import schema
-from jobcenter.storage.errors import RedisError, trouble
-from jobcenter.storage.keys import LEADER_SEGMENT
-from jobcenter.storage.outages import Backoff
+from jobcenter.storage.keyspace import schema
+from jobcenter.storage.keyspace.keys import LEADER_SEGMENT
+from jobcenter.storage.server.errors import RedisError, trouble
+from jobcenter.storage.server.outages import Backoff
 from jobcenter.storage.store import SWEEP_MAX, StartedTask
 
 from .state import CLAIM_BATCH_MAX, Running, WorkerState

@@ -10,9 +10,9 @@ import os
 import socket
 import time
 
-from jobcenter.storage.errors import RedisError, trouble
-from jobcenter.storage.outages import Backoff
 from jobcenter.storage.refusals import JOB_GONE, STALE_TOKEN, STOPPED, UNKNOWN_ATTEMPT, why_refused
+from jobcenter.storage.server.errors import RedisError, trouble
+from jobcenter.storage.server.outages import Backoff
 from jobcenter.storage.store import StartedTask
 
 from .. import registry, rq_runner

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from jobcenter.schedules import run_ticker
-from jobcenter.storage.errors import RedisError
-from jobcenter.storage.keys import LEADER_SEGMENT
+from jobcenter.storage.keyspace.keys import LEADER_SEGMENT
+from jobcenter.storage.server.errors import RedisError
 
 from .. import exits, rq_runner
 from ..notifier import DELIVERY_THREADS, Notifier

@@ -9,10 +9,10 @@ import logging
 from collections.abc import Sequence
 
 from jobcenter.config import THREAD_POOL
-from jobcenter.storage import schema
-from jobcenter.storage.errors import RedisError, trouble
-from jobcenter.storage.outages import Backoff
+from jobcenter.storage.keyspace import schema
 from jobcenter.storage.refusals import UNKNOWN_ATTEMPT, count_unknown, what_it_returned, why_refused
+from jobcenter.storage.server.errors import RedisError, trouble
+from jobcenter.storage.server.outages import Backoff
 from jobcenter.storage.store import RefusedInPart, StartedTask
 
 from ..execution.outcome import Outcome, task_label

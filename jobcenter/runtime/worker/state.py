@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from jobcenter.config import DEFAULT_CONCURRENCY, PROCESS_POOL, THREAD_POOL
 from jobcenter.model.ids import handler_id
 from jobcenter.model.spec import DEFAULT_QUEUE
-from jobcenter.storage.keys import LEADER_SEGMENT, node_queue
+from jobcenter.storage.keyspace.keys import LEADER_SEGMENT, node_queue
 from jobcenter.storage.store import StartedTask, Store
 
 from ..eviction_guard import EvictionGuard

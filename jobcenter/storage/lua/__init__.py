@@ -14,8 +14,8 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from ..connection import is_cluster
-from ..schema import lua_prelude
+from ..keyspace.schema import lua_prelude
+from ..server.connection import is_cluster
 
 # Scripts that run in the context of one job (_job.lua, then _data.lua: results, inputs,
 # run-time fan-out); the others see only _common.lua.

@@ -86,7 +86,7 @@ WORKING_FIELDS = (
 # The working fields a succeeded job's packed record keeps all the same: what its readers show
 # of a finished job (the dashboard's picture: its edges and map links; a task's name and
 # arguments, its queue and attempts allowed). Its payload is kept as name and arguments alone
-# (storage/packed.py), a few bytes a task: the whole payload cost ~65.
+# (storage/keyspace/packed.py), a few bytes a task: the whole payload cost ~65.
 SHOWN_WORKING_FIELDS = (
     TaskField.PAYLOAD,
     TaskField.CHILDREN,
@@ -192,8 +192,8 @@ class DeliveryField(StrEnum):
         return f"{self.value}{channel}"
 
 
-# The format of a packed record (JobField.PACKED's value): jobcenter/storage/packed.py writes
-# and reads it.
+# The format of a packed record (JobField.PACKED's value): storage/keyspace/packed.py
+# writes and reads it.
 PACKED_FORMAT = 1
 
 
@@ -214,7 +214,7 @@ class PackedKey(StrEnum):
 
 
 # Task fields that hold non-negative integers (times in ms, counters): the packed record
-# stores each such column as a base and small offsets (storage/packed.py).
+# stores each such column as a base and small offsets (storage/keyspace/packed.py).
 INTEGER_FIELDS = (
     TaskField.ATTEMPTS,
     TaskField.MAX_ATTEMPTS,

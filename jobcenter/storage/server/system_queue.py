@@ -12,7 +12,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from .store import Store
+from ..store import Store
 
 
 def _safe(namespace: str) -> str:

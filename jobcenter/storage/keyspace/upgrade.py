@@ -9,7 +9,7 @@ a message that says what to do. The versions:
    e.g. cf59a69): no version key, jobs missing from the per-state and per-schedule indexes,
    finished jobs kept as a tasks hash and a history list;
 2. this one: every transition keeps the per-state and per-schedule indexes; a finished job
-   is compacted into one packed record (storage/packed.py) once its cascades are done;
+   is compacted into one packed record (storage/keyspace/packed.py) once its cascades are done;
    the shards' event streams, metrics hashes and segment leases are created by their first
    write, so they need no step (docs/operations/upgrades.md).
 
@@ -28,7 +28,7 @@ from redis.exceptions import ResponseError
 from jobcenter.errors import Refused
 
 if TYPE_CHECKING:
-    from .store import Store
+    from ..jobs.base import StoreBase
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class SchemaTooNew(Refused):
     """The namespace holds data written by a newer jobcenter than this one (CLI exit 5)."""
 
 
-def stored_version(store: Store) -> int | None:
+def stored_version(store: StoreBase) -> int | None:
     """The namespace's schema version; None for a namespace with no data yet."""
     raw = store.redis.get(store.keys.schema_version())
     if raw is not None:
@@ -50,7 +50,7 @@ def stored_version(store: Store) -> int | None:
     return UNVERSIONED if has_jobs else None
 
 
-def ensure_schema(store: Store) -> None:
+def ensure_schema(store: StoreBase) -> None:
     """Refuse a namespace of a newer version; bring an older one up to SCHEMA_VERSION (each
     step safe to run twice, or by two processes at once); write the version on first use.
     A Redis that refuses writes (full, read-only) is left as it is: reads still work."""
@@ -78,7 +78,7 @@ def ensure_schema(store: Store) -> None:
         log.warning("namespace %r: schema version not written (%s)", store.settings.namespace, exc)
 
 
-def _index_jobs(store: Store) -> None:
+def _index_jobs(store: StoreBase) -> None:
     """1 -> 2: put every kept job in the index of its state, and a fired job in its
     schedule's, as the transitions of version 2 do. A job whose state changed while it was
     being indexed (a version-2 transition moves it too) is read again and indexed anew."""
@@ -110,7 +110,7 @@ def _index_jobs(store: Store) -> None:
 
 
 def _recheck(
-    store: Store, shard: int, job_ids: list[str], fields: list[list[bytes | None]]
+    store: StoreBase, shard: int, job_ids: list[str], fields: list[list[bytes | None]]
 ) -> None:
     """Move a job whose state changed between the read and the index write."""
     pipe = store.redis.pipeline(transaction=False)

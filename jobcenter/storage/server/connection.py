@@ -81,7 +81,7 @@ _sentinel: Any = Sentinel
 
 
 class Cluster(RedisCluster):
-    """redis-py's cluster client raising only RedisErrors (storage/errors.py): its own
+    """redis-py's cluster client raising only RedisErrors (storage/server/errors.py): its own
     errors (a slot no node serves while a failover settles, no node answering) are no
     RedisErrors there, and a loop that waits out Redis trouble would die of them."""
 

@@ -42,7 +42,7 @@ class JobKeys:
     parked: str  # shard zset: tasks waiting for a full limit, in their queue order
     freed: str  # shard set: limit ids that gave a slot back while tasks wait for them
     freed_wake: str  # shard list: wake-up tokens for idle workers when a limit has room again
-    # string: a finished job's tasks and history packed into one record (storage/packed.py);
+    # string: a finished job's tasks and history packed into one record (keyspace/packed.py);
     # scripts get it after the per-state indexes (_job.lua), so it is not in as_list
     packed: str = ""
 
@@ -295,7 +295,7 @@ class Keys:
         return f"{self._base}:shards"
 
     def schema_version(self) -> str:
-        """String: the schema version of the namespace's data (storage/upgrade.py), written
+        """String: the schema version of the namespace's data (storage/keyspace/upgrade.py), written
         at its first use; a process that reads an older one upgrades it, a newer one is
         refused."""
         return f"{self._base}:schema"

@@ -1,6 +1,6 @@
 """The Redis errors callers above storage catch, named here so that only storage imports
 redis: a worker backs off on any of them, the CLI tells "unreachable" from "refused". The
-clients storage/connection.py makes raise nothing else: a Redis Cluster client's own errors
+clients storage/server/connection.py makes raise nothing else: a Redis Cluster client's own errors
 (not RedisErrors in redis-py) come translated."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ REDIS_TROUBLE = (RedisError, RedisClusterException)  # what a client may raise, 
 @contextlib.contextmanager
 def cluster_errors_as_redis_errors() -> Iterator[None]:
     """Raise redis-py's cluster client errors as RedisErrors, so every loop that waits out
-    a RedisError waits them out too (storage/connection.py's Cluster client)."""
+    a RedisError waits them out too (storage/server/connection.py's Cluster client)."""
     try:
         yield
     except SlotNotCoveredError as exc:
