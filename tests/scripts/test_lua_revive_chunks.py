@@ -146,9 +146,10 @@ def test_a_retry_in_many_small_calls_runs_the_job_to_success(
 def test_a_reset_left_for_after_the_job_ended_succeeded_is_refused_unchanged(
     store: Store,
 ) -> None:
-    """A retry of several calls stopped after its roots, and the job ended succeeded: its
-    compaction freed the arguments of the tasks that ran. A call to reset one of them is
-    refused, naming it, and writes nothing (it could not run)."""
+    """A retry of several calls stopped after its roots, and the job ended succeeded: a
+    compaction of a release that freed the arguments of the tasks that ran (today's keeps
+    them) leaves a task that cannot run. A call to reset it is refused, naming it, and writes
+    nothing."""
     spec = {"name": "cleanup", "tasks": [
         {"id": "r", "task": "t.r"},
         {"id": "cleanup", "task": "t.c", "depends_on": ["r"], "trigger_rule": "all_done"},
@@ -161,6 +162,8 @@ def test_a_reset_left_for_after_the_job_ended_succeeded_is_refused_unchanged(
     assert_finalized(store, job_id, "succeeded")
     Leader(store, LEADER).compact(job_id)
     store.restore(job_id)
+    # what an older release's compaction left: no payload for the task that ran
+    store.redis.hdel(store.keys.job(job_id).tasks, f"{TaskField.PAYLOAD}{ids['cleanup']}")
 
     with untouched(store), pytest.raises(WrongState, match="task cleanup cannot run"):
         store.revive(job_id, [], [(ids["cleanup"], [R])])
