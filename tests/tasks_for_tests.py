@@ -36,8 +36,8 @@ try:
         unreachable,
     )
 except ImportError:  # a worker of the previous release loads these tasks too (rolling upgrade)
-    from jobcenter.storage.server.connection import client_for
-    from jobcenter.storage.server.errors import (
+    from jobcenter.storage.connection import client_for  # type: ignore[no-redef]
+    from jobcenter.storage.errors import (  # type: ignore[no-redef]
         ClusterClientError,
         ReadOnlyError,
         RedisError,

@@ -161,8 +161,10 @@ def test_run_now_submits_the_schedules_job_at_once_and_leaves_its_next_fire_as_i
     assert reply.json()["message"] == f"schedule nightly-report: job {job_id} submitted"
     assert ended["state"] == "succeeded" and ended["name"] == "nightly"
     assert f'<tr data-job="{job_id}">' in listed  # listed under its schedule
-    assert (after["next_fire"], after["state"]) == (before["next_fire"], "paused")
+    assert (after["next_fire"], after["state"]) == (None, "paused")  # paused: no next fire
     assert (after["fires"], after["last_job"]) == (1, job_id)
     assert after["recent"][0]["outcome"] == "submitted" and after["recent"][0]["job"] == job_id
     assert after["recent"][0]["reason"] == "run now, by hand"
+    schedules.resume_schedule(client.store, schedule_id)  # its next fire is as it was
+    assert schedules.show_schedule(client.store, schedule_id)["next_fire"] == before["next_fire"]
     assert 'data-url="/schedules/' + schedule_id + '/run"' in page and "Run now" in page
