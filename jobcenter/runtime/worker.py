@@ -80,6 +80,7 @@ REPORT_RETRY_MAX_SECONDS = 1.0  # a refused report is tried again at least this 
 HEARTBEAT_RETRIES_PER_INTERVAL = 4
 PROGRESS_MIN_INTERVAL_SECONDS = 1.0  # a task's progress goes out at once at most this often
 GATE_GAVE_UP = schema.code("ITEM_ALREADY")  # gate_wait.lua: the task failed
+COMPLETED_ALREADY = schema.code("ITEM_ALREADY")  # complete.lua: reported before
 # A task this worker has no code for waits this long at least before it is claimed again (no
 # hot loop on the worker that lacks it), and at most this long (a worker that has the code,
 # once started, gets it soon); in between, a quarter of the time it has waited so far, and
@@ -667,7 +668,7 @@ class Worker:
         self.completed += len(reported)
         self._settle(left, reported, taken, take_max + prefetch)
         self._submit(taken)
-        self._adopt([job_id for (job_id, _), code in codes.items() if code == 1])
+        self._adopt([job_id for (job_id, _), code in codes.items() if code == COMPLETED_ALREADY])
         if refused is not None:
             raise refused
 

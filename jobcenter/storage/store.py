@@ -85,7 +85,7 @@ UNFINISHED = (JobState.PENDING, JobState.RUNNING)  # the job states the active i
 # counter of Redis's, which a restart from an older snapshot or a failover can roll back.
 NONCE_BYTES = 8
 IDEMPOTENCY_CONFLICT = schema.code("IDEMPOTENCY_CONFLICT")  # submit.lua
-HEARTBEAT_CANCELLED = schema.code("ITEM_CANCELLED")  # heartbeat.lua, per attempt
+HEARTBEAT_CANCELLED = schema.code("ITEM_JOB_STOPPED")  # heartbeat.lua, per attempt
 JOB_GONE = schema.code("JOB_GONE")
 CURSOR_MOVED = schema.code("CURSOR_MOVED")
 WRONG_STATE = schema.code("WRONG_STATE")

@@ -270,7 +270,7 @@ for k = first_triple, #ARGV, 3 do
   elseif f[1] == T_SUCCEEDED or done[i] then
     code = ITEM_ALREADY
   elseif f[1] ~= T_RUNNING and f[1] ~= T_TIMED_OUT then
-    code = ITEM_NOT_RUNNING
+    code = ITEM_WRONG_STATE
   else
     done[i] = true
     local n = #writes -- no loop here: its hidden locals would pass the 200 (see EST)

@@ -29,7 +29,7 @@ for k = A + 1, #ARGV, 5 do
   if refusal then
     code = refusal
   elseif state ~= T_RUNNING and state ~= T_TIMED_OUT then
-    code = ITEM_NOT_RUNNING
+    code = ITEM_WRONG_STATE
   else
     local waiting = redis.call('HGET', T, TF_GATE_WAIT .. i)
     local since, last = now, nil

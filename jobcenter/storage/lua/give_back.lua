@@ -36,7 +36,7 @@ for k = A + 4, #ARGV, 3 do
   if refusal then
     code = refusal
   elseif state ~= T_RUNNING and state ~= T_TIMED_OUT then
-    code = ITEM_NOT_RUNNING
+    code = ITEM_WRONG_STATE
   else
     local waiting = redis.call('HGET', T, TF_WAITING_FOR .. i)
     local since = tonumber(waiting and string.match(waiting, '^(%d+)|') or now)

@@ -20,11 +20,11 @@ for k = A + 2, #ARGV, 3 do
   local code = ITEM_OK
   local refusal, attempt = token_refusal(i, token, handler)
   if META.packed then -- its job finished and was compacted: no task of it runs
-    code = redis.call('HEXISTS', J, JF.STOP) == 1 and ITEM_CANCELLED or ITEM_NOT_RUNNING
+    code = redis.call('HEXISTS', J, JF.STOP) == 1 and ITEM_JOB_STOPPED or ITEM_WRONG_STATE
   elseif refusal then
     code = refusal
   elseif state ~= T_RUNNING and state ~= T_TIMED_OUT then
-    code = redis.call('HEXISTS', J, JF.STOP) == 1 and ITEM_CANCELLED or ITEM_NOT_RUNNING
+    code = redis.call('HEXISTS', J, JF.STOP) == 1 and ITEM_JOB_STOPPED or ITEM_WRONG_STATE
   else
     redis.call('ZADD', LEASES, now + lease_ms, lease_member(i))
     if state == T_TIMED_OUT then

@@ -15,7 +15,7 @@
   KEYS: the job context (_job.lua)
   ARGV[A] number of roots  ARGV[A+1..] root indexes  then for each task to reset (parents
   before children): its index, its number of parents, their indexes
-  Returns {0, tasks revived} | {1} a failure cascade is under way: finish it ('continue')
+  Returns {0, tasks revived} | {3} a failure cascade is under way: finish it ('continue')
           and call again | {-3, reason} | {-4} job gone | {-5} queues not passed 
           | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it]]
 

@@ -9,8 +9,8 @@
   ARGV[5] fire records kept  ARGV[6] n records
   ARGV[7..6+n] fire records (msgpack), oldest first: the list keeps the newest first
   ARGV[7+n..] field/value pairs of the new state ('' : field absent)
-  Returns {0} saved | {-2} changed since that revision: nothing written, re-read and decide
-          again | {-4} no such schedule (removed, or expired once done) ]]
+  Returns {0} saved | {-12} changed since that revision: nothing written, re-read and decide
+          again | {-13} no such schedule (removed, or expired once done) ]]
 
 local SCHEDULE, FIRES, DUE, NAME = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
 local id, read_rev, due, retention = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]

@@ -12,7 +12,7 @@
   "<job id>\t<digest>"), the number of tasks-hash arguments (0: a leader splits the job),
   those pairs, the number of ready tasks, their indexes
   Returns per job, in order, its code and a job id, one flat list: {0, job id} created
-          | {1, id} the idempotency key names an existing job of the same spec | {-7, id} it
+          | {1, id} the idempotency key names an existing job of the same spec | {-14, id} it
           names a job of a different spec | {-3, job id} a job with this id exists already
           | {-5, job id} queues or idempotency key not passed ]]
 
