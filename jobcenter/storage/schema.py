@@ -391,16 +391,16 @@ HISTOGRAM_BUCKETS_MS = (
 # The Lua table naming each hash's fields (a table, not one local per field: Lua allows
 # at most 200 locals per function, and the prelude and scripts share them).
 LUA_TABLES: dict[str, type[StrEnum]] = {
-    "JF": JobField,
-    "PK": PayloadKey,
-    "SF": ScheduleField,
-    "LF": LimitField,
-    "LID": LimitKind,
-    "EF": EventField,
-    "EV": EventKind,
-    "MF": MetricField,
-    "DF": DeliveryField,
-    "DS": DeliveryState,
+    "JOB_FIELD": JobField,
+    "PAYLOAD_KEY": PayloadKey,
+    "SCHEDULE_FIELD": ScheduleField,
+    "LIMIT_FIELD": LimitField,
+    "LIMIT_KIND": LimitKind,
+    "EVENT_FIELD": EventField,
+    "EVENT_KIND": EventKind,
+    "METRIC_FIELD": MetricField,
+    "DELIVERY_FIELD": DeliveryField,
+    "DELIVERY_STATE": DeliveryState,
 }
 
 
@@ -545,7 +545,7 @@ def code(name: str) -> int:
 
 def lua_prelude() -> str:
     """Lua `local` lines naming every state (states.lua_constants), task field, job, payload
-    and schedule field (JF.STATE == 'state', LUA_TABLES) and return code, prepended to each
+    and schedule field (JOB_FIELD.STATE == 'state', LUA_TABLES) and return code, prepended to each
     script by the loader."""
     lines = [f"local {f.lua_name} = '{f.value}'" for f in TaskField]
     names = ", ".join(f.lua_name for f in WORKING_FIELDS)

@@ -28,7 +28,7 @@ SCRIPTS = sorted(ALL_SCRIPTS)
 FIELD_LITERAL = re.compile(r"^['\"]([a-z]{1,2}):['\"]$")
 # A script returning a number instead of a named code: `return {-4}`, `code = -2`
 NUMERIC_CODE = re.compile(r"return \{\s*-?\d|\bcode = -?\d")
-# A field named through a generated table: JF.STATE, PK.TASK, SF.REVISION
+# A field named through a generated table: JOB_FIELD.STATE, PAYLOAD_KEY.TASK
 TABLE_FIELD = re.compile(r"\b(" + "|".join(LUA_TABLES) + r")\.([A-Za-z_]\w*)")
 
 

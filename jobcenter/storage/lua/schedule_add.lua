@@ -23,7 +23,7 @@ for k = 4, #ARGV - 1, 2 do
   end
 end
 call_chunked('HSET', SCHEDULE, fields)
-redis.call('HSET', SCHEDULE, SF.REVISION, 1)
+redis.call('HSET', SCHEDULE, SCHEDULE_FIELD.REVISION, 1)
 redis.call('ZADD', SCHEDULES, created, id)
 if due ~= '' then redis.call('ZADD', DUE, due, id) end
 if named then redis.call('SET', NAME, id) end
