@@ -12,11 +12,13 @@ local pending_wakes = {}
 OBS.queued = {} -- indexes queued by this call: one event, written by flush_wakes
 local function enqueue(i, now)
   -- what it needs of the task, in one read
-  local f = redis.call('HMGET', TASKS_KEY, TF_MAP_ARG .. i, TF_QUEUE .. i, TF_PRIORITY .. i, TF_RANK .. i,
+  local f = redis.call('HMGET', TASKS, TF_MAP_ARG .. i, TF_QUEUE .. i, TF_PRIORITY .. i,
+    TF_RANK .. i,
     TF_LIMITS .. i)
   if f[1] and map_ready(i, now) then return end -- a mapped task is expanded or joined, never queued
   local qname = f[2] or META.queue
-  redis.call('HSET', TASKS_KEY, TF_STATE .. i, T_QUEUED, TF_QUEUED_AT .. i, now, TF_UPDATED_AT .. i, now)
+  redis.call('HSET', TASKS, TF_STATE .. i, T_QUEUED, TF_QUEUED_AT .. i, now, TF_UPDATED_AT .. i,
+    now)
   local priority = tonumber(f[3]) or META.priority
   redis.call('ZADD', QUEUES[qname].ready, -priority, member_of(i, f[4], f[5]))
   pending_wakes[qname] = (pending_wakes[qname] or 0) + 1
@@ -27,7 +29,7 @@ end
 local function enqueue_waiting(indexes, now)
   local fields, entries = {}, {}
   for _, i in ipairs(indexes) do
-    local f = redis.call('HMGET', TASKS_KEY, TF_STATE .. i, TF_MAP_ARG .. i, TF_QUEUE .. i,
+    local f = redis.call('HMGET', TASKS, TF_STATE .. i, TF_MAP_ARG .. i, TF_QUEUE .. i,
       TF_PRIORITY .. i, TF_RANK .. i, TF_LIMITS .. i)
     if f[1] == T_WAITING and f[2] then
       enqueue(i, now) -- a mapped task: expanded or joined, never queued
@@ -45,7 +47,7 @@ local function enqueue_waiting(indexes, now)
       OBS.queued[#OBS.queued + 1] = i
     end
   end
-  call_chunked('HSET', TASKS_KEY, fields)
+  call_chunked('HSET', TASKS, fields)
   for qname, queued in pairs(entries) do call_chunked('ZADD', QUEUES[qname].ready, queued) end
 end
 -- After enqueue(): wake idle workers, say which tasks were queued, write the counts.
@@ -68,14 +70,14 @@ local function append_history(entries)
   if #entries == 0 then return end
   local length = 0
   for first = 1, #entries, ARGS_PER_CALL_MAX do
-    length = redis.call('RPUSH', HISTORY_KEY, unpack(entries, first,
+    length = redis.call('RPUSH', HISTORY, unpack(entries, first,
       math.min(#entries, first + ARGS_PER_CALL_MAX - 1)))
   end
-  if length > HISTORY_MAX then redis.call('LTRIM', HISTORY_KEY, -HISTORY_MAX, -1) end
+  if length > HISTORY_MAX then redis.call('LTRIM', HISTORY, -HISTORY_MAX, -1) end
 end
 
 local function record_history(i, state, now, err)
-  local a = redis.call('HMGET', TASKS_KEY, TF_ATTEMPTS .. i, TF_HANDLER .. i, TF_STARTED_AT .. i)
+  local a = redis.call('HMGET', TASKS, TF_ATTEMPTS .. i, TF_HANDLER .. i, TF_STARTED_AT .. i)
   append_history({table.concat({i, a[1] or '0', state, a[2] or '', a[3] or '', now, err or ''},
     '\t')})
 end
@@ -88,7 +90,7 @@ end
 local function compact_when_settled(now)
   local state = META.state
   if (state ~= J_SUCCEEDED and state ~= J_FAILED and state ~= J_CANCELLED) or META.packed
-      or redis.call('EXISTS', FRONTIER_KEY) == 1 then
+      or redis.call('EXISTS', FRONTIER) == 1 then
     return
   end
   -- posted once: a late report on the finished job stays a no-op
@@ -100,7 +102,7 @@ end
 -- channel, in the finalizing script itself, so no finished job misses its notification.
 -- A delivery still under way for an earlier outcome (a retried job) carries on as it is.
 local function queue_notifications(state, now)
-  local j = redis.call('HMGET', JOB_KEY, JOB_FIELD.NOTIFY_ON, JOB_FIELD.NOTIFY_TO)
+  local j = redis.call('HMGET', JOB, JOB_FIELD.NOTIFY_ON, JOB_FIELD.NOTIFY_TO)
   if not j[1] or not string.find(',' .. j[1] .. ',', ',' .. state .. ',', 1, true) then return end
   for channel in string.gmatch(j[2] or '', '[^,]+') do
     redis.call('ZADD', NOTIFY, 'NX', now, channel .. '|' .. JOB_ID)
@@ -111,7 +113,7 @@ end
 -- user cancelled it; else failed (or failed whatever its tasks did: `failed`, for a job
 -- whose tasks Redis lost). Its keys then live for the retention period.
 local function finalize_job(now, failed)
-  local j = redis.call('HMGET', JOB_KEY, JOB_FIELD.FAILED, JOB_FIELD.STOP, JOB_FIELD.RETENTION)
+  local j = redis.call('HMGET', JOB, JOB_FIELD.FAILED, JOB_FIELD.STOP, JOB_FIELD.RETENTION)
   local state = J_SUCCEEDED
   if j[2] == 'cancel' then
     state = J_CANCELLED
@@ -121,12 +123,12 @@ local function finalize_job(now, failed)
   set_job_state(state)
   OBS.emit(EVENT_KIND.FINALIZED, false, {EVENT_FIELD.DETAIL, state})
   OBS.count(METRIC_FIELD.JOBS .. '\t' .. state)
-  redis.call('HSET', JOB_KEY, JOB_FIELD.FINISHED_AT, now, JOB_FIELD.UPDATED_AT, now)
+  redis.call('HSET', JOB, JOB_FIELD.FINISHED_AT, now, JOB_FIELD.UPDATED_AT, now)
   redis.call('ZREM', ACTIVE, JOB_ID)
   redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
   local retention = tonumber(j[3] or DEFAULT_RETENTION_MS)
-  for _, key in ipairs({JOB_KEY, TASKS_KEY, HISTORY_KEY, FRONTIER_KEY}) do redis.call('PEXPIRE', key, retention) end
-  if IDEM ~= JOB_KEY then redis.call('PEXPIRE', IDEM, retention) end
+  for _, key in ipairs({JOB, TASKS, HISTORY, FRONTIER}) do redis.call('PEXPIRE', key, retention) end
+  if IDEM ~= JOB then redis.call('PEXPIRE', IDEM, retention) end
   redis.call('ZADD', EXPIRING, now + retention, expiring_member())
   queue_notifications(state, now)
   return state
@@ -141,10 +143,10 @@ local function tasks_lost()
       or META.state == J_CANCELLED then
     return false
   end
-  if META.state ~= J_RUNNING and tonumber(redis.call('HGET', JOB_KEY, JOB_FIELD.WRITTEN) or 0) == 0 then
+  if META.state ~= J_RUNNING and tonumber(redis.call('HGET', JOB, JOB_FIELD.WRITTEN) or 0) == 0 then
     return false
   end
-  return redis.call('HEXISTS', TASKS_KEY, TF_STATE .. 0) == 0
+  return redis.call('HEXISTS', TASKS, TF_STATE .. 0) == 0
 end
 
 -- End a job whose tasks Redis lost (tasks_lost): none of them can run or be counted any
@@ -153,17 +155,18 @@ end
 -- messages; a queue entry or lease of its tasks is dropped by the script that meets it
 -- (start, expire: the task is gone). Returns the job's final state.
 local function settle_lost(now)
-  local err = 'lost: Redis no longer holds the tasks hash ' .. TASKS_KEY
+  local err = 'lost: Redis no longer holds the tasks hash ' .. TASKS
     .. ' (evicted? jobcenter needs maxmemory-policy noeviction)'
-  OBS.emit(EVENT_KIND.REPAIRED, false, {EVENT_FIELD.DETAIL, 'lost', EVENT_FIELD.ERROR, string.sub(err, 1, OBS.error_max)})
+  OBS.emit(EVENT_KIND.REPAIRED, false, {EVENT_FIELD.DETAIL, 'lost', EVENT_FIELD.ERROR,
+    string.sub(err, 1, OBS.error_max)})
   OBS.count(METRIC_FIELD.REPAIRS .. '\tlost')
   for _, kind in ipairs({'split', 'continue', 'cancel'}) do
     redis.call('ZREM', LEADER, kind .. '|' .. JOB_ID)
   end
-  redis.call('DEL', TASKS_KEY, FRONTIER_KEY)
-  local left = tonumber(redis.call('HGET', JOB_KEY, JOB_FIELD.LEFT) or 0)
-  redis.call('HINCRBY', JOB_KEY, JOB_FIELD.FAILED, left)
-  redis.call('HSET', JOB_KEY, JOB_FIELD.ERROR, err, JOB_FIELD.LEFT, 0)
+  redis.call('DEL', TASKS, FRONTIER)
+  local left = tonumber(redis.call('HGET', JOB, JOB_FIELD.LEFT) or 0)
+  redis.call('HINCRBY', JOB, JOB_FIELD.FAILED, left)
+  redis.call('HSET', JOB, JOB_FIELD.ERROR, err, JOB_FIELD.LEFT, 0)
   local state = finalize_job(now, true)
   OBS.flush_counts()
   return state
@@ -171,17 +174,17 @@ end
 
 -- One more task (or `count` more) is terminal; the last one finalizes the job.
 local function task_finished(now, count)
-  redis.call('HSET', JOB_KEY, JOB_FIELD.UPDATED_AT, now)
+  redis.call('HSET', JOB, JOB_FIELD.UPDATED_AT, now)
   META.updated_at = now
-  if redis.call('HINCRBY', JOB_KEY, JOB_FIELD.LEFT, -(count or 1)) == 0 then finalize_job(now) end
+  if redis.call('HINCRBY', JOB, JOB_FIELD.LEFT, -(count or 1)) == 0 then finalize_job(now) end
 end
 
 -- Schedule a visit of i's children, telling each how i ended: 'r' succeeded, 'f' failed or
 -- upstream_failed, 'k' skipped (parent_ended).
 -- ('x' entries expand a mapped task: _data.lua.)
 local function push_frontier(kind, i, origin)
-  if redis.call('HEXISTS', TASKS_KEY, TF_CHILDREN .. i) == 1 then
-    redis.call('RPUSH', FRONTIER_KEY, kind .. '|' .. i .. '|' .. origin .. '|1')
+  if redis.call('HEXISTS', TASKS, TF_CHILDREN .. i) == 1 then
+    redis.call('RPUSH', FRONTIER, kind .. '|' .. i .. '|' .. origin .. '|1')
   end
 end
 
@@ -219,15 +222,16 @@ end
 -- Waiting task c will not run: it ends `state` (upstream_failed or skipped) and its
 -- children hear of it through the frontier.
 local function end_unrun(c, state, origin, now, err)
-  redis.call('HSET', TASKS_KEY, TF_STATE .. c, state, TF_FINISHED_AT .. c, now, TF_UPDATED_AT .. c, now,
+  redis.call('HSET', TASKS, TF_STATE .. c, state, TF_FINISHED_AT .. c, now, TF_UPDATED_AT .. c, now,
     TF_ERROR .. c, err)
-  OBS.emit(state == T_SKIPPED and EVENT_KIND.SKIPPED or EVENT_KIND.UPSTREAM_FAILED, c, {EVENT_FIELD.ERROR, err})
+  OBS.emit(state == T_SKIPPED and EVENT_KIND.SKIPPED or EVENT_KIND.UPSTREAM_FAILED, c,
+    {EVENT_FIELD.ERROR, err})
   OBS.count_finished(c, state)
   if state == T_SKIPPED then
-    redis.call('HINCRBY', JOB_KEY, JOB_FIELD.SKIPPED, 1)
+    redis.call('HINCRBY', JOB, JOB_FIELD.SKIPPED, 1)
     push_frontier('k', c, origin)
   else
-    redis.call('HINCRBY', JOB_KEY, JOB_FIELD.FAILED, 1)
+    redis.call('HINCRBY', JOB, JOB_FIELD.FAILED, 1)
     push_frontier('f', c, origin)
   end
   task_finished(now)
@@ -237,7 +241,7 @@ local function release(c, now, take)
   if not (take and take(c, now)) then enqueue(c, now) end
 end
 
-local function task_name(i) return redis.call('HGET', TASKS_KEY, TF_ID .. i) or i end
+local function task_name(i) return redis.call('HGET', TASKS, TF_ID .. i) or i end
 
 -- Act on a waiting task's verdict: queue it (or let `take` run it), or end it unrun. kind:
 -- how the parent whose end decided it ended (nil: a repair).
@@ -247,7 +251,8 @@ local function act_on_verdict(c, rule, verdict, kind, origin, now, take)
   elseif verdict == 'fail' and kind == 'f' then -- passed on: named after the task that failed
     end_unrun(c, T_UPSTREAM_FAILED, origin, now, 'upstream task ' .. task_name(origin) .. ' failed')
   elseif verdict == 'fail' then
-    end_unrun(c, T_UPSTREAM_FAILED, c, now, 'trigger rule ' .. rule .. ' cannot be met: a parent failed')
+    end_unrun(c, T_UPSTREAM_FAILED, c, now,
+      'trigger rule ' .. rule .. ' cannot be met: a parent failed')
   elseif verdict == 'skip' and kind == 'k' and rule == R_ALL_SUCCESS then
     end_unrun(c, T_SKIPPED, origin, now, 'upstream task ' .. task_name(origin) .. ' skipped')
   elseif verdict == 'skip' then
@@ -262,15 +267,16 @@ end
 -- succeeding, or from the start for a task with a rule.
 local function parent_ended(kind, c, origin, now, take)
   local d = nil
-  if kind == 'r' then d = redis.call('HINCRBY', TASKS_KEY, TF_DEPS_LEFT .. c, -1) end
+  if kind == 'r' then d = redis.call('HINCRBY', TASKS, TF_DEPS_LEFT .. c, -1) end
   if not META.rules then -- every task all_success, so no task is ever skipped
     if (kind == 'f' or d == 0) and task_state(c) == T_WAITING then
       if kind == 'r' then return release(c, now, take) end
-      end_unrun(c, T_UPSTREAM_FAILED, origin, now, 'upstream task ' .. task_name(origin) .. ' failed')
+      end_unrun(c, T_UPSTREAM_FAILED, origin, now,
+        'upstream task ' .. task_name(origin) .. ' failed')
     end
     return
   end
-  local f = redis.call('HMGET', TASKS_KEY, TF_STATE .. c, TF_TRIGGER_RULE .. c, TF_PARENTS_LEFT .. c)
+  local f = redis.call('HMGET', TASKS, TF_STATE .. c, TF_TRIGGER_RULE .. c, TF_PARENTS_LEFT .. c)
   local state, rule, u = f[1], f[2], f[3]
   if not rule and not u then -- all_success, every parent so far succeeded
     if state ~= T_WAITING then return end
@@ -278,24 +284,27 @@ local function parent_ended(kind, c, origin, now, take)
       if d == 0 then release(c, now, take) end
       return
     elseif kind == 'f' then
-      return end_unrun(c, T_UPSTREAM_FAILED, origin, now, 'upstream task ' .. task_name(origin) .. ' failed')
+      return end_unrun(c, T_UPSTREAM_FAILED, origin, now,
+        'upstream task ' .. task_name(origin) .. ' failed')
     end
   end
-  d = d or tonumber(redis.call('HGET', TASKS_KEY, TF_DEPS_LEFT .. c) or 0)
+  d = d or tonumber(redis.call('HGET', TASKS, TF_DEPS_LEFT .. c) or 0)
   if u then
-    u = redis.call('HINCRBY', TASKS_KEY, TF_PARENTS_LEFT .. c, -1)
+    u = redis.call('HINCRBY', TASKS, TF_PARENTS_LEFT .. c, -1)
   elseif kind == 'r' then
     u = d -- absent: no parent ended other than by succeeding
   else
     u = d - 1
-    redis.call('HSET', TASKS_KEY, TF_PARENTS_LEFT .. c, u)
+    redis.call('HSET', TASKS, TF_PARENTS_LEFT .. c, u)
   end
-  if kind == 'f' then redis.call('HINCRBY', TASKS_KEY, TF_PARENTS_FAILED .. c, 1) end
-  if kind == 'k' then redis.call('HINCRBY', TASKS_KEY, TF_PARENTS_SKIPPED .. c, 1) end
+  if kind == 'f' then redis.call('HINCRBY', TASKS, TF_PARENTS_FAILED .. c, 1) end
+  if kind == 'k' then redis.call('HINCRBY', TASKS, TF_PARENTS_SKIPPED .. c, 1) end
   if state ~= T_WAITING then return end
-  local n = redis.call('HMGET', TASKS_KEY, TF_PARENTS .. c, TF_PARENTS_FAILED .. c, TF_PARENTS_SKIPPED .. c)
+  local n = redis.call('HMGET', TASKS, TF_PARENTS .. c, TF_PARENTS_FAILED .. c,
+    TF_PARENTS_SKIPPED .. c)
   rule = rule or R_ALL_SUCCESS
-  local verdict = rule_verdict(rule, tonumber(n[1] or 0), d, u, tonumber(n[2] or 0), tonumber(n[3] or 0))
+  local verdict = rule_verdict(rule, tonumber(n[1] or 0), d, u, tonumber(n[2] or 0),
+    tonumber(n[3] or 0))
   act_on_verdict(c, rule, verdict, kind, origin, now, take)
 end
 
@@ -321,12 +330,12 @@ end
 
 -- The verdict of task c's rule on counts from count_parents, and the rule.
 local function parents_verdict(c, counts)
-  local rule = redis.call('HGET', TASKS_KEY, TF_TRIGGER_RULE .. c) or R_ALL_SUCCESS
+  local rule = redis.call('HGET', TASKS, TF_TRIGGER_RULE .. c) or R_ALL_SUCCESS
   return rule_verdict(rule, counts.np, counts.d, counts.u, counts.nf, counts.nk), rule
 end
 
 local function store_parent_counts(c, counts)
-  redis.call('HSET', TASKS_KEY, TF_DEPS_LEFT .. c, counts.d, TF_PARENTS_LEFT .. c, counts.u,
+  redis.call('HSET', TASKS, TF_DEPS_LEFT .. c, counts.d, TF_PARENTS_LEFT .. c, counts.u,
     TF_PARENTS_FAILED .. c, counts.nf, TF_PARENTS_SKIPPED .. c, counts.nk)
 end
 
@@ -337,12 +346,12 @@ local function drain_frontier(now, take, budget)
   local emptied = false
   budget = budget or FRONTIER_BUDGET
   while budget > 0 do
-    local entry = redis.call('LPOP', FRONTIER_KEY)
+    local entry = redis.call('LPOP', FRONTIER)
     emptied = not entry
     if emptied then break end
     local kind, i, origin, pos = string.match(entry, '^(%a)|(%d+)|(%d+)|(%d+)$')
     if kind == 'x' then budget = map_expand(i, budget, now) end -- writes instances instead
-    local csv = kind ~= 'x' and redis.call('HGET', TASKS_KEY, TF_CHILDREN .. i) or ''
+    local csv = kind ~= 'x' and redis.call('HGET', TASKS, TF_CHILDREN .. i) or ''
     pos = tonumber(pos)
     while budget > 0 do
       local s, e = string.find(csv, '[^,]+', pos)
@@ -353,16 +362,16 @@ local function drain_frontier(now, take, budget)
       parent_ended(kind, c, origin, now, take)
     end
     if string.find(csv, '[^,]+', pos) then
-      redis.call('LPUSH', FRONTIER_KEY, kind .. '|' .. i .. '|' .. origin .. '|' .. pos)
+      redis.call('LPUSH', FRONTIER, kind .. '|' .. i .. '|' .. origin .. '|' .. pos)
     end
   end
   flush_wakes()
-  if not emptied and redis.call('EXISTS', FRONTIER_KEY) == 1 then
+  if not emptied and redis.call('EXISTS', FRONTIER) == 1 then
     -- Releases go on after a job is finalized too (they keep every dependency counter
     -- equal to the parents not yet succeeded, which a later retry relies on); a list
     -- re-created by the push-back above must expire with the job.
-    local ttl = redis.call('PTTL', JOB_KEY)
-    if ttl > 0 then redis.call('PEXPIRE', FRONTIER_KEY, ttl) end
+    local ttl = redis.call('PTTL', JOB)
+    if ttl > 0 then redis.call('PEXPIRE', FRONTIER, ttl) end
     leader_message('continue', now)
   end
   compact_when_settled(now)
@@ -373,12 +382,13 @@ end
 local function fail_task(i, now, err)
   OBS.emit(EVENT_KIND.FAILED, i, OBS.attempt_of(i, err))
   OBS.count_finished(i, T_FAILED)
-  redis.call('HSET', TASKS_KEY, TF_STATE .. i, T_FAILED, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now, TF_ERROR .. i, err)
-  redis.call('HDEL', TASKS_KEY, TF_WAITING_FOR .. i) -- no longer waiting for a worker (give_back.lua)
+  redis.call('HSET', TASKS, TF_STATE .. i, T_FAILED, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i,
+    now, TF_ERROR .. i, err)
+  redis.call('HDEL', TASKS, TF_WAITING_FOR .. i) -- no longer waiting for a worker (give_back.lua)
   redis.call('ZREM', LEASES, lease_member(i))
   SLOT.free_slots(i)
   redis.call('ZADD', DLQ, now, lease_member(i))
-  redis.call('HINCRBY', JOB_KEY, JOB_FIELD.FAILED, 1)
+  redis.call('HINCRBY', JOB, JOB_FIELD.FAILED, 1)
   record_history(i, T_FAILED, now, err)
   push_frontier('f', i, i)
   task_finished(now)

@@ -6,7 +6,7 @@
   again when it has none)  KEYS[13] the shard's due notifications zset
   KEYS[14..18] the per-state job indexes (zsets), in JOB_STATES order
   KEYS[19] the job's packed record (string: its tasks and history once finished, compacted;
-  the scripts that touch it name it PACKED_KEY themselves)
+  the scripts that touch it name it PACKED themselves)
   KEYS[20..24] the shard's limits hash, slots hash, parked zset, freed set, freed wake list
   (_slots.lua)  KEYS[25] the shard's event stream  KEYS[26] the shard's metrics hash
   KEYS[27..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
@@ -17,7 +17,7 @@
   extra KEY.
   Scripts that only touch running attempts (start, heartbeat) may pass no queues. ]]
 
-local JOB_KEY, TASKS_KEY, HISTORY_KEY, FRONTIER_KEY = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local JOB, TASKS, HISTORY, FRONTIER = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local LEASES, CLAIMS, LEADER, LEADER_WAKE, DLQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local ACTIVE, EXPIRING, IDEM, NOTIFY = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local JOB_ID = ARGV[1]
@@ -25,7 +25,7 @@ local DEFAULT_RETENTION_MS = tonumber(ARGV[2])
 local QUEUE_COUNT = tonumber(ARGV[5])
 local STATE_INDEX = {} -- job state -> the zset of jobs in that state (what `list --state` reads)
 for k, state in ipairs(JOB_STATES) do STATE_INDEX[state] = KEYS[13 + k] end
--- KEYS[14 + #JOB_STATES] is the packed record (named PACKED_KEY by the scripts that touch it).
+-- KEYS[14 + #JOB_STATES] is the packed record (named PACKED by the scripts that touch it).
 -- the shard's limit keys (_slots.lua's table: the main chunk may hold at most 200 locals)
 SLOT.keys = {limits = KEYS[15 + #JOB_STATES], slots = KEYS[16 + #JOB_STATES],
   parked = KEYS[17 + #JOB_STATES], freed = KEYS[18 + #JOB_STATES], wake = KEYS[19 + #JOB_STATES]}
@@ -55,7 +55,7 @@ local META = {}
 -- call): its id and its own keys KEYS[k..k+4] (hash, tasks hash, history, frontier,
 -- idempotency key); its fields are read again (load_job) before they are used.
 local function bind_job(k, job_id)
-  JOB_KEY, TASKS_KEY, HISTORY_KEY, FRONTIER_KEY, IDEM = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
+  JOB, TASKS, HISTORY, FRONTIER, IDEM = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
   JOB_ID, META = job_id, {}
 end
 
@@ -63,8 +63,9 @@ end
 -- when a newer release wrote it (NEWER_PROTOCOL): this one must not change what it may not
 -- understand (its queue entries, say, which it could not even find). Called before any write.
 local function load_job()
-  local m = redis.call('HMGET', JOB_KEY, JOB_FIELD.STATE, JOB_FIELD.QUEUE, JOB_FIELD.PRIORITY, JOB_FIELD.SEQ, JOB_FIELD.QUEUES,
-    JOB_FIELD.TRIGGER_RULES, JOB_FIELD.PACKED, JOB_FIELD.TASKS, JOB_FIELD.NAME, JOB_FIELD.IDEMPOTENCY_KEY, JOB_FIELD.LEFT, JOB_FIELD.PROTOCOL)
+  local m = redis.call('HMGET', JOB, JOB_FIELD.STATE, JOB_FIELD.QUEUE, JOB_FIELD.PRIORITY,
+    JOB_FIELD.SEQ, JOB_FIELD.QUEUES, JOB_FIELD.TRIGGER_RULES, JOB_FIELD.PACKED, JOB_FIELD.TASKS,
+    JOB_FIELD.NAME, JOB_FIELD.IDEMPOTENCY_KEY, JOB_FIELD.LEFT, JOB_FIELD.PROTOCOL)
   if not m[1] then
     META = {refusal = JOB_GONE}
     return false
@@ -85,7 +86,7 @@ end
 -- job's first starts (start.lua, while none of its tasks ended) convert it, not its submit:
 -- a job waiting in a backlog keeps the compact form until it runs.
 local function tasks_as_hashtable(n)
-  if n >= TASKS_HASHTABLE_MIN_TASKS then as_hashtable(TASKS_KEY) end
+  if n >= TASKS_HASHTABLE_MIN_TASKS then as_hashtable(TASKS) end
 end
 
 -- Every queue the job's tasks may enter, and its idempotency key, were passed in KEYS
@@ -94,8 +95,8 @@ local function queues_passed()
   for name in string.gmatch(META.queues, '[^,]+') do
     if not QUEUES[name] then return false end
   end
-  if IDEM ~= JOB_KEY then return true end
-  if META.idem == nil then return redis.call('HEXISTS', JOB_KEY, JOB_FIELD.IDEMPOTENCY_KEY) == 0 end
+  if IDEM ~= JOB then return true end
+  if META.idem == nil then return redis.call('HEXISTS', JOB, JOB_FIELD.IDEMPOTENCY_KEY) == 0 end
   return not META.idem -- read by load_job
 end
 
@@ -128,22 +129,23 @@ end
 -- Set the job's state and move the job to that state's index, in one step, so `list --state`
 -- reads exactly the jobs in that state.
 local function set_job_state(state)
-  local j = redis.call('HMGET', JOB_KEY, JOB_FIELD.STATE, JOB_FIELD.CREATED_AT)
+  local j = redis.call('HMGET', JOB, JOB_FIELD.STATE, JOB_FIELD.CREATED_AT)
   if j[1] and j[1] ~= state then redis.call('ZREM', STATE_INDEX[j[1]], JOB_ID) end
   redis.call('ZADD', STATE_INDEX[state], j[2], JOB_ID)
-  redis.call('HSET', JOB_KEY, JOB_FIELD.STATE, state)
+  redis.call('HSET', JOB, JOB_FIELD.STATE, state)
   META.state = state
 end
 
 -- The job's entry in the expiring zset: what trimming needs once the job's keys are gone.
 local function expiring_member()
-  local j = redis.call('HMGET', JOB_KEY, JOB_FIELD.OWNER, JOB_FIELD.SCHEDULE_ID)
+  local j = redis.call('HMGET', JOB, JOB_FIELD.OWNER, JOB_FIELD.SCHEDULE_ID)
   return JOB_ID .. '\t' .. (j[1] or '') .. '\t' .. (j[2] or '')
 end
 
 -- The one way a transition says what it did: an entry in the shard's event stream, capped
 -- near OBS.maxlen (trimmed by whole stream nodes: cheap). Its id is the Redis time. i is
--- a task index (false for the job's own events); extra holds more field, value pairs (EVENT_FIELD.).
+-- a task index (false for the job's own events); extra holds more field, value pairs
+-- (EVENT_FIELD.).
 function OBS.emit(kind, i, extra)
   if OBS.maxlen <= 0 then return end
   local entry = {EVENT_FIELD.KIND, kind, EVENT_FIELD.JOB, JOB_ID}
@@ -156,11 +158,12 @@ function OBS.emit(kind, i, extra)
 end
 
 -- Many tasks' events of one kind in one entry, as the hot path makes them (a batch of
--- starts, completions, tasks queued): EVENT_FIELD.INDEX lists the indexes, EVENT_FIELD.ATTEMPT (when given)
--- their attempts, comma-separated; readers expand it into one event per task.
+-- starts, completions, tasks queued): EVENT_FIELD.INDEX lists the indexes, EVENT_FIELD.ATTEMPT
+-- (when given) their attempts, comma-separated; readers expand it into one event per task.
 function OBS.emit_many(kind, indexes, attempts, extra)
   if OBS.maxlen <= 0 or #indexes == 0 then return end
-  local entry = {EVENT_FIELD.KIND, kind, EVENT_FIELD.JOB, JOB_ID, EVENT_FIELD.INDEX, table.concat(indexes, ',')}
+  local entry = {EVENT_FIELD.KIND, kind, EVENT_FIELD.JOB, JOB_ID, EVENT_FIELD.INDEX,
+    table.concat(indexes, ',')}
   if attempts then
     entry[7] = EVENT_FIELD.ATTEMPT
     entry[8] = table.concat(attempts, ',')
@@ -171,7 +174,7 @@ end
 
 -- An attempt's fields for an event (attempt, handler) and, when given, its error, short.
 function OBS.attempt_of(i, err)
-  local a = redis.call('HMGET', TASKS_KEY, TF_ATTEMPTS .. i, TF_HANDLER .. i)
+  local a = redis.call('HMGET', TASKS, TF_ATTEMPTS .. i, TF_HANDLER .. i)
   local extra = {EVENT_FIELD.ATTEMPT, a[1] or '0', EVENT_FIELD.HANDLER, a[2] or ''}
   if err then
     extra[5] = EVENT_FIELD.ERROR
@@ -210,8 +213,8 @@ function OBS.observe(bucket_prefix, sum_field, ms)
   OBS.count(sum_field, ms)
 end
 
--- The payload is msgpack of a map whose first key is PAYLOAD_KEY.TASK (layout.py writes it first): the
--- task name is the string right after it, read here without unpacking the arguments.
+-- The payload is msgpack of a map whose first key is PAYLOAD_KEY.TASK (layout.py writes it first):
+-- the task name is the string right after it, read here without unpacking the arguments.
 function OBS.payload_task_name(p)
   local TASK_KEY = string.char(160 + #PAYLOAD_KEY.TASK) .. PAYLOAD_KEY.TASK -- the key as a msgpack fixstr
   if not p or string.sub(p, 2, 1 + #TASK_KEY) ~= TASK_KEY then return nil end
@@ -222,7 +225,7 @@ function OBS.payload_task_name(p)
   return nil
 end
 
-local function task_state(i) return redis.call('HGET', TASKS_KEY, TF_STATE .. i) end
+local function task_state(i) return redis.call('HGET', TASKS, TF_STATE .. i) end
 local function lease_member(i) return JOB_ID .. '|' .. i end
 -- The index is zero-padded so a job's tasks sort in spec order, not as strings (10 < 2).
 -- A task with a rank (TF_RANK, jobcenter/model/ordering.py) has it right after the job's
@@ -240,15 +243,15 @@ local function member_of(i, rank, limits)
   return member
 end
 local function queue_member(i)
-  local f = redis.call('HMGET', TASKS_KEY, TF_RANK .. i, TF_LIMITS .. i)
+  local f = redis.call('HMGET', TASKS, TF_RANK .. i, TF_LIMITS .. i)
   return member_of(i, f[1], f[2])
 end
 -- A queued task leaving its queue without a claim (cancel, abandon) leaves the parked zset
 -- too, if it waits there for a full limit.
 function SLOT.unpark(i) SLOT.unpark_of(SLOT.keys.limits, SLOT.keys.parked, lease_member(i)) end
-local function task_queue(i) return redis.call('HGET', TASKS_KEY, TF_QUEUE .. i) or META.queue end
+local function task_queue(i) return redis.call('HGET', TASKS, TF_QUEUE .. i) or META.queue end
 local function task_priority(i)
-  local p = redis.call('HGET', TASKS_KEY, TF_PRIORITY .. i)
+  local p = redis.call('HGET', TASKS, TF_PRIORITY .. i)
   if p then return tonumber(p) end
   return META.priority
 end
@@ -271,13 +274,15 @@ function OBS.children_after(csv)
   for c in string.gmatch(csv, '[^,]+') do
     n = n + 1
     if n > OBS.CHILDREN_ORDERED then return 1 end
-    local f = redis.call('HMGET', TASKS_KEY, TF_PRIORITY .. c, TF_RANK .. c, TF_LIMITS .. c)
+    local f = redis.call('HMGET', TASKS, TF_PRIORITY .. c, TF_RANK .. c, TF_LIMITS .. c)
     local order = OBS.run_order(c, tonumber(f[1]) or META.priority, member_of(c, f[2], f[3]))
     if not first or order < first then first = order end
   end
   return first or 0
 end
-local function max_attempts(i) return tonumber(redis.call('HGET', TASKS_KEY, TF_MAX_ATTEMPTS .. i) or 1) end
+local function max_attempts(i)
+  return tonumber(redis.call('HGET', TASKS, TF_MAX_ATTEMPTS .. i) or 1)
+end
 -- The fencing token of a task's current attempt, from its fields as read (attempt number,
 -- handler, nonce): "<attempt>:<handler>:<nonce>" (the nonce: random, drawn by the worker for
 -- the claim that started it, so no two claims share a token, whatever counters Redis loses).
@@ -309,7 +314,7 @@ local function live_attempt_refusal(token, handler, attempt, owner, nonce)
 end
 -- live_attempt_refusal of task i, read here; and the task's attempt, handler and nonce.
 local function token_refusal(i, token, handler)
-  local a = redis.call('HMGET', TASKS_KEY, TF_ATTEMPTS .. i, TF_HANDLER .. i, TF_NONCE .. i)
+  local a = redis.call('HMGET', TASKS, TF_ATTEMPTS .. i, TF_HANDLER .. i, TF_NONCE .. i)
   return live_attempt_refusal(token, handler, a[1], a[2], a[3]), a
 end
 
@@ -339,12 +344,12 @@ local function stamp_created(first, last, now)
     fields[#fields + 1] = TF_CREATED_AT .. i
     fields[#fields + 1] = now
   end
-  call_chunked('HSET', TASKS_KEY, fields)
+  call_chunked('HSET', TASKS, fields)
 end
 
 -- Labels of task i's metrics: its queue and task name ('?' when its payload is gone).
 function OBS.task_labels(i, name)
-  name = name or OBS.payload_task_name(redis.call('HGET', TASKS_KEY, TF_PAYLOAD .. i)) or '?'
+  name = name or OBS.payload_task_name(redis.call('HGET', TASKS, TF_PAYLOAD .. i)) or '?'
   return task_queue(i) .. '\t' .. name
 end
 
@@ -358,7 +363,8 @@ end
 function OBS.observe_run(i, started, now, labels)
   if not (OBS.metrics_on and started) then return end
   labels = labels or OBS.task_labels(i)
-  OBS.observe(METRIC_FIELD.RUN .. '\t' .. labels, METRIC_FIELD.RUN_SUM .. '\t' .. labels, math.max(0, now - tonumber(started)))
+  OBS.observe(METRIC_FIELD.RUN .. '\t' .. labels, METRIC_FIELD.RUN_SUM .. '\t' .. labels,
+    math.max(0, now - tonumber(started)))
 end
 
 -- A task of queue qname starts: its queue wait, from when it was queued, or for a retry from
@@ -366,5 +372,6 @@ end
 function OBS.observe_wait(qname, queued, last_ended, now)
   if not (OBS.metrics_on and queued) then return end
   local since = math.max(tonumber(queued), tonumber(last_ended or 0))
-  OBS.observe(METRIC_FIELD.WAIT .. '\t' .. qname, METRIC_FIELD.WAIT_SUM .. '\t' .. qname, math.max(0, now - since))
+  OBS.observe(METRIC_FIELD.WAIT .. '\t' .. qname, METRIC_FIELD.WAIT_SUM .. '\t' .. qname,
+    math.max(0, now - since))
 end

@@ -69,7 +69,8 @@ local function used_of(id) return tonumber(redis.call('HGET', SLOTS, id) or 0) e
 -- Parked entries sort as the queue does: by score (-priority), then by member.
 local parked_prefix = SLOT.parked_prefix
 local function parked_entry(qname, id, score, member)
-  return parked_prefix(qname, id) .. string.format('%010d', tonumber(score) + ORDER_OFFSET) .. '|' .. member
+  return parked_prefix(qname, id) .. string.format('%010d',
+    tonumber(score) + ORDER_OFFSET) .. '|' .. member
 end
 local function first_parked(qname, id) return SLOT.first_parked(PARKED, qname, id) end
 
@@ -135,7 +136,8 @@ local function take_slots(qname, member, score, job, lease, spec)
   end
   redis.call('HSET', SLOTS, lease, table.concat(held, ';'))
   for _, r in ipairs(rated) do
-    redis.call('HSET', LIMITS, LIMIT_FIELD.RATE_WINDOW .. r.id, r.rate.start .. '|' .. r.rate.count + 1)
+    redis.call('HSET', LIMITS, LIMIT_FIELD.RATE_WINDOW .. r.id,
+      r.rate.start .. '|' .. r.rate.count + 1)
   end
   return true
 end
@@ -226,7 +228,8 @@ for k = 9, #KEYS, 3 do
   end
   if newest > 0 then newer[#newer + 1] = newest .. '|' .. qname end
   if rate and before > want then
-    redis.call('HSET', LIMITS, LIMIT_FIELD.RATE_WINDOW .. qname, rate.start .. '|' .. rate.count + before - want)
+    redis.call('HSET', LIMITS, LIMIT_FIELD.RATE_WINDOW .. qname,
+      rate.start .. '|' .. rate.count + before - want)
   end
   -- more that this release can run: not only what it passed over (no wake-up ping-pong)
   local more = wanted and not emptied and skipped < NEWER_SKIPPED_MAX

@@ -6,9 +6,10 @@
   the same call: one round trip, not three). Each success updates the learned run time of
   its job name + task id and of its task name.
   KEYS: the job context (_job.lua), then KEYS[FIRST_OWN_KEY] the shard's learned-estimates hash
-  ARGV[FIRST_OWN_ARG] handler id  ARGV[FIRST_OWN_ARG+1] the call's nonce, for the attempts it starts (start.lua)
-  ARGV[FIRST_OWN_ARG+2] lease ms  ARGV[FIRST_OWN_ARG+3] tasks to take (released children, then queued
-  ones): "<free>" into free slots, or "<free>+<extra>" with a prefetch (NEXT.may_take), then
+  ARGV[FIRST_OWN_ARG] handler id  ARGV[FIRST_OWN_ARG+1] the call's nonce, for the attempts it starts
+  (start.lua)
+  ARGV[FIRST_OWN_ARG+2] lease ms  ARGV[FIRST_OWN_ARG+3] tasks to take (released children, then
+  queued ones): "<free>" into free slots, or "<free>+<extra>" with a prefetch (NEXT.may_take), then
   "@<run order>" when the worker holds tasks with children: it prefetches only tasks before it
   ARGV[FIRST_OWN_ARG+4] number of queues the worker serves  ARGV[FIRST_OWN_ARG+5..] their names
   then triples: task index, fencing token (_job.lua token_of), its result (msgpack bytes,
@@ -108,7 +109,7 @@ local function take(c)
   NEXT.released[c] = true
   if take_left <= 0 then return false end
   -- everything this needs of the child, in one read
-  local f = redis.call('HMGET', TASKS_KEY, TF_QUEUE .. c, TF_LIMITS .. c, TF_MAP_ARG .. c,
+  local f = redis.call('HMGET', TASKS, TF_QUEUE .. c, TF_LIMITS .. c, TF_MAP_ARG .. c,
     TF_PRIORITY .. c, TF_RANK .. c, TF_CHILDREN .. c, TF_ATTEMPTS .. c, TF_PAYLOAD .. c,
     TF_INPUTS .. c, TF_MAP_OF .. c, TF_ERROR .. c, TF_FINISHED_AT .. c, TF_PROGRESS .. c)
   local qname = f[1] or META.queue
@@ -131,8 +132,8 @@ local function take(c)
   local attempt = tonumber(f[7] or 0) + 1
   local fields = {TF_QUEUED_AT .. c, NEXT.now} -- queued and started at once
   begin_attempt(fields, NEXT.clears, c, attempt, handler, nonce, NEXT.now, f[11], f[12], f[13])
-  redis.call('HSET', TASKS_KEY, unpack(fields))
-  call_chunked('HDEL', TASKS_KEY, NEXT.clears)
+  redis.call('HSET', TASKS, unpack(fields))
+  call_chunked('HDEL', TASKS, NEXT.clears)
   NEXT.clears = {}
   redis.call('ZADD', LEASES, NEXT.lease_until, lease_member(c))
   OBS.emit(EVENT_KIND.STARTED, c, {EVENT_FIELD.ATTEMPT, attempt, EVENT_FIELD.HANDLER, handler})
@@ -173,10 +174,10 @@ function NEXT.take_queued()
     if take_left <= 0 or NEXT.stopped then break end
   end
   if #NEXT.indexes == 0 then return end
-  call_chunked('HSET', TASKS_KEY, NEXT.writes)
-  call_chunked('HDEL', TASKS_KEY, NEXT.clears)
+  call_chunked('HSET', TASKS, NEXT.writes)
+  call_chunked('HDEL', TASKS, NEXT.clears)
   call_chunked('ZADD', LEASES, NEXT.leases)
-  if META.updated_at ~= now then redis.call('HSET', JOB_KEY, JOB_FIELD.UPDATED_AT, NEXT.now) end
+  if META.updated_at ~= now then redis.call('HSET', JOB, JOB_FIELD.UPDATED_AT, NEXT.now) end
   OBS.emit_many(EVENT_KIND.STARTED, NEXT.indexes, NEXT.attempts, {EVENT_FIELD.HANDLER, handler})
   OBS.flush_counts()
 end
@@ -217,7 +218,7 @@ end
 -- stale entry (its task no longer queued: cancelled, or running through a duplicate entry)
 -- is only dropped. False when the task may not be taken (NEXT.may_take): it stays queued.
 function NEXT.start(i, qname, member)
-  local f = redis.call('HMGET', TASKS_KEY, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i,
+  local f = redis.call('HMGET', TASKS, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i,
     TF_QUEUED_AT .. i, TF_FINISHED_AT .. i, TF_CHILDREN .. i, TF_PRIORITY .. i, TF_INPUTS .. i,
     TF_MAP_OF .. i, TF_ERROR .. i, TF_PROGRESS .. i)
   if f[1] ~= T_QUEUED and f[1] ~= T_RETRY_WAIT then return true end
@@ -243,7 +244,7 @@ local writes, clears, leases, history, frontier = {}, {}, {}, {}, {}
 OBS.succeeded = {indexes = {}, attempts = {}} -- one event entry for the batch
 for k = first_triple, #ARGV, 3 do
   local i, token, result = ARGV[k], ARGV[k + 1], ARGV[k + 2]
-  local f = redis.call('HMGET', TASKS_KEY, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
+  local f = redis.call('HMGET', TASKS, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
     TF_STARTED_AT .. i, TF_CHILDREN .. i, TF_PAYLOAD .. i, TF_ID .. i, TF_QUEUE .. i,
     TF_LIMITS .. i, TF_ERROR .. i, TF_PROGRESS .. i, TF_WAITING_FOR .. i, TF_GATE_WAIT .. i,
     TF_NONCE .. i)
@@ -274,7 +275,8 @@ for k = first_triple, #ARGV, 3 do
     -- only a task with limits holds pool or limit slots (claim.lua)
     if f[9] then NEXT.slotted[#NEXT.slotted + 1] = i end
     leases[#leases + 1] = lease_member(i)
-    history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', NEXT.now, ''}, '\t')
+    history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', NEXT.now, ''},
+      '\t')
     if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
     local name = OBS.payload_task_name(f[6])
     ESTIMATES.learn_run(i, f[4], name, f[7])
@@ -289,13 +291,14 @@ for k = first_triple, #ARGV, 3 do
   codes[#codes + 1] = code
 end
 if #leases > 0 then
-  call_chunked('HSET', TASKS_KEY, writes)
-  call_chunked('HDEL', TASKS_KEY, clears)
+  call_chunked('HSET', TASKS, writes)
+  call_chunked('HDEL', TASKS, clears)
   call_chunked('ZREM', LEASES, leases)
   for _, i in ipairs(NEXT.slotted) do SLOT.free_slots(i) end
-  OBS.emit_many(EVENT_KIND.SUCCEEDED, OBS.succeeded.indexes, OBS.succeeded.attempts, {EVENT_FIELD.HANDLER, handler})
+  OBS.emit_many(EVENT_KIND.SUCCEEDED, OBS.succeeded.indexes, OBS.succeeded.attempts,
+    {EVENT_FIELD.HANDLER, handler})
   append_history(history)
-  call_chunked('RPUSH', FRONTIER_KEY, frontier)
+  call_chunked('RPUSH', FRONTIER, frontier)
   task_finished(now, #leases)
 end
 ESTIMATES.flush()

@@ -35,17 +35,18 @@ for k = FIRST_OWN_ARG + 1, #ARGV do
     enqueue(i, now)
     outcome = 'requeued'
   elseif state == T_RUNNING then
-    redis.call('HSET', TASKS_KEY, TF_STATE .. i, T_TIMED_OUT, TF_UPDATED_AT .. i, now)
+    redis.call('HSET', TASKS, TF_STATE .. i, T_TIMED_OUT, TF_UPDATED_AT .. i, now)
     OBS.emit(EVENT_KIND.TIMED_OUT, i, OBS.attempt_of(i))
     redis.call('ZADD', LEASES, now + grace_ms, lease)
     outcome = 'timed_out'
   elseif state == T_TIMED_OUT then
-    local msg = 'timed out: no heartbeat from handler ' .. (redis.call('HGET', TASKS_KEY, TF_HANDLER .. i) or '?')
-    local attempt = tonumber(redis.call('HGET', TASKS_KEY, TF_ATTEMPTS .. i) or 0)
+    local msg = 'timed out: no heartbeat from handler ' .. (redis.call('HGET', TASKS,
+      TF_HANDLER .. i) or '?')
+    local attempt = tonumber(redis.call('HGET', TASKS, TF_ATTEMPTS .. i) or 0)
     if attempt < max_attempts(i) then
       OBS.emit(EVENT_KIND.RETRIED, i, OBS.attempt_of(i, msg))
       if OBS.metrics_on then OBS.count(METRIC_FIELD.RETRIES .. '\t' .. OBS.task_labels(i)) end
-      redis.call('HSET', TASKS_KEY, TF_ERROR .. i, msg, TF_FINISHED_AT .. i, now)
+      redis.call('HSET', TASKS, TF_ERROR .. i, msg, TF_FINISHED_AT .. i, now)
       record_history(i, T_TIMED_OUT, now, msg)
       redis.call('ZREM', LEASES, lease)
       SLOT.free_slots(i)
@@ -68,7 +69,7 @@ for k = FIRST_OWN_ARG + 1, #ARGV do
   end
 end
 if changed then
-  redis.call('HSET', JOB_KEY, JOB_FIELD.UPDATED_AT, now)
+  redis.call('HSET', JOB, JOB_FIELD.UPDATED_AT, now)
   drain_frontier(now, nil)
 end
 return {OK, outcomes}

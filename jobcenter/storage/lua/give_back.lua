@@ -10,7 +10,8 @@
   repeated give-backs) for status, and for recovery, which fails it once no live worker has
   had the name for too long.
   KEYS: the job context (_job.lua)
-  ARGV[FIRST_OWN_ARG] handler id  ARGV[FIRST_OWN_ARG+1] shortest delay ms  ARGV[FIRST_OWN_ARG+2] longest delay ms
+  ARGV[FIRST_OWN_ARG] handler id  ARGV[FIRST_OWN_ARG+1] shortest delay ms  ARGV[FIRST_OWN_ARG+2]
+  longest delay ms
   ARGV[FIRST_OWN_ARG+3] what live workers serve: "queue|name" entries, each followed by a newline
   then triples: task index, fencing token (_job.lua token_of), task name
   Returns {0, {code per triple}} | {-4} job gone | {-5} queues not passed
@@ -38,17 +39,18 @@ for k = FIRST_OWN_ARG + 4, #ARGV, 3 do
   elseif state ~= T_RUNNING and state ~= T_TIMED_OUT then
     code = ITEM_WRONG_STATE
   else
-    local waiting = redis.call('HGET', TASKS_KEY, TF_WAITING_FOR .. i)
+    local waiting = redis.call('HGET', TASKS, TF_WAITING_FOR .. i)
     local since = tonumber(waiting and string.match(waiting, '^(%d+)|') or now)
     local queue_name = task_queue(i)
     local delay = delay_min
     if not served[queue_name .. '|' .. name] then
       delay = math.min(delay_max, math.max(delay_min, math.floor((now - since) / 4)))
     end
-    OBS.emit(EVENT_KIND.GIVEN_BACK, i, {EVENT_FIELD.ATTEMPT, attempt, EVENT_FIELD.HANDLER, handler, EVENT_FIELD.DETAIL, name})
-    redis.call('HSET', TASKS_KEY, TF_STATE .. i, T_QUEUED, TF_ATTEMPTS .. i, tonumber(attempt) - 1,
+    OBS.emit(EVENT_KIND.GIVEN_BACK, i, {EVENT_FIELD.ATTEMPT, attempt, EVENT_FIELD.HANDLER, handler,
+      EVENT_FIELD.DETAIL, name})
+    redis.call('HSET', TASKS, TF_STATE .. i, T_QUEUED, TF_ATTEMPTS .. i, tonumber(attempt) - 1,
       TF_WAITING_FOR .. i, since .. '|' .. name, TF_UPDATED_AT .. i, now)
-    redis.call('HDEL', TASKS_KEY, TF_HANDLER .. i, TF_STARTED_AT .. i)
+    redis.call('HDEL', TASKS, TF_HANDLER .. i, TF_STARTED_AT .. i)
     redis.call('ZREM', LEASES, lease_member(i))
     SLOT.free_slots(i)
     local queue = QUEUES[queue_name]
@@ -59,5 +61,5 @@ for k = FIRST_OWN_ARG + 4, #ARGV, 3 do
 end
 -- an idle worker re-claims and learns when to wake for these tasks
 for key in pairs(woken) do wake(key, 1) end
-if next(woken) then redis.call('HSET', JOB_KEY, JOB_FIELD.UPDATED_AT, now) end
+if next(woken) then redis.call('HSET', JOB, JOB_FIELD.UPDATED_AT, now) end
 return {OK, codes}

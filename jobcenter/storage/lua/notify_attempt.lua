@@ -18,7 +18,8 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
 end
 
 local now = now_ms()
-local d = redis.call('HMGET', KEYS[3], DELIVERY_FIELD.STATE .. channel, DELIVERY_FIELD.ATTEMPTS .. channel,
+local d = redis.call('HMGET', KEYS[3], DELIVERY_FIELD.STATE .. channel,
+  DELIVERY_FIELD.ATTEMPTS .. channel,
   DELIVERY_FIELD.HANDLER .. channel, DELIVERY_FIELD.TRIED_AT .. channel)
 local attempts = tonumber(d[2] or 0)
 if d[1] == DELIVERY_STATE.DELIVERED or d[1] == DELIVERY_STATE.FAILED then attempts = 0 end
@@ -28,7 +29,8 @@ if d[1] == DELIVERY_STATE.DELIVERING then
   redis.call('LTRIM', KEYS[4], -DELIVERY_LOG_MAX, -1)
 end
 attempts = attempts + 1
-redis.call('HSET', KEYS[3], DELIVERY_FIELD.STATE .. channel, DELIVERY_STATE.DELIVERING, DELIVERY_FIELD.ATTEMPTS .. channel, attempts,
+redis.call('HSET', KEYS[3], DELIVERY_FIELD.STATE .. channel, DELIVERY_STATE.DELIVERING,
+  DELIVERY_FIELD.ATTEMPTS .. channel, attempts,
   DELIVERY_FIELD.HANDLER .. channel, handler, DELIVERY_FIELD.TRIED_AT .. channel, now)
 redis.call('HDEL', KEYS[3], DELIVERY_FIELD.NEXT_AT .. channel, DELIVERY_FIELD.DONE_AT .. channel)
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), member)

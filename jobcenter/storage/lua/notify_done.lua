@@ -12,7 +12,8 @@ local DELIVERY_LOG_MAX = 100 -- attempts kept per job: far more than the retries
 local channel, job_id, attempt, handler = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local delivered, detail, retry_ms = ARGV[5] == '1', ARGV[6], tonumber(ARGV[7])
 local member = channel .. '|' .. job_id
-local d = redis.call('HMGET', KEYS[3], DELIVERY_FIELD.STATE .. channel, DELIVERY_FIELD.ATTEMPTS .. channel,
+local d = redis.call('HMGET', KEYS[3], DELIVERY_FIELD.STATE .. channel,
+  DELIVERY_FIELD.ATTEMPTS .. channel,
   DELIVERY_FIELD.HANDLER .. channel, DELIVERY_FIELD.TRIED_AT .. channel)
 if d[1] ~= DELIVERY_STATE.DELIVERING or d[2] ~= attempt or d[3] ~= handler then return {STALE_TOKEN} end
 

@@ -7,7 +7,8 @@
 local LIMITS, SLOTS, FREED, FREED_WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id = LIMIT_KIND.POOL .. ARGV[1]
 if ARGV[2] == '' then
-  if redis.call('HEXISTS', SLOTS, id) == 1 or redis.call('HEXISTS', LIMITS, LIMIT_FIELD.PARKED .. id) == 1 then
+  if redis.call('HEXISTS', SLOTS, id) == 1 or redis.call('HEXISTS', LIMITS,
+    LIMIT_FIELD.PARKED .. id) == 1 then
     return {WRONG_STATE}
   end
   redis.call('HDEL', LIMITS, LIMIT_FIELD.POOL_TOTAL .. ARGV[1])

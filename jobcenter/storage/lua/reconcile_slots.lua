@@ -42,7 +42,8 @@ end
 if not correct then return {OK, freed_slots, corrected} end
 
 for lease in pairs(held) do
-  if not redis.call('ZSCORE', LEASES, lease) then SLOT.free_slots_of(LIMITS, SLOTS, FREED, FREED_WAKE, lease) end
+  if not redis.call('ZSCORE', LEASES, lease) then SLOT.free_slots_of(LIMITS, SLOTS, FREED,
+    FREED_WAKE, lease) end
 end
 for id in pairs(ids) do
   if tonumber(redis.call('HGET', SLOTS, id) or 0) ~= (want[id] or 0) then

@@ -13,7 +13,8 @@
   'lease'    running or timed_out with no lease: given a lease due now, so the expiry
              rules (rule 1) take it from there
   KEYS: the job context (_job.lua)
-  ARGV[FIRST_OWN_ARG] action  ARGV[FIRST_OWN_ARG+1] error text (abandon, node)  then per task: index, and for
+  ARGV[FIRST_OWN_ARG] action  ARGV[FIRST_OWN_ARG+1] error text (abandon, node)  then per task:
+  index, and for
   'release' a count of parents followed by the parents' indexes
   Returns {0, number repaired, of which failed} | {-4} job gone | {-5} queues not passed
           | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it]]
@@ -41,7 +42,8 @@ while k <= #ARGV do
     local held = redis.call('ZSCORE', LEASES, lease)
       or redis.call('ZSCORE', queue.ready, queue_member(i))
       or redis.call('ZSCORE', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
-      or redis.call('HEXISTS', SLOT.keys.limits, LIMIT_FIELD.PARKED_AT .. lease) == 1 -- waiting for a full limit
+      or redis.call('HEXISTS', SLOT.keys.limits,
+        LIMIT_FIELD.PARKED_AT .. lease) == 1 -- waiting for a full limit
     if (state == T_QUEUED or state == T_RETRY_WAIT) and not held then
       repairing(i)
       enqueue(i, now)
@@ -52,7 +54,7 @@ while k <= #ARGV do
     k = k + 1 + nparents
     -- an expanded mapped task is released by its instances (recovery may not see them
     -- all); one whose expansion lost its frontier entry has it scheduled again
-    local expanded = redis.call('HEXISTS', TASKS_KEY, TF_MAP_INSTANCES .. i) == 1
+    local expanded = redis.call('HEXISTS', TASKS, TF_MAP_INSTANCES .. i) == 1
     if state == T_WAITING and parents.d == 0 and expanded then
       if map_resume(i, now) then repairing(i) end
     elseif state == T_WAITING and parents.u == 0 then
@@ -85,9 +87,9 @@ while k <= #ARGV do
       SLOT.free_slots(i)
       SLOT.unpark(i)
       repairing(i)
-      local used = tonumber(redis.call('HGET', TASKS_KEY, TF_ATTEMPTS .. i) or 0) + 1
-      redis.call('HSET', TASKS_KEY, TF_ATTEMPTS .. i, used, TF_ERROR .. i, err, TF_UPDATED_AT .. i, now)
-      redis.call('HDEL', TASKS_KEY, TF_HANDLER .. i, TF_STARTED_AT .. i)
+      local used = tonumber(redis.call('HGET', TASKS, TF_ATTEMPTS .. i) or 0) + 1
+      redis.call('HSET', TASKS, TF_ATTEMPTS .. i, used, TF_ERROR .. i, err, TF_UPDATED_AT .. i, now)
+      redis.call('HDEL', TASKS, TF_HANDLER .. i, TF_STARTED_AT .. i)
       if used < max_attempts(i) then
         OBS.emit(EVENT_KIND.RETRIED, i, OBS.attempt_of(i, err))
         if OBS.metrics_on then OBS.count(METRIC_FIELD.RETRIES .. '\t' .. OBS.task_labels(i)) end

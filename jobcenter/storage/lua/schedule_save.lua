@@ -17,7 +17,8 @@ local id, read_rev, due, retention = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4
 local kept, n = tonumber(ARGV[5]), tonumber(ARGV[6])
 
 if redis.call('EXISTS', SCHEDULE) == 0 then return {SCHEDULE_GONE} end
-if tonumber(redis.call('HGET', SCHEDULE, SCHEDULE_FIELD.REVISION) or 0) ~= read_rev then return {CHANGED} end
+if tonumber(redis.call('HGET', SCHEDULE,
+  SCHEDULE_FIELD.REVISION) or 0) ~= read_rev then return {CHANGED} end
 
 local set, unset, records = {}, {}, {}
 for k = 7, 6 + n do records[#records + 1] = ARGV[k] end

@@ -1,10 +1,12 @@
 --[[ start: reserved -> running: a new attempt of each task this handler reserved.
   KEYS: the job context (_job.lua)
-  ARGV[FIRST_OWN_ARG] handler id  ARGV[FIRST_OWN_ARG+1] the claim's nonce (random, drawn by the worker: each attempt's
-  fencing token is "<attempt>:<handler>:<nonce>", _job.lua token_of)  ARGV[FIRST_OWN_ARG+2..] task indexes
+  ARGV[FIRST_OWN_ARG] handler id  ARGV[FIRST_OWN_ARG+1] the claim's nonce (random, drawn by the
+  worker: each attempt's fencing token is "<attempt>:<handler>:<nonce>", _job.lua token_of)
+  ARGV[FIRST_OWN_ARG+2..] task indexes
   Returns {0, {{index, attempt, payload, inputs, run order, children}...} (as one msgpack
-  string: MSGPACK.tasks), the job's queues, its idempotency key} (inputs: _data.lua task_inputs, the parents' results the task
-  receives; run order: OBS.run_order, where it stands in its queue's order; children:
+  string: MSGPACK.tasks), the job's queues, its idempotency key} (inputs: _data.lua task_inputs, the
+  parents' results the task receives; run order: OBS.run_order, where it stands in its queue's
+  order; children:
   OBS.children_after, 0 when it releases no others as it ends)
           | {-4} job gone (its reservations are dropped)
           | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
@@ -29,7 +31,7 @@ for k = FIRST_OWN_ARG + 2, #ARGV do
   if holders[k - FIRST_OWN_ARG - 1] == handler and not seen[i] then
     seen[i] = true
     mine[#mine + 1] = lease
-    local f = redis.call('HMGET', TASKS_KEY, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i,
+    local f = redis.call('HMGET', TASKS, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i,
       TF_QUEUE .. i, TF_QUEUED_AT .. i, TF_FINISHED_AT .. i, TF_CHILDREN .. i, TF_PRIORITY .. i,
       TF_RANK .. i, TF_LIMITS .. i, TF_INPUTS .. i, TF_MAP_OF .. i, TF_ERROR .. i, TF_PROGRESS .. i)
     if f[1] == T_QUEUED or f[1] == T_RETRY_WAIT then
@@ -51,9 +53,9 @@ call_chunked('ZREM', LEASES, dropped)
 for _, lease in ipairs(dropped) do SLOT.free_slots(string.match(lease, '|(%d+)$')) end
 -- the job's first starts (none of its tasks ended yet): the tasks hash as a hash table now
 if #started > 0 and META.left == META.n then tasks_as_hashtable(META.n) end
-call_chunked('HSET', TASKS_KEY, writes)
-call_chunked('HDEL', TASKS_KEY, clears)
-if #started > 0 then redis.call('HSET', JOB_KEY, JOB_FIELD.UPDATED_AT, now_text) end
+call_chunked('HSET', TASKS, writes)
+call_chunked('HDEL', TASKS, clears)
+if #started > 0 then redis.call('HSET', JOB, JOB_FIELD.UPDATED_AT, now_text) end
 OBS.emit_many(EVENT_KIND.STARTED, started_indexes, started_attempts, {EVENT_FIELD.HANDLER, handler})
 OBS.flush_counts()
 return {OK, MSGPACK.tasks(started), META.queues, META.idem or ''}

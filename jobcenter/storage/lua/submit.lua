@@ -3,8 +3,8 @@
   tasks written, its ready tasks queued: it starts running with no leader round trip); a
   larger one is handed to a leader, which splits it in bounded chunks.
   KEYS: the job context (_job.lua) of the first job, with the queues of every job of the
-  call; then KEYS[FIRST_OWN_KEY] shard sequence counter  KEYS[FIRST_OWN_KEY+1] jobs zset; then 7 per job: its
-  hash, tasks hash, history, frontier, idempotency key (its hash again when it has none),
+  call; then KEYS[FIRST_OWN_KEY] shard sequence counter  KEYS[FIRST_OWN_KEY+1] jobs zset; then 7 per
+  job: its hash, tasks hash, history, frontier, idempotency key (its hash again when it has none),
   owner's jobs zset (its hash again when no owner), the firing schedule's jobs zset (its
   hash again when no schedule fired it)
   ARGV[FIRST_OWN_ARG] number of jobs, then per job: its id, the number of job-hash arguments, those
@@ -29,12 +29,12 @@ local function submit_job(k, at)
   -- the queues of an inline split are checked against the job's own list before any write
   for f = at + 1, at + njob, 2 do
     if ARGV[f] == JOB_FIELD.QUEUES then META.queues = ARGV[f + 1] end
-    if ARGV[f] == JOB_FIELD.IDEMPOTENCY_KEY and IDEM == JOB_KEY then return KEYS_MISSING, JOB_ID end
+    if ARGV[f] == JOB_FIELD.IDEMPOTENCY_KEY and IDEM == JOB then return KEYS_MISSING, JOB_ID end
     if ARGV[f] == JOB_FIELD.DIGEST then digest = ARGV[f + 1] end
     if ARGV[f] == JOB_FIELD.TASKS then ntasks = tonumber(ARGV[f + 1]) end
   end
 
-  if IDEM ~= JOB_KEY then
+  if IDEM ~= JOB then
     local existing = redis.call('GET', IDEM)
     if existing then
       -- a key stored before digests were kept ("<job id>" alone) matches any spec
@@ -43,7 +43,7 @@ local function submit_job(k, at)
       return ALREADY, id
     end
   end
-  if redis.call('EXISTS', JOB_KEY) == 1 then return WRONG_STATE, JOB_ID end
+  if redis.call('EXISTS', JOB) == 1 then return WRONG_STATE, JOB_ID end
   if ntask > 0 and not queues_passed() then return KEYS_MISSING, JOB_ID end
 
   local now = now_ms()
@@ -52,17 +52,19 @@ local function submit_job(k, at)
   local state, split = J_PENDING, {}
   if ntask > 0 then
     state = J_RUNNING
-    split = {JOB_FIELD.STARTED_AT, now, JOB_FIELD.WRITTEN, ntasks, JOB_FIELD.QUEUED, tonumber(ARGV[roots_at])}
+    split = {JOB_FIELD.STARTED_AT, now, JOB_FIELD.WRITTEN, ntasks, JOB_FIELD.QUEUED,
+      tonumber(ARGV[roots_at])}
   end
-  local job = {JOB_FIELD.ID, JOB_ID, JOB_FIELD.STATE, state, JOB_FIELD.SEQ, seq, JOB_FIELD.CREATED_AT, now,
+  local job = {JOB_FIELD.ID, JOB_ID, JOB_FIELD.STATE, state, JOB_FIELD.SEQ, seq,
+    JOB_FIELD.CREATED_AT, now,
     JOB_FIELD.UPDATED_AT, now, JOB_FIELD.FAILED, 0, JOB_FIELD.CANCELLED, 0, unpack(split)}
   for f = at + 1, at + njob do job[#job + 1] = ARGV[f] end
-  call_chunked('HSET', JOB_KEY, job)
-  if IDEM ~= JOB_KEY then redis.call('SET', IDEM, JOB_ID .. '\t' .. digest) end
+  call_chunked('HSET', JOB, job)
+  if IDEM ~= JOB then redis.call('SET', IDEM, JOB_ID .. '\t' .. digest) end
   redis.call('ZADD', JOBS, now, JOB_ID)
   redis.call('ZADD', ACTIVE, now, JOB_ID)
-  if KEYS[k + 5] ~= JOB_KEY then redis.call('ZADD', KEYS[k + 5], now, JOB_ID) end
-  if KEYS[k + 6] ~= JOB_KEY then redis.call('ZADD', KEYS[k + 6], now, JOB_ID) end
+  if KEYS[k + 5] ~= JOB then redis.call('ZADD', KEYS[k + 5], now, JOB_ID) end
+  if KEYS[k + 6] ~= JOB then redis.call('ZADD', KEYS[k + 6], now, JOB_ID) end
   redis.call('ZADD', STATE_INDEX[state], now, JOB_ID)
   OBS.emit(EVENT_KIND.SUBMITTED, false)
 
@@ -70,7 +72,7 @@ local function submit_job(k, at)
     leader_message('split', now)
     return OK, JOB_ID
   end
-  call_chunked_argv('HSET', TASKS_KEY, ntask_at + 1, ntask_at + ntask)
+  call_chunked_argv('HSET', TASKS, ntask_at + 1, ntask_at + ntask)
   stamp_created(0, ntasks - 1, now)
   load_job()
   local roots = {}
