@@ -115,6 +115,15 @@ def test_every_lua_file_is_a_registered_script_or_a_prelude() -> None:
     assert {p.stem for p in LUA_FILES} == ALL_SCRIPTS | PRELUDES
 
 
+LUA_FILE_LINES_MAX = 400  # a file a newcomer reads whole; a longer prelude splits by concern
+
+
+@pytest.mark.parametrize("path", LUA_FILES, ids=lambda p: p.name)
+def test_no_lua_file_is_longer_than_a_newcomer_reads(path: Path) -> None:
+    lines = path.read_text().count("\n")
+    assert lines <= LUA_FILE_LINES_MAX, f"{path.name} has {lines} lines: split it"
+
+
 @pytest.mark.parametrize("path", LUA_FILES, ids=lambda p: p.name)
 def test_every_script_starts_with_a_header_naming_it(path: Path) -> None:
     text = path.read_text()
