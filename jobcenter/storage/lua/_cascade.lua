@@ -13,12 +13,11 @@ OBS.queued = {} -- indexes queued by this call: one event, written by flush_wake
 local function enqueue(i, now)
   -- what it needs of the task, in one read
   local f = redis.call('HMGET', TASKS, TF_MAP_ARG .. i, TF_QUEUE .. i, TF_PRIORITY .. i,
-    TF_RANK .. i,
-    TF_LIMITS .. i)
+    TF_RANK .. i, TF_LIMITS .. i)
   if f[1] and map_ready(i, now) then return end -- a mapped task is expanded or joined, never queued
   local qname = f[2] or META.queue
-  redis.call('HSET', TASKS, TF_STATE .. i, T_QUEUED, TF_QUEUED_AT .. i, now, TF_UPDATED_AT .. i,
-    now)
+  redis.call('HSET', TASKS, TF_STATE .. i, T_QUEUED, TF_QUEUED_AT .. i, now,
+    TF_UPDATED_AT .. i, now)
   local priority = tonumber(f[3]) or META.priority
   redis.call('ZADD', QUEUES[qname].ready, -priority, member_of(i, f[4], f[5]))
   pending_wakes[qname] = (pending_wakes[qname] or 0) + 1

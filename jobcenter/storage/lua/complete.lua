@@ -275,8 +275,8 @@ for k = first_triple, #ARGV, 3 do
     -- only a task with limits holds pool or limit slots (claim.lua)
     if f[9] then NEXT.slotted[#NEXT.slotted + 1] = i end
     leases[#leases + 1] = lease_member(i)
-    history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', NEXT.now, ''},
-      '\t')
+    history[#history + 1] =
+      table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', NEXT.now, ''}, '\t')
     if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
     local name = OBS.payload_task_name(f[6])
     ESTIMATES.learn_run(i, f[4], name, f[7])

@@ -38,8 +38,7 @@ local now = now_ms()
 OBS.observe_run(i, redis.call('HGET', TASKS, TF_STARTED_AT .. i), now)
 if delay >= 0 and tonumber(attempt) < max_attempts(i) then
   OBS.emit(EVENT_KIND.RETRIED, i, {EVENT_FIELD.ATTEMPT, attempt, EVENT_FIELD.HANDLER, handler,
-    EVENT_FIELD.ERROR,
-    string.sub(err, 1, OBS.error_max), EVENT_FIELD.DETAIL, delay})
+    EVENT_FIELD.ERROR, string.sub(err, 1, OBS.error_max), EVENT_FIELD.DETAIL, delay})
   if OBS.metrics_on then OBS.count(METRIC_FIELD.RETRIES .. '\t' .. OBS.task_labels(i)) end
   redis.call('HSET', TASKS, TF_ERROR .. i, err, TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now)
   redis.call('HDEL', TASKS, TF_WAITING_FOR .. i,

@@ -29,8 +29,8 @@ for k = FIRST_OWN_ARG + 2, #ARGV, 3 do
     redis.call('ZADD', LEASES, now + lease_ms, lease_member(i))
     if state == T_TIMED_OUT then
       redis.call('HSET', TASKS, TF_STATE .. i, T_RUNNING, TF_UPDATED_AT .. i, now)
-      OBS.emit(EVENT_KIND.RESUMED, i, {EVENT_FIELD.ATTEMPT, attempt[1], EVENT_FIELD.HANDLER,
-        handler})
+      OBS.emit(EVENT_KIND.RESUMED, i,
+        {EVENT_FIELD.ATTEMPT, attempt[1], EVENT_FIELD.HANDLER, handler})
     end
     if progress ~= '' and progress ~= redis.call('HGET', TASKS, TF_PROGRESS .. i) then
       redis.call('HSET', TASKS, TF_PROGRESS .. i, progress, TF_UPDATED_AT .. i,

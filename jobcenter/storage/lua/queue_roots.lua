@@ -10,8 +10,8 @@
 
 if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
-local j = redis.call('HMGET', JOB, JOB_FIELD.WRITTEN, JOB_FIELD.TASKS, JOB_FIELD.QUEUED,
-  JOB_FIELD.STOP)
+local j =
+  redis.call('HMGET', JOB, JOB_FIELD.WRITTEN, JOB_FIELD.TASKS, JOB_FIELD.QUEUED, JOB_FIELD.STOP)
 if (META.state ~= J_PENDING and META.state ~= J_RUNNING) or j[4] or j[1] ~= j[2] then
   return {WRONG_STATE}
 end

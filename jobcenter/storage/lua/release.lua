@@ -19,8 +19,8 @@ for k = FIRST_OWN_ARG + 1, #ARGV, 2 do
   local refusal, attempt = token_refusal(i, ARGV[k + 1], handler)
   if not refusal and (state == T_RUNNING or state == T_TIMED_OUT) then
     record_history(i, T_QUEUED, now, 'given back by a stopping worker')
-    OBS.emit(EVENT_KIND.RELEASED, i, {EVENT_FIELD.ATTEMPT, attempt[1], EVENT_FIELD.HANDLER,
-      handler})
+    OBS.emit(EVENT_KIND.RELEASED, i,
+      {EVENT_FIELD.ATTEMPT, attempt[1], EVENT_FIELD.HANDLER, handler})
     redis.call('HSET', TASKS, TF_MAX_ATTEMPTS .. i, max_attempts(i) + 1)
     redis.call('ZREM', LEASES, lease_member(i))
     SLOT.free_slots(i)
