@@ -68,6 +68,10 @@ def test_no_value_has_two_names() -> None:
         names.setdefault(c.value, set()).add(c.name.removeprefix("ITEM_"))
     shared = {value: meant for value, meant in names.items() if len(meant) > 1}
     assert not shared, f"values with two names: {shared}"
+    values: dict[str, set[int]] = {}
+    for c in (*RETURN_CODES, *ITEM_CODES):
+        values.setdefault(c.name.removeprefix("ITEM_"), set()).add(c.value)
+    assert not {name for name, v in values.items() if len(v) > 1}, "a name with two values"
     all_names = [c.name for c in (*RETURN_CODES, *ITEM_CODES)]
     assert len(all_names) == len(set(all_names))
 
