@@ -15,6 +15,7 @@ from jobcenter.storage import limits
 from jobcenter.storage.admin import trim_expired
 from jobcenter.storage.keyspace.keys import NODE_QUEUE_PREFIX
 from jobcenter.storage.keyspace.schema import TaskField
+from jobcenter.storage.keyspace.schema import code as return_code
 from jobcenter.storage.store import Store, served_member
 
 from .leader import Leader
@@ -22,6 +23,8 @@ from .leader import Leader
 log = logging.getLogger(__name__)
 
 SINGLETON = "recovery"
+OK = return_code("OK")  # singleton: the lease is ours; finalize: the job ended
+ALREADY = return_code("ALREADY")  # singleton: this round ran already
 LEASES_PAGE = 1_000  # expired leases handled per read
 LEADER_MESSAGES_MAX = 1_000  # due leader messages one pass runs at most
 REPAIR_BATCH = 500  # tasks per repair script call: bounded work
@@ -43,11 +46,13 @@ class Recovery:
         # a pass killed half way blocks the next ones only until its handler would count as
         # gone; the lease is renewed as the pass goes
         lease_ms = self._lease_ms
-        code = self.store.singleton(SINGLETON, "acquire", self.handler, lease_ms, round_no)
-        if code != 0:
+        acquired = self.store.singleton(SINGLETON, "acquire", self.handler, lease_ms, round_no)
+        if acquired != OK:
             self.report.ran = False
             self.report.skipped = (
-                "this round ran already" if code == 1 else "another recovery pass holds the lease"
+                "this round ran already"
+                if acquired == ALREADY
+                else "another recovery pass holds the lease"
             )
             return self.report
         try:
@@ -130,7 +135,7 @@ class Recovery:
         if int(job.get("left", 1)) == 0:
             if idle_ms >= self.settings.worker_timeout_seconds * 1000:
                 code, _ = store.finalize(job_id)
-                self.report.finalized += code == 0
+                self.report.finalized += code == OK
             else:
                 self._resubmit(job_id, "finalize")
             return

@@ -21,9 +21,9 @@ from .server.replies import text
 from .store import Store
 
 STALE_TOKEN = schema.code("STALE_TOKEN")  # = ITEM_STALE_TOKEN
-NOT_RUNNING = schema.code("ITEM_NOT_RUNNING")  # = WRONG_STATE of fail.lua
+NOT_RUNNING = schema.code("ITEM_WRONG_STATE")  # = WRONG_STATE of fail.lua
 JOB_GONE = schema.code("JOB_GONE")
-STOPPED = (schema.code("ITEM_CANCELLED"), schema.code("JOB_STOPPED"))  # heartbeat, fail
+STOPPED = (schema.code("ITEM_JOB_STOPPED"), schema.code("JOB_STOPPED"))  # heartbeat, fail
 UNKNOWN_ATTEMPT = schema.code("ITEM_UNKNOWN_ATTEMPT")  # = UNKNOWN_ATTEMPT of fail.lua
 REPORTED_MAX = 1_000  # characters of a refused attempt's result or error kept in the log line
 

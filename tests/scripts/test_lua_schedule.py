@@ -9,6 +9,7 @@ from lua_helpers import decode, snapshot, untouched
 
 from jobcenter import schedules as sched
 from jobcenter.schedules import Schedule, ScheduleState
+from jobcenter.storage.keyspace.schema import code
 from jobcenter.storage.store import Store
 
 SPEC: dict[str, Any] = {"name": "report", "tasks": [{"id": "a", "task": "t.a"}]}
@@ -86,7 +87,7 @@ def test_add_with_a_taken_name_names_its_holder_and_changes_nothing(store: Store
     holder = add(store, "etl")
 
     with untouched(store):
-        assert add_call(store, "s2", "etl") == [-1, holder.id]
+        assert add_call(store, "s2", "etl") == [code("NAME_TAKEN"), holder.id]
 
 
 # -- schedule_save ---------------------------------------------------------------------------
@@ -149,8 +150,8 @@ def test_save_at_a_stale_revision_changes_nothing(store: Store) -> None:
     decided = ScheduleState(next=s.created_ms + 2 * MINUTE, pending=s.created_ms + MINUTE)
 
     with untouched(store):
-        assert save_call(store, s, revision, decided, due=1, records=(b"r",)) == [-2]
-        assert save_call(store, s, revision + 5, decided, due=1) == [-2]
+        assert save_call(store, s, revision, decided, due=1, records=(b"r",)) == [code("CHANGED")]
+        assert save_call(store, s, revision + 5, decided, due=1) == [code("CHANGED")]
 
 
 def test_save_of_a_schedule_that_is_gone_changes_nothing(store: Store) -> None:
@@ -159,8 +160,12 @@ def test_save_of_a_schedule_that_is_gone_changes_nothing(store: Store) -> None:
     sched.remove_schedule(store, s.id)
 
     with untouched(store):
-        assert save_call(store, s, 1, ScheduleState(fires=1), due=1, records=(b"r",)) == [-4]
-        assert save_call(store, s, 0, ScheduleState(), retention=RETENTION_MS) == [-4]
+        assert save_call(store, s, 1, ScheduleState(fires=1), due=1, records=(b"r",)) == [
+            code("SCHEDULE_GONE")
+        ]
+        assert save_call(store, s, 0, ScheduleState(), retention=RETENTION_MS) == [
+            code("SCHEDULE_GONE")
+        ]
 
 
 # -- schedule_remove -------------------------------------------------------------------------
@@ -201,4 +206,4 @@ def test_remove_of_a_schedule_that_is_gone_changes_nothing(store: Store) -> None
     add(store, "etl")  # the name is someone else's now
 
     with untouched(store):
-        assert remove_call(store, s.id, "etl") == [-4]
+        assert remove_call(store, s.id, "etl") == [code("SCHEDULE_GONE")]

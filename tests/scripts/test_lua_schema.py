@@ -28,7 +28,7 @@ SCRIPTS = sorted(ALL_SCRIPTS)
 FIELD_LITERAL = re.compile(r"^['\"]([a-z]{1,2}):['\"]$")
 # A script returning a number instead of a named code: `return {-4}`, `code = -2`
 NUMERIC_CODE = re.compile(r"return \{\s*-?\d|\bcode = -?\d")
-# A field named through a generated table: JF.STATE, PK.TASK, SF.REVISION
+# A field named through a generated table: JOB_FIELD.STATE, PAYLOAD_KEY.TASK
 TABLE_FIELD = re.compile(r"\b(" + "|".join(LUA_TABLES) + r")\.([A-Za-z_]\w*)")
 
 
@@ -60,14 +60,20 @@ def test_every_per_item_code_a_header_lists_is_in_the_table(name: str) -> None:
     assert _documented(_header(name), "Codes:") == table, name
 
 
-def test_a_value_is_shared_only_by_codes_of_different_scripts() -> None:
-    for codes in (RETURN_CODES, ITEM_CODES):
-        names = [c.name for c in codes]
-        assert len(names) == len(set(names))
-        for a in codes:
-            for b in codes:
-                if a is not b and a.value == b.value:
-                    assert not a.scripts & b.scripts, f"{a.name} and {b.name} share a script"
+def test_no_value_has_two_names() -> None:
+    """A caller reads a code without knowing which script sent it: each value means one thing
+    everywhere. ITEM_X is X said of one item of a batch, so it has X's value."""
+    names: dict[int, set[str]] = {}
+    for c in (*RETURN_CODES, *ITEM_CODES):
+        names.setdefault(c.value, set()).add(c.name.removeprefix("ITEM_"))
+    shared = {value: meant for value, meant in names.items() if len(meant) > 1}
+    assert not shared, f"values with two names: {shared}"
+    values: dict[str, set[int]] = {}
+    for c in (*RETURN_CODES, *ITEM_CODES):
+        values.setdefault(c.name.removeprefix("ITEM_"), set()).add(c.value)
+    assert not {name for name, v in values.items() if len(v) > 1}, "a name with two values"
+    all_names = [c.name for c in (*RETURN_CODES, *ITEM_CODES)]
+    assert len(all_names) == len(set(all_names))
 
 
 def test_the_exception_table_agrees_with_the_schema() -> None:

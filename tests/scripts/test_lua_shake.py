@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from jobcenter.storage import lua
-from jobcenter.storage.lua import ALL_SCRIPTS, JOB_SCRIPTS, SLOT_SCRIPTS, source
+from jobcenter.storage.lua import ALL_SCRIPTS, source
 
 # A top-level function definition, as the preludes write them.
 DEFINED = re.compile(r"^(?:local function (\w+)|function ([\w.]+)|(\w+) = function)\b", re.M)
@@ -23,12 +23,7 @@ def _defined(text: str) -> set[str]:
 
 
 def _unshaken(name: str) -> str:
-    parts = ["_common"]
-    if name in JOB_SCRIPTS or name in SLOT_SCRIPTS:
-        parts.append("_slots")
-    if name in JOB_SCRIPTS:
-        parts += ["_job", "_data"]
-    return "\n".join(lua._read(part) for part in [*parts, name])
+    return "\n".join(lua._read(part) for part in [*lua.preludes(name), name])
 
 
 def test_heartbeat_builds_none_of_the_functions_only_completions_and_failures_need() -> None:
@@ -37,7 +32,8 @@ def test_heartbeat_builds_none_of_the_functions_only_completions_and_failures_ne
     assert heartbeat.isdisjoint({"fail_task", "drain_frontier", "enqueue", "finalize_job"})
     assert "map_expand" not in heartbeat and "local map_ready, map_expand" in source("heartbeat")
     complete = _defined(source("complete"))
-    assert {"drain_frontier", "enqueue", "finalize_job", "map_expand", "SL.free_slots"} <= complete
+    needed = {"drain_frontier", "enqueue", "finalize_job", "map_expand", "SLOT.free_slots"}
+    assert needed <= complete
     assert "fail_task" in _defined(source("fail"))
 
 

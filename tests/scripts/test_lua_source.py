@@ -14,7 +14,7 @@ from jobcenter.storage.lua import ALL_SCRIPTS, JOB_SCRIPTS, SHARD_SCRIPTS, sourc
 
 LUA_DIR = Path(str(resources.files("jobcenter.storage.lua")))
 LUA_FILES = sorted(LUA_DIR.glob("*.lua"))
-PRELUDES = {"_common", "_slots", "_job", "_data"}
+PRELUDES = {"_common", "_slots", "_job", "_cascade", "_data"}
 
 STATE_NAME = re.compile(r"\b([TJ]_[A-Z][A-Z_]*)\b")
 CONSTANT = re.compile(r"^local ([TJ]_[A-Z_]+) = '([a-z_]+)'$")
@@ -113,6 +113,15 @@ def test_no_script_scans_the_keyspace_or_uses_non_portable_libraries(path: Path)
 
 def test_every_lua_file_is_a_registered_script_or_a_prelude() -> None:
     assert {p.stem for p in LUA_FILES} == ALL_SCRIPTS | PRELUDES
+
+
+LUA_FILE_LINES_MAX = 400  # a file a newcomer reads whole; a longer prelude splits by concern
+
+
+@pytest.mark.parametrize("path", LUA_FILES, ids=lambda p: p.name)
+def test_no_lua_file_is_longer_than_a_newcomer_reads(path: Path) -> None:
+    lines = path.read_text().count("\n")
+    assert lines <= LUA_FILE_LINES_MAX, f"{path.name} has {lines} lines: split it"
 
 
 @pytest.mark.parametrize("path", LUA_FILES, ids=lambda p: p.name)

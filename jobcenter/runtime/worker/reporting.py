@@ -29,6 +29,7 @@ PREFETCH_RUN_MAX_SECONDS = 0.05
 REPORT_BATCH_MAX = 512  # finished attempts reported per round trip
 REPORT_RETRY_MAX_SECONDS = 1.0  # a refused report is tried again at least this often
 GATE_GAVE_UP = schema.code("ITEM_ALREADY")  # gate_wait.lua: the task failed
+COMPLETED_ALREADY = schema.code("ITEM_ALREADY")  # complete.lua: reported before
 # A task this worker has no code for waits this long at least before it is claimed again (no
 # hot loop on the worker that lacks it), and at most this long (a worker that has the code,
 # once started, gets it soon); in between, a quarter of the time it has waited so far, and
@@ -174,7 +175,7 @@ class Reporting(WorkerState):
         self.completed += len(reported)
         self._settle(left, reported, taken, take_max + prefetch)
         self._submit(taken)
-        self._adopt([job_id for (job_id, _), code in codes.items() if code == 1])
+        self._adopt([job_id for (job_id, _), code in codes.items() if code == COMPLETED_ALREADY])
         if refused is not None:
             raise refused
 

@@ -29,7 +29,7 @@ LEADER_TIMEOUT_FACTOR = 1.0  # a leader step not renewed within one lease is tak
 # Random bytes of a claim's nonce (hex in the fencing token): unique per claim without any
 # counter of Redis's, which a restart from an older snapshot or a failover can roll back.
 NONCE_BYTES = 8
-HEARTBEAT_CANCELLED = schema.code("ITEM_CANCELLED")  # heartbeat.lua, per attempt
+HEARTBEAT_CANCELLED = schema.code("ITEM_JOB_STOPPED")  # heartbeat.lua, per attempt
 
 
 # What complete.lua gets for a task that returned None: nothing is stored (a succeeded task

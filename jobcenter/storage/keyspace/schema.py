@@ -391,16 +391,16 @@ HISTOGRAM_BUCKETS_MS = (
 # The Lua table naming each hash's fields (a table, not one local per field: Lua allows
 # at most 200 locals per function, and the prelude and scripts share them).
 LUA_TABLES: dict[str, type[StrEnum]] = {
-    "JF": JobField,
-    "PK": PayloadKey,
-    "SF": ScheduleField,
-    "LF": LimitField,
-    "LID": LimitKind,
-    "EF": EventField,
-    "EV": EventKind,
-    "MF": MetricField,
-    "DF": DeliveryField,
-    "DS": DeliveryState,
+    "JOB_FIELD": JobField,
+    "PAYLOAD_KEY": PayloadKey,
+    "SCHEDULE_FIELD": ScheduleField,
+    "LIMIT_FIELD": LimitField,
+    "LIMIT_KIND": LimitKind,
+    "EVENT_FIELD": EventField,
+    "EVENT_KIND": EventKind,
+    "METRIC_FIELD": MetricField,
+    "DELIVERY_FIELD": DeliveryField,
+    "DELIVERY_STATE": DeliveryState,
 }
 
 
@@ -428,7 +428,8 @@ _JOB_CHECKED = (
     "release repair revive submit"
 )
 # Every code a script returns as the first item of its reply. Codes < 0 are refusals and
-# change nothing. A value appears twice only for different scripts (the `scripts` column).
+# change nothing. Each value has one meaning in every script (the `scripts` column says which
+# return it): a caller reads a code without knowing which script sent it.
 RETURN_CODES = (
     _code(
         "OK",
@@ -444,10 +445,10 @@ RETURN_CODES = (
         "shard_lease",
         "nothing to do: done already (by this or an earlier call)",
     ),
-    _code("BUSY", 1, "revive", "a failure cascade is under way: finish it, then call again"),
+    _code("BUSY", 3, "revive", "a failure cascade is under way: finish it, then call again"),
     _code("UNFINISHED", 2, "finalize", "the job has tasks not finished yet"),
     _code("HELD", -1, "singleton", "another holder has the lease"),
-    _code("NAME_TAKEN", -1, "schedule_add", "the name belongs to another schedule"),
+    _code("NAME_TAKEN", -11, "schedule_add", "the name belongs to another schedule"),
     _code(
         "STALE_TOKEN",
         -2,
@@ -460,7 +461,7 @@ RETURN_CODES = (
         "fail",
         "Redis never started the attempt of this token: it lost writes (a rollback)",
     ),
-    _code("CHANGED", -2, "schedule_save", "the schedule changed since the revision read"),
+    _code("CHANGED", -12, "schedule_save", "the schedule changed since the revision read"),
     _code(
         "WRONG_STATE",
         -3,
@@ -475,7 +476,7 @@ RETURN_CODES = (
         "notify_attempt",
         "no such job (never submitted, expired, or deleted)",
     ),
-    _code("SCHEDULE_GONE", -4, "schedule_save schedule_remove", "no such schedule"),
+    _code("SCHEDULE_GONE", -13, "schedule_save schedule_remove", "no such schedule"),
     _code("KEYS_MISSING", -5, _JOB_CHECKED, "a queue or the idempotency key was not in KEYS"),
     _code(
         "CURSOR_MOVED",
@@ -483,7 +484,7 @@ RETURN_CODES = (
         "compact publish_tasks queue_roots restore",
         "another caller moved on meanwhile (compact: or the job changed since it was read)",
     ),
-    _code("IDEMPOTENCY_CONFLICT", -7, "submit", "the key names a job of a different spec"),
+    _code("IDEMPOTENCY_CONFLICT", -14, "submit", "the key names a job of a different spec"),
     _code(
         "JOB_STOPPED",
         -7,
@@ -499,7 +500,8 @@ RETURN_CODES = (
     ),
 )
 
-# Codes per item of a batch (complete: per pair, heartbeat and give_back: per triple).
+# Codes per item of a batch (complete: per pair, heartbeat and give_back: per triple): ITEM_X
+# is X said of one item, with X's value.
 ITEM_CODES = (
     _code("ITEM_OK", 0, "complete heartbeat give_back gate_wait", "done"),
     _code(
@@ -515,12 +517,12 @@ ITEM_CODES = (
         "not this handler's attempt",
     ),
     _code(
-        "ITEM_NOT_RUNNING",
+        "ITEM_WRONG_STATE",
         -3,
         "complete heartbeat give_back gate_wait",
         "the task is not running",
     ),
-    _code("ITEM_CANCELLED", -7, "heartbeat", "its job was cancelled: the attempt should stop"),
+    _code("ITEM_JOB_STOPPED", -7, "heartbeat", "its job was cancelled: the attempt should stop"),
     _code(
         "ITEM_UNKNOWN_ATTEMPT",
         -9,
@@ -543,7 +545,7 @@ def code(name: str) -> int:
 
 def lua_prelude() -> str:
     """Lua `local` lines naming every state (states.lua_constants), task field, job, payload
-    and schedule field (JF.STATE == 'state', LUA_TABLES) and return code, prepended to each
+    and schedule field (JOB_FIELD.STATE == 'state', LUA_TABLES) and return code, prepended to each
     script by the loader."""
     lines = [f"local {f.lua_name} = '{f.value}'" for f in TaskField]
     names = ", ".join(f.lua_name for f in WORKING_FIELDS)

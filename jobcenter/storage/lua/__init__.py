@@ -17,8 +17,9 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from ..keyspace.schema import lua_prelude
 from ..server.connection import is_cluster
 
-# Scripts that run in the context of one job (_job.lua, then _data.lua: results, inputs,
-# run-time fan-out); the others see only _common.lua.
+# Scripts that run in the context of one job (_job.lua: its keys and fields; _cascade.lua:
+# queueing, history, the frontier, its end; _data.lua: results, inputs, run-time fan-out);
+# the others see only _common.lua.
 JOB_SCRIPTS = frozenset(
     {
         "submit",
@@ -70,18 +71,23 @@ def _read(name: str) -> str:
     return resources.files(__package__).joinpath(f"{name}.lua").read_text()
 
 
+def preludes(name: str) -> list[str]:
+    """The prelude files script `name` gets, in the order they are prepended."""
+    if name not in ALL_SCRIPTS:
+        raise KeyError(f"no Lua script named {name!r}")
+    parts = ["_common"]
+    if name in JOB_SCRIPTS or name in SLOT_SCRIPTS:
+        parts.append("_slots")
+    if name in JOB_SCRIPTS:
+        parts += ["_job", "_cascade", "_data"]
+    return parts
+
+
 @cache
 def source(name: str) -> str:
     """The full text sent to Redis for script `name`."""
-    if name not in ALL_SCRIPTS:
-        raise KeyError(f"no Lua script named {name!r}")
-    preludes = ["_common"]
-    if name in JOB_SCRIPTS or name in SLOT_SCRIPTS:
-        preludes.append("_slots")
-    if name in JOB_SCRIPTS:
-        preludes += ["_job", "_data"]
     prelude = lua_prelude()
-    inlined = {part: _inline_constants(prelude, _read(part)) for part in preludes}
+    inlined = {part: _inline_constants(prelude, _read(part)) for part in preludes(name)}
     text = _shake(inlined, _inline_constants(prelude, _read(name)))
     return "\n".join([_constants_used(prelude, text), text])
 

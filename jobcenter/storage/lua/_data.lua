@@ -5,8 +5,8 @@
 -- The result a task receives from parent p: p's result (msgpack; false: none), or, when p
 -- is a mapped task, the list of its instances' results in element order.
 local function parent_result(p)
-  local instances = redis.call('HGET', T, TF_MAP_INSTANCES .. p)
-  if not instances then return redis.call('HGET', T, TF_RESULT .. p) or false end
+  local instances = redis.call('HGET', TASKS, TF_MAP_INSTANCES .. p)
+  if not instances then return redis.call('HGET', TASKS, TF_RESULT .. p) or false end
   local first, count = string.match(instances, '^(%d+)|(%d+)')
   local fields = {}
   for k = tonumber(first), tonumber(first) + tonumber(count) - 1 do
@@ -14,7 +14,8 @@ local function parent_result(p)
   end
   local results = {}
   for from = 1, #fields, ARGS_PER_CALL_MAX do
-    local part = redis.call('HMGET', T, unpack(fields, from, math.min(#fields, from + ARGS_PER_CALL_MAX - 1)))
+    local part = redis.call('HMGET', TASKS, unpack(fields, from, math.min(#fields,
+      from + ARGS_PER_CALL_MAX - 1)))
     for _, r in ipairs(part) do results[#results + 1] = r end
   end
   return results
@@ -25,13 +26,13 @@ end
 -- (inputs, origin: its TF_INPUTS and TF_MAP_OF, when the caller read them: false for none.)
 local function task_inputs(i, inputs, origin)
   if inputs == nil then
-    local f = redis.call('HMGET', T, TF_INPUTS .. i, TF_MAP_OF .. i)
+    local f = redis.call('HMGET', TASKS, TF_INPUTS .. i, TF_MAP_OF .. i)
     inputs, origin = f[1], f[2]
   end
   if not inputs and not origin then return {} end
   local element_arg = nil
   if origin then -- an instance: the inputs and the map argument are its mapped task's
-    local m = redis.call('HMGET', T, TF_INPUTS .. origin, TF_MAP_ARG .. origin)
+    local m = redis.call('HMGET', TASKS, TF_INPUTS .. origin, TF_MAP_ARG .. origin)
     inputs, element_arg = m[1], string.match(m[2] or '', '^([^=]+)=')
   end
   local out = {}
@@ -41,7 +42,7 @@ local function task_inputs(i, inputs, origin)
   end
   if element_arg then
     out[#out + 1] = element_arg
-    out[#out + 1] = redis.call('HGET', T, TF_MAP_ELEMENT .. i) or false
+    out[#out + 1] = redis.call('HGET', TASKS, TF_MAP_ELEMENT .. i) or false
   end
   return out
 end
@@ -78,7 +79,8 @@ function MSGPACK.sizes()
     MSGPACK.fixed = {[0xca] = 5, [0xcb] = 9, [0xcc] = 2, [0xcd] = 3, [0xce] = 5, [0xcf] = 9,
       [0xd0] = 2, [0xd1] = 3, [0xd2] = 5, [0xd3] = 9, [0xd4] = 3, [0xd5] = 4, [0xd6] = 6,
       [0xd7] = 10, [0xd8] = 18, [0xc0] = 1, [0xc2] = 1, [0xc3] = 1}
-    MSGPACK.sized = {[0xc4] = 1, [0xd9] = 1, [0xc5] = 2, [0xda] = 2, [0xc6] = 4, [0xdb] = 4} -- bin, str
+    MSGPACK.sized = {[0xc4] = 1, [0xd9] = 1, [0xc5] = 2, [0xda] = 2, [0xc6] = 4,
+      [0xdb] = 4} -- bin, str
     MSGPACK.ext = {[0xc7] = 1, [0xc8] = 2, [0xc9] = 4}
   end
   return MSGPACK.fixed, MSGPACK.sized, MSGPACK.ext
@@ -143,7 +145,8 @@ end
 
 -- Every instance of m succeeded: m succeeds too (it ran nothing) and releases its children.
 local function join_mapped(m, now)
-  redis.call('HSET', T, TF_STATE .. m, T_SUCCEEDED, TF_FINISHED_AT .. m, now, TF_UPDATED_AT .. m, now)
+  redis.call('HSET', TASKS, TF_STATE .. m, T_SUCCEEDED, TF_FINISHED_AT .. m, now,
+    TF_UPDATED_AT .. m, now)
   push_frontier('r', m, m)
   task_finished(now)
 end
@@ -153,14 +156,14 @@ end
 -- message, for callers that do not drain it); once expanded, all its instances succeeded:
 -- it joins. Returns false for any other task.
 map_ready = function(i, now)
-  local f = redis.call('HMGET', T, TF_MAP_ARG .. i, TF_MAP_INSTANCES .. i)
+  local f = redis.call('HMGET', TASKS, TF_MAP_ARG .. i, TF_MAP_INSTANCES .. i)
   if not f[1] then return false end
   if f[2] then
     join_mapped(i, now)
   else -- waiting (revive may bring one back from failed: its source's result was no list)
-    redis.call('HSET', T, TF_STATE .. i, T_WAITING, TF_UPDATED_AT .. i, now)
-    redis.call('HDEL', T, TF_ERROR .. i, TF_FINISHED_AT .. i)
-    redis.call('RPUSH', F, 'x|' .. i .. '|0|0')
+    redis.call('HSET', TASKS, TF_STATE .. i, T_WAITING, TF_UPDATED_AT .. i, now)
+    redis.call('HDEL', TASKS, TF_ERROR .. i, TF_FINISHED_AT .. i)
+    redis.call('RPUSH', FRONTIER, 'x|' .. i .. '|0|0')
     leader_message('continue', now)
   end
   return true
@@ -170,10 +173,10 @@ end
 -- frontier entry was lost is scheduled again (its cursor says where it stopped). True if
 -- it was. A fully written one is left to its instances: they release it.
 local function map_resume(m, now)
-  local instances = redis.call('HGET', T, TF_MAP_INSTANCES .. m)
+  local instances = redis.call('HGET', TASKS, TF_MAP_INSTANCES .. m)
   local _, count, written = string.match(instances or '', '^(%d+)|(%d+)|(%d+)')
   if not count or tonumber(written) >= tonumber(count) then return false end
-  redis.call('RPUSH', F, 'x|' .. m .. '|0|0')
+  redis.call('RPUSH', FRONTIER, 'x|' .. m .. '|0|0')
   leader_message('continue', now)
   return true
 end
@@ -182,7 +185,7 @@ end
 -- descendants cascade) when the result is not a list of at most MAP_ELEMENTS_MAX elements.
 local function start_expansion(m, list, source, now)
   local count, offset = msgpack_list(list)
-  local source_id = redis.call('HGET', T, TF_ID .. source) or source
+  local source_id = redis.call('HGET', TASKS, TF_ID .. source) or source
   local err = nil
   if not count then
     err = 'map: task ' .. source_id .. ' returned ' .. msgpack_kind(list) .. ', not a list'
@@ -194,9 +197,9 @@ local function start_expansion(m, list, source, now)
     fail_task(m, now, err)
     return false
   end
-  local first = tonumber(redis.call('HGET', J, JF.TASKS))
-  redis.call('HSET', J, JF.TASKS, first + count)
-  redis.call('HSET', T, TF_MAP_INSTANCES .. m, table.concat({first, count, 0, offset}, '|'),
+  local first = tonumber(redis.call('HGET', JOB, JOB_FIELD.TASKS))
+  redis.call('HSET', JOB, JOB_FIELD.TASKS, first + count)
+  redis.call('HSET', TASKS, TF_MAP_INSTANCES .. m, table.concat({first, count, 0, offset}, '|'),
     TF_DEPS_LEFT .. m, count, TF_UPDATED_AT .. m, now)
   tasks_as_hashtable(first + count)
   if count == 0 then join_mapped(m, now) end
@@ -207,18 +210,18 @@ end
 -- expansion on the first visit); returns the budget left. A cancelled job or an m that
 -- ended meanwhile writes nothing more.
 map_expand = function(m, budget, now)
-  local f = redis.call('HMGET', T, TF_MAP_ARG .. m, TF_STATE .. m, TF_MAP_INSTANCES .. m)
-  if f[2] ~= T_WAITING or redis.call('HEXISTS', J, JF.STOP) == 1 then return budget end
+  local f = redis.call('HMGET', TASKS, TF_MAP_ARG .. m, TF_STATE .. m, TF_MAP_INSTANCES .. m)
+  if f[2] ~= T_WAITING or redis.call('HEXISTS', JOB, JOB_FIELD.STOP) == 1 then return budget end
   local source = string.match(f[1], '=(%d+)$')
-  local list = redis.call('HGET', T, TF_RESULT .. source) or ''
+  local list = redis.call('HGET', TASKS, TF_RESULT .. source) or ''
   if not f[3] then
     if not start_expansion(m, list, source, now) then return budget - 1 end
-    f[3] = redis.call('HGET', T, TF_MAP_INSTANCES .. m)
+    f[3] = redis.call('HGET', TASKS, TF_MAP_INSTANCES .. m)
   end
   local first, count, j, offset = string.match(f[3], '^(%d+)|(%d+)|(%d+)|(%d+)$')
   first, count, j, offset = tonumber(first), tonumber(count), tonumber(j), tonumber(offset)
   if j >= count then return budget end
-  local t = redis.call('HMGET', T, TF_ID .. m, TF_PAYLOAD .. m, TF_QUEUE .. m, TF_PRIORITY .. m,
+  local t = redis.call('HMGET', TASKS, TF_ID .. m, TF_PAYLOAD .. m, TF_QUEUE .. m, TF_PRIORITY .. m,
     TF_MAX_ATTEMPTS .. m, TF_RANK .. m, TF_LIMITS .. m)
   -- an instance takes its mapped task's pool and limit slots (_slots.lua) too
   local copied = {{TF_QUEUE, t[3]}, {TF_PRIORITY, t[4]}, {TF_MAX_ATTEMPTS, t[5]}, {TF_RANK, t[6]},
@@ -241,10 +244,10 @@ map_expand = function(m, budget, now)
     written[#written + 1] = k
     offset, j, budget = after, j + 1, budget - 1
   end
-  call_chunked('HSET', T, fields)
-  redis.call('HSET', T, TF_MAP_INSTANCES .. m, table.concat({first, count, j, offset}, '|'))
-  redis.call('HINCRBY', J, JF.LEFT, #written)
+  call_chunked('HSET', TASKS, fields)
+  redis.call('HSET', TASKS, TF_MAP_INSTANCES .. m, table.concat({first, count, j, offset}, '|'))
+  redis.call('HINCRBY', JOB, JOB_FIELD.LEFT, #written)
   for _, k in ipairs(written) do enqueue(k, now) end
-  if j < count then redis.call('LPUSH', F, 'x|' .. m .. '|0|0') end
+  if j < count then redis.call('LPUSH', FRONTIER, 'x|' .. m .. '|0|0') end
   return budget
 end

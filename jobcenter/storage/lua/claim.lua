@@ -15,10 +15,10 @@
   release; the claim takes the entries behind it (at most NEWER_SKIPPED_MAX a queue per call).
   A reserved task holds a lease and a claims entry; start.lua makes it running. A worker
   that dies in between leaves an expiring lease, so expire.lua puts the task back.
-  A queue with a rate limit (LF.RATE: N starts per period, N split over the shards) gives
+  A queue with a rate limit (LIMIT_FIELD.RATE: N starts per period, N split over the shards) gives
   at most what is left of N in its current window, a window starting at the first claim
   after the last one ended; the reply's wait then covers the window's end. A pool with a
-  rate limit (LF.RATE of "p:<pool>") holds its tasks the same way, parked as for a full
+  rate limit (LIMIT_FIELD.RATE of "p:<pool>") holds its tasks the same way, parked as for a full
   pool; the pool stays in the freed set until its window ends.
   A task with limits (_slots.lua) is reserved only if each has room for its slots and no
   task ahead of it in its queue waits for one of them; it takes the slots with the
@@ -58,36 +58,37 @@ local function shard_share(total)
 end
 local function cap_of(id, cap)
   local kind = string.sub(id, 1, 2)
-  if kind == LID.JOB then return cap end
-  if kind == LID.POOL then
-    cap = tonumber(redis.call('HGET', LIMITS, LF.POOL_TOTAL .. string.sub(id, 3)) or 0)
+  if kind == LIMIT_KIND.JOB then return cap end
+  if kind == LIMIT_KIND.POOL then
+    cap = tonumber(redis.call('HGET', LIMITS, LIMIT_FIELD.POOL_TOTAL .. string.sub(id, 3)) or 0)
   end
   return shard_share(cap)
 end
 local function used_of(id) return tonumber(redis.call('HGET', SLOTS, id) or 0) end
 
 -- Parked entries sort as the queue does: by score (-priority), then by member.
-local parked_prefix = SL.parked_prefix
+local parked_prefix = SLOT.parked_prefix
 local function parked_entry(qname, id, score, member)
-  return parked_prefix(qname, id) .. string.format('%010d', tonumber(score) + ORDER_OFFSET) .. '|' .. member
+  return parked_prefix(qname, id) .. string.format('%010d',
+    tonumber(score) + ORDER_OFFSET) .. '|' .. member
 end
-local function first_parked(qname, id) return SL.first_parked(PARKED, qname, id) end
+local function first_parked(qname, id) return SLOT.first_parked(PARKED, qname, id) end
 
 local function park(qname, l, cap, score, member, lease)
   local entry = parked_entry(qname, l.id, score, member)
   redis.call('ZADD', PARKED, 0, entry)
-  redis.call('HSET', LIMITS, LF.PARKED_AT .. lease, entry, LF.CAP .. l.id, cap)
-  SL.count_parked(LIMITS, l.id, 1)
+  redis.call('HSET', LIMITS, LIMIT_FIELD.PARKED_AT .. lease, entry, LIMIT_FIELD.CAP .. l.id, cap)
+  SLOT.count_parked(LIMITS, l.id, 1)
 end
 
 -- What a rate-limited queue (target: its name) or pool (target: its limit id "p:<pool>")
 -- may still start now, and the window to charge them to: nil when it has no rate limit.
 local function rate_window(target)
-  local rate = redis.call('HGET', LIMITS, LF.RATE .. target)
+  local rate = redis.call('HGET', LIMITS, LIMIT_FIELD.RATE .. target)
   if not rate then return nil end
   local n, period = string.match(rate, '^(%d+)/(%d+)$')
   n, period = shard_share(tonumber(n)), tonumber(period)
-  local w = redis.call('HGET', LIMITS, LF.RATE_WINDOW .. target)
+  local w = redis.call('HGET', LIMITS, LIMIT_FIELD.RATE_WINDOW .. target)
   local start, count = now, 0
   if w then
     local s, c = string.match(w, '^(%d+)|(%d+)$')
@@ -105,12 +106,12 @@ end
 -- or a task ahead of it in this queue waits for one.
 local function take_slots(qname, member, score, job, lease, spec)
   if redis.call('HEXISTS', SLOTS, lease) == 1 then return true end -- a duplicate entry: held
-  local limits = SL.parse_limits(spec, job)
+  local limits = SLOT.parse_limits(spec, job)
   local rated = {}
   for _, l in ipairs(limits) do
     local cap = cap_of(l.id, l.cap)
     local full = used_of(l.id) + l.n > cap
-    local rate = string.sub(l.id, 1, 2) == LID.POOL and rate_window(l.id)
+    local rate = string.sub(l.id, 1, 2) == LIMIT_KIND.POOL and rate_window(l.id)
     if rate and not full then
       rated[#rated + 1] = {id = l.id, rate = rate}
       if rate.left <= 0 then -- its pool started all its window allows: wait for the next
@@ -119,7 +120,7 @@ local function take_slots(qname, member, score, job, lease, spec)
         due_in(rate.ends - now)
       end
     end
-    if not full and redis.call('HEXISTS', LIMITS, LF.PARKED .. l.id) == 1 then
+    if not full and redis.call('HEXISTS', LIMITS, LIMIT_FIELD.PARKED .. l.id) == 1 then
       local ahead = first_parked(qname, l.id)
       full = ahead ~= nil and ahead < parked_entry(qname, l.id, score, member)
     end
@@ -135,7 +136,8 @@ local function take_slots(qname, member, score, job, lease, spec)
   end
   redis.call('HSET', SLOTS, lease, table.concat(held, ';'))
   for _, r in ipairs(rated) do
-    redis.call('HSET', LIMITS, LF.RATE_WINDOW .. r.id, r.rate.start .. '|' .. r.rate.count + 1)
+    redis.call('HSET', LIMITS, LIMIT_FIELD.RATE_WINDOW .. r.id,
+      r.rate.start .. '|' .. r.rate.count + 1)
   end
   return true
 end
@@ -144,10 +146,10 @@ end
 -- back in it, in order, as many as the room fits (the pops below then take them).
 local freed = redis.call('SMEMBERS', FREED)
 local function room_of(id)
-  local cap = tonumber(redis.call('HGET', LIMITS, LF.CAP .. id) or 0)
-  if string.sub(id, 1, 2) == LID.POOL then cap = cap_of(id, 0) end
+  local cap = tonumber(redis.call('HGET', LIMITS, LIMIT_FIELD.CAP .. id) or 0)
+  if string.sub(id, 1, 2) == LIMIT_KIND.POOL then cap = cap_of(id, 0) end
   local room = cap - used_of(id)
-  local rate = string.sub(id, 1, 2) == LID.POOL and rate_window(id)
+  local rate = string.sub(id, 1, 2) == LIMIT_KIND.POOL and rate_window(id)
   if rate and rate.left < room then room = rate.left end
   return room
 end
@@ -162,13 +164,13 @@ local function unpark_queue(qname, ready)
         local order, member = string.match(string.sub(entry, #prefix + 1), '^(%d+)|(.*)$')
         local job, index, spec = string.match(member, '^%d+|([^|]+)|(%d+)|(.*)$')
         local n = 0
-        for _, l in ipairs(SL.parse_limits(spec, job)) do if l.id == id then n = l.n end end
+        for _, l in ipairs(SLOT.parse_limits(spec, job)) do if l.id == id then n = l.n end end
         if n > room then break end
         room = room - n
         redis.call('ZREM', PARKED, entry)
         redis.call('ZADD', ready, tonumber(order) - ORDER_OFFSET, member)
-        redis.call('HDEL', LIMITS, LF.PARKED_AT .. job .. '|' .. tonumber(index))
-        SL.count_parked(LIMITS, id, -1)
+        redis.call('HDEL', LIMITS, LIMIT_FIELD.PARKED_AT .. job .. '|' .. tonumber(index))
+        SLOT.count_parked(LIMITS, id, -1)
       end
     end
   end
@@ -226,7 +228,8 @@ for k = 9, #KEYS, 3 do
   end
   if newest > 0 then newer[#newer + 1] = newest .. '|' .. qname end
   if rate and before > want then
-    redis.call('HSET', LIMITS, LF.RATE_WINDOW .. qname, rate.start .. '|' .. rate.count + before - want)
+    redis.call('HSET', LIMITS, LIMIT_FIELD.RATE_WINDOW .. qname,
+      rate.start .. '|' .. rate.count + before - want)
   end
   -- more that this release can run: not only what it passed over (no wake-up ping-pong)
   local more = wanted and not emptied and skipped < NEWER_SKIPPED_MAX
@@ -243,8 +246,8 @@ end
 -- this worker does not serve), and while a pool's rate window holds them back: the claims
 -- after it ends put them back
 for _, id in ipairs(freed) do
-  local rate = string.sub(id, 1, 2) == LID.POOL and rate_window(id)
-  if redis.call('HEXISTS', LIMITS, LF.PARKED .. id) == 0 then
+  local rate = string.sub(id, 1, 2) == LIMIT_KIND.POOL and rate_window(id)
+  if redis.call('HEXISTS', LIMITS, LIMIT_FIELD.PARKED .. id) == 0 then
     redis.call('SREM', FREED, id)
   elseif rate and rate.left <= 0 then
     due_in(rate.ends - now)

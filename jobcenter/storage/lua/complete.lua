@@ -5,12 +5,13 @@
   worker serves, as its next claim would (a flat job's completions start its next tasks in
   the same call: one round trip, not three). Each success updates the learned run time of
   its job name + task id and of its task name.
-  KEYS: the job context (_job.lua), then KEYS[XK] the shard's learned-estimates hash
-  ARGV[A] handler id  ARGV[A+1] the call's nonce, for the attempts it starts (start.lua)
-  ARGV[A+2] lease ms  ARGV[A+3] tasks to take (released children, then queued
-  ones): "<free>" into free slots, or "<free>+<extra>" with a prefetch (NEXT.may_take), then
+  KEYS: the job context (_job.lua), then KEYS[FIRST_OWN_KEY] the shard's learned-estimates hash
+  ARGV[FIRST_OWN_ARG] handler id  ARGV[FIRST_OWN_ARG+1] the call's nonce, for the attempts it starts
+  (start.lua)
+  ARGV[FIRST_OWN_ARG+2] lease ms  ARGV[FIRST_OWN_ARG+3] tasks to take (released children, then
+  queued ones): "<free>" into free slots, or "<free>+<extra>" with a prefetch (NEXT.may_take), then
   "@<run order>" when the worker holds tasks with children: it prefetches only tasks before it
-  ARGV[A+4] number of queues the worker serves  ARGV[A+5..] their names
+  ARGV[FIRST_OWN_ARG+4] number of queues the worker serves  ARGV[FIRST_OWN_ARG+5..] their names
   then triples: task index, fencing token (_job.lua token_of), its result (msgpack bytes,
   stored with the success; '' for None: nothing stored)
   Returns {0, {code per triple}, {{index, attempt, payload, inputs, run order, children} per taken
@@ -20,19 +21,19 @@
   Codes: 0 completed | 1 this attempt completed already | -2 stale token | -3 not running
   | -9 an attempt Redis never started: it lost writes (refusal_of) ]]
 
-local handler, nonce = ARGV[A], ARGV[A + 1]
-local lease_ms = tonumber(ARGV[A + 2])
+local handler, nonce = ARGV[FIRST_OWN_ARG], ARGV[FIRST_OWN_ARG + 1]
+local lease_ms = tonumber(ARGV[FIRST_OWN_ARG + 2])
 -- "<free>" or "<free>+<extra>": tasks to take into free slots, and beyond them (a prefetch)
 local NEXT = {writes = {}, clears = {}, leases = {}, indexes = {}, attempts = {}, released = {},
   slotted = {}}
-local take_left = tonumber(string.match(ARGV[A + 3], '^%d+'))
-NEXT.extra = tonumber(string.match(ARGV[A + 3], '^%d+%+(%d+)') or 0)
-NEXT.before = string.match(ARGV[A + 3], '@(.+)$') -- nil: no bound
+local take_left = tonumber(string.match(ARGV[FIRST_OWN_ARG + 3], '^%d+'))
+NEXT.extra = tonumber(string.match(ARGV[FIRST_OWN_ARG + 3], '^%d+%+(%d+)') or 0)
+NEXT.before = string.match(ARGV[FIRST_OWN_ARG + 3], '@(.+)$') -- nil: no bound
 take_left = take_left + NEXT.extra
-local nserved = tonumber(ARGV[A + 4])
+local nserved = tonumber(ARGV[FIRST_OWN_ARG + 4])
 local served = {}
-for k = A + 5, A + 4 + nserved do served[ARGV[k]] = true end
-local first_triple = A + 5 + nserved
+for k = FIRST_OWN_ARG + 5, FIRST_OWN_ARG + 4 + nserved do served[ARGV[k]] = true end
+local first_triple = FIRST_OWN_ARG + 5 + nserved
 
 if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
@@ -43,39 +44,39 @@ NEXT.now, NEXT.lease_until = tostring(now), tostring(now + lease_ms)
 -- the learned estimates, in one table (the main chunk may hold at most 200 locals):
 -- weight: of the newest run in the moving average, a few runs adapt it; max: fields per
 -- shard, past this only known ones are updated
-local EST = {key = KEYS[XK], weight = 0.3, max = 100000}
+local ESTIMATES = {key = KEYS[FIRST_OWN_KEY], weight = 0.3, max = 100000}
 
 -- A succeeded run (ms, Redis time) to fold into a moving average (jobcenter/model/ordering.py);
--- EST.flush() writes the batch's runs with one read and one write of the hash.
-EST.runs = {}
-function EST.learn(field, ms)
-  EST.runs[#EST.runs + 1] = field
-  EST.runs[#EST.runs + 1] = ms
+-- ESTIMATES.flush() writes the batch's runs with one read and one write of the hash.
+ESTIMATES.runs = {}
+function ESTIMATES.learn(field, ms)
+  ESTIMATES.runs[#ESTIMATES.runs + 1] = field
+  ESTIMATES.runs[#ESTIMATES.runs + 1] = ms
 end
 
-function EST.flush()
-  if #EST.runs == 0 then return end
+function ESTIMATES.flush()
+  if #ESTIMATES.runs == 0 then return end
   local fields, value = {}, {}
-  for k = 1, #EST.runs, 2 do
-    if value[EST.runs[k]] == nil then
-      fields[#fields + 1] = EST.runs[k]
-      value[EST.runs[k]] = false
+  for k = 1, #ESTIMATES.runs, 2 do
+    if value[ESTIMATES.runs[k]] == nil then
+      fields[#fields + 1] = ESTIMATES.runs[k]
+      value[ESTIMATES.runs[k]] = false
     end
   end
-  local old = redis.call('HMGET', EST.key, unpack(fields))
+  local old = redis.call('HMGET', ESTIMATES.key, unpack(fields))
   local room = nil -- new fields it may still take (counted only when one is new)
   for k, field in ipairs(fields) do
     value[field] = tonumber(old[k]) or false
-    if not (value[field] or room) then room = EST.max - redis.call('HLEN', EST.key) end
+    if not (value[field] or room) then room = ESTIMATES.max - redis.call('HLEN', ESTIMATES.key) end
   end
   local added = room ~= nil -- room is counted only when a field is new
   room = room or 0
-  for k = 1, #EST.runs, 2 do
-    local field, ms = EST.runs[k], EST.runs[k + 1]
+  for k = 1, #ESTIMATES.runs, 2 do
+    local field, ms = ESTIMATES.runs[k], ESTIMATES.runs[k + 1]
     local v = value[field]
     if v then
-      value[field] = v + EST.weight * (ms - v)
-    elseif room > 0 then -- past EST.max fields, only known ones are updated
+      value[field] = v + ESTIMATES.weight * (ms - v)
+    elseif room > 0 then -- past ESTIMATES.max fields, only known ones are updated
       room = room - 1
       value[field] = ms
     end
@@ -87,18 +88,18 @@ function EST.flush()
       writes[#writes + 1] = string.format('%.1f', value[field])
     end
   end
-  call_chunked('HSET', EST.key, writes)
-  if added then keep_hashtable(EST.key, EST.max - room) end -- room: what is left now
+  call_chunked('HSET', ESTIMATES.key, writes)
+  if added then keep_hashtable(ESTIMATES.key, ESTIMATES.max - room) end -- room: what is left now
 end
 
-function EST.learn_run(i, started, task_name, task_id)
+function ESTIMATES.learn_run(i, started, task_name, task_id)
   if not started then return end
   local ms = math.max(0, now - tonumber(started))
   -- the instances of a mapped task (`<id>[<n>]`) share their task's estimate
   local id = task_id or i
   if string.byte(id, -1) == 93 then id = string.gsub(id, '%[%d+%]$', '') end -- ends in ']'
-  EST.learn('j\t' .. META.name .. '\t' .. id, ms)
-  if task_name then EST.learn('t\t' .. task_name, ms) end
+  ESTIMATES.learn('j\t' .. META.name .. '\t' .. id, ms)
+  if task_name then ESTIMATES.learn('t\t' .. task_name, ms) end
 end
 
 local taken = {}
@@ -108,7 +109,7 @@ local function take(c)
   NEXT.released[c] = true
   if take_left <= 0 then return false end
   -- everything this needs of the child, in one read
-  local f = redis.call('HMGET', T, TF_QUEUE .. c, TF_LIMITS .. c, TF_MAP_ARG .. c,
+  local f = redis.call('HMGET', TASKS, TF_QUEUE .. c, TF_LIMITS .. c, TF_MAP_ARG .. c,
     TF_PRIORITY .. c, TF_RANK .. c, TF_CHILDREN .. c, TF_ATTEMPTS .. c, TF_PAYLOAD .. c,
     TF_INPUTS .. c, TF_MAP_OF .. c, TF_ERROR .. c, TF_FINISHED_AT .. c, TF_PROGRESS .. c)
   local qname = f[1] or META.queue
@@ -129,26 +130,17 @@ local function take(c)
   NEXT.bound_by(children)
   take_left = take_left - 1
   local attempt = tonumber(f[7] or 0) + 1
-  redis.call('HSET', T, TF_STATE .. c, T_RUNNING, TF_ATTEMPTS .. c, attempt, TF_HANDLER .. c, handler,
-    TF_NONCE .. c, nonce, TF_QUEUED_AT .. c, NEXT.now, TF_STARTED_AT .. c, NEXT.now,
-    TF_UPDATED_AT .. c, NEXT.now)
-  NEXT.clear(c, f[11], f[12], f[13]) -- a fresh attempt
-  call_chunked('HDEL', T, NEXT.clears)
+  local fields = {TF_QUEUED_AT .. c, NEXT.now} -- queued and started at once
+  begin_attempt(fields, NEXT.clears, c, attempt, handler, nonce, NEXT.now, f[11], f[12], f[13])
+  redis.call('HSET', TASKS, unpack(fields))
+  call_chunked('HDEL', TASKS, NEXT.clears)
   NEXT.clears = {}
   redis.call('ZADD', LEASES, NEXT.lease_until, lease_member(c))
-  OBS.emit(EV.STARTED, c, {EF.ATTEMPT, attempt, EF.HANDLER, handler})
+  OBS.emit(EVENT_KIND.STARTED, c, {EVENT_FIELD.ATTEMPT, attempt, EVENT_FIELD.HANDLER, handler})
   OBS.observe_wait(qname, now, nil, now) -- started the moment it was released
   taken[#taken + 1] = {tonumber(c), attempt, f[8], task_inputs(c, f[9], f[10]),
     OBS.run_order(c, priority, member), children}
   return true
-end
-
--- A fresh attempt of task i: the last one's error, finish time and progress are history
--- now; those it has (error, finished, progress: as read) go into NEXT.clears.
-function NEXT.clear(i, error, finished, progress)
-  if error then NEXT.clears[#NEXT.clears + 1] = TF_ERROR .. i end
-  if finished then NEXT.clears[#NEXT.clears + 1] = TF_FINISHED_AT .. i end
-  if progress then NEXT.clears[#NEXT.clears + 1] = TF_PROGRESS .. i end
 end
 
 -- Take the next ready tasks of this job from the head of the queues this worker serves, as
@@ -160,8 +152,8 @@ end
 -- that does not start at once.
 function NEXT.take_queued()
   if take_left <= 0 or META.state ~= J_RUNNING then return end
-  if redis.call('SCARD', SL.keys.freed) > 0 then return end
-  for k = A + 5, A + 4 + nserved do
+  if redis.call('SCARD', SLOT.keys.freed) > 0 then return end
+  for k = FIRST_OWN_ARG + 5, FIRST_OWN_ARG + 4 + nserved do
     local q = QUEUES[ARGV[k]]
     -- a queue none of this job's tasks enter: its head is not in KEYS, so nothing after it
     if not q or NEXT.held_back(ARGV[k], q) then break end
@@ -182,17 +174,17 @@ function NEXT.take_queued()
     if take_left <= 0 or NEXT.stopped then break end
   end
   if #NEXT.indexes == 0 then return end
-  call_chunked('HSET', T, NEXT.writes)
-  call_chunked('HDEL', T, NEXT.clears)
+  call_chunked('HSET', TASKS, NEXT.writes)
+  call_chunked('HDEL', TASKS, NEXT.clears)
   call_chunked('ZADD', LEASES, NEXT.leases)
-  if META.updated_at ~= now then redis.call('HSET', J, JF.UPDATED_AT, NEXT.now) end
-  OBS.emit_many(EV.STARTED, NEXT.indexes, NEXT.attempts, {EF.HANDLER, handler})
+  if META.updated_at ~= now then redis.call('HSET', JOB, JOB_FIELD.UPDATED_AT, NEXT.now) end
+  OBS.emit_many(EVENT_KIND.STARTED, NEXT.indexes, NEXT.attempts, {EVENT_FIELD.HANDLER, handler})
   OBS.flush_counts()
 end
 
 -- A queue the claim must serve first: a rate limit, or a retry due to go back into it.
 function NEXT.held_back(qname, q)
-  if redis.call('HEXISTS', SL.keys.limits, LF.RATE .. qname) == 1 then return true end
+  if redis.call('HEXISTS', SLOT.keys.limits, LIMIT_FIELD.RATE .. qname) == 1 then return true end
   local due = redis.call('ZRANGE', q.delayed, 0, 0, 'WITHSCORES')
   return due[2] ~= nil and tonumber(due[2]) <= now
 end
@@ -226,7 +218,7 @@ end
 -- stale entry (its task no longer queued: cancelled, or running through a duplicate entry)
 -- is only dropped. False when the task may not be taken (NEXT.may_take): it stays queued.
 function NEXT.start(i, qname, member)
-  local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i,
+  local f = redis.call('HMGET', TASKS, TF_STATE .. i, TF_ATTEMPTS .. i, TF_PAYLOAD .. i,
     TF_QUEUED_AT .. i, TF_FINISHED_AT .. i, TF_CHILDREN .. i, TF_PRIORITY .. i, TF_INPUTS .. i,
     TF_MAP_OF .. i, TF_ERROR .. i, TF_PROGRESS .. i)
   if f[1] ~= T_QUEUED and f[1] ~= T_RETRY_WAIT then return true end
@@ -236,12 +228,7 @@ function NEXT.start(i, qname, member)
   NEXT.bound_by(children)
   take_left = take_left - 1
   local attempt = tonumber(f[2] or 0) + 1
-  for _, v in ipairs({TF_STATE .. i, T_RUNNING, TF_ATTEMPTS .. i, attempt, TF_HANDLER .. i, handler,
-                      TF_NONCE .. i, nonce, TF_STARTED_AT .. i, NEXT.now, TF_UPDATED_AT .. i,
-                      NEXT.now}) do
-    NEXT.writes[#NEXT.writes + 1] = v
-  end
-  NEXT.clear(i, f[10], f[5], f[11])
+  begin_attempt(NEXT.writes, NEXT.clears, i, attempt, handler, nonce, NEXT.now, f[10], f[5], f[11])
   NEXT.leases[#NEXT.leases + 1] = NEXT.lease_until
   NEXT.leases[#NEXT.leases + 1] = lease_member(i)
   NEXT.indexes[#NEXT.indexes + 1] = i
@@ -257,23 +244,22 @@ local writes, clears, leases, history, frontier = {}, {}, {}, {}, {}
 OBS.succeeded = {indexes = {}, attempts = {}} -- one event entry for the batch
 for k = first_triple, #ARGV, 3 do
   local i, token, result = ARGV[k], ARGV[k + 1], ARGV[k + 2]
-  local f = redis.call('HMGET', T, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
+  local f = redis.call('HMGET', TASKS, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
     TF_STARTED_AT .. i, TF_CHILDREN .. i, TF_PAYLOAD .. i, TF_ID .. i, TF_QUEUE .. i,
     TF_LIMITS .. i, TF_ERROR .. i, TF_PROGRESS .. i, TF_WAITING_FOR .. i, TF_GATE_WAIT .. i,
     TF_NONCE .. i)
-  local code = ITEM_OK
-  if META.packed then
-    code = ITEM_STALE_TOKEN -- its job finished and was compacted: no attempt of it is current
-  elseif (f[2] or '0') .. ':' .. (f[3] or '') .. ':' .. (f[14] or '') ~= token
-      or f[3] ~= handler then
-    code = refusal_of(token, {f[2], f[3], f[14]})
+  -- a compacted job (finished) has no current attempt
+  local code = META.packed and ITEM_STALE_TOKEN
+    or live_attempt_refusal(token, handler, f[2], f[3], f[14])
+  if code then -- refused: not this handler's live attempt
   elseif f[1] == T_SUCCEEDED or done[i] then
     code = ITEM_ALREADY
   elseif f[1] ~= T_RUNNING and f[1] ~= T_TIMED_OUT then
-    code = ITEM_NOT_RUNNING
+    code = ITEM_WRONG_STATE
   else
+    code = ITEM_OK
     done[i] = true
-    local n = #writes -- no loop here: its hidden locals would pass the 200 (see EST)
+    local n = #writes -- no loop here: its hidden locals would pass the 200 (see ESTIMATES)
     writes[n + 1], writes[n + 2], writes[n + 3] = TF_STATE .. i, T_SUCCEEDED, TF_FINISHED_AT .. i
     writes[n + 4], writes[n + 5], writes[n + 6] = NEXT.now, TF_UPDATED_AT .. i, NEXT.now
     if result ~= '' then -- '': it returned None, which is stored as no result at all
@@ -289,10 +275,11 @@ for k = first_triple, #ARGV, 3 do
     -- only a task with limits holds pool or limit slots (claim.lua)
     if f[9] then NEXT.slotted[#NEXT.slotted + 1] = i end
     leases[#leases + 1] = lease_member(i)
-    history[#history + 1] = table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', NEXT.now, ''}, '\t')
+    history[#history + 1] =
+      table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', NEXT.now, ''}, '\t')
     if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
     local name = OBS.payload_task_name(f[6])
-    EST.learn_run(i, f[4], name, f[7])
+    ESTIMATES.learn_run(i, f[4], name, f[7])
     OBS.succeeded.indexes[#OBS.succeeded.indexes + 1] = i
     OBS.succeeded.attempts[#OBS.succeeded.attempts + 1] = f[2]
     if OBS.metrics_on then -- labels as OBS.task_labels makes them, from the read above
@@ -304,16 +291,17 @@ for k = first_triple, #ARGV, 3 do
   codes[#codes + 1] = code
 end
 if #leases > 0 then
-  call_chunked('HSET', T, writes)
-  call_chunked('HDEL', T, clears)
+  call_chunked('HSET', TASKS, writes)
+  call_chunked('HDEL', TASKS, clears)
   call_chunked('ZREM', LEASES, leases)
-  for _, i in ipairs(NEXT.slotted) do SL.free_slots(i) end
-  OBS.emit_many(EV.SUCCEEDED, OBS.succeeded.indexes, OBS.succeeded.attempts, {EF.HANDLER, handler})
+  for _, i in ipairs(NEXT.slotted) do SLOT.free_slots(i) end
+  OBS.emit_many(EVENT_KIND.SUCCEEDED, OBS.succeeded.indexes, OBS.succeeded.attempts,
+    {EVENT_FIELD.HANDLER, handler})
   append_history(history)
-  call_chunked('RPUSH', F, frontier)
+  call_chunked('RPUSH', FRONTIER, frontier)
   task_finished(now, #leases)
 end
-EST.flush()
+ESTIMATES.flush()
 drain_frontier(now, take, COMPLETE_FRONTIER_BUDGET)
 NEXT.take_queued()
 return {OK, codes, MSGPACK.tasks(taken)}

@@ -7,11 +7,11 @@
 if not load_job() then
   if META.refusal == JOB_GONE then
     redis.call('ZREM', LEADER, 'continue|' .. JOB_ID)
-    redis.call('DEL', F)
+    redis.call('DEL', FRONTIER)
   end
   return {META.refusal}
 end
 if not queues_passed() then return {KEYS_MISSING} end
 redis.call('ZREM', LEADER, 'continue|' .. JOB_ID)
 drain_frontier(now_ms(), nil)
-return {OK, redis.call('LLEN', F)}
+return {OK, redis.call('LLEN', FRONTIER)}

@@ -16,7 +16,7 @@ if META.state == J_SUCCEEDED or META.state == J_FAILED or META.state == J_CANCEL
   return {ALREADY, META.state}
 end
 if not queues_passed() then return {KEYS_MISSING} end
-if tonumber(redis.call('HGET', J, JF.LEFT) or 1) > 0 then
+if tonumber(redis.call('HGET', JOB, JOB_FIELD.LEFT) or 1) > 0 then
   redis.call('ZREM', LEADER, message)
   return {UNFINISHED}
 end

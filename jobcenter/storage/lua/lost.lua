@@ -11,7 +11,7 @@
   Returns {0, state} settled: the job's state now | {1} nothing was lost | {-5}
           | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it]]
 
-local P = KEYS[14 + #JOB_STATES] -- the packed record (_job.lua)
+local PACKED = KEYS[14 + #JOB_STATES] -- the packed record (_job.lua)
 local now = now_ms()
 
 if not load_job() and META.refusal == NEWER_PROTOCOL then return {NEWER_PROTOCOL} end
@@ -21,7 +21,7 @@ if not META.state then
     created = created or redis.call('ZSCORE', STATE_INDEX[state], JOB_ID)
   end
   if not created then return {ALREADY} end -- finished and expired, deleted, or never there
-  local err = 'lost: Redis no longer holds the job hash ' .. J
+  local err = 'lost: Redis no longer holds the job hash ' .. JOB
     .. ' (evicted? jobcenter needs maxmemory-policy noeviction)'
   redis.call('ZREM', ACTIVE, JOB_ID)
   redis.call('ZREM', STATE_INDEX[J_PENDING], JOB_ID)
@@ -29,15 +29,18 @@ if not META.state then
   for _, kind in ipairs({'split', 'continue', 'cancel', 'finalize'}) do
     redis.call('ZREM', LEADER, kind .. '|' .. JOB_ID)
   end
-  redis.call('DEL', T, H, F, P)
-  redis.call('HSET', J, JF.ID, JOB_ID, JF.STATE, J_FAILED, JF.ERROR, err, JF.TASKS, 0,
-    JF.LEFT, 0, JF.CREATED_AT, created, JF.FINISHED_AT, now, JF.UPDATED_AT, now)
+  redis.call('DEL', TASKS, HISTORY, FRONTIER, PACKED)
+  redis.call('HSET', JOB, JOB_FIELD.ID, JOB_ID, JOB_FIELD.STATE, J_FAILED, JOB_FIELD.ERROR, err,
+    JOB_FIELD.TASKS, 0,
+    JOB_FIELD.LEFT, 0, JOB_FIELD.CREATED_AT, created, JOB_FIELD.FINISHED_AT, now,
+      JOB_FIELD.UPDATED_AT, now)
   redis.call('ZADD', STATE_INDEX[J_FAILED], created, JOB_ID)
   -- its owner and schedule were in the lost hash: trimming drops it from the other indexes
-  redis.call('PEXPIRE', J, DEFAULT_RETENTION_MS)
+  redis.call('PEXPIRE', JOB, DEFAULT_RETENTION_MS)
   redis.call('ZADD', EXPIRING, now + DEFAULT_RETENTION_MS, JOB_ID .. '\t\t')
-  OBS.emit(EV.REPAIRED, false, {EF.DETAIL, 'lost', EF.ERROR, string.sub(err, 1, OBS.error_max)})
-  OBS.count(MF.REPAIRS .. '\tlost')
+  OBS.emit(EVENT_KIND.REPAIRED, false, {EVENT_FIELD.DETAIL, 'lost', EVENT_FIELD.ERROR,
+    string.sub(err, 1, OBS.error_max)})
+  OBS.count(METRIC_FIELD.REPAIRS .. '\tlost')
   OBS.flush_counts()
   return {OK, J_FAILED}
 end

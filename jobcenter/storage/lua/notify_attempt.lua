@@ -18,19 +18,21 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
 end
 
 local now = now_ms()
-local d = redis.call('HMGET', KEYS[3], DF.STATE .. channel, DF.ATTEMPTS .. channel,
-  DF.HANDLER .. channel, DF.TRIED_AT .. channel)
+local d = redis.call('HMGET', KEYS[3], DELIVERY_FIELD.STATE .. channel,
+  DELIVERY_FIELD.ATTEMPTS .. channel,
+  DELIVERY_FIELD.HANDLER .. channel, DELIVERY_FIELD.TRIED_AT .. channel)
 local attempts = tonumber(d[2] or 0)
-if d[1] == DS.DELIVERED or d[1] == DS.FAILED then attempts = 0 end
-if d[1] == DS.DELIVERING then
+if d[1] == DELIVERY_STATE.DELIVERED or d[1] == DELIVERY_STATE.FAILED then attempts = 0 end
+if d[1] == DELIVERY_STATE.DELIVERING then
   redis.call('RPUSH', KEYS[4], table.concat({channel, attempts, 'lost', d[3] or '', d[4] or '',
     now, 'no outcome within its lease (its worker stopped?): delivered again'}, '\t'))
   redis.call('LTRIM', KEYS[4], -DELIVERY_LOG_MAX, -1)
 end
 attempts = attempts + 1
-redis.call('HSET', KEYS[3], DF.STATE .. channel, DS.DELIVERING, DF.ATTEMPTS .. channel, attempts,
-  DF.HANDLER .. channel, handler, DF.TRIED_AT .. channel, now)
-redis.call('HDEL', KEYS[3], DF.NEXT_AT .. channel, DF.DONE_AT .. channel)
+redis.call('HSET', KEYS[3], DELIVERY_FIELD.STATE .. channel, DELIVERY_STATE.DELIVERING,
+  DELIVERY_FIELD.ATTEMPTS .. channel, attempts,
+  DELIVERY_FIELD.HANDLER .. channel, handler, DELIVERY_FIELD.TRIED_AT .. channel, now)
+redis.call('HDEL', KEYS[3], DELIVERY_FIELD.NEXT_AT .. channel, DELIVERY_FIELD.DONE_AT .. channel)
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), member)
 -- the delivery's record lives as long as its job
 local ttl = redis.call('PTTL', KEYS[2])

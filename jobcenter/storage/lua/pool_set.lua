@@ -5,14 +5,15 @@
   Returns {0} | {-3} delete refused: the pool's slots are in use or tasks wait for it ]]
 
 local LIMITS, SLOTS, FREED, FREED_WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local id = LID.POOL .. ARGV[1]
+local id = LIMIT_KIND.POOL .. ARGV[1]
 if ARGV[2] == '' then
-  if redis.call('HEXISTS', SLOTS, id) == 1 or redis.call('HEXISTS', LIMITS, LF.PARKED .. id) == 1 then
+  if redis.call('HEXISTS', SLOTS, id) == 1 or redis.call('HEXISTS', LIMITS,
+    LIMIT_FIELD.PARKED .. id) == 1 then
     return {WRONG_STATE}
   end
-  redis.call('HDEL', LIMITS, LF.POOL_TOTAL .. ARGV[1])
+  redis.call('HDEL', LIMITS, LIMIT_FIELD.POOL_TOTAL .. ARGV[1])
   return {OK}
 end
-redis.call('HSET', LIMITS, LF.POOL_TOTAL .. ARGV[1], ARGV[2])
-SL.mark_freed(LIMITS, FREED, FREED_WAKE, id, tonumber(ARGV[2]))
+redis.call('HSET', LIMITS, LIMIT_FIELD.POOL_TOTAL .. ARGV[1], ARGV[2])
+SLOT.mark_freed(LIMITS, FREED, FREED_WAKE, id, tonumber(ARGV[2]))
 return {OK}

@@ -8,9 +8,9 @@
 
 local LIMITS, FREED, FREED_WAKE = KEYS[1], KEYS[2], KEYS[3]
 if ARGV[2] == '' then
-  redis.call('HDEL', LIMITS, LF.RATE .. ARGV[1], LF.RATE_WINDOW .. ARGV[1])
+  redis.call('HDEL', LIMITS, LIMIT_FIELD.RATE .. ARGV[1], LIMIT_FIELD.RATE_WINDOW .. ARGV[1])
 else
-  redis.call('HSET', LIMITS, LF.RATE .. ARGV[1], ARGV[2])
+  redis.call('HSET', LIMITS, LIMIT_FIELD.RATE .. ARGV[1], ARGV[2])
 end
-SL.mark_freed(LIMITS, FREED, FREED_WAKE, ARGV[1], 1) -- a queue name has no parked tasks: a no-op
+SLOT.mark_freed(LIMITS, FREED, FREED_WAKE, ARGV[1], 1) -- a queue name has no parked tasks: a no-op
 return {OK}

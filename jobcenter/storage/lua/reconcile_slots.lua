@@ -42,12 +42,13 @@ end
 if not correct then return {OK, freed_slots, corrected} end
 
 for lease in pairs(held) do
-  if not redis.call('ZSCORE', LEASES, lease) then SL.free_slots_of(LIMITS, SLOTS, FREED, FREED_WAKE, lease) end
+  if not redis.call('ZSCORE', LEASES, lease) then SLOT.free_slots_of(LIMITS, SLOTS, FREED,
+    FREED_WAKE, lease) end
 end
 for id in pairs(ids) do
   if tonumber(redis.call('HGET', SLOTS, id) or 0) ~= (want[id] or 0) then
     if want[id] then redis.call('HSET', SLOTS, id, want[id]) else redis.call('HDEL', SLOTS, id) end
-    SL.mark_freed(LIMITS, FREED, FREED_WAKE, id, 1)
+    SLOT.mark_freed(LIMITS, FREED, FREED_WAKE, id, 1)
   end
 end
 return {OK, freed_slots, corrected}

@@ -13,12 +13,13 @@
   'lease'    running or timed_out with no lease: given a lease due now, so the expiry
              rules (rule 1) take it from there
   KEYS: the job context (_job.lua)
-  ARGV[A] action  ARGV[A+1] error text (abandon, node)  then per task: index, and for
+  ARGV[FIRST_OWN_ARG] action  ARGV[FIRST_OWN_ARG+1] error text (abandon, node)  then per task:
+  index, and for
   'release' a count of parents followed by the parents' indexes
   Returns {0, number repaired, of which failed} | {-4} job gone | {-5} queues not passed
           | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it]]
 
-local action, err = ARGV[A], ARGV[A + 1]
+local action, err = ARGV[FIRST_OWN_ARG], ARGV[FIRST_OWN_ARG + 1]
 if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
 
@@ -26,11 +27,11 @@ local now = now_ms()
 local repaired, failed = 0, 0
 -- Say so (an event, a count by rule) before the transition the repair makes.
 local function repairing(i)
-  OBS.emit(EV.REPAIRED, i, {EF.DETAIL, action})
-  OBS.count(MF.REPAIRS .. '\t' .. action)
+  OBS.emit(EVENT_KIND.REPAIRED, i, {EVENT_FIELD.DETAIL, action})
+  OBS.count(METRIC_FIELD.REPAIRS .. '\t' .. action)
   repaired = repaired + 1
 end
-local k = A + 2
+local k = FIRST_OWN_ARG + 2
 while k <= #ARGV do
   local i = ARGV[k]
   k = k + 1
@@ -41,7 +42,8 @@ while k <= #ARGV do
     local held = redis.call('ZSCORE', LEASES, lease)
       or redis.call('ZSCORE', queue.ready, queue_member(i))
       or redis.call('ZSCORE', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
-      or redis.call('HEXISTS', SL.keys.limits, LF.PARKED_AT .. lease) == 1 -- waiting for a full limit
+      or redis.call('HEXISTS', SLOT.keys.limits,
+        LIMIT_FIELD.PARKED_AT .. lease) == 1 -- waiting for a full limit
     if (state == T_QUEUED or state == T_RETRY_WAIT) and not held then
       repairing(i)
       enqueue(i, now)
@@ -52,7 +54,7 @@ while k <= #ARGV do
     k = k + 1 + nparents
     -- an expanded mapped task is released by its instances (recovery may not see them
     -- all); one whose expansion lost its frontier entry has it scheduled again
-    local expanded = redis.call('HEXISTS', T, TF_MAP_INSTANCES .. i) == 1
+    local expanded = redis.call('HEXISTS', TASKS, TF_MAP_INSTANCES .. i) == 1
     if state == T_WAITING and parents.d == 0 and expanded then
       if map_resume(i, now) then repairing(i) end
     elseif state == T_WAITING and parents.u == 0 then
@@ -71,7 +73,7 @@ while k <= #ARGV do
       redis.call('ZREM', queue.ready, queue_member(i))
       redis.call('ZREM', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
       redis.call('HDEL', CLAIMS, lease)
-      SL.unpark(i)
+      SLOT.unpark(i)
       repairing(i)
       failed = failed + 1
       fail_task(i, now, err)
@@ -82,15 +84,15 @@ while k <= #ARGV do
       redis.call('ZREM', queue.delayed, task_priority(i) .. '|' .. queue_member(i))
       redis.call('ZREM', LEASES, lease) -- a reservation of the node's dead worker
       redis.call('HDEL', CLAIMS, lease)
-      SL.free_slots(i)
-      SL.unpark(i)
+      SLOT.free_slots(i)
+      SLOT.unpark(i)
       repairing(i)
-      local used = tonumber(redis.call('HGET', T, TF_ATTEMPTS .. i) or 0) + 1
-      redis.call('HSET', T, TF_ATTEMPTS .. i, used, TF_ERROR .. i, err, TF_UPDATED_AT .. i, now)
-      redis.call('HDEL', T, TF_HANDLER .. i, TF_STARTED_AT .. i)
+      local used = tonumber(redis.call('HGET', TASKS, TF_ATTEMPTS .. i) or 0) + 1
+      redis.call('HSET', TASKS, TF_ATTEMPTS .. i, used, TF_ERROR .. i, err, TF_UPDATED_AT .. i, now)
+      redis.call('HDEL', TASKS, TF_HANDLER .. i, TF_STARTED_AT .. i)
       if used < max_attempts(i) then
-        OBS.emit(EV.RETRIED, i, OBS.attempt_of(i, err))
-        if OBS.metrics_on then OBS.count(MF.RETRIES .. '\t' .. OBS.task_labels(i)) end
+        OBS.emit(EVENT_KIND.RETRIED, i, OBS.attempt_of(i, err))
+        if OBS.metrics_on then OBS.count(METRIC_FIELD.RETRIES .. '\t' .. OBS.task_labels(i)) end
         record_history(i, T_RETRY_WAIT, now, err)
         enqueue(i, now)
       else

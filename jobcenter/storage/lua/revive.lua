@@ -13,42 +13,44 @@
   arguments (freed when its job ended succeeded: a retry of several calls stopped half way),
   a cancelled job, or a packed one (restore.lua first), and nothing is written.
   KEYS: the job context (_job.lua)
-  ARGV[A] number of roots  ARGV[A+1..] root indexes  then for each task to reset (parents
-  before children): its index, its number of parents, their indexes
-  Returns {0, tasks revived} | {1} a failure cascade is under way: finish it ('continue')
+  ARGV[FIRST_OWN_ARG] number of roots  ARGV[FIRST_OWN_ARG+1..] root indexes  then for each task to
+  reset (parents before children): its index, its number of parents, their indexes
+  Returns {0, tasks revived} | {3} a failure cascade is under way: finish it ('continue')
           and call again | {-3, reason} | {-4} job gone | {-5} queues not passed 
           | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it]]
 
-local P = KEYS[14 + #JOB_STATES] -- the packed record (_job.lua)
+local PACKED = KEYS[14 + #JOB_STATES] -- the packed record (_job.lua)
 
 if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
-if redis.call('HGET', J, JF.STOP) == 'cancel' then return {WRONG_STATE, 'the job was cancelled'} end
-if redis.call('EXISTS', F) == 1 then return {BUSY} end
-if redis.call('HEXISTS', J, JF.PACKED) == 1 then
+if redis.call('HGET', JOB, JOB_FIELD.STOP) == 'cancel' then return {WRONG_STATE,
+  'the job was cancelled'} end
+if redis.call('EXISTS', FRONTIER) == 1 then return {BUSY} end
+if redis.call('HEXISTS', JOB, JOB_FIELD.PACKED) == 1 then
   return {WRONG_STATE, 'the job is packed: restore it first (restore.lua)'}
 end
 
 local function not_in(i, want)
-  return {WRONG_STATE, 'task ' .. (redis.call('HGET', T, TF_ID .. i) or i) .. ' is not ' .. want}
+  return {WRONG_STATE, 'task ' .. (redis.call('HGET', TASKS,
+    TF_ID .. i) or i) .. ' is not ' .. want}
 end
 -- what a task downstream of a root may have ended as, to be reset
 local RESETTABLE = {[T_SUCCEEDED] = true, [T_FAILED] = true, [T_UPSTREAM_FAILED] = true,
   [T_SKIPPED] = true}
-local nroots = tonumber(ARGV[A])
+local nroots = tonumber(ARGV[FIRST_OWN_ARG])
 local roots, resets, revived, verdicts, counts, ended = {}, {}, {}, {}, {}, {}
-for k = A + 1, A + nroots do
+for k = FIRST_OWN_ARG + 1, FIRST_OWN_ARG + nroots do
   if task_state(ARGV[k]) ~= T_FAILED then return not_in(ARGV[k], T_FAILED) end
   roots[#roots + 1] = ARGV[k]
   revived[ARGV[k]] = true
   ended[ARGV[k]] = T_FAILED
 end
-local k = A + 1 + nroots
+local k = FIRST_OWN_ARG + 1 + nroots
 while k <= #ARGV do
   local i, nparents = ARGV[k], tonumber(ARGV[k + 1])
   local state = task_state(i)
   if not RESETTABLE[state] then return not_in(i, 'ended') end
-  if redis.call('HEXISTS', T, TF_PAYLOAD .. i) == 0 then -- a retry of many calls stopped
+  if redis.call('HEXISTS', TASKS, TF_PAYLOAD .. i) == 0 then -- a retry of many calls stopped
     return {WRONG_STATE, 'task ' .. task_name(i) .. ' cannot run again: the job ended '
       .. 'succeeded meanwhile, which freed its arguments'}
   end
@@ -67,17 +69,17 @@ if #roots + #resets == 0 then return {OK, 0} end
 -- when it succeeded; with a trigger rule or a parent skipped, its parents ended, failed and
 -- skipped) counts it as not ended; a child in this call's resets is counted afresh below.
 local function uncount_ended_parent(i)
-  local csv = redis.call('HGET', T, TF_CHILDREN .. i) or ''
+  local csv = redis.call('HGET', TASKS, TF_CHILDREN .. i) or ''
   for c in string.gmatch(csv, '[^,]+') do
     if task_state(c) == T_WAITING then
-      local counted = redis.call('HEXISTS', T, TF_PARENTS_LEFT .. c) == 1
-      if ended[i] == T_SUCCEEDED then redis.call('HINCRBY', T, TF_DEPS_LEFT .. c, 1) end
+      local counted = redis.call('HEXISTS', TASKS, TF_PARENTS_LEFT .. c) == 1
+      if ended[i] == T_SUCCEEDED then redis.call('HINCRBY', TASKS, TF_DEPS_LEFT .. c, 1) end
       if counted then
-        redis.call('HINCRBY', T, TF_PARENTS_LEFT .. c, 1)
+        redis.call('HINCRBY', TASKS, TF_PARENTS_LEFT .. c, 1)
         if ended[i] == T_SKIPPED then
-          redis.call('HINCRBY', T, TF_PARENTS_SKIPPED .. c, -1)
+          redis.call('HINCRBY', TASKS, TF_PARENTS_SKIPPED .. c, -1)
         elseif ended[i] ~= T_SUCCEEDED then
-          redis.call('HINCRBY', T, TF_PARENTS_FAILED .. c, -1)
+          redis.call('HINCRBY', TASKS, TF_PARENTS_FAILED .. c, -1)
         end
       end
     end
@@ -85,54 +87,54 @@ local function uncount_ended_parent(i)
 end
 
 local now = now_ms()
-if redis.call('HEXISTS', J, JF.TRIGGER_RULES) == 1 then -- else no such child exists
+if redis.call('HEXISTS', JOB, JOB_FIELD.TRIGGER_RULES) == 1 then -- else no such child exists
   for _, list in ipairs({roots, resets}) do
     for _, i in ipairs(list) do uncount_ended_parent(i) end
   end
 end
 -- a task that ran gets a fresh budget of attempts, as a root does
 local function fresh_budget(i)
-  local used = tonumber(redis.call('HGET', T, TF_ATTEMPTS .. i) or 0)
-  if used > 0 then redis.call('HSET', T, TF_MAX_ATTEMPTS .. i, used + max_attempts(i)) end
+  local used = tonumber(redis.call('HGET', TASKS, TF_ATTEMPTS .. i) or 0)
+  if used > 0 then redis.call('HSET', TASKS, TF_MAX_ATTEMPTS .. i, used + max_attempts(i)) end
 end
 local failed, skipped = #roots, 0 -- what the job's counters counted the revived tasks as
 for _, i in ipairs(roots) do
-  OBS.emit(EV.REVIVED, i)
+  OBS.emit(EVENT_KIND.REVIVED, i)
   fresh_budget(i)
-  redis.call('HDEL', T, TF_FINISHED_AT .. i)
+  redis.call('HDEL', TASKS, TF_FINISHED_AT .. i)
   redis.call('ZREM', DLQ, lease_member(i))
   enqueue(i, now)
 end
 for _, i in ipairs(resets) do
-  OBS.emit(EV.REVIVED, i)
+  OBS.emit(EVENT_KIND.REVIVED, i)
   if ended[i] == T_SKIPPED then skipped = skipped + 1 end
   if ended[i] == T_FAILED or ended[i] == T_UPSTREAM_FAILED then failed = failed + 1 end
   if ended[i] == T_FAILED then redis.call('ZREM', DLQ, lease_member(i)) end
   if ended[i] ~= T_UPSTREAM_FAILED then fresh_budget(i) end
-  redis.call('HDEL', T, TF_FINISHED_AT .. i, TF_ERROR .. i, TF_RESULT .. i)
+  redis.call('HDEL', TASKS, TF_FINISHED_AT .. i, TF_ERROR .. i, TF_RESULT .. i)
   store_parent_counts(i, counts[i])
   if verdicts[i] == 'run' then
     enqueue(i, now) -- its rule was met while it was blocked: nothing else would release it
   else
-    redis.call('HSET', T, TF_STATE .. i, T_WAITING, TF_UPDATED_AT .. i, now)
+    redis.call('HSET', TASKS, TF_STATE .. i, T_WAITING, TF_UPDATED_AT .. i, now)
   end
 end
 flush_wakes()
 local n = #roots + #resets
-redis.call('HINCRBY', J, JF.LEFT, n)
+redis.call('HINCRBY', JOB, JOB_FIELD.LEFT, n)
 -- (never -0: Lua writes it '-0', which HINCRBY refuses)
-if failed > 0 then redis.call('HINCRBY', J, JF.FAILED, -failed) end
-if skipped > 0 then redis.call('HINCRBY', J, JF.SKIPPED, -skipped) end
+if failed > 0 then redis.call('HINCRBY', JOB, JOB_FIELD.FAILED, -failed) end
+if skipped > 0 then redis.call('HINCRBY', JOB, JOB_FIELD.SKIPPED, -skipped) end
 local expiring = expiring_member()
 set_job_state(J_RUNNING)
-redis.call('HSET', J, JF.UPDATED_AT, now)
-redis.call('HDEL', J, JF.FINISHED_AT, JF.STOP)
+redis.call('HSET', JOB, JOB_FIELD.UPDATED_AT, now)
+redis.call('HDEL', JOB, JOB_FIELD.FINISHED_AT, JOB_FIELD.STOP)
 redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
 redis.call('ZREM', LEADER, 'compact|' .. JOB_ID) -- a compaction under way starts over
-redis.call('DEL', P)
-redis.call('HDEL', J, JF.COMPACT_CURSOR)
-for _, key in ipairs({J, T, H, F}) do redis.call('PERSIST', key) end
-if IDEM ~= J then redis.call('PERSIST', IDEM) end
-redis.call('ZADD', ACTIVE, redis.call('HGET', J, JF.CREATED_AT), JOB_ID)
+redis.call('DEL', PACKED)
+redis.call('HDEL', JOB, JOB_FIELD.COMPACT_CURSOR)
+for _, key in ipairs({JOB, TASKS, HISTORY, FRONTIER}) do redis.call('PERSIST', key) end
+if IDEM ~= JOB then redis.call('PERSIST', IDEM) end
+redis.call('ZADD', ACTIVE, redis.call('HGET', JOB, JOB_FIELD.CREATED_AT), JOB_ID)
 redis.call('ZREM', EXPIRING, expiring)
 return {OK, n}

@@ -4,7 +4,7 @@
   KEYS[4] due zset  KEYS[5] name key (KEYS[1] again when the schedule has no name)
   ARGV[1] schedule id  ARGV[2] created ms  ARGV[3] due ms ('' : not due)
   ARGV[4..] field/value pairs of the hash: 'def' (msgpack) and the state ('' : field absent)
-  Returns {0} added | {-1, id} the name belongs to schedule `id` already ]]
+  Returns {0} added | {-11, id} the name belongs to schedule `id` already ]]
 
 local SCHEDULE, SCHEDULES, DUE, NAME = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
 local id, created, due = ARGV[1], ARGV[2], ARGV[3]
@@ -23,7 +23,7 @@ for k = 4, #ARGV - 1, 2 do
   end
 end
 call_chunked('HSET', SCHEDULE, fields)
-redis.call('HSET', SCHEDULE, SF.REVISION, 1)
+redis.call('HSET', SCHEDULE, SCHEDULE_FIELD.REVISION, 1)
 redis.call('ZADD', SCHEDULES, created, id)
 if due ~= '' then redis.call('ZADD', DUE, due, id) end
 if named then redis.call('SET', NAME, id) end

@@ -4,7 +4,7 @@
   KEYS[1] schedule hash  KEYS[2] fires list  KEYS[3] schedules zset  KEYS[4] due zset
   KEYS[5] name key (KEYS[1] again when the schedule has no name)
   ARGV[1] schedule id
-  Returns {0} removed | {-4} no such schedule ]]
+  Returns {0} removed | {-13} no such schedule ]]
 
 local SCHEDULE, FIRES, SCHEDULES, DUE, NAME = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id = ARGV[1]

@@ -9,15 +9,16 @@
   ARGV[5] fire records kept  ARGV[6] n records
   ARGV[7..6+n] fire records (msgpack), oldest first: the list keeps the newest first
   ARGV[7+n..] field/value pairs of the new state ('' : field absent)
-  Returns {0} saved | {-2} changed since that revision: nothing written, re-read and decide
-          again | {-4} no such schedule (removed, or expired once done) ]]
+  Returns {0} saved | {-12} changed since that revision: nothing written, re-read and decide
+          again | {-13} no such schedule (removed, or expired once done) ]]
 
 local SCHEDULE, FIRES, DUE, NAME = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
 local id, read_rev, due, retention = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local kept, n = tonumber(ARGV[5]), tonumber(ARGV[6])
 
 if redis.call('EXISTS', SCHEDULE) == 0 then return {SCHEDULE_GONE} end
-if tonumber(redis.call('HGET', SCHEDULE, SF.REVISION) or 0) ~= read_rev then return {CHANGED} end
+if tonumber(redis.call('HGET', SCHEDULE,
+  SCHEDULE_FIELD.REVISION) or 0) ~= read_rev then return {CHANGED} end
 
 local set, unset, records = {}, {}, {}
 for k = 7, 6 + n do records[#records + 1] = ARGV[k] end
@@ -32,7 +33,7 @@ end
 
 call_chunked('HSET', SCHEDULE, set)
 call_chunked('HDEL', SCHEDULE, unset)
-redis.call('HINCRBY', SCHEDULE, SF.REVISION, 1)
+redis.call('HINCRBY', SCHEDULE, SCHEDULE_FIELD.REVISION, 1)
 if n > 0 then
   call_chunked('LPUSH', FIRES, records)
   redis.call('LTRIM', FIRES, 0, kept - 1)
