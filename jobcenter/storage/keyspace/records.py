@@ -21,7 +21,7 @@ class TaskPayload:
     id: str | None  # the task's id in the spec
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    timeout: float | None  # seconds; None: none
+    timeout: float | None  # seconds; None (or 0): none
     retry_backoff: float
     retry_backoff_max: float
     gates: tuple[str, ...]  # the gates it requires
@@ -41,7 +41,7 @@ class TaskPayload:
             id=task_id if isinstance(task_id, str) else None,
             args=tuple(raw.get(PayloadKey.ARGS) or ()),
             kwargs=dict(raw.get(PayloadKey.KWARGS) or {}),
-            timeout=raw.get(PayloadKey.TIMEOUT) or None,
+            timeout=raw.get(PayloadKey.TIMEOUT),
             retry_backoff=raw.get(PayloadKey.RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF),
             retry_backoff_max=raw.get(PayloadKey.RETRY_BACKOFF_MAX, DEFAULT_RETRY_BACKOFF_MAX),
             gates=tuple(raw.get(PayloadKey.GATES) or ()),
