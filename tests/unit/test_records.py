@@ -6,7 +6,7 @@ import pytest
 
 from jobcenter.model import codec
 from jobcenter.storage.keyspace.layout import Layout
-from jobcenter.storage.keyspace.records import JobRecord, TaskPayload, TaskRecord
+from jobcenter.storage.keyspace.records import JobRecord, TaskPayload
 from jobcenter.storage.keyspace.schema import JobField, TaskField
 
 
@@ -52,9 +52,3 @@ def test_job_record_reads_the_job_fields() -> None:
     )
     assert (job.state, job.tasks, job.left, job.written, job.stop) == ("running", 3, 1, 0, "cancel")
     assert JobRecord.from_hash({}).state is None
-
-
-def test_task_record_reads_one_task() -> None:
-    raw = {TaskField.STATE.of(2): b"failed", TaskField.ATTEMPTS.of(2): b"2"}
-    task = TaskRecord.from_hash(raw, 2)
-    assert (task.state, task.attempts, task.error) == ("failed", 2, None)

@@ -1,6 +1,6 @@
-"""Typed records of what Python reads from the schema: a job hash, a task's fields and a
-task's packed payload, each read once through the names schema.py generates into Lua
-(JobField, TaskField, PayloadKey), so no caller spells a stored field itself."""
+"""Typed records of what Python reads from the schema: a job hash and a task's packed
+payload, each read once through the names schema.py generates into Lua
+(JobField, PayloadKey), so no caller spells a stored field itself."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from jobcenter.model import codec
 from jobcenter.model.spec import DEFAULT_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF_MAX
 
-from .schema import JobField, PayloadKey, TaskField
+from .schema import JobField, PayloadKey
 
 
 @dataclass(frozen=True)
@@ -94,27 +94,4 @@ class JobRecord:
             updated_at=None if updated is None else int(updated),
             spec=raw.get(JobField.SPEC),
             ranks=raw.get(JobField.RANKS),
-        )
-
-
-@dataclass(frozen=True)
-class TaskRecord:
-    """One task's fields in its job's tasks hash (TaskField, suffixed by its index)."""
-
-    index: int
-    id: str | None
-    state: str | None
-    attempts: int
-    handler: str | None
-    error: str | None
-
-    @classmethod
-    def from_hash(cls, raw: dict[str, bytes], index: int) -> TaskRecord:
-        return cls(
-            index=index,
-            id=_text(raw, TaskField.ID.of(index)),
-            state=_text(raw, TaskField.STATE.of(index)),
-            attempts=_int(raw, TaskField.ATTEMPTS.of(index), 0),
-            handler=_text(raw, TaskField.HANDLER.of(index)),
-            error=_text(raw, TaskField.ERROR.of(index)),
         )
