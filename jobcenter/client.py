@@ -12,7 +12,7 @@ from jobcenter.model import codec
 from jobcenter.model.spec import JobSpec, spec_from_any
 from jobcenter.model.states import JobState, TaskState
 from jobcenter.storage.events import Events
-from jobcenter.storage.keyspace.schema import TaskField
+from jobcenter.storage.keyspace.schema import JobField, PayloadKey, TaskField
 from jobcenter.storage.server.embedded import local_url
 from jobcenter.storage.server.outages import ride_out
 from jobcenter.storage.store import JobProgress, JobQuery, Store, served_member
@@ -100,12 +100,12 @@ class Client:
         queued = [i for i, s in fields[TaskField.STATE].items() if s == TaskState.QUEUED]
         if not queued:
             return {}
-        job_queue = self.store.redis.hget(self.store.keys.job(job_id).job, "queue")
+        job_queue = self.store.redis.hget(self.store.keys.job(job_id).job, JobField.QUEUE)
         payloads = self.store.records(job_id).values([TaskField.PAYLOAD.of(i) for i in queued])
         names = {}
         for index, payload in zip(queued, payloads, strict=True):
             decoded = codec.unpack(payload) if payload else None
-            name = decoded.get("t", "?") if isinstance(decoded, dict) else "?"
+            name = decoded.get(PayloadKey.TASK, "?") if isinstance(decoded, dict) else "?"
             queue = fields[TaskField.QUEUE].get(index) or (job_queue or b"default").decode()
             names[index] = (queue, str(name))
         missing = set(self.unserved(names.values()))

@@ -11,6 +11,7 @@ from typing import Any
 
 from jobcenter.model import codec
 from jobcenter.storage.keyspace.layout import Layout
+from jobcenter.storage.keyspace.records import JobRecord
 from jobcenter.storage.store import CURSOR_MOVED, Store
 
 log = logging.getLogger(__name__)
@@ -50,24 +51,24 @@ class Leader:
         except for a scheduled job: that one is marked failed (seed 000's rule against
         storms of resubmitted scheduled runs)."""
         store = self.store
-        job = store.job_fields(job_id)
-        if not job or "spec" not in job:
+        job = JobRecord.from_hash(store.job_fields(job_id))
+        if job.spec is None:
             store.drop_leader_message("split", job_id)  # gone, or split already ended
             return None
-        previous = job.get("leader", b"").decode()
-        if job.get("schedule_id") and previous and previous != self.handler:
+        previous = job.leader or ""
+        if job.schedule_id and previous and previous != self.handler:
             self.abandon(
                 job_id,
                 f"abandoned: leader {previous} stalled while splitting this "
                 "scheduled job; scheduled runs are never resubmitted",
             )
             return "abandoned"
-        spec = codec.unpack(job["spec"], max_bytes=SPEC_MAX_BYTES)
+        spec = codec.unpack(job.spec, max_bytes=SPEC_MAX_BYTES)
         assert isinstance(spec, dict)
-        ranks = codec.unpack(job["ranks"], max_bytes=SPEC_MAX_BYTES) if "ranks" in job else None
+        ranks = codec.unpack(job.ranks, max_bytes=SPEC_MAX_BYTES) if job.ranks is not None else None
         layout = Layout(spec, ranks)  # type: ignore[arg-type]
         n = len(layout)
-        written = int(job.get("written", 0))
+        written = job.written
         for start, end, pairs in _prepared(layout, written):
             code = store.publish_tasks(job_id, self.handler, start, end, pairs)
             if code < 0:
@@ -75,7 +76,7 @@ class Leader:
                 return None
 
         roots = layout.roots
-        queued = int(job.get("queued", 0))
+        queued = job.queued
         for start in range(queued, len(roots), ROOTS_CHUNK):
             end = min(start + ROOTS_CHUNK, len(roots))
             last = end == len(roots)

@@ -14,6 +14,7 @@ from jobcenter.model.states import JobState, TaskState
 from jobcenter.storage import limits
 from jobcenter.storage.admin import trim_expired
 from jobcenter.storage.keyspace.keys import NODE_QUEUE_PREFIX
+from jobcenter.storage.keyspace.records import JobRecord
 from jobcenter.storage.keyspace.schema import TaskField
 from jobcenter.storage.keyspace.schema import code as return_code
 from jobcenter.storage.store import Store, served_member
@@ -111,9 +112,10 @@ class Recovery:
 
     def _job(self, job_id: str) -> None:
         store = self.store
-        job, first_task = store.job_fields_and_first_task(job_id)
+        fields, first_task = store.job_fields_and_first_task(job_id)
         self.report.jobs_checked += 1
-        state = job["state"].decode() if job else None
+        job = JobRecord.from_hash(fields)
+        state = job.state
         if state is not None and JobState(state).terminal:
             return
         if state is None or (not first_task and _tasks_written(job)):  # rule 11
@@ -123,16 +125,16 @@ class Recovery:
                 log.error("job %s: Redis lost its keys; settled %s", job_id, settled)
             return
         now = self.store.now_ms()
-        idle_ms = now - int(job.get("updated_at", now))
-        if job.get("stop"):  # a cancel (or abandon) under way: its leader may have died
-            limit = int(job["n"]) if state == JobState.RUNNING else int(job.get("written", 0))
-            if int(job.get("cancel_cursor", 0)) < limit:
+        idle_ms = now - (job.updated_at if job.updated_at is not None else now)
+        if job.stop:  # a cancel (or abandon) under way: its leader may have died
+            limit = job.tasks if state == JobState.RUNNING else job.written
+            if job.cancel_cursor < limit:
                 self._resubmit(job_id, "cancel")
         if state == JobState.PENDING:
-            if not job.get("stop"):
+            if not job.stop:
                 self._resubmit(job_id, "split")
             return
-        if int(job.get("left", 1)) == 0:
+        if job.left == 0:
             if idle_ms >= self.settings.worker_timeout_seconds * 1000:
                 code, _ = store.finalize(job_id)
                 self.report.finalized += code == OK
@@ -141,7 +143,7 @@ class Recovery:
             return
         if store.has_frontier(job_id):
             self._resubmit(job_id, "continue")
-        self._tasks(job_id, now, job.get("queue", DEFAULT_QUEUE.encode()).decode())
+        self._tasks(job_id, now, job.queue if job.queue is not None else DEFAULT_QUEUE)
 
     def _resubmit(self, job_id: str, kind: str) -> None:
         if self.store.resubmit(job_id, kind):
@@ -245,9 +247,9 @@ def _batches(items: list[Any], size: int = REPAIR_BATCH) -> list[list[Any]]:
     return [items[k : k + size] for k in range(0, len(items), size)]
 
 
-def _tasks_written(job: dict[str, bytes]) -> bool:
+def _tasks_written(job: JobRecord) -> bool:
     """Whether the job's tasks hash must hold its tasks: it runs, or a split wrote some."""
-    return job["state"] == JobState.RUNNING.encode() or int(job.get("written", 0)) > 0
+    return job.state == JobState.RUNNING or job.written > 0
 
 
 def _ended(state: str | None) -> bool:

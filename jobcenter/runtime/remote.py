@@ -24,6 +24,8 @@ from typing import Any
 
 from jobcenter.errors import NotFound, Refused, SpecError
 from jobcenter.storage import tokens
+from jobcenter.storage.keyspace.records import TaskPayload
+from jobcenter.storage.keyspace.schema import PayloadKey
 from jobcenter.storage.refusals import why_refused
 from jobcenter.storage.store import SWEEP_MAX, StartedTask, Store
 
@@ -44,9 +46,17 @@ SIGNATURE_BYTES = 16  # 128 bits of HMAC-SHA256: no forgery by guessing
 # How often an executor's registration is renewed (its claims and heartbeats renew it): well
 # within the worker timeout, after which the registry drops a silent worker.
 REGISTER_EVERY_SECONDS = 5.0
-# The payload fields an attempt token carries: the task name, its retry backoff and cap, its
-# timeout: what a report needs without reading the task again.
-CARRIED = ("t", "rb", "rm", "to")
+
+
+def carried(payload: TaskPayload) -> dict[str, Any]:
+    """The payload fields an attempt token carries: the task name, its retry backoff and cap,
+    its timeout: what a report needs without reading the task again."""
+    return {
+        PayloadKey.TASK: payload.task,
+        PayloadKey.RETRY_BACKOFF: payload.retry_backoff,
+        PayloadKey.RETRY_BACKOFF_MAX: payload.retry_backoff_max,
+        PayloadKey.TIMEOUT: payload.timeout,
+    }
 
 
 class AttemptTaken(Refused):
@@ -80,8 +90,12 @@ class AttemptRef:
     attempt: int
     fence: str  # the attempt's fencing token (StartedTask.token): every report carries it
     handler: str
-    payload: dict[str, Any]  # the CARRIED fields of the task's payload
+    carried: dict[str, Any]  # carried(): the fields of the task's payload a report needs
     started_ms: int
+
+    @property
+    def payload(self) -> TaskPayload:
+        return TaskPayload.from_dict(self.carried)
 
     @property
     def task(self) -> StartedTask:
@@ -126,7 +140,7 @@ class Executors:
 
     def encode(self, ref: AttemptRef) -> str:
         fields = [
-            ref.job_id, ref.index, ref.attempt, ref.fence, ref.handler, ref.payload,
+            ref.job_id, ref.index, ref.attempt, ref.fence, ref.handler, ref.carried,
             ref.started_ms,
         ]  # fmt: skip
         body = json.dumps(fields, separators=(",", ":")).encode()
@@ -174,25 +188,24 @@ class Executors:
         back: list[tuple[str, int, str, str]] = []
         for task in started:
             payload = decode(task)
-            name = str(payload["t"])
-            if name not in names or payload.get("g"):
+            name = payload.task
+            if name not in names or payload.gates:
                 back.append((task.job_id, task.index, task.token, name))
                 continue
-            carried = {k: payload[k] for k in CARRIED if k in payload}
             ref = AttemptRef(
-                task.job_id, task.index, task.attempt, task.token, handler, carried, now_ms
+                task.job_id, task.index, task.attempt, task.token, handler, carried(payload), now_ms
             )
-            timeout = payload.get("to")
+            timeout = payload.timeout
             out.append(
                 Attempt(
                     token=self.encode(ref),
                     job_id=task.job_id,
-                    task_id=str(payload.get("id", task.index)),
+                    task_id=payload.id if payload.id is not None else str(task.index),
                     index=task.index,
                     attempt=task.attempt,
                     task=name,
-                    args=list(payload.get("a", ())),
-                    kwargs=dict(payload.get("k", {})),
+                    args=list(payload.args),
+                    kwargs=dict(payload.kwargs),
                     inputs=task.input_kwargs(),
                     timeout=None if timeout is None else float(timeout),
                     lease_seconds=self.store.settings.lease_seconds,
@@ -265,7 +278,7 @@ class Executors:
         taken over, cancelled or ended, or ran past its timeout (then it fails here, as
         the Python worker fails an attempt past its timeout): its executor stops it."""
         ref = self.decode(token)
-        timeout = ref.payload.get("to")
+        timeout = ref.payload.timeout
         if timeout is not None and self.store.now_ms() > ref.started_ms + float(timeout) * 1000:
             outcome = timed_out(ref.task, ref.payload, "its executor was told to stop it")
             self._fail(ref, outcome.error, outcome.retry_delay_ms)
@@ -284,9 +297,7 @@ class Executors:
         cannot be stored fails the task, as a Python task's does (SpecError says why)."""
         ref = self.decode(token)
         try:
-            packed = pack_result(
-                str(ref.payload["t"]), result, self.store.settings.result_max_bytes
-            )
+            packed = pack_result(ref.payload.task, result, self.store.settings.result_max_bytes)
         except ResultRefused as exc:
             self._fail(ref, str(exc), -1)
             raise SpecError(f"{exc}; the attempt failed") from None

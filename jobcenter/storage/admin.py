@@ -10,7 +10,7 @@ from jobcenter.errors import NotFound, Refused
 from jobcenter.model.dag import topological_order
 from jobcenter.model.states import JobState, TaskState
 
-from .keyspace.schema import TaskField
+from .keyspace.schema import JobField, TaskField
 from .server.replies import seconds, text
 from .store import Store
 
@@ -48,7 +48,7 @@ def _dead_letter(store: Store, job_id: str, index: int) -> dict[str, Any] | None
         return None  # the job expired, or the task was requeued since
     return {
         "job": job_id,
-        "job_name": text(store.redis.hget(jk.job, "name")),
+        "job_name": text(store.redis.hget(jk.job, JobField.NAME)),
         "task": text(task_id),
         "attempts": int(attempts or 0),
         "handler": text(handler),
@@ -200,7 +200,7 @@ def _finish_cascade(store: Store, job_id: str) -> None:
 
 def delete_job(store: Store, job_id: str) -> None:
     """Delete a finished job (cancel a running one first)."""
-    state = store.redis.hget(store.keys.job(job_id).job, "state")
+    state = store.redis.hget(store.keys.job(job_id).job, JobField.STATE)
     if state is None:
         raise NotFound.job(job_id, store.settings.namespace)
     states = store.task_field(job_id, TaskField.STATE)

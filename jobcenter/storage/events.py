@@ -13,7 +13,7 @@ from typing import Any
 from jobcenter.model.states import TaskState
 
 from .keyspace.packed import values_of_jobs
-from .keyspace.schema import EventField, EventKind, TaskField
+from .keyspace.schema import EventField, EventKind, JobField, TaskField
 from .server.outages import ride_out
 from .server.replies import text
 from .store import Store
@@ -155,7 +155,7 @@ class Events:
         `limit` (default EVENTS_PAGE). `limit` keeps the newest that many."""
         start_ms = since_ms
         if job_id is not None and start_ms is None:
-            created = self.redis.hget(self.keys.job(job_id).job, "created_at")
+            created = self.redis.hget(self.keys.job(job_id).job, JobField.CREATED_AT)
             start_ms = int(created) - JOB_START_MARGIN_MS if created is not None else None
         if start_ms is None and job_id is None:
             return self._newest(limit or EVENTS_PAGE)

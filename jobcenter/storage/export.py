@@ -12,14 +12,21 @@ from typing import Any
 from jobcenter.errors import NotFound
 from jobcenter.model.states import JobState
 
+from .keyspace.schema import JobField
 from .server.replies import seconds, text
 from .store import Store
 
 EXPORT_PAGE = 200  # job ids read per index read
 FINISHED_STATES = tuple(state.value for state in JobState if state.terminal)
 JOB_FIELDS = (
-    "name", "owner", "state", "priority", "queue", "created_at", "started_at", "finished_at",
-    "schedule_id", "fire_time", "error", "n", "nfailed", "ncancelled",
+    JobField.NAME, JobField.OWNER, JobField.STATE, JobField.PRIORITY, JobField.QUEUE,
+    JobField.CREATED_AT, JobField.STARTED_AT, JobField.FINISHED_AT, JobField.SCHEDULE_ID,
+    JobField.FIRE_TIME, JobField.ERROR, JobField.TASKS, JobField.FAILED, JobField.CANCELLED,
+)  # fmt: skip
+# The job's fields the export shows as they are, under their own names.
+TEXT_FIELDS = (
+    JobField.NAME, JobField.OWNER, JobField.STATE, JobField.QUEUE, JobField.SCHEDULE_ID,
+    JobField.ERROR,
 )  # fmt: skip
 
 
@@ -60,7 +67,7 @@ def job_record(store: Store, job_id: str) -> dict[str, Any] | None:
     attempt as `history` does; None when it expired meanwhile."""
     values = store.redis.hmget(store.keys.job(job_id).job, JOB_FIELDS)
     f = dict(zip(JOB_FIELDS, values, strict=True))
-    if f["state"] is None:
+    if f[JobField.STATE] is None:
         return None
     try:
         tasks = store.status(job_id)["tasks"]
@@ -69,15 +76,15 @@ def job_record(store: Store, job_id: str) -> dict[str, Any] | None:
         return None
     return {
         "id": job_id,
-        **{k: text(f[k]) for k in ("name", "owner", "state", "queue", "schedule_id", "error")},
-        "priority": int(f["priority"] or 0),
-        "created_at": seconds(f["created_at"]),
-        "started_at": seconds(f["started_at"]),
-        "finished_at": seconds(f["finished_at"]),
-        "fire_time": float(f["fire_time"]) if f["fire_time"] is not None else None,
-        "task_count": int(f["n"] or 0),
-        "failed": int(f["nfailed"] or 0),
-        "cancelled": int(f["ncancelled"] or 0),
+        **{str(k): text(f[k]) for k in TEXT_FIELDS},
+        "priority": int(f[JobField.PRIORITY] or 0),
+        "created_at": seconds(f[JobField.CREATED_AT]),
+        "started_at": seconds(f[JobField.STARTED_AT]),
+        "finished_at": seconds(f[JobField.FINISHED_AT]),
+        "fire_time": float(fire) if (fire := f[JobField.FIRE_TIME]) is not None else None,
+        "task_count": int(f[JobField.TASKS] or 0),
+        "failed": int(f[JobField.FAILED] or 0),
+        "cancelled": int(f[JobField.CANCELLED] or 0),
         "tasks": tasks,
         "history": history,
     }

@@ -24,7 +24,7 @@ from jobcenter.model.spec import DEFAULT_QUEUE
 from .keyspace.keys import LEADER_SEGMENT, NODE_QUEUE_PREFIX
 from .keyspace.layout import Layout
 from .keyspace.packed import STAMP_FIELDS, JobRecords
-from .keyspace.schema import JobField, TaskField
+from .keyspace.schema import JobField, PayloadKey, TaskField
 from .notifications import view as notifications_view
 from .server.replies import seconds, text
 from .server.system_queue import current_round, fetch_recovery_job
@@ -46,8 +46,10 @@ RECOVERY_ROUNDS = 4  # rq keeps a round's report for three intervals: the last f
 RECOVERY = "recovery"  # the singleton's name (recovery.SINGLETON)
 
 JOB_FIELDS = (
-    "name", "owner", "state", "n", "left", "priority", "queue", "created_at", "started_at",
-    "finished_at", "updated_at", "schedule_id", "fire_time", "error", "nfailed", "ncancelled",
+    JobField.NAME, JobField.OWNER, JobField.STATE, JobField.TASKS, JobField.LEFT,
+    JobField.PRIORITY, JobField.QUEUE, JobField.CREATED_AT, JobField.STARTED_AT,
+    JobField.FINISHED_AT, JobField.UPDATED_AT, JobField.SCHEDULE_ID, JobField.FIRE_TIME,
+    JobField.ERROR, JobField.FAILED, JobField.CANCELLED,
 )  # fmt: skip
 
 
@@ -89,25 +91,25 @@ def job_summary(store: Store, job_id: str) -> JobSummary:
 
 
 def _summary(job_id: str, f: dict[str, bytes | None]) -> JobSummary:
-    if f["state"] is None:
+    if f[JobField.STATE] is None:
         raise NotFound.job(job_id)
     return JobSummary(
         id=job_id,
-        name=text(f["name"]),
-        owner=text(f["owner"]),
-        state=text(f["state"]) or "",
-        tasks=_int(f["n"]) or 0,
-        left=_int(f["left"]),
-        priority=_int(f["priority"]),
-        queue=text(f["queue"]),
-        created_at=seconds(f["created_at"]),
-        started_at=seconds(f["started_at"]),
-        finished_at=seconds(f["finished_at"]),
-        updated_at=seconds(f["updated_at"]),
-        schedule_id=text(f["schedule_id"]),
-        error=text(f["error"]),
-        failed=_int(f["nfailed"]) or 0,
-        cancelled=_int(f["ncancelled"]) or 0,
+        name=text(f[JobField.NAME]),
+        owner=text(f[JobField.OWNER]),
+        state=text(f[JobField.STATE]) or "",
+        tasks=_int(f[JobField.TASKS]) or 0,
+        left=_int(f[JobField.LEFT]),
+        priority=_int(f[JobField.PRIORITY]),
+        queue=text(f[JobField.QUEUE]),
+        created_at=seconds(f[JobField.CREATED_AT]),
+        started_at=seconds(f[JobField.STARTED_AT]),
+        finished_at=seconds(f[JobField.FINISHED_AT]),
+        updated_at=seconds(f[JobField.UPDATED_AT]),
+        schedule_id=text(f[JobField.SCHEDULE_ID]),
+        error=text(f[JobField.ERROR]),
+        failed=_int(f[JobField.FAILED]) or 0,
+        cancelled=_int(f[JobField.CANCELLED]) or 0,
     )
 
 
@@ -260,7 +262,7 @@ def job_graph(store: Store, job_id: str) -> JobGraph:
     job = job_summary(store, job_id)
     jk = store.keys.job(job_id)
     n = job.tasks
-    raw_spec = store.redis.hget(jk.job, "spec")
+    raw_spec = store.redis.hget(jk.job, JobField.SPEC)
     if raw_spec is not None:  # not fully split yet
         spec: Any = codec.unpack(raw_spec)
         layout = Layout(spec)
@@ -305,7 +307,7 @@ def live_states(store: Store, job_id: str) -> LiveStates:
     """What the job page polls: the job's state and each task's, in two short reads."""
     jk = store.keys.job(job_id)
     state, n, finished, packed, swaps = store.redis.hmget(
-        jk.job, "state", "n", "finished_at", *STAMP_FIELDS
+        jk.job, JobField.STATE, JobField.TASKS, JobField.FINISHED_AT, *STAMP_FIELDS
     )
     if state is None:
         raise NotFound.job(job_id)
@@ -318,7 +320,9 @@ def live_states(store: Store, job_id: str) -> LiveStates:
 
 def job_state_now(store: Store, job_id: str) -> tuple[str, float | None]:
     """The job's state and finish time: what a live view reads besides the events."""
-    state, finished = store.redis.hmget(store.keys.job(job_id).job, "state", "finished_at")
+    state, finished = store.redis.hmget(
+        store.keys.job(job_id).job, JobField.STATE, JobField.FINISHED_AT
+    )
     if state is None:
         raise NotFound.job(job_id)
     return state.decode(), seconds(finished)
@@ -385,7 +389,7 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
     """One task: its fields, payload and every finished attempt of it."""
     jk = store.keys.job(job_id)
     job_state, n, job_queue, packed, swaps = store.redis.hmget(
-        jk.job, "state", "n", "queue", *STAMP_FIELDS
+        jk.job, JobField.STATE, JobField.TASKS, JobField.QUEUE, *STAMP_FIELDS
     )
     if job_state is None:
         raise NotFound.job(job_id)
@@ -399,15 +403,22 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
     task_id = text(f["id"])
     payload: Any = codec.unpack(f["p"]) if f["p"] is not None else None
     if task_id is None:  # not written by its leader yet: read it from the job's spec
-        raw_spec = store.redis.hget(jk.job, "spec")
+        raw_spec = store.redis.hget(jk.job, JobField.SPEC)
         if raw_spec is not None:
             t: Any = codec.unpack(raw_spec)["tasks"][index]  # type: ignore[index]
             task_id = t["id"]
-            payload = {"t": t["task"], "a": t.get("args", []), "k": t.get("kwargs", {})}
+            payload = {
+                PayloadKey.TASK: t["task"],
+                PayloadKey.ARGS: t.get("args", []),
+                PayloadKey.KWARGS: t.get("kwargs", {}),
+            }
     name, args = None, None
     if payload is not None:
-        name = payload.get("t")
-        shown = {"args": payload.get("a", []), "kwargs": payload.get("k", {})}
+        name = payload.get(PayloadKey.TASK)
+        shown = {
+            "args": payload.get(PayloadKey.ARGS, []),
+            "kwargs": payload.get(PayloadKey.KWARGS, {}),
+        }
         args = json.dumps(shown, default=repr)[:ARGS_PREVIEW_MAX]
     history = []
     result = _result_preview(records, f["r"], f["mx"])

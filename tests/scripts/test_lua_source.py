@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from jobcenter.model.states import JobState, TaskState, lua_constants
+from jobcenter.storage.keyspace.schema import JobField, TaskField
 from jobcenter.storage.lua import ALL_SCRIPTS, JOB_SCRIPTS, SHARD_SCRIPTS, source
 
 LUA_DIR = Path(str(resources.files("jobcenter.storage.lua")))
@@ -193,3 +194,59 @@ def test_the_prelude_keeps_the_constants_a_script_names_and_drops_the_rest() -> 
     prelude = "local A = 'a'\nlocal B = 'b'\nLIST = {A}\nlocal C = {B}\nlocal D = 1\n"
     kept = _constants_used(prelude, "return C")
     assert kept.splitlines() == ["local A = 'a'", "local B = 'b'", "LIST = {A}", "local C = {B}"]
+
+
+# A hash command (its arguments, up to the closing parenthesis) and a task field's prefix
+# joined to an index: where a script names a stored field, which must be the prelude's
+# constant (JOB_FIELD.<NAME>, TF_<NAME>), generated from the schema, never a literal.
+HASH_CALL = re.compile(
+    r"redis\.p?call\(\s*'(HGET|HMGET|HSET|HSETNX|HINCRBY|HINCRBYFLOAT|HEXISTS|HDEL)'\s*,"
+)
+TASK_FIELD_JOIN = re.compile(r"""(['"])([a-z]+:)\1\s*\.\.""")
+
+
+def _call_arguments(code: str, start: int) -> str:
+    depth, k = 1, start
+    while k < len(code) and depth:
+        depth += {"(": 1, ")": -1}.get(code[k], 0)
+        k += 1
+    return code[start : k - 1]
+
+
+def _stored_field(text: str) -> bool:
+    prefix, colon, index = text.partition(":")
+    is_task_field = bool(colon) and f"{prefix}:" in {f.value for f in TaskField}
+    return text in {f.value for f in JobField} or (is_task_field and (index.isdigit() or not index))
+
+
+def literal_hash_fields(code: str) -> list[str]:
+    """The stored fields `code` (comments stripped) spells as literals."""
+    found = []
+    for call in HASH_CALL.finditer(code):
+        for literal in STRING.findall(_call_arguments(code, call.end())):
+            if _stored_field(literal[1:-1]):
+                found.append(f"{call.group(1)} {literal}")
+    found += [f"{m.group(0)} (TF_*)" for m in TASK_FIELD_JOIN.finditer(code)
+              if _stored_field(m.group(2))]  # fmt: skip
+    return found
+
+
+@pytest.mark.parametrize("path", LUA_FILES, ids=lambda p: p.name)
+def test_lua_names_stored_fields_by_the_generated_constants(path: Path) -> None:
+    assert literal_hash_fields(_code(path)) == []
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("redis.call('HGET', JOB, 'state')", ["HGET 'state'"]),
+        ("redis.call('HMGET', JOB, JOB_FIELD.STATE,\n  'nfailed')", ["HMGET 'nfailed'"]),
+        ("redis.call('HSET', TASKS, 's:' .. i, T_QUEUED)", ["HSET 's:'", "'s:' .. (TF_*)"]),
+        ("local f = 'e:' .. i", ["'e:' .. (TF_*)"]),
+        ("redis.call('HGET', JOB, JOB_FIELD.STATE)", []),
+        ("redis.call('HGET', KEYS[1], 'unrelated')", []),
+        ("return attempt .. ':' .. owner", []),
+    ],
+)
+def test_a_literal_stored_field_in_lua_is_found(code: str, expected: list[str]) -> None:
+    assert literal_hash_fields(code) == expected

@@ -10,6 +10,7 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
+from jobcenter.storage.keyspace.records import TaskPayload
 from jobcenter.storage.store import StartedTask
 
 from .. import registry
@@ -23,7 +24,7 @@ PIPE_LOST_EXIT_CODE = 87
 def child_main(
     conn: Connection,
     task: StartedTask,
-    payload: dict[str, Any],
+    payload: TaskPayload,
     handler: str,
     modules: list[str],
     worker_pid: int,

@@ -13,13 +13,13 @@ import random
 import traceback
 import types
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from jobcenter.config import DEFAULT_RESULT_MAX_BYTES
 from jobcenter.errors import Fatal, Retry, SpecError
 from jobcenter.model import codec
-from jobcenter.model.spec import DEFAULT_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF_MAX
+from jobcenter.storage.keyspace.records import TaskPayload
 from jobcenter.storage.store import NO_RESULT, StartedTask
 
 from .. import registry
@@ -126,42 +126,43 @@ def _clip(text: str, limit: int) -> str:
     return text[:head] + marker + text[len(text) - (keep - head) :]
 
 
-def decode(task: StartedTask) -> dict[str, Any]:
+def decode(task: StartedTask) -> TaskPayload:
     """The task's payload, its kwargs joined by its inputs (the parents' results)."""
-    payload = codec.unpack(task.payload)
-    if not isinstance(payload, dict) or "t" not in payload:
-        raise ValueError("task payload is not a task")
+    payload = TaskPayload.unpack(task.payload)
     if task.inputs:
-        payload["k"] = {**payload.get("k", {}), **task.input_kwargs()}
+        payload = replace(payload, kwargs={**payload.kwargs, **task.input_kwargs()})
     return payload
 
 
 def task_label(task: StartedTask) -> str:
     """The task's id for a log line (its index, '#3', when its payload cannot say)."""
     try:
-        payload = codec.unpack(task.payload)
+        name = TaskPayload.unpack(task.payload).id
     except Exception:
-        payload = None
-    name = payload.get("id") if isinstance(payload, dict) else None
-    return name if isinstance(name, str) else f"#{task.index}"
+        name = None
+    return name if name is not None else f"#{task.index}"
 
 
-def retry_delay(task: StartedTask, payload: dict[str, Any]) -> int:
-    base = payload.get("rb", DEFAULT_RETRY_BACKOFF)
-    return backoff_ms(task.attempt, base, payload.get("rm", DEFAULT_RETRY_BACKOFF_MAX))
+def retry_delay(task: StartedTask, payload: TaskPayload) -> int:
+    return backoff_ms(task.attempt, payload.retry_backoff, payload.retry_backoff_max)
 
 
 def context_for(
-    task: StartedTask, payload: dict[str, Any], handler: str, report: Callable[[str], None]
+    task: StartedTask, payload: TaskPayload, handler: str, report: Callable[[str], None]
 ) -> TaskContext:
     return TaskContext(
-        task.job_id, payload.get("id", str(task.index)), task.attempt, handler, report, task.token
+        task.job_id,
+        payload.id if payload.id is not None else str(task.index),
+        task.attempt,
+        handler,
+        report,
+        task.token,
     )
 
 
 def execute(
     task: StartedTask,
-    payload: dict[str, Any],
+    payload: TaskPayload,
     ctx: TaskContext,
     result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
 ) -> Outcome:
@@ -171,8 +172,8 @@ def execute(
         return closed
     set_current(ctx)
     try:
-        value = _call(registry.lookup(payload["t"]), payload, ctx)
-        return Outcome(task, True, result=pack_result(payload["t"], value, result_max_bytes))
+        value = _call(registry.lookup(payload.task), payload, ctx)
+        return Outcome(task, True, result=pack_result(payload.task, value, result_max_bytes))
     except BaseException as exc:
         return failed(task, payload, exc)
     finally:
@@ -181,7 +182,7 @@ def execute(
 
 async def execute_async(
     task: StartedTask,
-    payload: dict[str, Any],
+    payload: TaskPayload,
     ctx: TaskContext,
     result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
 ) -> Outcome:
@@ -192,16 +193,16 @@ async def execute_async(
         return closed
     set_current(ctx)
     try:
-        fn = registry.lookup(payload["t"])
-        value = await _until_stopped(fn(*payload.get("a", ()), **payload.get("k", {})), ctx)
-        return Outcome(task, True, result=pack_result(payload["t"], value, result_max_bytes))
+        fn = registry.lookup(payload.task)
+        value = await _until_stopped(fn(*payload.args, **payload.kwargs), ctx)
+        return Outcome(task, True, result=pack_result(payload.task, value, result_max_bytes))
     except BaseException as exc:
         return failed(task, payload, exc)
 
 
-def gate_outcome(task: StartedTask, payload: dict[str, Any]) -> Outcome | None:
+def gate_outcome(task: StartedTask, payload: TaskPayload) -> Outcome | None:
     """The outcome of an attempt one of whose gates says no (it does not run), or None."""
-    closed = closed_gate(payload.get("g", ()))
+    closed = closed_gate(payload.gates)
     if closed is None:
         return None
     return Outcome(
@@ -214,16 +215,16 @@ def gate_outcome(task: StartedTask, payload: dict[str, Any]) -> Outcome | None:
     )
 
 
-def failed(task: StartedTask, payload: dict[str, Any], exc: BaseException) -> Outcome:
+def failed(task: StartedTask, payload: TaskPayload, exc: BaseException) -> Outcome:
     """The outcome of an attempt whose task raised `exc`."""
     if isinstance(exc, ResultRefused):
         return Outcome(task, False, str(exc))
     if isinstance(exc, registry.UnknownTask):  # not the task failing: a worker with it may come
-        return Outcome(task, False, str(exc), missing_task=payload["t"])
+        return Outcome(task, False, str(exc), missing_task=payload.task)
     if isinstance(exc, Fatal):
         return Outcome(task, False, describe(exc))
     if isinstance(exc, Retry):
-        delay = exc.delay if exc.delay is not None else payload.get("rb", DEFAULT_RETRY_BACKOFF)
+        delay = exc.delay if exc.delay is not None else payload.retry_backoff
         return Outcome(task, False, describe(exc), int(delay * 1000))
     if isinstance(exc, Exception):
         return Outcome(task, False, describe(exc), retry_delay(task, payload))
@@ -261,16 +262,16 @@ def closed_gate(names: Iterable[str]) -> registry.Gate | None:
     return None
 
 
-def _call(fn: Callable[..., Any], payload: dict[str, Any], ctx: TaskContext) -> Any:
+def _call(fn: Callable[..., Any], payload: TaskPayload, ctx: TaskContext) -> Any:
     """Call the task and return its return value; run what it returns if that is a
     coroutine (or other awaitable), and return what that returns."""
-    result = fn(*payload.get("a", ()), **payload.get("k", {}))
+    result = fn(*payload.args, **payload.kwargs)
     if inspect.isawaitable(result):
         return asyncio.run(_until_stopped(result, ctx))
     if isinstance(result, types.GeneratorType | types.AsyncGeneratorType):
         # @task refuses generator functions; this catches wrappers that return one
         raise Fatal(
-            f"task {payload['t']!r} returned a {type(result).__name__} instead of doing its "
+            f"task {payload.task!r} returned a {type(result).__name__} instead of doing its "
             "work: a generator runs nothing until iterated; make the task a plain function"
         )
     return result
@@ -296,6 +297,6 @@ def relay(progress: Progress, task: StartedTask, message: str) -> None:
         )
 
 
-def timed_out(task: StartedTask, payload: dict[str, Any], note: str) -> Outcome:
-    error = f"TimeoutError: task ran past its timeout of {payload['to']}s; {note}"
+def timed_out(task: StartedTask, payload: TaskPayload, note: str) -> Outcome:
+    error = f"TimeoutError: task ran past its timeout of {payload.timeout}s; {note}"
     return Outcome(task, False, error, retry_delay(task, payload))

@@ -18,6 +18,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from jobcenter.config import DEFAULT_RESULT_MAX_BYTES
+from jobcenter.storage.keyspace.records import TaskPayload
 from jobcenter.storage.store import StartedTask
 
 from ..stopping import STOP_BOUND_SECONDS, AttemptKey, Stop, StopReason, StopWatch
@@ -118,7 +119,7 @@ class ProcessRunner:
             error = f"cannot run the task process: {describe(exc)}"
             return Outcome(task, False, error, retry_delay(task, payload))
 
-    def _run_child(self, task: StartedTask, payload: dict[str, Any], progress: Progress) -> Outcome:
+    def _run_child(self, task: StartedTask, payload: TaskPayload, progress: Progress) -> Outcome:
         receiver, sender = self.ctx.Pipe(duplex=False)
         child = self.ctx.Process(
             target=child_main,
@@ -152,11 +153,11 @@ class ProcessRunner:
         child: Any,
         receiver: Connection,
         task: StartedTask,
-        payload: dict[str, Any],
+        payload: TaskPayload,
         progress: Progress,
     ) -> Outcome:
         """Relay the child's progress until it reports its outcome, dies, or times out."""
-        deadline = time.monotonic() + float(payload["to"]) if payload.get("to") else None
+        deadline = time.monotonic() + float(payload.timeout) if payload.timeout else None
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not receiver.poll(wait):

@@ -17,9 +17,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from jobcenter.config import DEFAULT_RESULT_MAX_BYTES
+from jobcenter.storage.keyspace.records import TaskPayload
 from jobcenter.storage.store import StartedTask
 
 from ..context import TaskContext
@@ -50,7 +50,7 @@ class _Attempt:
     """An attempt given to the thread pool whose outcome has not gone out yet."""
 
     task: StartedTask
-    payload: dict[str, Any]
+    payload: TaskPayload
     done: Done
     context: TaskContext
     on_loop: bool = False  # a coroutine function's attempt: it runs on the runner's event loop
@@ -188,7 +188,7 @@ class ThreadRunner:
             done(Outcome(task, False, f"unreadable task payload: {exc}"))
             return
         context = context_for(task, payload, self.handler, lambda m: relay(progress, task, m))
-        attempt = _Attempt(task, payload, done, context, on_loop=is_async_task(payload["t"]))
+        attempt = _Attempt(task, payload, done, context, on_loop=is_async_task(payload.task))
         with self.lock:
             self.busy += 1
             self.active[attempt_key(task)] = attempt
@@ -235,8 +235,8 @@ class ThreadRunner:
             if attempt.withdrawn:
                 return False
             attempt.began = True
-            if attempt.payload.get("to"):
-                deadline = time.monotonic() + float(attempt.payload["to"])
+            if attempt.payload.timeout:
+                deadline = time.monotonic() + float(attempt.payload.timeout)
                 heapq.heappush(self.deadlines, (deadline, next(self.ids), attempt))
                 self.deadline_added.notify()
         return True

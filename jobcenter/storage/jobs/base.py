@@ -19,6 +19,7 @@ from jobcenter.model.webhook_targets import TargetRules, parse_allow, redis_text
 
 from ..keyspace.keys import Keys
 from ..keyspace.packed import JobRecords, Stamp
+from ..keyspace.schema import JobField
 from ..lua import Batch, Scripts
 from ..server.connection import is_cluster, server_addresses, time_ms
 from ..server.replies import text
@@ -114,7 +115,9 @@ class StoreBase:
         """A job's queues and idempotency key: read once, then cached (they never change)."""
         meta = self._meta.get(job_id)
         if meta is None:
-            queues, idem = self.redis.hmget(self.keys.job(job_id).job, "queues", "idem")
+            queues, idem = self.redis.hmget(
+                self.keys.job(job_id).job, JobField.QUEUES, JobField.IDEMPOTENCY_KEY
+            )
             meta = self._remember(job_id, JobMeta.stored(queues, idem))
         return meta
 

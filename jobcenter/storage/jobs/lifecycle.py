@@ -15,6 +15,7 @@ from jobcenter.model.states import JobState
 from ..keyspace import schema
 from ..keyspace.packed import HISTORY_PAGE, STAMP_FIELDS, JobRecords
 from ..keyspace.packed import encode as packed_encode
+from ..keyspace.schema import JobField
 from ..server.replies import text
 from .base import StoreBase
 
@@ -69,7 +70,7 @@ class Lifecycle(StoreBase):
         jk = self.keys.job(job_id)
         for _ in range(COMPACT_TRIES):
             state, updated_at, n, packed, swaps = self.redis.hmget(
-                jk.job, "state", "updated_at", "n", *STAMP_FIELDS
+                jk.job, JobField.STATE, JobField.UPDATED_AT, JobField.TASKS, *STAMP_FIELDS
             )
             if state is None or packed or not JobState(state.decode()).terminal:
                 self.drop_leader_message("compact", job_id)
@@ -96,7 +97,7 @@ class Lifecycle(StoreBase):
         jks = {job_id: self.keys.job(job_id) for job_id in job_ids}
         pipe = self.redis.pipeline(transaction=False)
         for jk in jks.values():
-            pipe.hmget(jk.job, "state", "updated_at", "n", *STAMP_FIELDS)
+            pipe.hmget(jk.job, JobField.STATE, JobField.UPDATED_AT, JobField.TASKS, *STAMP_FIELDS)
         alone: list[str] = []  # compact() also drops the message of a job with nothing to do
         small: list[tuple[str, bytes, bytes, int]] = []
         for job_id, (state, updated_at, n, packed, _) in zip(job_ids, pipe.execute(), strict=True):
@@ -228,7 +229,9 @@ class Lifecycle(StoreBase):
         """Remove a finished job and its index entries; WrongState if it is not finished."""
         jk = self.keys.job(job_id)
         shard = self.keys.job_shard(job_id)
-        owner, schedule_id = (text(v) for v in self.redis.hmget(jk.job, "owner", "schedule_id"))
+        owner, schedule_id = (
+            text(v) for v in self.redis.hmget(jk.job, JobField.OWNER, JobField.SCHEDULE_ID)
+        )
         extra = [
             self.keys.jobs(shard),
             self.keys.owner_jobs(shard, owner) if owner else jk.job,

@@ -17,7 +17,7 @@ from jobcenter.model.states import TERMINAL_TASK_STATES, JobState, TaskState
 
 from ..keyspace import schema
 from ..keyspace.packed import HISTORY_PAGE, STAMP_FIELDS, JobRecords
-from ..keyspace.schema import TaskField
+from ..keyspace.schema import JobField, TaskField
 from ..notifications import view as notifications_view
 from ..server.replies import seconds, text
 from .attempts import unpack_input
@@ -62,12 +62,12 @@ class Reads(StoreBase):
 
     def job_state(self, job_id: str) -> JobState | None:
         """The job's state; None when there is no such job (never submitted, or expired)."""
-        raw = self.redis.hget(self.keys.job(job_id).job, "state")
+        raw = self.redis.hget(self.keys.job(job_id).job, JobField.STATE)
         return None if raw is None else JobState(raw.decode())
 
     def job_owner(self, job_id: str) -> str | None:
         """The job's owner (None: it has none); NotFound when there is no such job."""
-        state, owner = self.redis.hmget(self.keys.job(job_id).job, "state", "owner")
+        state, owner = self.redis.hmget(self.keys.job(job_id).job, JobField.STATE, JobField.OWNER)
         if state is None:
             raise NotFound.job(job_id, self.settings.namespace)
         return text(owner) or None
@@ -140,7 +140,7 @@ class Reads(StoreBase):
         job_raw = self.redis.hgetall(self.keys.job(job_id).job)
         if not job_raw:
             raise NotFound.job(job_id, self.settings.namespace)
-        stamp = (job_raw.get(b"packed"), job_raw.get(b"swaps"))
+        stamp = (job_raw.get(JobField.PACKED.encode()), job_raw.get(JobField.SWAPS.encode()))
         tasks_raw = self.records(job_id, stamp).every_field(STATUS_PAGE)
         job = {k.decode(): v for k, v in job_raw.items()}
         fields: dict[str, dict[str, bytes]] = defaultdict(dict)
@@ -148,12 +148,16 @@ class Reads(StoreBase):
             attr, _, index = k.partition(":")
             fields[index][attr] = v
         tasks: dict[str, Any] = {}
-        if "spec" in job:  # not fully split: tasks never written show the job's outcome
-            state = {b"cancelled": b"cancelled", b"failed": b"failed"}.get(job["state"], b"waiting")
-            unwritten = {"s": state, **({"e": job["error"]} if "error" in job else {})}
-            if "finished_at" in job:
-                unwritten["tf"] = job["finished_at"]
-            spec = codec.unpack(job["spec"])
+        if JobField.SPEC in job:  # not fully split: tasks never written show the job's outcome
+            state = {b"cancelled": b"cancelled", b"failed": b"failed"}.get(
+                job[JobField.STATE], b"waiting"
+            )
+            unwritten = {"s": state}
+            if JobField.ERROR in job:
+                unwritten["e"] = job[JobField.ERROR]
+            if JobField.FINISHED_AT in job:
+                unwritten["tf"] = job[JobField.FINISHED_AT]
+            spec = codec.unpack(job[JobField.SPEC])
             for i, t in enumerate(spec["tasks"]):  # type: ignore[index]
                 tasks[t["id"]] = _task_view(fields.get(str(i), unwritten))
         else:
@@ -163,12 +167,14 @@ class Reads(StoreBase):
                 tasks[text(f.get("id")) or index] = _task_view(f, parked.get(index))
         return {
             "id": job_id,
-            "name": text(job.get("name")),
-            "owner": text(job.get("owner")),
-            "state": text(job.get("state")),
-            "created_at": seconds(job.get("created_at")),
-            "finished_at": seconds(job.get("finished_at")),
-            "error": text(job.get("error")),  # why the job itself ended (a cancel, lost keys)
+            "name": text(job.get(JobField.NAME)),
+            "owner": text(job.get(JobField.OWNER)),
+            "state": text(job.get(JobField.STATE)),
+            "created_at": seconds(job.get(JobField.CREATED_AT)),
+            "finished_at": seconds(job.get(JobField.FINISHED_AT)),
+            "error": text(
+                job.get(JobField.ERROR)
+            ),  # why the job itself ended (a cancel, lost keys)
             "tasks": tasks,
             "notifications": notifications_view(self.redis, self.keys, job_id, job),
         }
@@ -243,7 +249,9 @@ class Reads(StoreBase):
     def progress(self, job_id: str) -> JobProgress:
         """The job's state and task counters: three fields of the job hash, whatever the
         job's size (what `wait` and `submit --wait` poll)."""
-        state, total, left = self.redis.hmget(self.keys.job(job_id).job, "state", "n", "left")
+        state, total, left = self.redis.hmget(
+            self.keys.job(job_id).job, JobField.STATE, JobField.TASKS, JobField.LEFT
+        )
         if state is None:
             raise NotFound.job(job_id, self.settings.namespace)
         return JobProgress(JobState(state.decode()), int(total or 0), int(left or 0))
@@ -383,7 +391,9 @@ class Reads(StoreBase):
     ) -> list[dict[str, Any]]:
         """Finished attempts of every task, oldest first, from the `start`th on: `count` of
         them at most, or all that are left. Read HISTORY_PAGE entries per command."""
-        state, packed, swaps = self.redis.hmget(self.keys.job(job_id).job, "state", *STAMP_FIELDS)
+        state, packed, swaps = self.redis.hmget(
+            self.keys.job(job_id).job, JobField.STATE, *STAMP_FIELDS
+        )
         if state is None:
             raise NotFound.job(job_id, self.settings.namespace)
         records = self.records(job_id, (packed, swaps))

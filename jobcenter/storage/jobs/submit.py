@@ -382,7 +382,10 @@ def _notify_fields(spec: JobSpec) -> dict[str, str]:
     notify = spec.notify
     if notify is None:
         return {}
-    fields = {"notify_on": ",".join(notify.on), "notify_to": ",".join(notify.channels)}
+    fields = {
+        JobField.NOTIFY_ON.value: ",".join(notify.on),
+        JobField.NOTIFY_TO.value: ",".join(notify.channels),
+    }
     if notify.webhook:
-        fields["webhook"] = notify.webhook
+        fields[JobField.WEBHOOK.value] = notify.webhook
     return fields

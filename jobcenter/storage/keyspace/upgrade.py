@@ -27,6 +27,8 @@ from redis.exceptions import ResponseError
 
 from jobcenter.errors import Refused
 
+from .schema import JobField
+
 if TYPE_CHECKING:
     from ..jobs.base import StoreBase
 
@@ -93,7 +95,12 @@ def _index_jobs(store: StoreBase) -> None:
             job_ids = [raw.decode() for raw in page]
             pipe = redis.pipeline(transaction=False)
             for job_id in job_ids:
-                pipe.hmget(store.keys.job(job_id).job, "state", "created_at", "schedule_id")
+                pipe.hmget(
+                    store.keys.job(job_id).job,
+                    JobField.STATE,
+                    JobField.CREATED_AT,
+                    JobField.SCHEDULE_ID,
+                )
             fields = pipe.execute()
             pipe = redis.pipeline(transaction=False)
             for job_id, (state, created, schedule_id) in zip(job_ids, fields, strict=True):
@@ -115,7 +122,7 @@ def _recheck(
     """Move a job whose state changed between the read and the index write."""
     pipe = store.redis.pipeline(transaction=False)
     for job_id in job_ids:
-        pipe.hget(store.keys.job(job_id).job, "state")
+        pipe.hget(store.keys.job(job_id).job, JobField.STATE)
     for job_id, (before, created, _), now in zip(job_ids, fields, pipe.execute(), strict=True):
         if before is not None and now is not None and now != before:
             move = store.redis.pipeline(transaction=True)
