@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import logging
 
 import click
 
@@ -17,6 +16,7 @@ from .options import (
     echo_rows,
     fail,
     format_time,
+    http_server_setup,
     listen_options,
     log_format_option,
     redis_options,
@@ -31,23 +31,12 @@ def serve(settings: Settings, host: str, port: int, allowed_hosts: str, log_form
     """Serve the HTTP API under /api/v1 (its interactive docs at /api/v1/docs) and the
     dashboard, in one process. Every API call needs a token (`jobcenter token create`);
     the dashboard's actions take an operate token."""
-    from jobcenter.runtime import logs
 
     try:
         from jobcenter.api import serve as api_serve
     except ImportError as exc:
         fail(f"the API needs its extra: pip install 'jobcenter[api]' ({exc})", EXIT_BAD_INPUT)
-    from jobcenter.web.serve import allowed_hosts as hosts_for
-
-    try:
-        hosts = hosts_for(host, allowed_hosts.split(","))
-    except ValueError as exc:
-        fail(str(exc), EXIT_BAD_INPUT)
-    logs.configure(log_format)
-    verbose = logging.getLogger().level < logging.WARNING
-    logging.getLogger("jobcenter").setLevel(min(logging.INFO, logging.getLogger().level))
-    logging.getLogger("uvicorn.error").setLevel(logging.INFO)
-    announce = click.echo if log_format == "text" else logging.getLogger("jobcenter.api").info
+    hosts, verbose, announce = http_server_setup(host, allowed_hosts, log_format, "jobcenter.api")
     try:
         api_serve.run(
             client_for(settings), host=host, port=port, access_log=verbose, announce=announce,

@@ -101,6 +101,27 @@ def verbose_option() -> click.Option:
     )
 
 
+def http_server_setup(
+    host: str, allowed_hosts: str, log_format: str, logger: str
+) -> tuple[list[str], bool, Callable[[str], None]]:
+    """What `dashboard` and `serve` do before they listen: the Host names they answer (exit 2
+    naming a bad one), logging configured, and whether to log each request; and how they
+    say their address (a line, or a JSON log line a collector reads)."""
+    from jobcenter.runtime import logs
+    from jobcenter.web.serve import allowed_hosts as hosts_for
+
+    try:
+        hosts = hosts_for(host, allowed_hosts.split(","))
+    except ValueError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    logs.configure(log_format)
+    verbose = logging.getLogger().level < logging.WARNING
+    logging.getLogger("jobcenter").setLevel(min(logging.INFO, logging.getLogger().level))
+    logging.getLogger("uvicorn.error").setLevel(logging.INFO)
+    announce = click.echo if log_format == "text" else logging.getLogger(logger).info
+    return hosts, verbose, announce
+
+
 def fail(message: str, code: int) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)

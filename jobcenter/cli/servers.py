@@ -25,6 +25,7 @@ from .options import (
     LOCAL_HOST,
     client_for,
     fail,
+    http_server_setup,
     listen_options,
     log_format_option,
     log_server,
@@ -174,7 +175,6 @@ def dashboard(
 ) -> None:
     """Serve the web dashboard: jobs, each job's live DAG, workers, queues, dead letters,
     schedules and recovery."""
-    from jobcenter.runtime import logs
 
     try:
         from jobcenter.web import serve
@@ -183,16 +183,7 @@ def dashboard(
             f"the dashboard needs its extra: pip install 'jobcenter[dashboard]' ({exc})",
             EXIT_BAD_INPUT,
         )
-    try:
-        hosts = serve.allowed_hosts(host, allowed_hosts.split(","))
-    except ValueError as exc:
-        fail(str(exc), EXIT_BAD_INPUT)
-    logs.configure(log_format)
-    verbose = logging.getLogger().level < logging.WARNING
-    logging.getLogger("jobcenter").setLevel(min(logging.INFO, logging.getLogger().level))
-    logging.getLogger("uvicorn.error").setLevel(logging.INFO)
-    # a collector reading JSON lines gets the address as one of them
-    announce = click.echo if log_format == "text" else logging.getLogger("jobcenter.web").info
+    hosts, verbose, announce = http_server_setup(host, allowed_hosts, log_format, "jobcenter.web")
     try:
         serve.run(
             client_for(settings), host=host, port=port, token=token or None,
