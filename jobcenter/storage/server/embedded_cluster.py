@@ -8,7 +8,6 @@ or not, and we know which replica follows which master.
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from jobcenter.errors import JobcenterError
 
 from .connection import CLUSTER_SCHEME, SENTINEL_SCHEME, probe_client
-from .embedded import HOST, RedisServer, find_redis_server, free_port
+from .embedded import HOST, RedisServer, find_redis_server, free_port, port_is_free
 from .errors import RedisError
 
 SLOTS = 16384
@@ -32,20 +31,11 @@ SENTINEL_FAILOVER_TIMEOUT_MS = 10_000
 SENTINEL_QUORUM = 2
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
 def free_cluster_port() -> int:
     """A free loopback port whose cluster bus port (port + 10000) is free too."""
     while True:
         port = free_port()
-        if port + CLUSTER_BUS_OFFSET < 65536 and _port_free(port + CLUSTER_BUS_OFFSET):
+        if port + CLUSTER_BUS_OFFSET < 65536 and port_is_free(port + CLUSTER_BUS_OFFSET):
             return port
 
 
