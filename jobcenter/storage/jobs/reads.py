@@ -136,7 +136,7 @@ class Reads(StoreBase):
         return text(reply[1]) if int(reply[0]) == 0 else None
 
     def status(self, job_id: str) -> dict[str, Any]:
-        """The job and each task, in the shape the README gives for `status --json`."""
+        """The job and each task, in the shape `status --json` prints (docs: the CLI reference)."""
         job_raw = self.redis.hgetall(self.keys.job(job_id).job)
         if not job_raw:
             raise NotFound.job(job_id, self.settings.namespace)
