@@ -34,19 +34,30 @@ class TaskPayload:
 
     @classmethod
     def from_dict(cls, raw: Any) -> TaskPayload:
-        if not isinstance(raw, dict) or not isinstance(raw.get(PayloadKey.TASK), str):
+        if not isinstance(raw, dict) or not isinstance(raw.get(_TASK), str):
             raise ValueError("task payload is not a task")
-        task_id = raw.get(PayloadKey.ID)
+        task_id = raw.get(_ID)
         return cls(
-            task=raw[PayloadKey.TASK],
+            task=raw[_TASK],
             id=task_id if isinstance(task_id, str) else None,
-            args=tuple(raw.get(PayloadKey.ARGS) or ()),
-            kwargs=dict(raw.get(PayloadKey.KWARGS) or {}),
-            timeout=raw.get(PayloadKey.TIMEOUT),
-            retry_backoff=raw.get(PayloadKey.RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF),
-            retry_backoff_max=raw.get(PayloadKey.RETRY_BACKOFF_MAX, DEFAULT_RETRY_BACKOFF_MAX),
-            gates=tuple(raw.get(PayloadKey.GATES) or ()),
+            args=tuple(raw.get(_ARGS) or ()),
+            kwargs=dict(raw.get(_KWARGS) or {}),
+            timeout=raw.get(_TIMEOUT),
+            retry_backoff=raw.get(_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF),
+            retry_backoff_max=raw.get(_RETRY_BACKOFF_MAX, DEFAULT_RETRY_BACKOFF_MAX),
+            gates=tuple(raw.get(_GATES) or ()),
         )
+
+
+# The payload's keys as plain str, looked up once: from_dict runs for every task a worker
+# starts, and an enum member's lookup (and a dict lookup by it) costs several times a str's.
+_TASK, _ID, _ARGS, _KWARGS, _TIMEOUT, _RETRY_BACKOFF, _RETRY_BACKOFF_MAX, _GATES = (
+    key.value
+    for key in (
+        PayloadKey.TASK, PayloadKey.ID, PayloadKey.ARGS, PayloadKey.KWARGS, PayloadKey.TIMEOUT,
+        PayloadKey.RETRY_BACKOFF, PayloadKey.RETRY_BACKOFF_MAX, PayloadKey.GATES,
+    )
+)  # fmt: skip
 
 
 def _text(raw: Mapping[str, bytes | None], field: str) -> str | None:
