@@ -69,7 +69,7 @@ class Client:
     ) -> builtins.list[str]:
         """Submit many jobs, `batch` per round trip; returns their ids in order. Each is
         validated first; a bad one raises before anything of its batch is written. Returns
-        once all of them are durable (one wait for every batch: README, Durability)."""
+        once all of them are durable (one wait for every batch; docs: Durability)."""
         parsed = [spec_from_any(spec) for spec in specs]
         batches = (parsed[start : start + batch] for start in range(0, len(parsed), batch))
         results = self.store.submit_batches(batches)

@@ -17,7 +17,7 @@ DEFAULT_NAMESPACE = "default"
 # What a submit waits for before it returns: Redis's acknowledgement (`acked`), or also the
 # local AOF fsync confirmed by WAITAOF (`fsynced`, on Redis >= 7.2 with AOF on; elsewhere
 # the same as acked), or one replica's acknowledgement confirmed by WAIT (`replicated`: the
-# job survives losing the primary to a Sentinel failover). README: Durability.
+# job survives losing the primary to a Sentinel failover). docs: Durability.
 ACKED, FSYNCED, REPLICATED = "acked", "fsynced", "replicated"
 DURABILITY_MODES = (ACKED, FSYNCED, REPLICATED)
 
@@ -150,9 +150,9 @@ class Settings:
     namespace: str = DEFAULT_NAMESPACE
     # A running attempt must heartbeat within this; seeds: ~30 s, like BullMQ's lock.
     lease_seconds: float = 30.0
-    # A handler silent this long is gone (seed 000 rule "handler no longer running").
+    # A handler silent this long is gone: recovery takes back its tasks.
     worker_timeout_seconds: float = 60.0
-    # How often the singleton recovery job runs (seed 000: every minute).
+    # How often the singleton recovery job runs: every minute.
     recovery_interval_seconds: float = 60.0
     # How long a finished job is kept (ARCHITECTURE.md, the flow of a job: 7 days by default).
     retention_seconds: float = 7 * 24 * 3600.0

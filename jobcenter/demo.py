@@ -1,4 +1,4 @@
-"""Tasks for the demo and the seed-000 examples (`jobcenter worker jobcenter.demo`)."""
+"""Tasks for the demo and the example DAGs (`jobcenter worker jobcenter.demo`)."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ def step(n: int) -> int:
 
 @task(name="jobcenter.demo.fail")
 def fail(n: int) -> None:
-    """A step that always fails, for the seed-000 failure example."""
+    """A step that always fails, for the example DAG's failing run."""
     time.sleep(STEP_SECONDS)
     raise RuntimeError(f"step {n} failed on purpose")
 
 
-# The small ETL example of the README (examples/etl.yaml): results, inputs and a map.
+# The small ETL example of the data-flow guide (examples/etl.yaml): results, inputs and a map.
 
 
 @task(name="jobcenter.demo.list_files")

@@ -7,7 +7,7 @@ history; the test itself does not (a CI clone may be shallow), which is why the 
 vendored. Run from the repo: `.venv/bin/python scripts/make_upgrade_fixture.py`.
 
 What the old code does, playing client and worker through its own Store (no task runs):
-  half-run      seed 000's DAG: its roots t1, t2, t3 succeeded; t4, t5, t6 queued; the rest
+  half-run      the example DAG: its roots t1, t2, t3 succeeded; t4, t5, t6 queued; the rest
                 waiting
   done-before   one task, succeeded: a finished job the old release kept unpacked
   failed-before one task the old worker failed for good (it succeeds when the job is

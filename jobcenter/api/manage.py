@@ -3,9 +3,10 @@ rate limits. What spans every owner's work is refused to an owner-bound token.""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request
 
 from jobcenter import schedules
 from jobcenter.config import LIST_LIMIT
@@ -13,7 +14,7 @@ from jobcenter.storage import tokens
 
 from . import models
 from .auth import Admin, Operator, Reader, check_owner, client, unbound
-from .problems import BAD_INPUT, NOT_FOUND, REFUSED, documented
+from .problems import BAD_INPUT, NOT_FOUND, REFUSED, Kind, documented
 
 router = APIRouter()
 
@@ -26,6 +27,14 @@ RATE_TARGET = Annotated[
         description="queue:NAME or pool:NAME",
     ),
 ]
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def _removes(path: str, tag: str, summary: str, *problems: Kind) -> Callable[[F], F]:
+    """A DELETE route that answers 204, no body, once its function has removed the thing."""
+    return router.delete(
+        path, status_code=204, tags=[tag], summary=summary, responses=documented(*problems)
+    )
 
 
 # -- tokens --------------------------------------------------------------------------------
@@ -49,16 +58,9 @@ def list_tokens(request: Request, record: Admin) -> list[dict[str, Any]]:
     return [r.to_dict() for r in tokens.list_tokens(client(request).store)]
 
 
-@router.delete(
-    "/tokens/{token_id}",
-    status_code=204,
-    tags=["tokens"],
-    summary="Revoke a token",
-    responses=documented(NOT_FOUND),
-)
-def revoke_token(request: Request, record: Admin, token_id: NAME) -> Response:
+@_removes("/tokens/{token_id}", "tokens", "Revoke a token", NOT_FOUND)
+def revoke_token(request: Request, record: Admin, token_id: NAME) -> None:
     tokens.revoke(client(request).store, token_id)
-    return Response(status_code=204)
 
 
 # -- schedules -----------------------------------------------------------------------------
@@ -102,16 +104,9 @@ def get_schedule(request: Request, record: Reader, ref: NAME) -> dict[str, Any]:
     return schedules.show_schedule(client(request).store, ref)
 
 
-@router.delete(
-    "/schedules/{ref}",
-    status_code=204,
-    tags=["schedules"],
-    summary="Delete a schedule",
-    responses=documented(NOT_FOUND),
-)
-def delete_schedule(request: Request, record: Admin, ref: NAME) -> Response:
+@_removes("/schedules/{ref}", "schedules", "Delete a schedule", NOT_FOUND)
+def delete_schedule(request: Request, record: Admin, ref: NAME) -> None:
     schedules.remove_schedule(client(request).store, ref)
-    return Response(status_code=204)
 
 
 @router.post(
@@ -207,16 +202,9 @@ def set_pool(request: Request, record: Admin, name: NAME, body: models.PoolSet) 
     return models.Message(message=f"pool {name}: {body.slots} slots")
 
 
-@router.delete(
-    "/pools/{name}",
-    status_code=204,
-    tags=["limits"],
-    summary="Delete an idle pool",
-    responses=documented(BAD_INPUT, NOT_FOUND, REFUSED),
-)
-def delete_pool(request: Request, record: Admin, name: NAME) -> Response:
+@_removes("/pools/{name}", "limits", "Delete an idle pool", BAD_INPUT, NOT_FOUND, REFUSED)
+def delete_pool(request: Request, record: Admin, name: NAME) -> None:
     client(request).delete_pool(name)
-    return Response(status_code=204)
 
 
 @router.get("/rates", response_model=list[models.RateView], tags=["limits"], summary="Rate limits")
@@ -238,13 +226,6 @@ def set_rate(
     return models.Message(message=f"{target}: at most {body.rate}")
 
 
-@router.delete(
-    "/rates/{target}",
-    status_code=204,
-    tags=["limits"],
-    summary="Remove a rate limit",
-    responses=documented(BAD_INPUT, NOT_FOUND),
-)
-def delete_rate(request: Request, record: Admin, target: RATE_TARGET) -> Response:
+@_removes("/rates/{target}", "limits", "Remove a rate limit", BAD_INPUT, NOT_FOUND)
+def delete_rate(request: Request, record: Admin, target: RATE_TARGET) -> None:
     client(request).delete_rate(target)
-    return Response(status_code=204)

@@ -33,7 +33,7 @@ DEFAULT_RETRY_BACKOFF_MAX = 300.0
 # The rules for the order of a job's ready tasks (the `order` key; model/ordering.py ranks).
 FIFO, DOWNSTREAM, CRITICAL_PATH = "fifo", "downstream", "critical_path"
 ORDER_RULES = (FIFO, DOWNSTREAM, CRITICAL_PATH)
-DEFAULT_ORDER = CRITICAL_PATH  # the measured best when nothing is known (README: Task order)
+DEFAULT_ORDER = CRITICAL_PATH  # the measured best when nothing is known (docs: Task order)
 
 # A job is one set of Redis hashes, split and published in bounded chunks; past this the
 # per-job hashes get large enough to slow every script that touches them.

@@ -48,8 +48,8 @@ class Leader:
     def split(self, job_id: str) -> str | None:
         """Write every task of a pending job, then queue its ready ones, in bounded chunks.
         Goes on from the job's cursors, so a leader that died half way is simply resumed,
-        except for a scheduled job: that one is marked failed (seed 000's rule against
-        storms of resubmitted scheduled runs)."""
+        except for a scheduled job: that one is marked failed (so a scheduled run is not
+        resubmitted again and again in a storm)."""
         store = self.store
         job = JobRecord.from_hash(store.job_fields(job_id))
         if job.spec is None:

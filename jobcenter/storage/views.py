@@ -24,6 +24,7 @@ from jobcenter.model.spec import DEFAULT_QUEUE
 from .keyspace.keys import LEADER_SEGMENT, NODE_QUEUE_PREFIX
 from .keyspace.layout import Layout
 from .keyspace.packed import STAMP_FIELDS, JobRecords
+from .keyspace.records import TaskRecord
 from .keyspace.schema import JobField, PayloadKey, TaskField
 from .notifications import view as notifications_view
 from .server.replies import seconds, text
@@ -364,27 +365,6 @@ class TaskDetail:
     waiting_for_gate: dict[str, Any] | None = None  # a gate it requires to say yes
 
 
-TASK_ATTRS = (
-    "id",
-    "s",
-    "a",
-    "m",
-    "h",
-    "q",
-    "tq",
-    "ts",
-    "tf",
-    "e",
-    "pg",
-    "p",
-    "r",
-    "mx",
-    "wf",
-    "gw",
-    "l",
-)
-
-
 def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
     """One task: its fields, payload and every finished attempt of it."""
     jk = store.keys.job(job_id)
@@ -394,14 +374,14 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
     if job_state is None:
         raise NotFound.job(job_id)
     records = store.records(job_id, (packed, swaps))
-    values = records.values([f"{a}:{index}" for a in TASK_ATTRS])
+    values = records.values([field.of(index) for field in TaskRecord.FIELDS])
     history_len = records.history_length()
     entries = records.history(-TASK_HISTORY_MAX, -1)
     if not 0 <= index < int(n or 0):
         raise NotFound(f"job {job_id} has no task #{index}")
-    f = dict(zip(TASK_ATTRS, values, strict=True))
-    task_id = text(f["id"])
-    payload: Any = codec.unpack(f["p"]) if f["p"] is not None else None
+    task = TaskRecord.from_fields(dict(zip(TaskRecord.FIELDS, values, strict=True)))
+    task_id = task.id
+    payload: Any = codec.unpack(task.payload) if task.payload is not None else None
     if task_id is None:  # not written by its leader yet: read it from the job's spec
         raw_spec = store.redis.hget(jk.job, JobField.SPEC)
         if raw_spec is not None:
@@ -421,7 +401,7 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
         }
         args = json.dumps(shown, default=repr)[:ARGS_PREVIEW_MAX]
     history = []
-    result = _result_preview(records, f["r"], f["mx"])
+    result = _result_preview(records, task.result, task.map_instances)
     for raw in entries:
         i, attempt, state, handler, started, finished, error = raw.decode().split("\t", 6)
         if i == str(index):
@@ -435,37 +415,36 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
                     error or None,
                 )
             )
-    present = {k: v for k, v in f.items() if v is not None}
-    parked = store.parked_limits(job_id, {str(index): present}).get(str(index))
+    parked = store.parked_limits(job_id, {str(index): task}).get(str(index))
     return TaskDetail(
         job_id=job_id,
         index=index,
         id=task_id or str(index),
-        state=text(f["s"]) or _unwritten_state(job_state.decode()),
+        state=task.state or _unwritten_state(job_state.decode()),
         task=name,
         args=args,
-        attempts=_int(f["a"]) or 0,
-        max_attempts=_int(f["m"]) or (1 if payload is not None else None),
-        handler=text(f["h"]),
-        queue=text(f["q"]) or text(job_queue),
-        queued_at=seconds(f["tq"]),
-        started_at=seconds(f["ts"]),
-        finished_at=seconds(f["tf"]),
-        error=text(f["e"]),
-        progress=text(f["pg"]),
+        attempts=task.attempts,
+        max_attempts=task.max_attempts or (1 if payload is not None else None),
+        handler=task.handler,
+        queue=task.queue or text(job_queue),
+        queued_at=seconds(task.queued_at),
+        started_at=seconds(task.started_at),
+        finished_at=seconds(task.finished_at),
+        error=task.error,
+        progress=task.progress,
         result=result,
         history=history,
         history_complete=history_len <= TASK_HISTORY_MAX,
-        waiting_for=waiting_for(present),
+        waiting_for=waiting_for(task),
         waiting_for_limit=parked,
-        waiting_for_gate=waiting_for_gate(present),
+        waiting_for_gate=waiting_for_gate(task),
     )
 
 
-def _result_preview(records: JobRecords, raw: bytes | None, instances: bytes | None) -> str | None:
+def _result_preview(records: JobRecords, raw: bytes | None, instances: str | None) -> str | None:
     """A task's result as shortened JSON; a mapped task's: its first instances' results."""
     if instances is not None:
-        first, count = map(int, instances.split(b"|")[:2])
+        first, count = map(int, instances.split("|")[:2])
         shown = range(first, first + min(count, RESULT_PREVIEW_ITEMS))
         values = records.values([TaskField.RESULT.of(k) for k in shown])
         value: Any = [codec.unpack(v) if v is not None else None for v in values]

@@ -12,8 +12,8 @@ Starts a redis-server of its own (jobcenter.storage.server.embedded.RedisServer)
       each, interleaved): what the event stream and the metric counters cost
   W2  root -> 5,000 -> join                             wall time
   W3  a chain of 1,000                                  ms per hop
-  W4  200 jobs of the seed-000 9-task DAG               wall time
-  W5  20,000 one-task jobs submitted through the client jobs/s; then 200 seed-000 jobs
+  W4  200 jobs of the example 9-task DAG                wall time
+  W5  20,000 one-task jobs submitted through the client jobs/s; then 200 example-DAG jobs
       submitted one at a time: client.submit's round trip p50/p99
   wake 200 one-task jobs submitted one at a time to idle workers: ready -> started
       (the idle wake-up path: each owned shard's listener, then a claim)

@@ -3,7 +3,7 @@
 Starts `jobcenter serve` on a free loopback port (tokens of the submit and work scopes made
 with jobcenter.storage.tokens), then measures, interleaved --repeats times:
 
-  submit   HTTP submits/s of one-task jobs and of the seed-000 DAG, CLIENTS concurrent
+  submit   HTTP submits/s of one-task jobs and of the example DAG, CLIENTS concurrent
            clients (threads, an httpx.Client each); the jobs go to a queue no worker serves,
            so only the submit is measured (they are cancelled and purged after)
   tasks/s  one job of N no-op tasks run through the worker protocol by the reference
@@ -337,7 +337,7 @@ def run(bench: Bench, quick: bool, repeats: int, say: Callable[[str], None]) -> 
             lambda: submit_run(bench, server, one_task, sizes["one_task"]),
         ),
         "submit-seed": (
-            f"HTTP submit, seed-000 jobs ({sizes['seed']:,}, {CLIENTS} clients)",
+            f"HTTP submit, example-DAG jobs ({sizes['seed']:,}, {CLIENTS} clients)",
             "jobs/s",
             lambda: submit_run(bench, server, seed, sizes["seed"]),
         ),

@@ -125,7 +125,7 @@ def render_results(results: dict[str, Any], sizes: Sizes) -> str:
     w4 = (single["W4"]["redis_s"], cluster["W4"]["redis_s"])
     rows.append(
         (
-            f"W4 {sizes.seed_jobs} seed-000 jobs (s)",
+            f"W4 {sizes.seed_jobs} example-DAG jobs (s)",
             fmt(w4[0], " s", 3),
             fmt(w4[1], " s", 3),
             f"{w4[1] / w4[0]:.2f}",

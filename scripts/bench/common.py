@@ -78,7 +78,7 @@ class Sizes:
 FULL = Sizes()
 QUICK = Sizes(2_000, 500, 100, 20, 2_000, 10_000, 2_000, 2_000, 2_000)
 RESULT_BYTES = 100  # W1r: what each task returns
-RESULT_COST_MAX = 0.15  # W1r may run at most this much slower than W1 (issue 11)
+RESULT_COST_MAX = 0.15  # W1r may run at most this much slower than W1: results cost little
 
 
 def text(value: bytes | str) -> str:

@@ -6,7 +6,7 @@ give what Redis spent per task. Cases:
 
   flat B=n   one job of N independent tasks: complete n, take the next n queued (one call)
   chain      a chain of N tasks: each completion releases its child and takes it (W3's hop)
-  seed000    200 jobs of the seed-000 9-task DAG, 16 slots, completions of up to two tasks
+  seed000    200 jobs of the example 9-task DAG, 16 slots, completions of up to two tasks
              of a job per call, claims for the free slots (W4's shape)
 
 Events and metrics are on, as a worker's defaults. Prints per task: Redis's EVALSHA usec
@@ -213,7 +213,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=5000, help="tasks of the flat and chain jobs")
     parser.add_argument("--batches", default="1,8,32", help="flat job batch sizes")
-    parser.add_argument("--jobs", type=int, default=200, help="seed-000 jobs")
+    parser.add_argument("--jobs", type=int, default=200, help="example-DAG jobs")
     parser.add_argument("--repeats", type=int, default=3, help="runs per case: the best is shown")
     parser.add_argument("--only", default="", help="comma-separated case names to run")
     parser.add_argument(

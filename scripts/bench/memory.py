@@ -1,14 +1,15 @@
 """`make bench BENCH_ARGS=--only=memory`: the Redis bytes a finished task keeps.
 
-Real workers run N jobs of the seed-000 shape (9 tasks), a batch with one failing task
+Real workers run N jobs of the example DAG's shape (9 tasks), a batch with one failing task
 each, and one job of 1,000 independent tasks, all kept for the default retention. Each
 shape reports the bytes Redis keeps for data after minus before (MEMORY USAGE of every key,
 plus the keyspace tables), per finished task: everything a finished job keeps (its keys, its
 entries in the job indexes and the expiring zset, new learned estimates); and MEMORY USAGE
 of one job's own keys. The bench's own per-job lists are deleted before the second reading.
-The README's capacity table is computed from the `bytes per finished task` column.
+The capacity table (docs/operations/capacity.md) is computed from the `bytes per finished
+task` column.
 
-Then the bytes a live task takes in a small job (seed 000's 9 tasks, and one task): jobs
+Then the bytes a live task takes in a small job (the example DAG's 9 tasks, and one task): jobs
 submitted to a queue no worker serves, so they stay queued, then cancelled and dropped.
 """
 
@@ -22,13 +23,13 @@ from .common import IDLE_QUEUE, Bench, ran_key, seed000_spec
 
 FINISH_TIMEOUT_S = 300.0  # every job of a shape ends within this, or the bench gives up
 POLL_S = 0.05
-TASKS_PER_DAY = 50_000_000  # the capacity the README's table is about
+TASKS_PER_DAY = 50_000_000  # the capacity the capacity table is about
 RETENTION_DAYS = (1, 7)
 FLAT_JOBS = 5  # jobs of 1,000 tasks: one alone is within the noise of the keyspace tables
 
 
 def _failing_seed000() -> dict[str, Any]:
-    """Seed 000 with its second task failing for good: a failed job with a cascade."""
+    """The example DAG with its second task failing for good: a failed job with a cascade."""
     spec = seed000_spec()
     spec["name"] = "bench-seed000-failing"
     spec["tasks"][1]["task"] = "bench.fail"

@@ -5,7 +5,7 @@ On a private redis-server (appendonly, everysec, as `make bench`), it measures:
   many    `client.submit_many` of --jobs one-task jobs (W5's submit half): jobs/s, client
           CPU us per job (this process, the sender thread included), Redis us per job
           (INFO commandstats: the submit scripts, and the whole server's CPU)
-  single  `client.submit` of the seed-000 9-task job, --singles times one after another
+  single  `client.submit` of the example 9-task job, --singles times one after another
           (durability as configured: fsynced by default): round trip p50/p99, client CPU
           and Redis us per submit
 

@@ -197,7 +197,7 @@ def run_many_jobs(
     }
 
 
-SINGLE_SUBMITS = 200  # W5's second figure: client.submit of one seed-000 job, one at a time
+SINGLE_SUBMITS = 200  # W5's second figure: client.submit of one example-DAG job, one at a time
 
 
 def run_single_submits(bench: Bench, spec: dict[str, Any], count: int) -> dict[str, Any]:
@@ -499,7 +499,7 @@ def workloads(sizes: Sizes) -> dict[str, tuple[str, Workload]]:
         "W2": (f"1 -> {sizes.fan:,} -> 1", lambda b: run_one_job(b, fan_spec(sizes.fan))),
         "W3": (f"chain of {sizes.chain:,}", lambda b: run_one_job(b, chain_spec(sizes.chain))),
         "W4": (
-            f"{sizes.seed_jobs} seed-000 jobs",
+            f"{sizes.seed_jobs} example-DAG jobs",
             lambda b: run_many_jobs(b, seed, sizes.seed_jobs, full_check=True),
         ),
         "W5": (

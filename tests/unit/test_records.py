@@ -6,7 +6,7 @@ import pytest
 
 from jobcenter.model import codec
 from jobcenter.storage.keyspace.layout import Layout
-from jobcenter.storage.keyspace.records import JobRecord, TaskPayload
+from jobcenter.storage.keyspace.records import JobRecord, TaskPayload, TaskRecord
 from jobcenter.storage.keyspace.schema import JobField, TaskField
 
 
@@ -52,3 +52,27 @@ def test_job_record_reads_the_job_fields() -> None:
     )
     assert (job.state, job.tasks, job.left, job.written, job.stop) == ("running", 3, 1, 0, "cancel")
     assert JobRecord.from_hash({}).state is None
+
+
+def test_task_records_read_each_task_of_a_job() -> None:
+    raw = {
+        TaskField.STATE.of(2): b"queued",
+        TaskField.ATTEMPTS.of(2): b"2",
+        TaskField.WAITING_FOR.of(2): b"1000|etl.load",
+        TaskField.LIMITS.of(2): b"p:gpu",
+        TaskField.STATE.of(10): b"succeeded",
+        TaskField.MAP_INSTANCES.of(10): b"11|3",
+        TaskField.CREATED_AT.of(10): b"5000",
+    }
+    tasks = TaskRecord.of_every_task(raw)
+    assert sorted(tasks) == ["10", "2"]
+    queued, mapped = tasks["2"], tasks["10"]
+    assert (queued.state, queued.attempts, queued.waiting_for, queued.limited) == (
+        "queued",
+        2,
+        "1000|etl.load",
+        True,
+    )
+    assert (queued.error, queued.finished_at, queued.max_attempts) == (None, None, None)
+    assert (mapped.map_instances, mapped.created_at, mapped.limited) == ("11|3", 5000, False)
+    assert TaskRecord.from_fields({}).attempts == 0

@@ -34,15 +34,6 @@ JOB_CODES = JOB_FIELDS - {
 }  # fmt: skip
 
 
-# Modules where a literal is a field of another hash that shares its spelling, by literal.
-ALLOWED = {
-    # a task's fields keyed by their bare prefix (the status and task views): "a" is
-    # TaskField.ATTEMPTS's, not the payload's ARGS
-    "storage/jobs/reads.py": {"a"},
-    "storage/views.py": {"a"},
-}
-
-
 def _literal(node: ast.AST) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes):
         value = node.value
@@ -83,7 +74,7 @@ def _hash_fields(node: ast.AST) -> tuple[str, list[ast.AST]] | None:
     return None
 
 
-def literal_fields(source: str, allowed: frozenset[str] = frozenset()) -> list[str]:
+def literal_fields(source: str) -> list[str]:
     """Where `source` spells a stored field itself: "line: the literal (what to use)"."""
     found: list[str] = []
     for node in ast.walk(ast.parse(source)):
@@ -100,7 +91,7 @@ def literal_fields(source: str, allowed: frozenset[str] = frozenset()) -> list[s
                     found.append(f"{field.lineno}: {text!r} (TaskField.<name>.of(index))")
         for key in _keys_read(node):
             text = _literal(key)
-            if text is None or text in allowed:
+            if text is None:
                 continue
             assert isinstance(key, ast.Constant)
             raw = isinstance(key.value, bytes)
@@ -121,8 +112,7 @@ def _modules() -> list[Path]:
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT.parent)))
 def test_no_stored_field_is_spelled_outside_the_schema(path: Path) -> None:
-    allowed = frozenset(ALLOWED.get(str(path.relative_to(ROOT)), ()))
-    assert literal_fields(path.read_text(), allowed) == []
+    assert literal_fields(path.read_text()) == []
 
 
 @pytest.mark.parametrize(

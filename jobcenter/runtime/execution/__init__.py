@@ -1,7 +1,7 @@
 """Running one attempt: the outcome policy (outcome.py: `execute`, Outcome, error text),
 the thread pool (threads.py, with its event loop for coroutine functions, event_loop.py) and
-the process pool (processes.py, and what runs in its child, child.py). The names callers use
-are handed on here too."""
+the process pool (processes.py, and what runs in its child, child.py), over what both keep
+(runner.py). The names callers use are handed on here too."""
 
 from .outcome import (
     ERROR_TEXT_MAX,

@@ -21,7 +21,7 @@ from jobcenter.config import DEFAULT_RESULT_MAX_BYTES
 from jobcenter.storage.keyspace.records import TaskPayload
 from jobcenter.storage.store import StartedTask
 
-from ..stopping import STOP_BOUND_SECONDS, AttemptKey, Stop, StopReason, StopWatch
+from ..stopping import STOP_BOUND_SECONDS, AttemptKey, Stop, StopReason
 from .child import PIPE_LOST_EXIT_CODE, child_main
 from .outcome import (
     Done,
@@ -36,6 +36,7 @@ from .outcome import (
     task_label,
     timed_out,
 )
+from .runner import Runner
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def child_died(exitcode: int | None) -> str:
     return f"task process {how} before reporting an outcome"
 
 
-class ProcessRunner:
+class ProcessRunner(Runner):
     """Each attempt in its own child process (forkserver, task modules preloaded), killed
     at its timeout or stop; a thread per slot supervises its child."""
 
@@ -71,11 +72,8 @@ class ProcessRunner:
         on_stop: Callable[[Stop], None] = ignore_stop,
         stop_bound: float = STOP_BOUND_SECONDS,
     ) -> None:
-        self.handler = handler
+        super().__init__(handler, on_slot_free, result_max_bytes, on_stop, stop_bound)
         self.modules = modules
-        self.result_max_bytes = result_max_bytes
-        self.on_slot_free = on_slot_free
-        self.stops = StopWatch(on_stop, stop_bound)
         self.ctx = multiprocessing.get_context("forkserver")
         self.ctx.set_forkserver_preload(["jobcenter.runtime.execution.child", *modules])
         forkserver.ensure_running()  # now, not on the first task (it takes ~2 s to start)

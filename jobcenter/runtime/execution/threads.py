@@ -23,7 +23,7 @@ from jobcenter.storage.keyspace.records import TaskPayload
 from jobcenter.storage.store import StartedTask
 
 from ..context import TaskContext
-from ..stopping import STOP_BOUND_SECONDS, STOP_WORDS, AttemptKey, Stop, StopReason, StopWatch
+from ..stopping import STOP_BOUND_SECONDS, STOP_WORDS, AttemptKey, Stop, StopReason
 from .event_loop import EventLoop
 from .outcome import (
     Done,
@@ -39,6 +39,7 @@ from .outcome import (
     relay,
     timed_out,
 )
+from .runner import Runner
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ class RunOrderInbox:
         return True
 
 
-class ThreadRunner:
+class ThreadRunner(Runner):
     """Tasks on `concurrency` long-lived threads fed by one queue (no Future per task: this
     is the hot path); a watcher thread enforces timeouts. The queue hands out the attempts
     waiting for a slot in their tasks' run order (priority, then queue order), so a task
@@ -156,10 +157,7 @@ class ThreadRunner:
         on_stop: Callable[[Stop], None] = ignore_stop,
         stop_bound: float = STOP_BOUND_SECONDS,
     ) -> None:
-        self.handler = handler
-        self.on_slot_free = on_slot_free
-        self.result_max_bytes = result_max_bytes
-        self.stops = StopWatch(on_stop, stop_bound)
+        super().__init__(handler, on_slot_free, result_max_bytes, on_stop, stop_bound)
         self.inbox = RunOrderInbox(concurrency)
         self.threads = [
             threading.Thread(target=self._serve, name=f"jobcenter-task-{i}", daemon=True)

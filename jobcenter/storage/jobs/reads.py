@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -17,6 +16,7 @@ from jobcenter.model.states import TERMINAL_TASK_STATES, JobState, TaskState
 
 from ..keyspace import schema
 from ..keyspace.packed import HISTORY_PAGE, STAMP_FIELDS, JobRecords
+from ..keyspace.records import TaskRecord
 from ..keyspace.schema import JobField, TaskField
 from ..notifications import view as notifications_view
 from ..server.replies import seconds, text
@@ -136,35 +136,34 @@ class Reads(StoreBase):
         return text(reply[1]) if int(reply[0]) == 0 else None
 
     def status(self, job_id: str) -> dict[str, Any]:
-        """The job and each task, in the shape the README gives for `status --json`."""
+        """The job and each task, in the shape `status --json` prints (docs: the CLI reference)."""
         job_raw = self.redis.hgetall(self.keys.job(job_id).job)
         if not job_raw:
             raise NotFound.job(job_id, self.settings.namespace)
         stamp = (job_raw.get(JobField.PACKED.encode()), job_raw.get(JobField.SWAPS.encode()))
         tasks_raw = self.records(job_id, stamp).every_field(STATUS_PAGE)
         job = {k.decode(): v for k, v in job_raw.items()}
-        fields: dict[str, dict[str, bytes]] = defaultdict(dict)
-        for k, v in tasks_raw.items():
-            attr, _, index = k.partition(":")
-            fields[index][attr] = v
+        records = TaskRecord.of_every_task(tasks_raw)
         tasks: dict[str, Any] = {}
         if JobField.SPEC in job:  # not fully split: tasks never written show the job's outcome
             state = {b"cancelled": b"cancelled", b"failed": b"failed"}.get(
                 job[JobField.STATE], b"waiting"
             )
-            unwritten = {"s": state}
-            if JobField.ERROR in job:
-                unwritten["e"] = job[JobField.ERROR]
-            if JobField.FINISHED_AT in job:
-                unwritten["tf"] = job[JobField.FINISHED_AT]
+            unwritten = TaskRecord.from_fields(
+                {
+                    TaskField.STATE: state,
+                    TaskField.ERROR: job.get(JobField.ERROR),
+                    TaskField.FINISHED_AT: job.get(JobField.FINISHED_AT),
+                }
+            )
             spec = codec.unpack(job[JobField.SPEC])
             for i, t in enumerate(spec["tasks"]):  # type: ignore[index]
-                tasks[t["id"]] = _task_view(fields.get(str(i), unwritten))
+                tasks[t["id"]] = _task_view(records.get(str(i), unwritten))
         else:
-            parked = self.parked_limits(job_id, fields)
-            for index in sorted(fields, key=int):
-                f = fields[index]
-                tasks[text(f.get("id")) or index] = _task_view(f, parked.get(index))
+            parked = self.parked_limits(job_id, records)
+            for index in sorted(records, key=int):
+                record = records[index]
+                tasks[record.id or index] = _task_view(record, parked.get(index))
         return {
             "id": job_id,
             "name": text(job.get(JobField.NAME)),
@@ -179,14 +178,10 @@ class Reads(StoreBase):
             "notifications": notifications_view(self.redis, self.keys, job_id, job),
         }
 
-    def parked_limits(self, job_id: str, fields: dict[str, dict[str, bytes]]) -> dict[str, str]:
+    def parked_limits(self, job_id: str, tasks: dict[str, TaskRecord]) -> dict[str, str]:
         """Of a job's queued tasks with limits, those parked waiting for a full one: index ->
         the limit in words ("pool gpu", "max_running", "concurrency key acme")."""
-        queued = [
-            i
-            for i, f in fields.items()
-            if TaskField.LIMITS.value[:-1] in f and text(f.get("s")) == TaskState.QUEUED
-        ]
+        queued = [i for i, t in tasks.items() if t.limited and t.state == TaskState.QUEUED]
         if not queued:
             return {}
         wanted = [f"{schema.LimitField.PARKED_AT}{job_id}|{i}" for i in queued]
@@ -438,43 +433,44 @@ def _limit_in_words(limit_id: str) -> str:
     return f"concurrency key {name}"
 
 
-def _task_view(f: dict[str, bytes], waiting_for_limit: str | None = None) -> dict[str, Any]:
+def _task_view(task: TaskRecord, waiting_for_limit: str | None = None) -> dict[str, Any]:
     """One task of `status`: the current attempt's fields (a new attempt clears the last
-    one's error and finish time; `history` keeps them), seed 000's three times, and what a
-    queued task waits for (a worker with its code, a slot of a full limit)."""
-    state = text(f.get("s"))
+    one's error and finish time; `history` keeps them), when it was created, last changed
+    and completed, and what a queued task waits for (a worker with its code, a slot of a
+    full limit)."""
     return {
-        "state": state,
-        "attempts": int(f.get("a", 0)),
-        "handler": text(f.get("h")),
-        "queued_at": seconds(f.get("tq")),
-        "started_at": seconds(f.get("ts")),
-        "finished_at": seconds(f.get("tf")),
-        "error": text(f.get("e")),
-        "progress": text(f.get("pg")),
-        "created_at": seconds(f.get("tc")),  # written to Redis by the split
-        "updated_at": seconds(f.get("tu") or f.get("tc")),  # last change of its fields
-        "completed_at": seconds(f.get("tf")) if state in TERMINAL_TASK_STATES else None,
-        "waiting_for": waiting_for(f),
+        "state": task.state,
+        "attempts": task.attempts,
+        "handler": task.handler,
+        "queued_at": seconds(task.queued_at),
+        "started_at": seconds(task.started_at),
+        "finished_at": seconds(task.finished_at),
+        "error": task.error,
+        "progress": task.progress,
+        "created_at": seconds(task.created_at),  # written to Redis by the split
+        "updated_at": seconds(task.updated_at or task.created_at),  # last change of its fields
+        "completed_at": (seconds(task.finished_at) if task.state in TERMINAL_TASK_STATES else None),
+        "waiting_for": waiting_for(task),
         "waiting_for_limit": waiting_for_limit,
-        "waiting_for_gate": waiting_for_gate(f),
+        "waiting_for_gate": waiting_for_gate(task),
     }
 
 
-def waiting_for_gate(f: dict[str, bytes]) -> dict[str, Any] | None:
+def waiting_for_gate(task: TaskRecord) -> dict[str, Any] | None:
     """A queued task whose gate said no (gate_wait.lua): the gate, and since when."""
-    raw = text(f.get(TaskField.GATE_WAIT.value[:-1]))
-    if raw is None or text(f.get("s")) not in (TaskState.QUEUED, TaskState.RETRY_WAIT):
-        return None
-    since, _, gate = raw.partition("|")
-    return {"gate": gate, "since": int(since) / 1000}
+    return _queued_wait(task, task.gate_wait, "gate")
 
 
-def waiting_for(f: dict[str, bytes]) -> dict[str, Any] | None:
+def waiting_for(task: TaskRecord) -> dict[str, Any] | None:
     """A queued task that workers gave back for want of its code (give_back.lua): the task
     name it waits for a worker with, and since when."""
-    raw = text(f.get("wf"))
-    if raw is None or text(f.get("s")) not in (TaskState.QUEUED, TaskState.RETRY_WAIT):
+    return _queued_wait(task, task.waiting_for, "task")
+
+
+def _queued_wait(task: TaskRecord, raw: str | None, what: str) -> dict[str, Any] | None:
+    """A queued task's "<since ms>|<name>" field as {what: name, "since": seconds}; None
+    when the task is not queued or has none."""
+    if raw is None or task.state not in (TaskState.QUEUED, TaskState.RETRY_WAIT):
         return None
     since, _, name = raw.partition("|")
-    return {"task": name, "since": int(since) / 1000}
+    return {what: name, "since": int(since) / 1000}

@@ -309,7 +309,7 @@ class Submits(StoreBase):
         local AOF; one WAITAOF serves all the threads waiting (group commit). With
         `replicated`, until one replica has them (WAIT 1, grouped the same way). True if that
         was confirmed. Elsewhere (`acked`) the writes are in Redis memory and its AOF
-        buffer, which a Redis crash does not lose (README: Durability)."""
+        buffer, which a Redis crash does not lose (docs: Durability)."""
         if self.settings.durability == ACKED or not self._fsync_confirmable():
             return False
         return self._group_commit.wait()

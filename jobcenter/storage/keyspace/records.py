@@ -1,16 +1,17 @@
-"""Typed records of what Python reads from the schema: a job hash and a task's packed
-payload, each read once through the names schema.py generates into Lua
-(JobField, PayloadKey), so no caller spells a stored field itself."""
+"""Typed records of what Python reads from the schema: a job hash, a task's fields and a
+task's packed payload, each read once through the names schema.py generates into Lua
+(JobField, TaskField, PayloadKey), so no caller spells a stored field itself."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from jobcenter.model import codec
 from jobcenter.model.spec import DEFAULT_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF_MAX
 
-from .schema import JobField, PayloadKey
+from .schema import JobField, PayloadKey, TaskField
 
 
 @dataclass(frozen=True)
@@ -33,29 +34,45 @@ class TaskPayload:
 
     @classmethod
     def from_dict(cls, raw: Any) -> TaskPayload:
-        if not isinstance(raw, dict) or not isinstance(raw.get(PayloadKey.TASK), str):
+        if not isinstance(raw, dict) or not isinstance(raw.get(_TASK), str):
             raise ValueError("task payload is not a task")
-        task_id = raw.get(PayloadKey.ID)
+        task_id = raw.get(_ID)
         return cls(
-            task=raw[PayloadKey.TASK],
+            task=raw[_TASK],
             id=task_id if isinstance(task_id, str) else None,
-            args=tuple(raw.get(PayloadKey.ARGS) or ()),
-            kwargs=dict(raw.get(PayloadKey.KWARGS) or {}),
-            timeout=raw.get(PayloadKey.TIMEOUT),
-            retry_backoff=raw.get(PayloadKey.RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF),
-            retry_backoff_max=raw.get(PayloadKey.RETRY_BACKOFF_MAX, DEFAULT_RETRY_BACKOFF_MAX),
-            gates=tuple(raw.get(PayloadKey.GATES) or ()),
+            args=tuple(raw.get(_ARGS) or ()),
+            kwargs=dict(raw.get(_KWARGS) or {}),
+            timeout=raw.get(_TIMEOUT),
+            retry_backoff=raw.get(_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF),
+            retry_backoff_max=raw.get(_RETRY_BACKOFF_MAX, DEFAULT_RETRY_BACKOFF_MAX),
+            gates=tuple(raw.get(_GATES) or ()),
         )
 
 
-def _text(raw: dict[str, bytes], field: str) -> str | None:
+# The payload's keys as plain str, looked up once: from_dict runs for every task a worker
+# starts, and an enum member's lookup (and a dict lookup by it) costs several times a str's.
+_TASK, _ID, _ARGS, _KWARGS, _TIMEOUT, _RETRY_BACKOFF, _RETRY_BACKOFF_MAX, _GATES = (
+    key.value
+    for key in (
+        PayloadKey.TASK, PayloadKey.ID, PayloadKey.ARGS, PayloadKey.KWARGS, PayloadKey.TIMEOUT,
+        PayloadKey.RETRY_BACKOFF, PayloadKey.RETRY_BACKOFF_MAX, PayloadKey.GATES,
+    )
+)  # fmt: skip
+
+
+def _text(raw: Mapping[str, bytes | None], field: str) -> str | None:
     value = raw.get(field)
     return None if value is None else value.decode()
 
 
-def _int(raw: dict[str, bytes], field: str, default: int) -> int:
+def _int(raw: Mapping[str, bytes | None], field: str, default: int) -> int:
     value = raw.get(field)
     return default if value is None else int(value)
+
+
+def _int_or_none(raw: Mapping[str, bytes | None], field: str) -> int | None:
+    value = raw.get(field)
+    return None if value is None else int(value)
 
 
 @dataclass(frozen=True)
@@ -95,3 +112,72 @@ class JobRecord:
             spec=raw.get(JobField.SPEC),
             ranks=raw.get(JobField.RANKS),
         )
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """One task's fields as `status` and the dashboard's task page show them (times in ms,
+    Redis TIME; None: not written)."""
+
+    # What it reads: read these of one task (TaskField.<name>.of(index)) to build one.
+    FIELDS: ClassVar[tuple[TaskField, ...]] = (
+        TaskField.ID, TaskField.STATE, TaskField.ATTEMPTS, TaskField.MAX_ATTEMPTS,
+        TaskField.HANDLER, TaskField.QUEUE, TaskField.CREATED_AT, TaskField.QUEUED_AT,
+        TaskField.STARTED_AT, TaskField.FINISHED_AT, TaskField.UPDATED_AT, TaskField.ERROR,
+        TaskField.PROGRESS, TaskField.WAITING_FOR, TaskField.GATE_WAIT, TaskField.LIMITS,
+        TaskField.PAYLOAD, TaskField.RESULT, TaskField.MAP_INSTANCES,
+    )  # fmt: skip
+
+    id: str | None  # its id in the spec; None until its leader wrote it
+    state: str | None
+    attempts: int
+    max_attempts: int | None
+    handler: str | None
+    queue: str | None  # None: the job's
+    created_at: int | None
+    queued_at: int | None
+    started_at: int | None
+    finished_at: int | None
+    updated_at: int | None
+    error: str | None
+    progress: str | None
+    waiting_for: str | None  # "<since ms>|<task name>" (TaskField.WAITING_FOR)
+    gate_wait: str | None  # "<since ms>|<gate>" (TaskField.GATE_WAIT)
+    limited: bool  # it takes slots of a pool or limit while it runs
+    payload: bytes | None  # packed (TaskPayload; a succeeded job's keeps name and arguments)
+    result: bytes | None  # packed
+    map_instances: str | None  # a mapped task, once expanded: "<first index>|<count>"
+
+    @classmethod
+    def from_fields(cls, raw: Mapping[str, bytes | None]) -> TaskRecord:
+        """The record of one task's fields keyed by their TaskField (without its index)."""
+        return cls(
+            id=_text(raw, TaskField.ID),
+            state=_text(raw, TaskField.STATE),
+            attempts=_int(raw, TaskField.ATTEMPTS, 0),
+            max_attempts=_int_or_none(raw, TaskField.MAX_ATTEMPTS),
+            handler=_text(raw, TaskField.HANDLER),
+            queue=_text(raw, TaskField.QUEUE),
+            created_at=_int_or_none(raw, TaskField.CREATED_AT),
+            queued_at=_int_or_none(raw, TaskField.QUEUED_AT),
+            started_at=_int_or_none(raw, TaskField.STARTED_AT),
+            finished_at=_int_or_none(raw, TaskField.FINISHED_AT),
+            updated_at=_int_or_none(raw, TaskField.UPDATED_AT),
+            error=_text(raw, TaskField.ERROR),
+            progress=_text(raw, TaskField.PROGRESS),
+            waiting_for=_text(raw, TaskField.WAITING_FOR),
+            gate_wait=_text(raw, TaskField.GATE_WAIT),
+            limited=raw.get(TaskField.LIMITS) is not None,
+            payload=raw.get(TaskField.PAYLOAD),
+            result=raw.get(TaskField.RESULT),
+            map_instances=_text(raw, TaskField.MAP_INSTANCES),
+        )
+
+    @classmethod
+    def of_every_task(cls, raw: Mapping[str, bytes]) -> dict[str, TaskRecord]:
+        """task index -> its record, of a job's task fields read whole ("s:3", ...)."""
+        by_index: dict[str, dict[str, bytes]] = {}
+        for name, value in raw.items():
+            cut = name.index(":") + 1  # every TaskField ends at its first colon
+            by_index.setdefault(name[cut:], {})[name[:cut]] = value
+        return {index: cls.from_fields(fields) for index, fields in by_index.items()}

@@ -336,8 +336,8 @@ local function begin_attempt(writes, clears, i, attempt, handler, nonce, now, er
   if progress then clears[#clears + 1] = TF_PROGRESS .. i end
 end
 
--- Tasks first..last (indexes) were just written by the split: record when (seed 000's
--- creation time of a subtask; its last-modified time is this too until a transition).
+-- Tasks first..last (indexes) were just written by the split: record when (the task's
+-- creation time, as status shows it; its last-modified time is this too until a transition).
 local function stamp_created(first, last, now)
   local fields = {}
   for i = first, last do

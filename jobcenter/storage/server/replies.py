@@ -17,6 +17,6 @@ def text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def seconds(ms: bytes | str | None) -> float | None:
+def seconds(ms: bytes | str | int | None) -> float | None:
     """A time stored in milliseconds (Redis TIME) as epoch seconds; None stays None."""
     return None if ms is None else int(ms) / 1000.0
