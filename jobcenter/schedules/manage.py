@@ -14,7 +14,6 @@ from jobcenter.model.durations import Duration
 from jobcenter.model.ids import ulid
 from jobcenter.model.spec import ID_RE, JobSpec, spec_from_any
 from jobcenter.storage import schedules as stored
-from jobcenter.storage.keyspace.keys import fire_key
 from jobcenter.storage.schedules import ScheduleState, StoredSchedule
 from jobcenter.storage.store import Store
 
@@ -262,7 +261,7 @@ def run_schedule_now(store: Store, ref: str) -> str:
     schedule = read[0]
     now = now_ms(store)
     # the key a fire at `now` would get: a second click in the same ms submits nothing more
-    spec = spec_from_any(replace(schedule.spec, idempotency_key=fire_key(schedule.id, now)))
+    spec = schedule.fire_spec(now)
     ((job_id, _),) = store.submit_many([spec], fired=[(schedule.id, now / 1000)])
 
     def ran(_schedule: Schedule, state: ScheduleState) -> ScheduleState:

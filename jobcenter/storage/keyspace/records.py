@@ -25,6 +25,8 @@ class TaskPayload:
     retry_backoff: float
     retry_backoff_max: float
     gates: tuple[str, ...]  # the gates it requires
+    fire_time: float | None = None  # its job's fire time, epoch seconds
+    schedule_id: str | None = None  # the schedule that fired its job
 
     @classmethod
     def unpack(cls, data: bytes) -> TaskPayload:
@@ -45,6 +47,8 @@ class TaskPayload:
             retry_backoff=raw.get(PayloadKey.RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF),
             retry_backoff_max=raw.get(PayloadKey.RETRY_BACKOFF_MAX, DEFAULT_RETRY_BACKOFF_MAX),
             gates=tuple(raw.get(PayloadKey.GATES) or ()),
+            fire_time=raw.get(PayloadKey.FIRE_TIME),
+            schedule_id=raw.get(PayloadKey.SCHEDULE),
         )
 
 
@@ -72,6 +76,7 @@ class JobRecord:
     stop: str | None
     leader: str | None
     schedule_id: str | None
+    fire_time: float | None
     updated_at: int | None
     spec: bytes | None
     ranks: bytes | None
@@ -80,6 +85,7 @@ class JobRecord:
     def from_hash(cls, raw: dict[str, bytes]) -> JobRecord:
         """The record of a job hash read whole (HGETALL: field names decoded, values bytes)."""
         updated = raw.get(JobField.UPDATED_AT)
+        fire = raw.get(JobField.FIRE_TIME)
         return cls(
             state=_text(raw, JobField.STATE),
             queue=_text(raw, JobField.QUEUE),
@@ -91,6 +97,7 @@ class JobRecord:
             stop=_text(raw, JobField.STOP) or None,
             leader=_text(raw, JobField.LEADER),
             schedule_id=_text(raw, JobField.SCHEDULE_ID) or None,
+            fire_time=None if fire is None else float(fire),
             updated_at=None if updated is None else int(updated),
             spec=raw.get(JobField.SPEC),
             ranks=raw.get(JobField.RANKS),
