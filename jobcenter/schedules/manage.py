@@ -73,6 +73,14 @@ def resolve(store: Store, ref: str) -> str:
     return found
 
 
+def find_schedule(store: Store, ref: str) -> Schedule:
+    """The schedule with id or name `ref`; NotFound names what was asked for."""
+    read = read_schedule(store, resolve(store, ref))
+    if read is None:
+        raise _not_found(store, ref)
+    return read[0]
+
+
 def filter_id(store: Store, ref: str) -> str:
     """The schedule id a jobs filter (`list --schedule`, the dashboard's) means by `ref`:
     the id of the schedule with that id or name, else `ref` as it is (the id of a schedule

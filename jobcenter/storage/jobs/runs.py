@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from jobcenter.model.states import JobState
+
 from ..keyspace.keys import fire_key
+from ..keyspace.schema import JobField
 from ..server.replies import text
 from .base import StoreBase
 
@@ -19,6 +22,13 @@ class ScheduleRuns(StoreBase):
         """The job id of the newest run of `schedule_id` at `fire_ms` (epoch ms): its first
         run, or its latest rerun; None when that fire has no run (or it expired)."""
         return self.schedule_runs(schedule_id, [fire_ms])[fire_ms][0]
+
+    def job_states(self, job_ids: Sequence[str]) -> list[JobState | None]:
+        """Each job's state (None: no such job, or it expired), in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hget(self.keys.job(job_id).job, JobField.STATE)
+        return [None if raw is None else JobState(text(raw)) for raw in pipe.execute()]
 
     def schedule_runs(
         self, schedule_id: str, fires: Sequence[int]
