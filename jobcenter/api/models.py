@@ -274,6 +274,21 @@ class ScheduleCreate(Strict):
     catchup: Literal["none", "one", "all"] = "one"
 
 
+class BackfillCreate(Strict):
+    start: str = Field(
+        alias="from",
+        description="The first fire time to run (included): ISO 8601, UTC when no zone.",
+    )
+    to: str = Field(description="The end of the window (excluded): ISO 8601, UTC when no zone.")
+    max_running: int = Field(default=1, ge=1, description="At most this many runs unfinished.")
+    rerun: Literal["failed", "all"] | None = Field(
+        default=None,
+        description="Run again the fires whose run failed (retried in place) or was "
+        "cancelled, or every fire that ran already; by default a fire that ran is kept.",
+    )
+    wait: bool = Field(default=False, description="Stream until every run has ended.")
+
+
 class DeadLetter(BaseModel):
     job: str
     job_name: str | None

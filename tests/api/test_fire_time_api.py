@@ -3,7 +3,8 @@ list, and handed to an executor with each of its attempts (the worker protocol).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import json
+from datetime import UTC, datetime, timedelta
 
 from api_harness import ApiServer
 
@@ -51,3 +52,32 @@ def test_a_bad_fire_time_is_refused_naming_it(api: ApiServer) -> None:
 
     assert reply.status_code == 422, reply.text
     assert "fire_time: 'soon' is not an ISO-8601" in reply.text
+
+
+def test_a_backfill_through_the_api_streams_a_line_per_run_and_is_idempotent(
+    api: ApiServer,
+) -> None:
+    operator, read = api.token("operate"), api.token("read")
+    store = api.client.store
+    s = sched.add_schedule(store, SPEC, every="1h", name="hourly")
+    start = datetime.fromtimestamp(s.created_ms / 1000, UTC)
+    body = {"from": start.isoformat(), "to": (start + timedelta(hours=3)).isoformat()}
+
+    first = api.call("POST", "/schedules/hourly/backfill", operator, json=body | {"max_running": 5})
+    again = api.call("POST", "/schedules/hourly/backfill", operator, json=body | {"max_running": 5})
+    backwards = api.call(
+        "POST",
+        "/schedules/hourly/backfill",
+        operator,
+        json={"from": body["to"], "to": body["from"]},
+    )
+
+    assert first.status_code == 200, first.text
+    assert first.headers["content-type"] == "application/x-ndjson"
+    lines = [json.loads(x) for x in first.text.splitlines()]
+    assert [x["outcome"] for x in lines] == ["submitted"] * 3
+    assert [x["fire_ms"] - s.created_ms for x in lines] == [0, 3_600_000, 7_200_000]
+    listed = api.call("GET", "/jobs", read, params={"schedule": s.id}).json()["jobs"]
+    assert sorted(j["fire_time"] for j in listed) == [x["fire_ms"] / 1000 for x in lines]
+    assert [json.loads(x)["outcome"] for x in again.text.splitlines()] == ["running"] * 3
+    assert backwards.status_code == 422 and "must come after" in backwards.text
