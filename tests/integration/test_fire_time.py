@@ -21,6 +21,7 @@ from jobcenter import Client
 from jobcenter import schedules as sched
 from jobcenter.config import Settings
 from jobcenter.schedules import Scheduler
+from jobcenter.storage.jobs.submit import INLINE_SPLIT_MAX
 from jobcenter.storage.store import Store
 
 NIGHTLY: dict[str, Any] = {
@@ -122,3 +123,26 @@ def test_a_spec_with_placeholders_needs_a_fire_time_and_names_a_bad_one(
     )
     assert unknown.code == 2 and "unknown placeholder '$fire_dat'" in unknown.stderr, unknown.stderr
     assert client.list() == []
+
+
+def test_a_job_a_leader_splits_gives_its_tasks_the_fire_time_too(
+    client: Client, workers: Workers, scratch: Scratch
+) -> None:
+    workers.start(modules=["tasks_for_tests"], concurrency=8)
+    tasks: list[dict[str, Any]] = [
+        {"id": f"r{n}", "task": "tasks_for_tests.record"} for n in range(INLINE_SPLIT_MAX)
+    ]
+    tasks.append(
+        {"id": "last", "task": "tasks_for_tests.fire_info", "args": [{"$fire_date": None}]}
+    )
+
+    job_id = client.submit({"name": "big", "tasks": tasks}, fire_time="2026-02-03")
+    status = finished(client, job_id)
+
+    assert status["state"] == "succeeded"
+    (seen,) = scratch.events("fire")
+    assert (seen["task"], seen["fire_time"], seen["args"]) == (
+        "last",
+        "2026-02-03T00:00:00+00:00",
+        ["2026-02-03"],
+    )

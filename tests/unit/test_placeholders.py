@@ -90,3 +90,41 @@ def test_fire_times_are_iso_dates_or_datetimes_utc_when_no_zone() -> None:
     )
     with pytest.raises(SpecError, match=r"--to: 'yesterday' is not an ISO-8601 date"):
         parse_instant("yesterday", "--to")
+
+
+# -- the fire times of a window (backfill) ---------------------------------------------------
+
+
+def ms(moment: datetime) -> int:
+    return round(moment.timestamp() * 1000)
+
+
+def test_a_window_holds_its_start_not_its_end_and_cron_fires_in_its_zone() -> None:
+    paris = ZoneInfo("Europe/Paris")
+    trigger = parse_trigger(cron="0 2 * * *", tz="Europe/Paris")
+    start, end = datetime(2026, 10, 24, 2, tzinfo=paris), datetime(2026, 10, 27, 2, tzinfo=paris)
+
+    fires = trigger.fires_in(ms(start), ms(end), 0, 100)
+
+    # 02:00 in Paris each night, across the end of summer time (Oct 25th, when 02:00 comes
+    # twice: the first one, as the ticker fires it)
+    assert [datetime.fromtimestamp(f / 1000, paris).isoformat() for f in fires] == [
+        "2026-10-24T02:00:00+02:00",
+        "2026-10-25T02:00:00+02:00",
+        "2026-10-26T02:00:00+01:00",
+    ]
+    assert trigger.fires_in(ms(start), ms(end), 0, 2) == fires[:2]
+
+
+def test_an_every_window_may_reach_before_the_schedule_was_made() -> None:
+    trigger = parse_trigger(every="1h")
+    anchor = ms(datetime(2026, 11, 1, 12, 30, tzinfo=UTC))
+    start = ms(datetime(2026, 11, 1, 10, tzinfo=UTC))
+
+    fires = trigger.fires_in(start, anchor + 1, anchor, 100)
+
+    assert [datetime.fromtimestamp(f / 1000, UTC).strftime("%H:%M") for f in fires] == [
+        "10:30",
+        "11:30",
+        "12:30",
+    ]
