@@ -6,7 +6,10 @@ it runs), each run with its own date; idempotent per fire, also after a kill -9 
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -227,3 +230,33 @@ def test_backfill_refuses_a_bad_window_naming_it(store: Store, cli: Cli) -> None
     assert huge.code == 2 and "fires more than 10000 times" in huge.stderr
     assert unknown.code == 2 and "no schedule 'weekly'" in unknown.stderr, unknown.stderr
     assert store.list_jobs() == []
+
+
+def test_on_a_terminal_a_backfill_shows_a_bar_of_the_fires(store: Store, cli: Cli) -> None:
+    schedule_id = add_nightly(store)
+    args = ["backfill", "nightly", "--from", "2026-10-01", "--to", "2026-10-04"]
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobcenter", *args, "--max-running", "5"],
+        env=cli.env(),
+        cwd=cli.cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=subprocess.PIPE,
+    )
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    _, stderr = proc.communicate(timeout=60)
+
+    assert proc.returncode == 0, stderr
+    assert b"fires" in shown and b"100%" in shown, shown
+    assert len(runs(store, schedule_id)) == 3
