@@ -407,11 +407,13 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
     else:
         raise _bad(task_id, f"'kwargs' must be a mapping, got {type(kwargs).__name__}")
     if args or kwargs:
-        totals.add_payload(task_id, _check_payload(task_id, args, kwargs))
-        try:
-            totals.placeholders |= placeholders.check(args, kwargs)
-        except SpecError as exc:
-            raise _bad(task_id, str(exc)) from None
+        size, packed = _check_payload(task_id, args, kwargs)
+        totals.add_payload(task_id, size)
+        if placeholders.may_hold(packed):  # a byte search first: the walk only when it may
+            try:
+                totals.placeholders |= placeholders.check(args, kwargs)
+            except SpecError as exc:
+                raise _bad(task_id, str(exc)) from None
 
     deps = raw.get("depends_on")
     if deps is None:
@@ -554,18 +556,23 @@ def _check_maps(tasks: tuple[TaskSpec, ...]) -> None:
                 )
 
 
-def _check_payload(task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+def _check_payload(
+    task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[int, tuple[bytes, ...]]:
     """args and kwargs must pack (plain data, not too deep) into MAX_TASK_PAYLOAD_BYTES
-    together; returns their packed size."""
+    together; returns their packed size, and the packed bytes."""
     limit = MAX_TASK_PAYLOAD_BYTES
+    packs: list[bytes] = []
     try:
         size = 0
         if args:
-            size = len(codec.pack(args, what="args", max_depth=ARGS_MAX_DEPTH, max_bytes=limit))
+            packs.append(codec.pack(args, what="args", max_depth=ARGS_MAX_DEPTH, max_bytes=limit))
+            size = len(packs[0])
         if kwargs:
             packed = codec.pack(
                 kwargs, what="kwargs", max_depth=ARGS_MAX_DEPTH, max_bytes=limit - size
             )
+            packs.append(packed)
             size += len(packed)
     except codec.TooLarge:
         raise _bad(
@@ -573,7 +580,7 @@ def _check_payload(task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         ) from None
     except SpecError as exc:
         raise _bad(task_id, str(exc)) from None
-    return size
+    return size, tuple(packs)
 
 
 # The JobSpecs parse_spec made (by id; weak, so they are forgotten with the spec): only
