@@ -6,9 +6,11 @@ import builtins
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any, Unpack
 
 from jobcenter.model import codec
+from jobcenter.model.fire_times import given_fire_time
 from jobcenter.model.spec import JobSpec, spec_from_any
 from jobcenter.model.states import JobState, TaskState
 from jobcenter.storage.events import Events
@@ -58,10 +60,20 @@ class Client:
     def settings(self) -> Settings:
         return self.store.settings
 
-    def submit(self, spec: JobSpec | dict[str, Any] | Any) -> str:
+    def submit(
+        self, spec: JobSpec | dict[str, Any] | Any, *, fire_time: datetime | str | None = None
+    ) -> str:
         """Validate and submit a job (a dict, a JobSpec or a builder); returns its id. With an
-        idempotency key, a repeated submit returns the first job's id."""
-        job_id, _ = self.store.submit(spec_from_any(spec))
+        idempotency key, a repeated submit returns the first job's id. `fire_time` (a
+        datetime, or ISO 8601; UTC when it has no zone) is the time the run is for: its
+        tasks read it (current_task().fire_time) and its placeholders are filled with it,
+        in its own zone."""
+        parsed = spec_from_any(spec)
+        if fire_time is None:
+            job_id, _ = self.store.submit(parsed)
+            return job_id
+        filled, seconds = given_fire_time(parsed, fire_time, "fire_time")
+        job_id, _ = self.store.submit(filled, fire_time=seconds)
         return job_id
 
     def submit_many(

@@ -116,6 +116,22 @@ def record(label: str = "", pause: float = 0.0) -> str:
     return label
 
 
+@task(name="tasks_for_tests.fire_info")
+def fire_info(*args: Any, **kwargs: Any) -> str | None:
+    """Records the fire time and schedule its context says, and the args it was given; with
+    `gate`, then runs like block() until the test opens it, and fails if the test set
+    `fail:<gate>`. Returns the fire time (ISO 8601)."""
+    ctx = current_task()
+    fire = ctx.fire_time.isoformat() if ctx.fire_time is not None else None
+    _record("fire", fire_time=fire, schedule_id=ctx.schedule_id, args=list(args), kwargs=kwargs)
+    gate = kwargs.get("gate")
+    if gate:
+        block(str(gate))
+        if _scratch(lambda r: r.exists(_key(f"fail:{gate}"))):
+            raise RuntimeError(f"run for {gate} fails on purpose")
+    return fire
+
+
 @task(name="tasks_for_tests.span")
 def span(pause: float = 0.0, group: str = "") -> None:
     """Records its start, works `pause` seconds, records its end: the side log from which

@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from jobcenter.config import LIST_LIMIT
 from jobcenter.errors import IdempotencyConflict, SpecError, WrongState
+from jobcenter.model.fire_times import given_fire_time
 from jobcenter.model.spec import spec_from_any
 from jobcenter.model.states import JobState
 from jobcenter.storage.events import Event, Events
@@ -79,6 +80,14 @@ def submit(
             description="A repeated submit with this key returns the first job (same spec).",
         ),
     ] = None,
+    fire_time: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="The time this run is for (ISO-8601 date or date-time, UTC when it "
+            "has no zone): its tasks read it, its placeholders are filled with it.",
+        ),
+    ] = None,
 ) -> models.JobCreated:
     """Validate and submit a job; 201 with its id and Location. A repeat with the same
     Idempotency-Key (and spec) answers 200 with the first job's id."""
@@ -98,9 +107,11 @@ def submit(
             )
         body["owner"] = record.owner
     store = client(request).store
-    parsed = spec_from_any(body)
+    parsed, seconds = spec_from_any(body), None
+    if fire_time is not None:
+        parsed, seconds = given_fire_time(parsed, fire_time, "fire_time")
     try:
-        job_id, created = store.submit(parsed)
+        job_id, created = store.submit(parsed, fire_time=seconds)
     except IdempotencyConflict as exc:
         if record.owner is None:
             raise

@@ -3,13 +3,17 @@ rate limits. What spans every owner's work is refused to an owner-bound token.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import StreamingResponse
 
 from jobcenter import schedules
 from jobcenter.config import LIST_LIMIT
+from jobcenter.model.fire_times import parse_instant
+from jobcenter.schedules import backfill as backfills
 from jobcenter.storage import tokens
 
 from . import models
@@ -19,6 +23,7 @@ from .problems import BAD_INPUT, NOT_FOUND, REFUSED, Kind, documented
 router = APIRouter()
 
 DEAD_LETTERS_MAX = 1_000
+NDJSON = "application/x-ndjson"
 NAME = Annotated[str, Path(min_length=1, max_length=128)]
 RATE_TARGET = Annotated[
     str,
@@ -131,6 +136,45 @@ def pause_schedule(request: Request, record: Operator, ref: NAME) -> dict[str, A
 def resume_schedule(request: Request, record: Operator, ref: NAME) -> dict[str, Any]:
     unbound(record, "a schedule")
     return schedules.resume_schedule(client(request).store, ref)
+
+
+@router.post(
+    "/schedules/{ref}/backfill",
+    tags=["schedules"],
+    summary="Run a schedule once per fire time in a window (a line per run, as it goes)",
+    responses={
+        200: {
+            "content": {
+                NDJSON: {
+                    "schema": {"type": "string"},
+                    "description": "One JSON object a line, as `jobcenter backfill --json` "
+                    "prints them: fire_time, job_id, outcome (submitted, retried, rerun, "
+                    "running, kept, ended), state, unfinished, total.",
+                }
+            }
+        },
+        **documented(NOT_FOUND, BAD_INPUT),
+    },
+)
+def backfill_schedule(
+    request: Request, record: Operator, ref: NAME, body: models.BackfillCreate
+) -> StreamingResponse:
+    """Idempotent per fire time: a fire the schedule ran already is kept (unless `rerun`), so
+    a request cut short and sent again submits only what is missing. The backfill runs
+    while the response streams: a client that goes away stops it (send it again)."""
+    unbound(record, "a schedule")
+    lines = backfills.backfill(
+        client(request).store,
+        ref,
+        parse_instant(body.start, "from"),
+        parse_instant(body.to, "to"),
+        max_running=body.max_running,
+        rerun=body.rerun,
+        wait=body.wait,
+    )  # checked here: a bad window is refused before the stream starts
+    return StreamingResponse(
+        (json.dumps(line.to_dict()) + "\n" for line in lines), media_type=NDJSON
+    )
 
 
 # -- dead letters --------------------------------------------------------------------------

@@ -80,6 +80,12 @@ class JobStatus(BaseModel):
     error: str | None = Field(
         default=None, description="Why the job itself ended, when it says: a cancel, lost keys."
     )
+    schedule_id: str | None = Field(default=None, description="The schedule that submitted it.")
+    fire_time: float | None = Field(
+        default=None,
+        description="When it was due (epoch seconds): its schedule's fire time, or the one "
+        "given at submit; null when it has none.",
+    )
     tasks: dict[str, TaskStatus]
     notifications: dict[str, Any] | None = None
 
@@ -192,6 +198,14 @@ class AttemptModel(BaseModel):
     inputs: dict[str, Any] = Field(description="The parents' results, by keyword.")
     timeout: float | None = Field(description="Seconds; past them the attempt fails.")
     lease_seconds: float = Field(description="Heartbeat at least every third of this.")
+    fire_time: float | None = Field(
+        default=None,
+        description="When its job was due (epoch seconds): the fire time of the schedule "
+        "that submitted it, or the one given at submit; null when it has none.",
+    )
+    schedule_id: str | None = Field(
+        default=None, description="The schedule that submitted its job, if one did."
+    )
 
 
 class ClaimResponse(BaseModel):
@@ -258,6 +272,21 @@ class ScheduleCreate(Strict):
     name: str | None = Field(default=None, pattern=NAME_PATTERN)
     overlap: Literal["skip", "allow", "buffer-one"] = "skip"
     catchup: Literal["none", "one", "all"] = "one"
+
+
+class BackfillCreate(Strict):
+    start: str = Field(
+        alias="from",
+        description="The first fire time to run (included): ISO 8601, UTC when no zone.",
+    )
+    to: str = Field(description="The end of the window (excluded): ISO 8601, UTC when no zone.")
+    max_running: int = Field(default=1, ge=1, description="At most this many runs unfinished.")
+    rerun: Literal["failed", "all"] | None = Field(
+        default=None,
+        description="Run again the fires whose run failed (retried in place) or was "
+        "cancelled, or every fire that ran already; by default a fire that ran is kept.",
+    )
+    wait: bool = Field(default=False, description="Stream until every run has ended.")
 
 
 class DeadLetter(BaseModel):

@@ -18,6 +18,7 @@ from jobcenter.client import Client
 from jobcenter.config import LIST_LIMIT, Settings
 from jobcenter.errors import SpecError
 from jobcenter.model.durations import parse_seconds
+from jobcenter.model.fire_times import parse_instant
 from jobcenter.model.spec import load_spec_file
 from jobcenter.model.states import JobState, TaskState
 from jobcenter.storage.events import Event
@@ -76,14 +77,27 @@ class _Wait:
     help="With --wait: give up after this long (seconds, or 90s, 15m, PT1H; exit 4; the job "
     "goes on).",
 )
+@click.option(
+    "--fire-time",
+    default=None,
+    help="The time this run is for, to run a schedule's job for a past date: an ISO-8601 "
+    "date or date-time (UTC when it has no zone). Its tasks read it as "
+    "current_task().fire_time; the spec's placeholders are filled with it.",
+)
 @redis_options
 def submit(
-    settings: Settings, spec_file: str, wait: bool, as_json: bool, timeout: float | None
+    settings: Settings,
+    spec_file: str,
+    wait: bool,
+    as_json: bool,
+    timeout: float | None,
+    fire_time: str | None,
 ) -> None:
     """Submit the job in SPEC_FILE (YAML or JSON); prints its id."""
     spec = load_spec_file(spec_file)  # validated before anything touches Redis
+    at = None if fire_time is None else parse_instant(fire_time, "--fire-time")
     client = client_for(settings)
-    job_id = client.submit(spec)
+    job_id = client.submit(spec, fire_time=at)
     for queue, name in client.unserved(client.spec_tasks(spec)):
         click.echo(
             f"warning: no live worker has task {name!r} on queue {queue!r}: its tasks wait "
@@ -215,6 +229,9 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
     click.echo(
         f"created {format_time(st['created_at'])}  finished {format_time(st['finished_at'])}"
     )
+    if st.get("fire_time") is not None:
+        schedule = f"  schedule {st['schedule_id']}" if st.get("schedule_id") else ""
+        click.echo(f"fire time {format_time(st['fire_time'])}{schedule}")
     if st["error"]:
         click.echo(f"error: {st['error']}")
     rows = [("TASK", "STATE", "ATT", "HANDLER", "STARTED", "FINISHED (UTC)", "ERROR / PROGRESS")]
@@ -333,6 +350,7 @@ def list_jobs(
             ("CREATED (UTC)", lambda r: format_time(r["created_at"])),
             ("OWNER", lambda r: r["owner"] or "-"),
             ("SCHEDULE", lambda r: r["schedule_id"] or "-"),
+            ("FIRE TIME (UTC)", lambda r: format_time(r["fire_time"])),
             ("NAME", lambda r: r["name"]),
         ],
     )

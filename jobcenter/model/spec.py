@@ -18,7 +18,7 @@ from typing import Any
 
 from jobcenter.errors import SpecError
 
-from . import codec, documents
+from . import codec, documents, placeholders
 from .dag import check_dag
 from .durations import MAX_SECONDS, parse_seconds
 from .notify import Notify, parse_notify
@@ -148,6 +148,9 @@ class JobSpec:
     order: str = DEFAULT_ORDER  # which ready task of the job runs first (jobcenter.model.ordering)
     max_running: int | None = None  # at most this many of its tasks run at once
     notify: Notify | None = None  # whom to tell when it ends (jobcenter.model.notify)
+    # its tasks' args hold placeholders, filled at submit (model.placeholders): known from
+    # the parse, not a field of the spec itself
+    uses_placeholders: bool = field(default=False, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON/msgpack-ready) that round-trips through parse_spec."""
@@ -342,6 +345,7 @@ class _JobTotals:
     def __init__(self) -> None:
         self.payload_bytes = 0
         self.dependencies = 0
+        self.placeholders = False  # a task's args or kwargs hold one (model.placeholders)
 
     def add_payload(self, task_id: str, size: int) -> None:
         self.payload_bytes += size
@@ -403,7 +407,13 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
     else:
         raise _bad(task_id, f"'kwargs' must be a mapping, got {type(kwargs).__name__}")
     if args or kwargs:
-        totals.add_payload(task_id, _check_payload(task_id, args, kwargs))
+        size, packed = _check_payload(task_id, args, kwargs)
+        totals.add_payload(task_id, size)
+        if placeholders.may_hold(packed):  # a byte search first: the walk only when it may
+            try:
+                totals.placeholders |= placeholders.check(args, kwargs)
+            except SpecError as exc:
+                raise _bad(task_id, str(exc)) from None
 
     deps = raw.get("depends_on")
     if deps is None:
@@ -546,18 +556,23 @@ def _check_maps(tasks: tuple[TaskSpec, ...]) -> None:
                 )
 
 
-def _check_payload(task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+def _check_payload(
+    task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[int, tuple[bytes, ...]]:
     """args and kwargs must pack (plain data, not too deep) into MAX_TASK_PAYLOAD_BYTES
-    together; returns their packed size."""
+    together; returns their packed size, and the packed bytes."""
     limit = MAX_TASK_PAYLOAD_BYTES
+    packs: list[bytes] = []
     try:
         size = 0
         if args:
-            size = len(codec.pack(args, what="args", max_depth=ARGS_MAX_DEPTH, max_bytes=limit))
+            packs.append(codec.pack(args, what="args", max_depth=ARGS_MAX_DEPTH, max_bytes=limit))
+            size = len(packs[0])
         if kwargs:
             packed = codec.pack(
                 kwargs, what="kwargs", max_depth=ARGS_MAX_DEPTH, max_bytes=limit - size
             )
+            packs.append(packed)
             size += len(packed)
     except codec.TooLarge:
         raise _bad(
@@ -565,7 +580,7 @@ def _check_payload(task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         ) from None
     except SpecError as exc:
         raise _bad(task_id, str(exc)) from None
-    return size
+    return size, tuple(packs)
 
 
 # The JobSpecs parse_spec made (by id; weak, so they are forgotten with the spec): only
@@ -631,6 +646,7 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
         order=order,
         max_running=max_running,
         notify=notify,
+        uses_placeholders=totals.placeholders,
     )
     _VALIDATED[id(spec)] = spec
     return spec

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from jobcenter.errors import JobcenterError, TaskCancelled
 
@@ -34,6 +35,10 @@ class TaskContext:
     handler: str
     report: Callable[[str], None] = field(repr=False, default=lambda _: None)
     token: str = ""
+    # when its job was due: the fire time of the schedule that submitted it (not when it
+    # ran), or the one given at submit (`--fire-time`); None for a job without one
+    fire_time: datetime | None = None
+    schedule_id: str | None = None  # the schedule that submitted its job
     _stopped: bool = field(default=False, repr=False)  # set once, under _lock
     _why: str = field(default="", repr=False)  # why it was stopped, in words
     _on_stop: list[Callable[[], object]] = field(default_factory=list, repr=False)

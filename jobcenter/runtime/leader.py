@@ -66,7 +66,7 @@ class Leader:
         spec = codec.unpack(job.spec, max_bytes=SPEC_MAX_BYTES)
         assert isinstance(spec, dict)
         ranks = codec.unpack(job.ranks, max_bytes=SPEC_MAX_BYTES) if job.ranks is not None else None
-        layout = Layout(spec, ranks)  # type: ignore[arg-type]
+        layout = Layout(spec, ranks, (job.schedule_id, job.fire_time))  # type: ignore[arg-type]
         n = len(layout)
         written = job.written
         for start, end, pairs in _prepared(layout, written):

@@ -79,6 +79,8 @@ class Attempt:
     inputs: dict[str, Any]  # the parents' results alone, by kwarg
     timeout: float | None  # seconds; the server fails the attempt once past it
     lease_seconds: float  # heartbeat well within this (a third of it, as workers do)
+    fire_time: float | None = None  # its job's fire time (epoch seconds), when it has one
+    schedule_id: str | None = None  # the schedule that submitted its job
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,8 @@ class Executors:
                     inputs=task.input_kwargs(),
                     timeout=None if timeout is None else float(timeout),
                     lease_seconds=self.store.settings.lease_seconds,
+                    fire_time=payload.fire_time,
+                    schedule_id=payload.schedule_id,
                 )
             )
         if back:

@@ -73,6 +73,14 @@ def resolve(store: Store, ref: str) -> str:
     return found
 
 
+def find_schedule(store: Store, ref: str) -> Schedule:
+    """The schedule with id or name `ref`; NotFound names what was asked for."""
+    read = read_schedule(store, resolve(store, ref))
+    if read is None:
+        raise _not_found(store, ref)
+    return read[0]
+
+
 def filter_id(store: Store, ref: str) -> str:
     """The schedule id a jobs filter (`list --schedule`, the dashboard's) means by `ref`:
     the id of the schedule with that id or name, else `ref` as it is (the id of a schedule
@@ -261,7 +269,7 @@ def run_schedule_now(store: Store, ref: str) -> str:
     schedule = read[0]
     now = now_ms(store)
     # the key a fire at `now` would get: a second click in the same ms submits nothing more
-    spec = spec_from_any(replace(schedule.spec, idempotency_key=f"{schedule.id}:{now}"))
+    spec = schedule.fire_spec(now)
     ((job_id, _),) = store.submit_many([spec], fired=[(schedule.id, now / 1000)])
 
     def ran(_schedule: Schedule, state: ScheduleState) -> ScheduleState:

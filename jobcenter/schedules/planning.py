@@ -5,11 +5,14 @@ these, and writes."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from jobcenter.model import codec
-from jobcenter.model.spec import JobSpec, parse_spec
+from jobcenter.model.fire_times import fill_spec, fire_datetime
+from jobcenter.model.placeholders import FireValues
+from jobcenter.model.spec import JobSpec, parse_spec, spec_from_any
+from jobcenter.storage.keyspace.keys import fire_key
 
 from .triggers import Trigger
 
@@ -55,6 +58,15 @@ class Schedule:
 
     def latest_at_or_before(self, t_ms: int) -> int | None:
         return self.trigger.latest_at_or_before(t_ms, self.created_ms)
+
+    def fire_spec(self, fire_ms: int, rerun: int = 0) -> JobSpec:
+        """The job this schedule submits for the fire at `fire_ms`: its spec with the fire's
+        idempotency key (so a fire makes one job, whoever submits it: the ticker, run-now,
+        a backfill) and its placeholders filled, times in the schedule's zone."""
+        at = fire_datetime(fire_ms / 1000, self.trigger.zone)
+        assert at is not None
+        spec = fill_spec(self.spec, FireValues(at, self.id, self.name))
+        return spec_from_any(replace(spec, idempotency_key=fire_key(self.id, fire_ms, rerun)))
 
     def to_dict(self) -> dict[str, Any]:
         t = self.trigger

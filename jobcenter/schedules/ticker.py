@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass, field, replace
 
 from jobcenter.errors import JobcenterError, SpecError
-from jobcenter.model.spec import JobSpec, spec_from_any
+from jobcenter.model.spec import JobSpec
 from jobcenter.storage import schedules as stored
 from jobcenter.storage.schedules import ScheduleState
 from jobcenter.storage.server.errors import RedisError
@@ -194,9 +194,7 @@ class Scheduler:
         failed: list[Fire] = []
         for schedule, fire_ms in due:
             try:  # a stored spec this version no longer accepts fails its fire alone
-                spec = spec_from_any(
-                    replace(schedule.spec, idempotency_key=f"{schedule.id}:{fire_ms}")
-                )
+                spec = schedule.fire_spec(fire_ms)
             except JobcenterError as exc:
                 failed.append(self._failed(schedule, fire_ms, exc))
                 continue

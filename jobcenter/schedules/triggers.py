@@ -93,6 +93,28 @@ class Trigger:
             return (last_ms - first_ms) // self.interval_ms + 1
         return None
 
+    def fires_in(self, start_ms: int, end_ms: int, anchor_ms: int, most: int) -> list[int]:
+        """The fires in [start, end), oldest first, at most `most` of them. Unlike the
+        ticker's, an `every` fire may lie before the schedule was made (a backfill of
+        dates before it existed): every anchor + k * interval counts."""
+        if self.kind == AT:
+            assert self.at_ms is not None
+            return [self.at_ms] if start_ms <= self.at_ms < end_ms else []
+        fires: list[int] = []
+        if self.kind == EVERY:
+            assert self.interval_ms is not None
+            k = -((anchor_ms - start_ms) // self.interval_ms)  # ceil((start - anchor) / interval)
+            fire = anchor_ms + k * self.interval_ms
+            while fire < end_ms and len(fires) < most:
+                fires.append(fire)
+                fire += self.interval_ms
+            return fires
+        step = self._cron_step(start_ms - 1, forward=True)
+        while step is not None and step < end_ms and len(fires) < most:
+            fires.append(step)
+            step = self._cron_step(step, forward=True)
+        return fires
+
     def _cron_step(self, t_ms: int, *, forward: bool) -> int | None:
         zone = self.zone
         it = croniter(

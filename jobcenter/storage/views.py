@@ -83,6 +83,7 @@ class JobSummary:
     error: str | None
     failed: int  # tasks failed for good
     cancelled: int
+    fire_time: float | None = None  # when it was due (epoch seconds), if it has a fire time
 
 
 def job_summary(store: Store, job_id: str) -> JobSummary:
@@ -111,6 +112,7 @@ def _summary(job_id: str, f: dict[str, bytes | None]) -> JobSummary:
         error=text(f[JobField.ERROR]),
         failed=_int(f[JobField.FAILED]) or 0,
         cancelled=_int(f[JobField.CANCELLED]) or 0,
+        fire_time=float(fire) if (fire := f[JobField.FIRE_TIME]) is not None else None,
     )
 
 

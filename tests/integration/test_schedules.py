@@ -223,6 +223,17 @@ def test_the_job_records_its_schedule_and_fire_time(store: Store) -> None:
     assert fields["idem"].decode() == f"{s.id}:{s.created_ms + MINUTE}"
 
 
+def test_schedule_run_names_the_job_a_fire_made_and_none_for_a_fire_not_run(
+    store: Store,
+) -> None:
+    s = sched.add_schedule(store, SPEC, every="PT1M")
+    (fire,) = ticker(store, "a").tick(s.created_ms + MINUTE)
+
+    assert store.schedule_run(s.id, s.created_ms + MINUTE) == fire.job_id
+    assert store.schedule_run(s.id, s.created_ms + 2 * MINUTE) is None
+    assert store.schedule_run("no-such-schedule", s.created_ms + MINUTE) is None
+
+
 def test_jobs_a_schedule_fired_are_listed_by_it_and_schedules_are_listed_in_pages(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

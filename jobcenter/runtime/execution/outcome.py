@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from jobcenter.config import DEFAULT_RESULT_MAX_BYTES
 from jobcenter.errors import Fatal, Retry, SpecError
 from jobcenter.model import codec
+from jobcenter.model.fire_times import fire_datetime
 from jobcenter.storage.keyspace.records import TaskPayload
 from jobcenter.storage.store import NO_RESULT, StartedTask
 
@@ -157,6 +158,8 @@ def context_for(
         handler,
         report,
         task.token,
+        fire_datetime(payload.fire_time),
+        payload.schedule_id,
     )
 
 

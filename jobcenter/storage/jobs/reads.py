@@ -174,6 +174,8 @@ class Reads(StoreBase):
             "error": text(
                 job.get(JobField.ERROR)
             ),  # why the job itself ended (a cancel, lost keys)
+            "schedule_id": text(job.get(JobField.SCHEDULE_ID)) or None,
+            "fire_time": float(fire) if (fire := job.get(JobField.FIRE_TIME)) else None,
             "tasks": tasks,
             "notifications": notifications_view(self.redis, self.keys, job_id, job),
         }

@@ -21,7 +21,9 @@ from jobcenter.errors import (
     raise_for_code,
 )
 from jobcenter.model import codec
+from jobcenter.model.fire_times import fill_spec, fire_datetime, unfilled
 from jobcenter.model.ordering import learned_fields, task_ranks
+from jobcenter.model.placeholders import FireValues
 from jobcenter.model.spec import JobSpec, spec_digest, spec_from_any
 
 from ..keyspace import schema
@@ -142,14 +144,14 @@ class Submits(StoreBase):
     ) -> tuple[str, bool]:
         """Store `spec` as a job; returns (job id, created). A repeated idempotency key
         returns the first job's id with created=False."""
-        fired = [(schedule_id, fire_time)] if schedule_id else None
+        fired = [(schedule_id, fire_time)] if schedule_id or fire_time is not None else None
         return self.submit_many([spec], fired=fired)[0]
 
     def submit_many(
         self,
         specs: Sequence[JobSpec],
         *,
-        fired: Sequence[tuple[str, float | None]] | None = None,
+        fired: Sequence[tuple[str | None, float | None]] | None = None,
         durable: bool = True,
     ) -> list[tuple[str, bool]]:
         """Submit many jobs in one round trip; (job id, created) for each, in order. `fired`
@@ -180,13 +182,17 @@ class Submits(StoreBase):
     def _prepare_submit(
         self,
         specs: Sequence[JobSpec],
-        fired: Sequence[tuple[str, float | None]] | None,
+        fired: Sequence[tuple[str | None, float | None]] | None,
     ) -> PreparedSubmit:
         """The submit calls of `specs` in one batch, not sent yet."""
-        specs = [spec_from_any(spec) for spec in specs]  # a hand-built JobSpec is checked too
+        origins = fired if fired is not None else [(None, None)] * len(specs)
+        # a hand-built JobSpec is checked too; placeholders are filled once, here
+        specs = [
+            _filled(spec_from_any(spec), *origin)
+            for spec, origin in zip(specs, origins, strict=True)
+        ]
         for spec in specs:
             self.webhook_rules.check_notify(spec.notify)
-        origins = fired if fired is not None else [(None, None)] * len(specs)
         learned = self._recent_estimates(specs)
         calls: list[SubmitCall] = []
         open_calls: dict[int, SubmitCall] = {}  # by shard: the call its next job may join
@@ -266,7 +272,8 @@ class Submits(StoreBase):
         queues = job_queues(spec)
         spec_dict = spec.to_dict()
         inline = len(spec.tasks) <= INLINE_SPLIT_MAX
-        layout = Layout(spec_dict)  # ranked once here: a leader's split reuses the ranks
+        # ranked once here: a leader's split reuses the ranks
+        layout = Layout(spec_dict, fired=(schedule_id, fire_time))
         layout.ranks = task_ranks(spec, layout.children, learned or {})
         fields: dict[str, Any] = {
             "name": spec.name,
@@ -375,6 +382,19 @@ class Submits(StoreBase):
         if int(local) < 1:
             log.warning("WAITAOF: no fsync within %d ms; the submits are acked", timeout_ms)
         return int(local) >= 1
+
+
+def _filled(spec: JobSpec, schedule_id: str | None, fire_time: float | None) -> JobSpec:
+    """`spec` with its placeholders filled (in UTC: a schedule fills them in its own zone
+    before, and a spec filled already has none left); SpecError when it has some but no
+    fire time."""
+    at = fire_datetime(fire_time)
+    if at is None:
+        error = unfilled(spec)
+        if error is not None:
+            raise error
+        return spec
+    return fill_spec(spec, FireValues(at, schedule_id))
 
 
 def _notify_fields(spec: JobSpec) -> dict[str, str]:

@@ -19,6 +19,14 @@ NODE_QUEUE_PREFIX = "node:"  # queue names cannot contain ':', so no clash with 
 LEADER_SEGMENT = "@leader"
 
 
+def fire_key(schedule_id: str, fire_ms: int, rerun: int = 0) -> str:
+    """The idempotency key of a schedule's run at one fire time (ms): the ticker and a
+    backfill submit with it, so a fire makes one job whoever submits it; rerun n (1, 2, ...)
+    of that fire gets a key of its own."""
+    key = f"{schedule_id}:{fire_ms}"
+    return f"{key}:rerun:{rerun}" if rerun else key
+
+
 def node_queue(node: str) -> str:
     """The private queue of a node's workers."""
     return NODE_QUEUE_PREFIX + node

@@ -45,7 +45,12 @@ class Layout:
     """The tasks-hash fields of a job spec (as a dict: JobSpec.to_dict() or a stored spec),
     with each task's claim rank within the job (jobcenter.model.ordering; None: spec order)."""
 
-    def __init__(self, spec: dict[str, Any], ranks: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        spec: dict[str, Any],
+        ranks: list[int] | None = None,
+        fired: tuple[str | None, float | None] = (None, None),
+    ) -> None:
         self.tasks: list[dict[str, Any]] = spec["tasks"]
         self.queue = spec.get("queue", DEFAULT_QUEUE)
         self.priority = spec.get("priority", 0)
@@ -57,6 +62,9 @@ class Layout:
         self.roots = [i for i, deps in enumerate(self.deps) if not deps]
         self.ranks = ranks
         self.max_running: int | None = spec.get("max_running")
+        # the job's schedule and fire time, which every task's payload carries (a task
+        # reads them from current_task())
+        self.schedule_id, self.fire_time = fired
 
     def has_trigger_rules(self) -> bool:
         """Whether a task with parents has a rule other than the default (a job without
@@ -89,6 +97,10 @@ class Layout:
         }
         if t.get("requires"):
             payload[PayloadKey.GATES] = list(t["requires"])
+        if self.fire_time is not None:
+            payload[PayloadKey.FIRE_TIME] = self.fire_time
+        if self.schedule_id:
+            payload[PayloadKey.SCHEDULE] = self.schedule_id
         n = str(i)
         fields: list[Any] = [
             TaskField.ID.of(n),

@@ -26,6 +26,8 @@ class TaskPayload:
     retry_backoff: float
     retry_backoff_max: float
     gates: tuple[str, ...]  # the gates it requires
+    fire_time: float | None = None  # its job's fire time, epoch seconds
+    schedule_id: str | None = None  # the schedule that fired its job
 
     @classmethod
     def unpack(cls, data: bytes) -> TaskPayload:
@@ -46,16 +48,22 @@ class TaskPayload:
             retry_backoff=raw.get(_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF),
             retry_backoff_max=raw.get(_RETRY_BACKOFF_MAX, DEFAULT_RETRY_BACKOFF_MAX),
             gates=tuple(raw.get(_GATES) or ()),
+            fire_time=raw.get(_FIRE_TIME),
+            schedule_id=raw.get(_SCHEDULE),
         )
 
 
 # The payload's keys as plain str, looked up once: from_dict runs for every task a worker
 # starts, and an enum member's lookup (and a dict lookup by it) costs several times a str's.
-_TASK, _ID, _ARGS, _KWARGS, _TIMEOUT, _RETRY_BACKOFF, _RETRY_BACKOFF_MAX, _GATES = (
+(
+    _TASK, _ID, _ARGS, _KWARGS, _TIMEOUT, _RETRY_BACKOFF, _RETRY_BACKOFF_MAX, _GATES,
+    _FIRE_TIME, _SCHEDULE,
+) = (
     key.value
     for key in (
         PayloadKey.TASK, PayloadKey.ID, PayloadKey.ARGS, PayloadKey.KWARGS, PayloadKey.TIMEOUT,
         PayloadKey.RETRY_BACKOFF, PayloadKey.RETRY_BACKOFF_MAX, PayloadKey.GATES,
+        PayloadKey.FIRE_TIME, PayloadKey.SCHEDULE,
     )
 )  # fmt: skip
 
@@ -89,6 +97,7 @@ class JobRecord:
     stop: str | None
     leader: str | None
     schedule_id: str | None
+    fire_time: float | None
     updated_at: int | None
     spec: bytes | None
     ranks: bytes | None
@@ -97,6 +106,7 @@ class JobRecord:
     def from_hash(cls, raw: dict[str, bytes]) -> JobRecord:
         """The record of a job hash read whole (HGETALL: field names decoded, values bytes)."""
         updated = raw.get(JobField.UPDATED_AT)
+        fire = raw.get(JobField.FIRE_TIME)
         return cls(
             state=_text(raw, JobField.STATE),
             queue=_text(raw, JobField.QUEUE),
@@ -108,6 +118,7 @@ class JobRecord:
             stop=_text(raw, JobField.STOP) or None,
             leader=_text(raw, JobField.LEADER),
             schedule_id=_text(raw, JobField.SCHEDULE_ID) or None,
+            fire_time=None if fire is None else float(fire),
             updated_at=None if updated is None else int(updated),
             spec=raw.get(JobField.SPEC),
             ranks=raw.get(JobField.RANKS),

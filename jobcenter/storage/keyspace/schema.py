@@ -279,6 +279,8 @@ class PayloadKey(StrEnum):
     RETRY_BACKOFF = "rb"
     RETRY_BACKOFF_MAX = "rm"
     GATES = "g"  # the gates it requires (`requires:`), only when it has some
+    FIRE_TIME = "ft"  # its job's fire time (epoch seconds), only when it has one
+    SCHEDULE = "sc"  # the schedule that fired its job, only when one did
 
 
 class ScheduleField(StrEnum):
