@@ -9,7 +9,7 @@ import logging
 
 import click
 
-from . import api, jobs, pools, schedules, servers
+from . import api, jobs, pools, schedules, servers, task_logs
 from .options import (
     EXIT_BAD_INPUT,
     EXIT_ERROR,
@@ -41,6 +41,7 @@ for command in (
     *jobs.COMMANDS,
     *servers.COMMANDS,
     *api.COMMANDS,
+    *task_logs.COMMANDS,
     schedules.schedule_group,
     pools.pool_group,
     pools.rate_group,

@@ -10,10 +10,12 @@ import os
 import socket
 import time
 
+from jobcenter.storage import task_logs
 from jobcenter.storage.refusals import JOB_GONE, STALE_TOKEN, STOPPED, UNKNOWN_ATTEMPT, why_refused
 from jobcenter.storage.server.errors import RedisError, trouble
 from jobcenter.storage.server.outages import Backoff
 from jobcenter.storage.store import StartedTask
+from jobcenter.storage.task_logs import LogEntry
 
 from .. import registry, rq_runner
 from ..execution.outcome import task_label
@@ -65,10 +67,35 @@ class Heartbeats(WorkerState):
         for (job_id, index), code in self.store.heartbeat(self.handler, running).items():
             if code < 0:
                 self._stop_attempt(job_id, index, tokens[(job_id, index)], code)
+        self._flush_live_logs()
         self.stop_counts.flush(self.store)
         self._register()
         self._supervise_recovery()
         self.eviction.check()
+
+    def _flush_live_logs(self) -> None:
+        """Store the running attempts' logs so far, those that changed since the last
+        heartbeat: what `logs --follow` and the dashboard show of a running task. Advisory:
+        a failure waits for the next heartbeat."""
+        outputs = self.runner.outputs()
+        with self.lock:
+            attempts = {
+                (r.task.job_id, r.task.index, r.task.token): r.task.attempt
+                for r in self.running.values()
+            }
+        entries = []
+        for key, output in outputs.items():
+            if key in attempts and output.writes != self.live_logs_sent.get(key, 0):
+                job_id, index, _ = key
+                entries.append(LogEntry(job_id, index, attempts[key], output.render(), False))
+                self.live_logs_sent[key] = output.writes
+        for gone in self.live_logs_sent.keys() - outputs.keys():
+            del self.live_logs_sent[gone]
+        if entries:
+            try:
+                task_logs.save(self.store, entries)
+            except RedisError as exc:
+                log.warning("running tasks' logs not stored: %s", trouble(exc))
 
     def _report_progress(self, task: StartedTask, message: str) -> None:
         """Store the message; send it at once unless this task sent one under a second ago
