@@ -123,6 +123,21 @@ class TaskResult(BaseModel):
     result: Any = Field(description="What the task returned (bytes as base64 text).")
 
 
+class TaskLog(BaseModel):
+    job: str
+    task: str
+    state: str = Field(description="The task's state now.")
+    attempt: int | None = Field(description="The attempt shown (none: the task has not run).")
+    attempts: int = Field(description="Attempts the task has had.")
+    logged_attempts: list[int] = Field(description="The attempts that have a log.")
+    running: bool = Field(description="The attempt was running: its output so far.")
+    log: str | None = Field(
+        description="What the attempt printed and logged (INFO and above), its last 64 KiB "
+        "after a line saying how much was dropped, and the worker's line on how it ended; "
+        "none when it wrote nothing."
+    )
+
+
 class EventRecord(BaseModel):
     id: str = Field(description="The event's id in its shard's stream: a cursor.")
     time: float

@@ -122,7 +122,18 @@ def read(store: Store, job_id: str, index: int, attempt: int) -> TaskLog | None:
 def for_task(store: Store, job_id: str, task_id: str, attempt: int | None = None) -> dict[str, Any]:
     """What `logs` shows: the log of the task's attempt `attempt` (default: its latest),
     the attempts that have one, and the task's state. NotFound for an unknown job or task."""
-    index = store.task_index(job_id, task_id)
+    return for_index(store, job_id, store.task_index(job_id, task_id), attempt, task_id)
+
+
+def for_index(
+    store: Store, job_id: str, index: int, attempt: int | None = None, task_id: str | None = None
+) -> dict[str, Any]:
+    """for_task of the task at `index` (the dashboard knows tasks by index)."""
+    if task_id is None:
+        (raw_id,) = store.records(job_id).values([TaskField.ID.of(index)])
+        if raw_id is None:
+            raise NotFound(f"job {job_id} has no task #{index}")
+        task_id = text(raw_id)
     state, tried = store.records(job_id).values(
         [TaskField.STATE.of(index), TaskField.ATTEMPTS.of(index)]
     )
