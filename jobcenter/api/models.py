@@ -214,10 +214,23 @@ class ClaimResponse(BaseModel):
     attempts: list[AttemptModel]
 
 
+REPORTED_LOG_MAX = 1_000_000  # characters of output a report may carry (its last 64 KiB kept)
+
+
+def _log_field(what: str) -> Any:
+    return Field(
+        default=None,
+        max_length=REPORTED_LOG_MAX,
+        description=f"{what} (stdout, stderr, log lines): its last 64 KiB are kept, shown by "
+        "`jobcenter logs`, the dashboard's task panel and GET .../tasks/{task}/logs.",
+    )
+
+
 class HeartbeatRequest(Strict):
     progress: str | None = Field(
         default=None, max_length=PROGRESS_MAX, description="Shown by status."
     )
+    log: str | None = _log_field("The attempt's output so far")
 
 
 class HeartbeatResponse(BaseModel):
@@ -226,6 +239,7 @@ class HeartbeatResponse(BaseModel):
 
 class CompleteRequest(Strict):
     result: Any = Field(default=None, description="The task's result (JSON), stored as is.")
+    log: str | None = _log_field("The attempt's output")
 
 
 class FailRequest(Strict):
@@ -236,6 +250,7 @@ class FailRequest(Strict):
     retry_in: float | None = Field(
         default=None, ge=0, le=86_400, description="Seconds before the retry (default: backoff)."
     )
+    log: str | None = _log_field("The attempt's output")
 
 
 class ReportResponse(BaseModel):

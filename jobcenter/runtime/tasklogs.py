@@ -74,8 +74,11 @@ class AttemptLog:
         self.write(text.encode("utf-8", "backslashreplace"))
 
     def note(self, line: str) -> None:
-        """A line of the worker's own about the attempt."""
-        self.write_text(f"{WORKER_MARK} {line}\n")
+        """A line of the worker's own about the attempt, on a line of its own (after output
+        cut mid-line, by a kill or a task that printed no newline)."""
+        with self.lock:
+            mid_line = bool(self.chunks) and not self.chunks[-1].endswith(b"\n")
+        self.write_text(("\n" if mid_line else "") + f"{WORKER_MARK} {line}\n")
 
     def empty(self) -> bool:
         return not self.writes
