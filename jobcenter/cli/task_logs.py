@@ -52,7 +52,9 @@ def logs(settings: Settings, job_id: str, task_id: str, attempt: int | None, fol
 
 def _nothing(shown: dict[str, object]) -> str:
     if not shown["attempt"]:
-        return f"task {shown['task']} has not run yet ({shown['state']})"
+        ended = TaskState(str(shown["state"])) in TERMINAL_TASK_STATES
+        how = "did not run" if ended else "has not run yet"
+        return f"task {shown['task']} {how} ({shown['state']})"
     return f"attempt {shown['attempt']} of task {shown['task']} wrote nothing ({shown['state']})"
 
 
