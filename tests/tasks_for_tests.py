@@ -235,12 +235,14 @@ def leave_thread_running() -> str:
 @task(name="tasks_for_tests.prints")
 def prints(total_bytes: int, then: str = "return", label: str = "") -> int:
     """Prints `total_bytes` of numbered 100-byte lines (`label` in each), logs one line at
-    INFO and one at DEBUG, writes one to stderr; then returns the line count, fails
-    (`then="fail"`), or prints on until its attempt is stopped or killed (`"forever"`)."""
+    INFO and one at DEBUG, writes one to stderr and one as bytes to stdout; then returns
+    the line count, fails (`then="fail"`), or prints on until its attempt is stopped or
+    killed (`"forever"`)."""
     logger = logging.getLogger("tasks_for_tests")
     logger.info("info line %s", label)
     logger.debug("debug line %s", label)
     print(f"stderr line {label}", file=sys.stderr)
+    sys.stdout.buffer.write(f"bytes line {label}\n".encode())
     lines = total_bytes // 100
     for n in range(lines):
         print(f"line {n:09d} {label}".ljust(99, "."))

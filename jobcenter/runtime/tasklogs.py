@@ -130,8 +130,33 @@ class _Router:
         if _current.get() is None:
             self._real.flush()
 
+    @property
+    def buffer(self) -> _RouterBuffer:
+        return _RouterBuffer(self._real)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
+
+
+class _RouterBuffer:
+    """_Router.buffer: bytes go to the current attempt's log, else to the real stream's."""
+
+    def __init__(self, real: TextIO) -> None:
+        self._real = real
+
+    def write(self, data: bytes) -> int:
+        log = _current.get()
+        if log is None:
+            return self._real.buffer.write(data)
+        log.write(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        if _current.get() is None:
+            self._real.buffer.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real.buffer, name)
 
 
 class _LogHandler(logging.Handler):
@@ -175,22 +200,26 @@ class ChildStream:
     `send`, at each newline or once CHILD_SEND_BYTES wait, so a child killed mid-print
     loses at most its last unfinished line."""
 
-    def __init__(self, send: Callable[[bytes], None], encoding: str = "utf-8") -> None:
+    def __init__(self, send: Callable[[bytes], None], real: TextIO) -> None:
         self._send = send
+        self._real = real  # the process's own stream: what fileno() gives (see there)
         self._pending: list[bytes] = []
         self._size = 0
         self._lock = threading.Lock()
-        self.encoding = encoding
+        self.encoding = "utf-8"
         self.errors = "backslashreplace"
+        self.buffer = _ChildBuffer(self)  # for tasks that write bytes to sys.stdout.buffer
 
     def write(self, text: str) -> int:
-        data = text.encode("utf-8", "backslashreplace")
+        self.write_bytes(text.encode("utf-8", "backslashreplace"))
+        return len(text)
+
+    def write_bytes(self, data: bytes) -> None:
         with self._lock:
             self._pending.append(data)
             self._size += len(data)
             if b"\n" in data or self._size >= CHILD_SEND_BYTES:
                 self._flush_locked()
-        return len(text)
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
@@ -210,13 +239,29 @@ class ChildStream:
         return False
 
     def fileno(self) -> int:
-        raise OSError("a task's output goes to its log, not to a file descriptor")
+        """The real descriptor, for code that hands it on (a subprocess's stdout): what
+        goes there reaches the worker's own output, not the task's log."""
+        return self._real.fileno()
+
+
+class _ChildBuffer:
+    """ChildStream.buffer: bytes written to it go to the task's log too."""
+
+    def __init__(self, stream: ChildStream) -> None:
+        self._stream = stream
+
+    def write(self, data: bytes) -> int:
+        self._stream.write_bytes(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        self._stream.flush()
 
 
 def capture_in_child(send: Callable[[bytes], None]) -> ChildStream:
     """In a task's child process: its stdout, stderr and log records (INFO and above) go
     to the worker through `send`."""
-    stream = ChildStream(send)
+    stream = ChildStream(send, sys.__stdout__ or sys.stdout)
     sys.stdout = sys.stderr = stream
     root = logging.getLogger()
     handler = logging.StreamHandler(stream)

@@ -44,7 +44,7 @@ def test_a_failed_tasks_log_holds_its_prints_stderr_info_records_and_the_workers
     log = shown["log"]
     assert (shown["attempt"], shown["running"], shown["state"]) == (1, False, "failed")
     assert "info line n" in log and "debug line n" not in log  # INFO and above
-    assert "stderr line n" in log
+    assert "stderr line n" in log and "bytes line n" in log
     assert log.count(" n.") == 20  # every printed line, in order
     assert log.index("line 000000000 n") < log.index("line 000000019 n")
     handler = workers.handler_of(worker)
