@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from harness import Cli
+from helpers import wait_until
 from integration_harness import JOB_SECONDS, Scratch, Workers
 
 from jobcenter import Client
@@ -150,3 +151,24 @@ def test_logs_shows_each_attempt_and_follows_a_running_one(
     assert first.stdout.splitlines()[-1].startswith("[jobcenter] attempt 1 failed")
     missing = cli("logs", job_id, "f", "--attempt", "3")
     assert missing.code == 2 and "has no attempt 3" in missing.stderr
+
+
+@pytest.mark.parametrize("pool", ["thread", "process"])
+def test_a_cancelled_attempt_keeps_its_output_and_says_it_was_stopped(
+    pool: str, client: Client, workers: Workers, scratch: Scratch
+) -> None:
+    workers.start("--pool", pool, env={"JOBCENTER_LEASE_SECONDS": "1.5"})
+    job_id = client.submit({"name": "cancelled", "tasks": [
+        {"id": "c", "task": "tasks_for_tests.prints", "args": [0, "forever", "c"]},
+    ]})  # fmt: skip
+    wait_until(lambda: scratch.events("printed"), message="the task never printed")
+    client.cancel(job_id)
+    wait_until(
+        lambda: (client.task_log(job_id, "c")["log"] or "").rstrip().endswith("cancelled"),
+        timeout=JOB_SECONDS,
+        message="the stopped attempt's log never came",
+    )
+
+    log = client.task_log(job_id, "c")["log"].splitlines()
+    assert sum(line.startswith("line ") for line in log) > 100
+    assert log[-1].startswith("[jobcenter] attempt 1 stopped on worker ")
