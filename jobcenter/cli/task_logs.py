@@ -64,7 +64,7 @@ def _follow(client: Client, job_id: str, task_id: str, attempt: int | None) -> N
     index = client.store.task_index(job_id, task_id)
     written = 0
     while True:
-        shown = client.task_log(job_id, task_id, attempt)
+        shown = task_logs.for_index(client.store, job_id, index, attempt, task_id)  # no id scan
         attempt = attempt or shown["attempt"]
         if attempt is None:  # not started: over only if it never will
             over = TaskState(shown["state"]) in TERMINAL_TASK_STATES

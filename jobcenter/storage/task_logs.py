@@ -99,14 +99,16 @@ def save(store: Store, entries: Sequence[LogEntry]) -> None:
     batch.execute()
 
 
-def attempts(store: Store, job_id: str, index: int) -> list[int]:
-    """The attempts of a task that have a log, in order."""
-    found = set()
-    for name in store.redis.hkeys(store.keys.task_logs(job_id)):
-        task, _, rest = name.decode().partition(":")
-        if task == str(index):
-            found.add(int(rest.removesuffix(LIVE_SUFFIX)))
-    return sorted(found)
+def attempts(store: Store, job_id: str, index: int, tried: int) -> list[int]:
+    """Which of a task's attempts 1..`tried` have a log (final or so far): one round trip of
+    2 x `tried` HEXISTS, never a read of the whole hash (a job's may hold thousands)."""
+    key = store.keys.task_logs(job_id)
+    pipe = store.redis.pipeline(transaction=False)
+    for attempt in range(1, tried + 1):
+        pipe.hexists(key, field(index, attempt))
+        pipe.hexists(key, field(index, attempt) + LIVE_SUFFIX)
+    found = pipe.execute() if tried else []
+    return [a for a in range(1, tried + 1) if found[2 * a - 2] or found[2 * a - 1]]
 
 
 def read(store: Store, job_id: str, index: int, attempt: int) -> TaskLog | None:
@@ -148,7 +150,7 @@ def for_index(
         "state": text(state),
         "attempt": chosen or None,
         "attempts": latest,
-        "logged_attempts": attempts(store, job_id, index),
+        "logged_attempts": attempts(store, job_id, index, latest),
         "running": bool(found and found.running),
         "log": found.text if found else None,
     }

@@ -28,7 +28,7 @@ def test_a_final_log_replaces_the_log_so_far_and_a_late_one_so_far_changes_nothi
     assert running is not None and (running.data, running.running) == (b"so far\n", True)
     assert final is not None and (final.data, final.running) == (b"so far\nall\n", False)
     assert store.redis.hkeys(store.keys.task_logs(job_id)) == [b"0:1"]  # the live one gone
-    assert task_logs.attempts(store, job_id, 0) == [1]
+    assert task_logs.attempts(store, job_id, 0, 2) == [1]
 
 
 def test_the_logs_expire_with_the_job(store: Store) -> None:
