@@ -13,12 +13,11 @@ reached the worker.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, TextIO
 
@@ -98,14 +97,20 @@ def current() -> AttemptLog | None:
     return _current.get()
 
 
-@contextlib.contextmanager
-def capturing(log: AttemptLog | None) -> Iterator[None]:
-    """Route this thread's (or coroutine's) output to `log` while the block runs."""
-    reset = _current.set(log)
-    try:
-        yield
-    finally:
-        _current.reset(reset)
+class capturing:  # a `with` block, named like the contextmanager function it replaces
+    """Route this thread's (or coroutine's) output to `log` while the block runs. A class,
+    not a generator: it runs around every attempt of the thread pool."""
+
+    __slots__ = ("log", "reset")
+
+    def __init__(self, log: AttemptLog | None) -> None:
+        self.log = log
+
+    def __enter__(self) -> None:
+        self.reset = _current.set(self.log)
+
+    def __exit__(self, *_: object) -> None:
+        _current.reset(self.reset)
 
 
 class _Router:

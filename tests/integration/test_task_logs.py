@@ -132,9 +132,10 @@ def test_logs_shows_each_attempt_and_follows_a_running_one(
     workers.start(env={"JOBCENTER_LEASE_SECONDS": "1.5"})  # a heartbeat each 0.5 s
     job_id = client.submit({"name": "follow", "tasks": [
         {"id": "f", "task": "tasks_for_tests.prints", "args": [0, "forever", "f"],
-         "timeout": 3, "retries": 1, "retry_backoff": 0},
+         "timeout": 8, "retries": 1, "retry_backoff": 0},
     ]})  # fmt: skip
-    follow = cli.start("logs", job_id, "f", "--follow")
+    wait_until(lambda: scratch.events("printed"), message="the task never printed")
+    follow = cli.start("logs", job_id, "f", "--follow")  # the running attempt: 1
     followed = cli.finish(follow, JOB_SECONDS)
     assert followed.code == 0, followed.stderr
     lines = followed.stdout.splitlines()
