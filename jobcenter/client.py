@@ -23,7 +23,7 @@ from . import schedules as _schedule
 from .config import Settings
 from .errors import NotFound
 from .schedules.manage import ScheduleOptions
-from .storage import admin, limits
+from .storage import admin, limits, task_logs
 from .storage import export as _export
 
 SUBMIT_BATCH = 200  # jobs per round trip in submit_many: large gains, short script bursts
@@ -186,6 +186,12 @@ class Client:
         """Every finished attempt of every task, oldest first (from the `start`th on, `count`
         of them at most: a page)."""
         return self.store.history(job_id, start, count)
+
+    def task_log(self, job_id: str, task_id: str, attempt: int | None = None) -> dict[str, Any]:
+        """What an attempt of a task printed and logged (its last 64 KiB), with the worker's
+        lines about it: `log` (None when it wrote nothing), `attempt` (default: the latest),
+        `attempts`, `logged_attempts`, `state`, and `running` while the attempt runs."""
+        return task_logs.for_task(self.store, job_id, task_id, attempt)
 
     def retry(self, job_id: str) -> int:
         """Re-run a job's failed tasks and every task below them that ended (a cleanup that

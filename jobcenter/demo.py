@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
 from jobcenter.runtime.context import current_task
 from jobcenter.runtime.registry import task
 
+log = logging.getLogger(__name__)
 STEP_SECONDS = float(os.environ.get("JOBCENTER_DEMO_STEP_SECONDS", "0.3"))
 
 
@@ -21,7 +23,9 @@ def step(n: int) -> int:
 
 @task(name="jobcenter.demo.fail")
 def fail(n: int) -> None:
-    """A step that always fails, for the example DAG's failing run."""
+    """A step that always fails, for the example DAG's failing run (its log says why)."""
+    log.info("step %d: reading its input", n)
+    print(f"step {n}: input has no rows")
     time.sleep(STEP_SECONDS)
     raise RuntimeError(f"step {n} failed on purpose")
 

@@ -14,9 +14,11 @@ through the failover, not attempts the test's own bookkeeping failed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+import sys
 import threading
 import time
 import uuid
@@ -244,3 +246,40 @@ def leave_thread_running() -> str:
     thread = threading.Thread(target=threading.Event().wait, name="left-behind", daemon=False)
     thread.start()
     return thread.name
+
+
+@task(name="tasks_for_tests.prints")
+def prints(total_bytes: int, then: str = "return", label: str = "") -> int:
+    """Prints `total_bytes` of numbered 100-byte lines (`label` in each), logs one line at
+    INFO and one at DEBUG, writes one to stderr and one as bytes to stdout; then returns
+    the line count, fails (`then="fail"`), or prints on until its attempt is stopped or
+    killed (`"forever"`)."""
+    logger = logging.getLogger("tasks_for_tests")
+    logger.info("info line %s", label)
+    logger.debug("debug line %s", label)
+    print(f"stderr line {label}", file=sys.stderr)
+    sys.stdout.buffer.write(f"bytes line {label}\n".encode())
+    lines = total_bytes // 100
+    for n in range(lines):
+        print(f"line {n:09d} {label}".ljust(99, "."))
+    if then == "fail":
+        raise RuntimeError(f"failed after printing {lines} lines")
+    n = lines
+    while then == "forever":
+        print(f"line {n:09d} {label}".ljust(99, "."), flush=True)
+        n += 1
+        if n % 100 == 0:
+            _record("printed", lines=n, label=label)
+            current_task().check_cancelled()
+            time.sleep(0.01)
+    return lines
+
+
+@task(name="tasks_for_tests.aprints")
+async def aprints(label: str) -> str:
+    """A coroutine: prints a line before and after an await, as another coroutine may run
+    between them."""
+    print(f"before {label}")
+    await asyncio.sleep(0.05)
+    print(f"after {label}")
+    return label

@@ -244,6 +244,25 @@ def result(
     return models.TaskResult(job=job_id, task=task_id, result=models.jsonable(value))
 
 
+@router.get(
+    "/{job_id}/tasks/{task_id}/logs",
+    response_model=models.TaskLog,
+    summary="What an attempt of a task printed and logged",
+    responses=documented(NOT_FOUND),
+)
+def task_log(
+    request: Request,
+    record: Reader,
+    job_id: JOB_ID,
+    task_id: Annotated[str, Path(min_length=1, max_length=200)],
+    attempt: Annotated[int | None, Query(ge=1, description="Default: the latest.")] = None,
+) -> models.TaskLog:
+    """As `jobcenter logs JOB TASK [--attempt N]` prints it; a running attempt's log so far
+    is as its worker's last heartbeat stored it. 404 for an attempt the task has not had."""
+    _own_job(request, record, job_id)
+    return models.TaskLog(**client(request).task_log(job_id, task_id, attempt))
+
+
 def _page(events: list[Event], limit: int) -> list[Event]:
     """At most `limit` events, never cutting one stream entry's events apart (they share
     its id, the cursor): unless that entry alone is over the limit."""

@@ -129,6 +129,21 @@ class TaskResult(BaseModel):
     result: Any = Field(description="What the task returned (bytes as base64 text).")
 
 
+class TaskLog(BaseModel):
+    job: str
+    task: str
+    state: str = Field(description="The task's state now.")
+    attempt: int | None = Field(description="The attempt shown (none: the task has not run).")
+    attempts: int = Field(description="Attempts the task has had.")
+    logged_attempts: list[int] = Field(description="The attempts that have a log.")
+    running: bool = Field(description="The attempt was running: its output so far.")
+    log: str | None = Field(
+        description="What the attempt printed and logged (INFO and above), its last 64 KiB "
+        "after a line saying how much was dropped, and the worker's line on how it ended; "
+        "none when it wrote nothing."
+    )
+
+
 class EventRecord(BaseModel):
     id: str = Field(description="The event's id in its shard's stream: a cursor.")
     time: float
@@ -213,10 +228,23 @@ class ClaimResponse(BaseModel):
     attempts: list[AttemptModel]
 
 
+REPORTED_LOG_MAX = 1_000_000  # characters of output a report may carry (its last 64 KiB kept)
+
+
+def _log_field(what: str) -> Any:
+    return Field(
+        default=None,
+        max_length=REPORTED_LOG_MAX,
+        description=f"{what} (stdout, stderr, log lines): its last 64 KiB are kept, shown by "
+        "`jobcenter logs`, the dashboard's task panel and GET .../tasks/{task}/logs.",
+    )
+
+
 class HeartbeatRequest(Strict):
     progress: str | None = Field(
         default=None, max_length=PROGRESS_MAX, description="Shown by status."
     )
+    log: str | None = _log_field("The attempt's output so far")
 
 
 class HeartbeatResponse(BaseModel):
@@ -225,6 +253,7 @@ class HeartbeatResponse(BaseModel):
 
 class CompleteRequest(Strict):
     result: Any = Field(default=None, description="The task's result (JSON), stored as is.")
+    log: str | None = _log_field("The attempt's output")
 
 
 class FailRequest(Strict):
@@ -235,6 +264,7 @@ class FailRequest(Strict):
     retry_in: float | None = Field(
         default=None, ge=0, le=86_400, description="Seconds before the retry (default: backoff)."
     )
+    log: str | None = _log_field("The attempt's output")
 
 
 class ReportResponse(BaseModel):

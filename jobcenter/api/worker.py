@@ -99,7 +99,7 @@ def heartbeat(
     """Renew the lease (and store the progress text). 409 once the attempt was taken over,
     cancelled, or ran past its timeout: stop it then; its result would be discarded."""
     found = executors(request)
-    found.heartbeat(token, body.progress if body else None)
+    found.heartbeat(token, body.progress if body else None, body.log if body else None)
     return models.HeartbeatResponse(lease_seconds=found.store.settings.lease_seconds)
 
 
@@ -114,7 +114,7 @@ def complete(
 ) -> models.ReportResponse:
     """Store the result and release the task's children. 409 for an attempt taken over or
     ended (nothing changes); a repeat of a report that went through answers it again."""
-    outcome = executors(request).complete(token, body.result)
+    outcome = executors(request).complete(token, body.result, body.log)
     return models.ReportResponse(state=outcome.state, repeated=outcome.repeated)  # type: ignore[arg-type]
 
 
@@ -129,5 +129,5 @@ def fail(
 ) -> models.ReportResponse:
     """Retried after the task's backoff while attempts remain (and `retryable`), else
     failed for good: dead-lettered, its descendants upstream_failed."""
-    outcome = executors(request).fail(token, body.error, body.retryable, body.retry_in)
+    outcome = executors(request).fail(token, body.error, body.retryable, body.retry_in, body.log)
     return models.ReportResponse(state=outcome.state, repeated=outcome.repeated)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ import logging
 
 import click
 
-from . import api, backfill, jobs, pools, schedules, servers
+from . import api, backfill, jobs, pools, schedules, servers, task_logs
 from .options import (
     EXIT_BAD_INPUT,
     EXIT_ERROR,
@@ -42,6 +42,7 @@ for command in (
     *servers.COMMANDS,
     *api.COMMANDS,
     *backfill.COMMANDS,
+    *task_logs.COMMANDS,
     schedules.schedule_group,
     pools.pool_group,
     pools.rate_group,

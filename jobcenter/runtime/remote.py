@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobcenter.errors import NotFound, Refused, SpecError
-from jobcenter.storage import tokens
+from jobcenter.storage import task_logs, tokens
 from jobcenter.storage.keyspace.records import TaskPayload
 from jobcenter.storage.keyspace.schema import PayloadKey
 from jobcenter.storage.refusals import why_refused
 from jobcenter.storage.store import SWEEP_MAX, StartedTask, Store
+from jobcenter.storage.task_logs import LogEntry
 
 from .execution.outcome import (
     ERROR_TEXT_MAX,
@@ -37,6 +38,7 @@ from .execution.outcome import (
     retry_delay,
     timed_out,
 )
+from .tasklogs import AttemptLog, ended_line
 from .worker.reporting import GIVE_BACK_DELAY_MAX_MS, GIVE_BACK_DELAY_MIN_MS
 from .worker.state import CLAIM_BATCH_MAX
 
@@ -273,11 +275,23 @@ class Executors:
 
     # -- reports ----------------------------------------------------------------------------
 
+    def _save_log(
+        self, ref: AttemptRef, log: str, final: bool = True, ended: str | None = None
+    ) -> None:
+        """Store the output an executor sent, cut to its last 64 KiB as a worker's is (and
+        its end, `ended`, in the worker's words), before the report that may end the job."""
+        output = AttemptLog()
+        output.write_text(log)
+        if ended is not None:
+            output.note(ended)
+        entry = LogEntry(ref.job_id, ref.index, ref.attempt, output.render(), final)
+        task_logs.save(self.store, [entry])
+
     def _refused(self, ref: AttemptRef, code: int) -> AttemptTaken:
         why = why_refused(self.store, ref.job_id, ref.index, ref.fence, code)
         return AttemptTaken(f"job {ref.job_id} task {ref.index} attempt {ref.attempt}: {why}")
 
-    def heartbeat(self, token: str, progress: str | None = None) -> None:
+    def heartbeat(self, token: str, progress: str | None = None, log: str | None = None) -> None:
         """Renew the attempt's lease (and store its progress). AttemptTaken once it was
         taken over, cancelled or ended, or ran past its timeout (then it fails here, as
         the Python worker fails an attempt past its timeout): its executor stops it."""
@@ -294,17 +308,21 @@ class Executors:
         code = self.store.heartbeat(ref.handler, [entry]).get((ref.job_id, ref.index), 0)
         if code < 0:
             raise self._refused(ref, code)
+        if log is not None:
+            self._save_log(ref, log, final=False)
         self._renew(ref.handler)
 
-    def complete(self, token: str, result: Any) -> Outcome:
+    def complete(self, token: str, result: Any, log: str | None = None) -> Outcome:
         """Report success with `result` (stored as a @task's return value). A result that
         cannot be stored fails the task, as a Python task's does (SpecError says why)."""
         ref = self.decode(token)
         try:
             packed = pack_result(ref.payload.task, result, self.store.settings.result_max_bytes)
         except ResultRefused as exc:
-            self._fail(ref, str(exc), -1)
+            self._fail(ref, str(exc), -1, log)
             raise SpecError(f"{exc}; the attempt failed") from None
+        if log:
+            self._save_log(ref, log, ended=ended_line(True, "", ref.attempt, ref.handler))
         done = [(ref.job_id, ref.index, ref.fence, packed)]
         codes, _ = self.store.complete(ref.handler, done)
         code = codes.get((ref.job_id, ref.index), 0)
@@ -313,7 +331,12 @@ class Executors:
         return Outcome("succeeded", repeated=code > 0)
 
     def fail(
-        self, token: str, error: str, retryable: bool = True, retry_in: float | None = None
+        self,
+        token: str,
+        error: str,
+        retryable: bool = True,
+        retry_in: float | None = None,
+        log: str | None = None,
     ) -> Outcome:
         """Report failure: retried after the task's backoff (or `retry_in` seconds) while
         attempts remain and `retryable`, else failed for good (dead-lettered, cascaded)."""
@@ -321,10 +344,11 @@ class Executors:
         delay = -1
         if retryable:
             delay = retry_delay(ref.task, ref.payload) if retry_in is None else int(retry_in * 1000)
-        return self._fail(ref, error, delay)
+        return self._fail(ref, error, delay, log)
 
-    def _fail(self, ref: AttemptRef, error: str, delay_ms: int) -> Outcome:
+    def _fail(self, ref: AttemptRef, error: str, delay_ms: int, log: str | None = None) -> Outcome:
         text = error[:ERROR_TEXT_MAX] or "failed (its executor gave no error)"
+        self._save_log(ref, log or "", ended=ended_line(False, text, ref.attempt, ref.handler))
         code, state = self.store.fail(ref.handler, ref.job_id, ref.index, ref.fence, text, delay_ms)
         if code < 0:
             raise self._refused(ref, code)

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from jobcenter.storage import views
+from jobcenter.storage import task_logs, views
 from jobcenter.storage.events import Events
 
 from . import graph
@@ -71,9 +71,19 @@ def task(request: Request) -> JSONResponse:
     return JSONResponse(asdict(views.task_detail(client(request).store, job_id, index)))
 
 
+def task_log(request: Request) -> JSONResponse:
+    """The log of one attempt of a task (`?attempt=N`, default the latest), as
+    `jobcenter logs` shows it."""
+    job_id, index = request.path_params["job_id"], request.path_params["index"]
+    asked = request.query_params.get("attempt", "")
+    attempt = int(asked) if asked.isdigit() and int(asked) > 0 else None
+    return JSONResponse(task_logs.for_index(client(request).store, job_id, index, attempt))
+
+
 ROUTES = [
     Route("/api/jobs/{job_id}/graph", job_graph),
     Route("/api/jobs/{job_id}/live", live),
     Route("/api/jobs/{job_id}/tasks/{index:int}", task),
+    Route("/api/jobs/{job_id}/tasks/{index:int}/logs", task_log),
     Route("/api/jobs/{job_id}/notifications", notifications),
 ]

@@ -145,6 +145,29 @@ def test_a_job_runs_and_reads_back_as_the_cli_shows_it(
     assert result == {"job": job_id, "task": "b", "result": 2}
 
 
+def test_a_failed_tasks_log_reads_back_by_attempt_and_an_attempt_it_never_had_is_404(
+    api: ApiServer, workers: Workers
+) -> None:
+    token = api.token("read")
+    spec = {"name": "fails", "tasks": [{"id": "a", "task": "jobcenter.demo.fail", "args": [1]}]}
+    job_id = api.submit(api.token("submit"), spec)
+    workers.start()
+    assert api.wait_finished(token, job_id) == "failed"
+
+    shown = api.call("GET", f"/jobs/{job_id}/tasks/a/logs", token).json()
+    first = api.call("GET", f"/jobs/{job_id}/tasks/a/logs", token, params={"attempt": 1}).json()
+    never = api.call("GET", f"/jobs/{job_id}/tasks/a/logs", token, params={"attempt": 9})
+
+    assert shown == first
+    assert (shown["attempt"], shown["attempts"], shown["logged_attempts"]) == (1, 1, [1])
+    lines = shown["log"].splitlines()
+    assert lines[0].endswith("INFO jobcenter.demo: step 1: reading its input")
+    assert lines[1] == "step 1: input has no rows"
+    assert lines[2].startswith("[jobcenter] attempt 1 failed on worker ")
+    assert lines[2].endswith(": RuntimeError: step 1 failed on purpose")
+    assert "has no attempt 9" in problem(never, 404)["detail"]
+
+
 def test_the_list_pages_with_a_cursor_through_every_job_once(api: ApiServer) -> None:
     token = api.token("submit")
     made = [api.submit(token, one_task(f"job-{n}")) for n in range(7)]

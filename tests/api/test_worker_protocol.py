@@ -185,3 +185,28 @@ def test_tasks_an_executor_cannot_run_go_to_a_worker_that_can_and_it_shows_among
     assert client.wait(job_id, timeout=60)["state"] == "succeeded"
     assert shown["shell-1"].queues == ["node:edge", "default"] and shown["shell-1"].slots == 4
     assert [h["handler"] for h in client.history(job_id)][-1] != "shell-1"
+
+
+def test_an_executor_sends_its_output_with_heartbeats_and_reports_and_logs_shows_it(
+    api: ApiServer, client: Client
+) -> None:
+    work = api.token("work")
+    job_id = api.submit(api.token("submit"), {"name": "remote-log", "tasks": [
+        {"id": "a", "task": STEP, "retries": 1, "retry_backoff": 0},
+    ]})  # fmt: skip
+    (first,) = claim(api, work, wait=10)["attempts"]
+    beat = report(api, work, first, "heartbeat", log="step 1 of 2\n")
+    so_far = client.task_log(job_id, "a")
+    failed = report(api, work, first, "fail", error="ValueError: no rows", log="x" * 100_000)
+    (second,) = claim(api, work, wait=10)["attempts"]
+    done = report(api, work, second, "complete", result=2, log="all rows read\n")
+
+    assert (beat.status_code, failed.status_code, done.status_code) == (200, 200, 200)
+    assert (so_far["running"], so_far["log"]) == (True, "step 1 of 2\n")
+    cut = client.task_log(job_id, "a", attempt=1)["log"].splitlines()
+    assert cut[0].startswith("[jobcenter] ... ") and "bytes dropped" in cut[0]
+    assert cut[-1].startswith("[jobcenter] attempt 1 failed on worker ")
+    assert cut[-1].endswith(": ValueError: no rows")
+    last = client.task_log(job_id, "a")
+    assert (last["attempt"], last["running"], last["logged_attempts"]) == (2, False, [1, 2])
+    assert last["log"].splitlines()[0] == "all rows read"

@@ -136,3 +136,6 @@ class RecordingRunner:
 
     def stop(self, *_: Any) -> bool:
         return True  # stopped (it never ran)
+
+    def outputs(self) -> dict[Any, Any]:
+        return {}  # nothing runs: no task logs

@@ -15,6 +15,7 @@ from jobcenter.storage.store import StartedTask
 
 from .. import registry
 from ..lifeline import exit_with
+from ..tasklogs import capture_in_child
 from .outcome import context_for, execute
 
 # A child whose pipe to the worker broke exits with this code: it can report nothing more.
@@ -41,10 +42,12 @@ def child_main(
         except OSError:  # the pipe broke or was closed: nothing more can reach the worker
             os._exit(PIPE_LOST_EXIT_CODE)
 
+    output = capture_in_child(lambda data: send(("log", data)))
     ctx = context_for(task, payload, handler, lambda m: send(("progress", str(m))))
-    send(("done", execute(task, payload, ctx, result_max_bytes)))
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # a task may have closed them
+    outcome = execute(task, payload, ctx, result_max_bytes)
+    for stream in (output, sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a task may have replaced or closed them
             stream.flush()
+    send(("done", outcome))
     # At once: threads the task left behind must not keep the child (and its slot) alive.
     os._exit(0)

@@ -26,6 +26,7 @@ from jobcenter.storage.store import NO_RESULT, StartedTask
 from .. import registry
 from ..context import TaskContext, set_current, valid_utf8
 from ..stopping import AttemptKey, Stop
+from ..tasklogs import AttemptLog, ended_line
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,17 @@ class Outcome:
     gate_give_up_ms: int = 0
     result: bytes = NO_RESULT  # what the task returned, packed (stored with its success)
     seconds: float = 0.0  # how long the attempt ran (ThreadRunner: what prefetching goes by)
+    log: bytes = b""  # the attempt's output, bounded (tasklogs.py); empty: nothing to store
+
+
+def with_log(outcome: Outcome, output: AttemptLog, handler: str) -> Outcome:
+    """The outcome with its attempt's log, closed by the worker's line on how it ended; a
+    silent attempt that succeeded stores none."""
+    if not (outcome.ok and output.empty()):
+        line = ended_line(outcome.ok, outcome.error, outcome.task.attempt, handler)
+        output.note(line)
+        outcome.log = output.render()
+    return outcome
 
 
 class ResultRefused(Exception):

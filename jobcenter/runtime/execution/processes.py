@@ -22,6 +22,7 @@ from jobcenter.storage.keyspace.records import TaskPayload
 from jobcenter.storage.store import StartedTask
 
 from ..stopping import STOP_BOUND_SECONDS, AttemptKey, Stop, StopReason
+from ..tasklogs import AttemptLog
 from .child import PIPE_LOST_EXIT_CODE, child_main
 from .outcome import (
     Done,
@@ -35,6 +36,7 @@ from .outcome import (
     retry_delay,
     task_label,
     timed_out,
+    with_log,
 )
 from .runner import Runner
 
@@ -83,6 +85,7 @@ class ProcessRunner(Runner):
         # attempts whose outcome has not gone out, with their child once started: whoever
         # removes one settles its outcome (its supervisor, or a stop)
         self.attempts: dict[AttemptKey, Any] = {}
+        self.outputs_kept: dict[AttemptKey, AttemptLog] = {}  # what running children wrote
         self.killed = False
 
     def submit(self, task: StartedTask, progress: Progress, done: Done) -> None:
@@ -93,7 +96,10 @@ class ProcessRunner(Runner):
 
     def _supervise(self, task: StartedTask, progress: Progress, done: Done) -> None:
         try:
-            outcome = self._outcome(task, progress)
+            output = AttemptLog()  # what the child sends of its output
+            with self.lock:
+                self.outputs_kept[attempt_key(task)] = output
+            outcome = with_log(self._outcome(task, progress, output), output, self.handler)
             with self.lock:
                 mine = self.attempts.pop(attempt_key(task), False) is not False
             if mine and not self.killed:  # a child killed by kill_all was given back
@@ -103,21 +109,24 @@ class ProcessRunner(Runner):
         finally:
             with self.lock:
                 self.busy -= 1
+                self.outputs_kept.pop(attempt_key(task), None)
             self.on_slot_free()
 
-    def _outcome(self, task: StartedTask, progress: Progress) -> Outcome:
+    def _outcome(self, task: StartedTask, progress: Progress, output: AttemptLog) -> Outcome:
         try:
             payload = decode(task)
         except Exception as exc:
             return Outcome(task, False, f"unreadable task payload: {exc}")
         try:
-            return self._run_child(task, payload, progress)
+            return self._run_child(task, payload, progress, output)
         except Exception as exc:  # cannot start a process (fork fails, no fds left, ...)
             log.warning("job %s task %s: %s", task.job_id, task_label(task), describe(exc))
             error = f"cannot run the task process: {describe(exc)}"
             return Outcome(task, False, error, retry_delay(task, payload))
 
-    def _run_child(self, task: StartedTask, payload: TaskPayload, progress: Progress) -> Outcome:
+    def _run_child(
+        self, task: StartedTask, payload: TaskPayload, progress: Progress, output: AttemptLog
+    ) -> Outcome:
         receiver, sender = self.ctx.Pipe(duplex=False)
         child = self.ctx.Process(
             target=child_main,
@@ -142,7 +151,7 @@ class ProcessRunner(Runner):
         if stopped:
             child.kill()
         try:
-            return self._follow(child, receiver, task, payload, progress)
+            return self._follow(child, receiver, task, payload, progress, output)
         finally:
             receiver.close()
 
@@ -153,8 +162,10 @@ class ProcessRunner(Runner):
         task: StartedTask,
         payload: TaskPayload,
         progress: Progress,
+        output: AttemptLog,
     ) -> Outcome:
-        """Relay the child's progress until it reports its outcome, dies, or times out."""
+        """Relay the child's progress and keep its output until it reports its outcome,
+        dies, or times out."""
         deadline = time.monotonic() + float(payload.timeout) if payload.timeout else None
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -175,10 +186,18 @@ class ProcessRunner(Runner):
                 else:
                     error = child_died(child.exitcode)
                 return Outcome(task, False, error, retry_delay(task, payload))
+            if kind == "log":
+                output.write(value)
+                continue
             if kind == "done":
                 child.join()
                 return value
             relay(progress, task, value)
+
+    def outputs(self) -> dict[AttemptKey, AttemptLog]:
+        """The logs of the attempts running here, so far (the heartbeat stores them)."""
+        with self.lock:
+            return dict(self.outputs_kept)
 
     def withdraw_waiting(self) -> list[StartedTask]:
         """No prefetching with child processes: nothing waits that could be taken back."""

@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jobcenter.config import DEFAULT_RESULT_MAX_BYTES
 from jobcenter.storage.keyspace.records import TaskPayload
@@ -24,6 +24,7 @@ from jobcenter.storage.store import StartedTask
 
 from ..context import TaskContext
 from ..stopping import STOP_BOUND_SECONDS, STOP_WORDS, AttemptKey, Stop, StopReason
+from ..tasklogs import AttemptLog, capturing, install
 from .event_loop import EventLoop
 from .outcome import (
     Done,
@@ -38,6 +39,7 @@ from .outcome import (
     is_async_task,
     relay,
     timed_out,
+    with_log,
 )
 from .runner import Runner
 
@@ -58,6 +60,7 @@ class _Attempt:
     stopped: StopReason | None = None  # why its outcome was settled before it returned
     began: bool = False  # a thread took it (until then it may be withdrawn)
     withdrawn: bool = False  # given back before a thread took it: it never runs here
+    output: AttemptLog = field(default_factory=AttemptLog)  # what it prints and logs
 
 
 class RunOrderInbox:
@@ -158,6 +161,7 @@ class ThreadRunner(Runner):
         stop_bound: float = STOP_BOUND_SECONDS,
     ) -> None:
         super().__init__(handler, on_slot_free, result_max_bytes, on_stop, stop_bound)
+        install()  # each attempt's output goes to its own log
         self.inbox = RunOrderInbox(concurrency)
         self.threads = [
             threading.Thread(target=self._serve, name=f"jobcenter-task-{i}", daemon=True)
@@ -197,6 +201,11 @@ class ThreadRunner(Runner):
             self.serving.free, self.serving.deferred = False, True
         if self.inbox.put(task.run_order, attempt, wake=not mine) is not None:
             self._start_on_loop(attempt)
+
+    def outputs(self) -> dict[AttemptKey, AttemptLog]:
+        """The logs of the attempts running here, so far (the heartbeat stores them)."""
+        with self.lock:
+            return {key: a.output for key, a in self.active.items() if a.began}
 
     def hand_over_deferred(self) -> None:
         """The calling thread reports more outcomes before it goes back for an attempt: the
@@ -246,6 +255,7 @@ class ThreadRunner(Runner):
         with self.lock:
             self.busy -= 1
         if outcome is not None and self._settle(attempt):
+            with_log(outcome, attempt.output, self.handler)
             if attempt.on_loop:
                 assert self.event_loop is not None
                 self.event_loop.ended.put((attempt.done, outcome))
@@ -262,9 +272,10 @@ class ThreadRunner(Runner):
         began = time.monotonic()
         try:
             if not attempt.context.cancelled:  # not cancelled while it waited for a thread
-                outcome = execute(
-                    attempt.task, attempt.payload, attempt.context, self.result_max_bytes
-                )
+                with capturing(attempt.output):
+                    outcome = execute(
+                        attempt.task, attempt.payload, attempt.context, self.result_max_bytes
+                    )
                 outcome.seconds = time.monotonic() - began
         finally:
             self._end(attempt, outcome)
@@ -279,9 +290,13 @@ class ThreadRunner(Runner):
                 began = time.monotonic()
                 try:
                     if not attempt.context.cancelled:  # not cancelled while it waited
-                        outcome = await execute_async(
-                            attempt.task, attempt.payload, attempt.context, self.result_max_bytes
-                        )
+                        with capturing(attempt.output):  # this asyncio task's context
+                            outcome = await execute_async(
+                                attempt.task,
+                                attempt.payload,
+                                attempt.context,
+                                self.result_max_bytes,
+                            )
                         outcome.seconds = time.monotonic() - began
                 finally:
                     self._end(attempt, outcome)
@@ -335,7 +350,9 @@ class ThreadRunner(Runner):
                     task.job_id,
                     task.index,
                 )
-            attempt.done(timed_out(task, attempt.payload, note))
+            ended = timed_out(task, attempt.payload, note)
+            attempt.output.note("ran past its timeout: what it writes from now on is not kept")
+            attempt.done(with_log(ended, attempt.output, self.handler))
 
     def stop(self, key: AttemptKey, reason: StopReason) -> bool:
         """Stop an attempt that is no longer live (its job cancelled, its task taken over...):

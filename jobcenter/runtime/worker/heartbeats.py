@@ -10,14 +10,17 @@ import os
 import socket
 import time
 
+from jobcenter.storage import task_logs
 from jobcenter.storage.refusals import JOB_GONE, STALE_TOKEN, STOPPED, UNKNOWN_ATTEMPT, why_refused
 from jobcenter.storage.server.errors import RedisError, trouble
 from jobcenter.storage.server.outages import Backoff
 from jobcenter.storage.store import StartedTask
+from jobcenter.storage.task_logs import LogEntry
 
 from .. import registry, rq_runner
 from ..execution.outcome import task_label
 from ..stopping import Stop, StopReason, StopStep, log_stop
+from ..tasklogs import AttemptLog
 from .state import WorkerState
 
 log = logging.getLogger(__name__)
@@ -65,10 +68,35 @@ class Heartbeats(WorkerState):
         for (job_id, index), code in self.store.heartbeat(self.handler, running).items():
             if code < 0:
                 self._stop_attempt(job_id, index, tokens[(job_id, index)], code)
+        self._flush_live_logs()
         self.stop_counts.flush(self.store)
         self._register()
         self._supervise_recovery()
         self.eviction.check()
+
+    def _flush_live_logs(self) -> None:
+        """Store the running attempts' logs so far, those that changed since the last
+        heartbeat: what `logs --follow` and the dashboard show of a running task. Advisory:
+        a failure waits for the next heartbeat."""
+        outputs = self.runner.outputs()
+        with self.lock:
+            attempts = {
+                (r.task.job_id, r.task.index, r.task.token): r.task.attempt
+                for r in self.running.values()
+            }
+        entries = []
+        for key, output in outputs.items():
+            if key in attempts and output.writes != self.live_logs_sent.get(key, 0):
+                job_id, index, _ = key
+                entries.append(LogEntry(job_id, index, attempts[key], output.render(), False))
+                self.live_logs_sent[key] = output.writes
+        for gone in self.live_logs_sent.keys() - outputs.keys():
+            del self.live_logs_sent[gone]
+        if entries:
+            try:
+                task_logs.save(self.store, entries)
+            except RedisError as exc:
+                log.warning("running tasks' logs not stored: %s", trouble(exc))
 
     def _report_progress(self, task: StartedTask, message: str) -> None:
         """Store the message; send it at once unless this task sent one under a second ago
@@ -100,6 +128,7 @@ class Heartbeats(WorkerState):
         now, whatever the cause, so it never runs beside the task's next attempt, and free its
         slot. Nothing is reported: Redis would refuse its outcome."""
         name = self._label(job_id, index)
+        output = self.runner.outputs().get((job_id, index, token))  # before stop takes it
         stopped = self.runner.stop(
             (job_id, index, token), STOP_REASONS.get(code, StopReason.NOT_RUNNING)
         )
@@ -114,11 +143,26 @@ class Heartbeats(WorkerState):
         level = logging.INFO if code in STOPPED or code == JOB_GONE else logging.WARNING
         log.log(level, "job %s task %s attempt %s stopped: %s (code %d)",
                 job_id, name, attempt, why, code)  # fmt: skip
+        if output is not None and code != JOB_GONE:
+            self._keep_stopped_log(job_id, index, int(attempt), output, why)
         with self.lock:
             running = self.running.get((job_id, index))
             if running is not None and running.task.token == token:
                 del self.running[(job_id, index)]
             self.lock.notify_all()
+
+    def _keep_stopped_log(
+        self, job_id: str, index: int, attempt: int, output: AttemptLog, why: str
+    ) -> None:
+        """A stopped attempt reports nothing, but its output so far is kept, with the
+        worker's line on why it was stopped (what it writes after that is not)."""
+        output.note(f"attempt {attempt} stopped on worker {self.handler}: {why}")
+        entry = LogEntry(job_id, index, attempt, output.render())
+        try:
+            task_logs.save(self.store, [entry])
+        except RedisError as exc:
+            log.warning("job %s task %d: the stopped attempt's log not stored: %s",
+                        job_id, index, trouble(exc))  # fmt: skip
 
     def _attempt_stopped(self, stop: Stop) -> None:
         """A runner's word on an attempt it stopped (told, still running, ended): logged,

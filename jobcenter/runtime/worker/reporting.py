@@ -9,11 +9,13 @@ import logging
 from collections.abc import Sequence
 
 from jobcenter.config import THREAD_POOL
+from jobcenter.storage import task_logs
 from jobcenter.storage.keyspace import schema
 from jobcenter.storage.refusals import UNKNOWN_ATTEMPT, count_unknown, what_it_returned, why_refused
 from jobcenter.storage.server.errors import RedisError, trouble
 from jobcenter.storage.server.outages import Backoff
 from jobcenter.storage.store import RefusedInPart, StartedTask
+from jobcenter.storage.task_logs import LogEntry
 
 from ..execution.outcome import Outcome, task_label
 from .state import CLAIM_BATCH_MAX, Running, WorkerState
@@ -80,6 +82,7 @@ class Reporting(WorkerState):
     def _report(self, left: list[Outcome]) -> None:
         """Report finished attempts. Each one Redis takes leaves `left` (and `running`) at
         once, so when a RedisError comes out, `left` holds just what is still to report."""
+        self._save_logs(left)
         done = [o for o in left if o.ok]
         if done:
             self._complete(done, left)
@@ -102,6 +105,17 @@ class Reporting(WorkerState):
                 )
             self.failed += 1
             self._settle(left, [outcome])
+
+    def _save_logs(self, left: list[Outcome]) -> None:
+        """Store the logs of the attempts to report, before their reports (a report may end
+        the job, and whoever reads it then finds them); each is stored once."""
+        logged = [o for o in left if o.log]
+        if not logged:
+            return
+        entries = [LogEntry(o.task.job_id, o.task.index, o.task.attempt, o.log) for o in logged]
+        task_logs.save(self.store, entries)
+        for outcome in logged:
+            outcome.log = b""
 
     def _refused(
         self, report: str, job_id: str, index: int, token: str, code: int, reported: str = ""

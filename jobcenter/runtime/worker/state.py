@@ -64,6 +64,7 @@ class WorkerState:
         self.stopped = threading.Event()
         self.stop_counts = StopCounts(store.keys)  # attempts stopped, for the metrics
         self.stop_labels: dict[AttemptKey, str] = {}  # the ids of stopped attempts' tasks, for logs
+        self.live_logs_sent: dict[AttemptKey, int] = {}  # each running log's writes, as stored
         self.runner = self._make_runner()
         self.completed = 0
         self.failed = 0

@@ -238,6 +238,7 @@ class Lifecycle(StoreBase):
             self.keys.schedule_jobs(shard, schedule_id) if schedule_id else jk.job,
             self.keys.notifications(job_id),
             self.keys.deliveries(job_id),
+            self.keys.task_logs(job_id),
         ]
         code = int(self._job_call("delete", job_id, list(failed), extra_keys=extra)[0])
         raise_for_code(code, f"job {job_id} is not finished: cancel it first")

@@ -270,6 +270,11 @@ class Keys:
         """Capped list: one entry per delivery attempt of the job, oldest first."""
         return f"{self.job(job_id).job}:deliveries"
 
+    def task_logs(self, job_id: str) -> str:
+        """Hash: the job's attempts' logs, `<index>:<attempt>` (and `<index>:<attempt>:live`
+        for a running attempt's log so far); expires with the job."""
+        return f"{self.job(job_id).job}:logs"
+
     def notify_keys(self, job_id: str) -> list[str]:
         """The KEYS of notify_attempt and notify_done: the shard's due zset, the job hash,
         its notifications hash and deliveries list."""

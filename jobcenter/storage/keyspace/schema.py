@@ -437,7 +437,7 @@ RETURN_CODES = (
         "OK",
         0,
         f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove notify_attempt "
-        "notify_done pool_set rate_set reconcile_slots shard_lease hashtables",
+        "notify_done pool_set rate_set reconcile_slots shard_lease hashtables save_logs",
         "done",
     ),
     _code(
@@ -475,7 +475,7 @@ RETURN_CODES = (
         -4,
         "cancel compact complete continue delete expire fail finalize gate_wait give_back "
         "heartbeat publish_tasks queue_roots release repair restore resubmit revive start "
-        "notify_attempt",
+        "notify_attempt save_logs",
         "no such job (never submitted, expired, or deleted)",
     ),
     _code("SCHEDULE_GONE", -13, "schedule_save schedule_remove", "no such schedule"),

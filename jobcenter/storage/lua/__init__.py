@@ -60,6 +60,7 @@ SHARD_SCRIPTS = frozenset(
         "reconcile_slots",
         "shard_lease",
         "hashtables",
+        "save_logs",
     }
 )
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS

@@ -5,6 +5,7 @@
   KEYS[FIRST_OWN_KEY+2] the firing schedule's jobs zset (the job hash again when no schedule fired
   it)
   KEYS[FIRST_OWN_KEY+3] its notifications hash  KEYS[FIRST_OWN_KEY+4] its deliveries list
+  KEYS[FIRST_OWN_KEY+5] its task logs hash
   ARGV[FIRST_OWN_ARG..] indexes of its failed tasks (its dead letters)
   Returns {0} | {-3} the job is not finished (cancel it first) | {-4} job gone | {-5} 
           | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it]]
@@ -20,7 +21,7 @@ local expiring = expiring_member()
 for channel in string.gmatch(redis.call('HGET', JOB, JOB_FIELD.NOTIFY_TO) or '', '[^,]+') do
   redis.call('ZREM', NOTIFY, channel .. '|' .. JOB_ID)
 end
-redis.call('DEL', KEYS[FIRST_OWN_KEY + 3], KEYS[FIRST_OWN_KEY + 4])
+redis.call('DEL', KEYS[FIRST_OWN_KEY + 3], KEYS[FIRST_OWN_KEY + 4], KEYS[FIRST_OWN_KEY + 5])
 for k = FIRST_OWN_ARG, #ARGV do redis.call('ZREM', DLQ, lease_member(ARGV[k])) end
 redis.call('DEL', JOB, TASKS, HISTORY, FRONTIER, PACKED)
 redis.call('ZREM', KEYS[FIRST_OWN_KEY], JOB_ID)

@@ -419,7 +419,7 @@
     const asked = selected;
     try {
       const t = await getJSON(`/api/jobs/${jobId}/tasks/${asked.index}`);
-      if (selected === asked) showTask(t);
+      if (selected === asked) { showTask(t); showLog(t, asked.index); }
     } catch (err) {
       panelBody.textContent = err.message;
     }
@@ -487,6 +487,53 @@
     }
     if (!t.history.length) html("td", "no finished attempt yet", html("tr", null, body)).colSpan = 6;
     if (!t.history_complete) html("p", "only the newest history entries of this job were searched", panelBody, "note");
+  }
+
+  // -- the chosen attempt's log, under the task's attempts --------------------------------
+
+  let logAttempt = { task: null, attempt: null }; // the attempt shown (null: the latest)
+  let logLast = { key: null, text: "" }; // the log last read: no blank while it is read again
+
+  async function showLog(t, index) {
+    if (logAttempt.task !== t.id) logAttempt = { task: t.id, attempt: null };
+    const section = html("section", null, panelBody);
+    section.id = "task-log-section";
+    const h = html("h3", "log", section);
+    const key = `${t.id}|${logAttempt.attempt}`;
+    const pre = html("pre", logLast.key === key ? logLast.text : "…", section, "log");
+    pre.id = "task-log";
+    const query = logAttempt.attempt ? `?attempt=${logAttempt.attempt}` : "";
+    let shown;
+    try {
+      shown = await getJSON(`/api/jobs/${jobId}/tasks/${index}/logs${query}`);
+    } catch (err) {
+      pre.textContent = `the log could not be read: ${why(err)}`;
+      return;
+    }
+    if (!section.isConnected) return; // the panel was redrawn meanwhile
+    const attempts = new Set(shown.logged_attempts);
+    if (shown.attempts) attempts.add(shown.attempts);
+    if (attempts.size > 1) {
+      const choice = html("select", null, h);
+      choice.id = "task-log-attempt";
+      for (const n of [...attempts].sort((a, b) => a - b)) {
+        const option = html("option", `attempt ${n}`, choice);
+        option.value = n;
+        option.selected = n === shown.attempt;
+      }
+      choice.addEventListener("change", () => {
+        logAttempt = { task: t.id, attempt: Number(choice.value) };
+        refreshPanel();
+      });
+    } else if (shown.attempt) {
+      h.append(` (attempt ${shown.attempt})`);
+    }
+    // textContent: a task's output is shown as text, never read as HTML
+    pre.textContent = shown.log !== null ? shown.log
+      : shown.attempt ? `attempt ${shown.attempt} wrote nothing` : "the task has not run yet";
+    logLast = { key, text: pre.textContent };
+    if (shown.running) html("p", "running: its output so far, as its worker's last heartbeat stored it", section, "note");
+    pre.scrollTop = pre.scrollHeight; // its end: where a failed attempt says why
   }
 
   function showGroup(node) {
