@@ -9,7 +9,7 @@ import logging
 
 import click
 
-from . import api, jobs, pools, schedules, servers
+from . import api, jobs, operate, pools, schedules, servers
 from .options import (
     EXIT_BAD_INPUT,
     EXIT_ERROR,
@@ -39,6 +39,7 @@ def main(verbose: int) -> None:
 
 for command in (
     *jobs.COMMANDS,
+    *operate.COMMANDS,
     *servers.COMMANDS,
     *api.COMMANDS,
     schedules.schedule_group,

@@ -213,11 +213,48 @@ class Lifecycle(StoreBase):
         args: list[int] = [len(roots), *roots]
         for index, parents in resets:
             args += [index, len(parents), *parents]
+        return self._unpacked_call("revive", job_id, args)
+
+    def clear(
+        self,
+        job_id: str,
+        by: tuple[str, str],
+        named: Sequence[int],
+        tasks: Sequence[tuple[int, Sequence[int]]],
+    ) -> int | None:
+        """Put ended `tasks` (each with its parents, parents first) back to run again, by
+        hand: `by` is (who, why), `named` the tasks the person named (refused when they
+        cannot run again); clear.lua. Returns how many were cleared, or None while a
+        cascade is under way (finish it, then call again). WrongState naming what is off."""
+        args: list[Any] = [*by, len(named), *named]
+        for index, parents in tasks:
+            args += [index, len(parents), *parents]
+        return self._unpacked_call("clear", job_id, args)
+
+    def mark(
+        self,
+        job_id: str,
+        index: int,
+        outcome: str,
+        result: bytes,
+        by: tuple[str, str],
+        resets: Sequence[tuple[int, Sequence[int]]],
+    ) -> int | None:
+        """Settle task `index` by hand as `outcome` (mark.lua); `resets`: for a task that
+        had ended, the first ended tasks below it to decide again. Returns how many were
+        reset, or None while a cascade is under way. WrongState naming what is off."""
+        args: list[Any] = [index, outcome, result, *by]
+        for task, parents in resets:
+            args += [task, len(parents), *parents]
+        return self._unpacked_call("mark", job_id, args)
+
+    def _unpacked_call(self, name: str, job_id: str, args: Sequence[Any]) -> int | None:
+        """A job script that needs the job's tasks hash (revive, clear, mark): a compacted
+        job is unpacked first (restore), and once more if a leader compacted it again
+        meanwhile (restore posts no compact message, so this ends)."""
         while True:
             self.restore(job_id)
-            reply = self._job_call("revive", job_id, args)
-            # a leader compacted it between the two (a compact message posted earlier): once
-            # more; restore posts none, so this ends
+            reply = self._job_call(name, job_id, args)
             if int(reply[0]) != WRONG_STATE or not self.records(job_id).packed:
                 break
         raise_for_code(

@@ -331,6 +331,7 @@ class EventKind(StrEnum):
     CANCEL = "cancel"  # a cancel (or abandon: DETAIL) of the job was asked
     CANCELLED = "cancelled"
     REVIVED = "revived"  # retry / dlq requeue
+    CLEARED = "cleared"  # clear: put back to run again by hand
     REPAIRED = "repaired"  # by recovery: DETAIL is the rule
     FINALIZED = "finalized"
     DELETED = "deleted"
@@ -421,11 +422,12 @@ def _code(name: str, value: int, scripts: str, meaning: str) -> ReturnCode:
 # Every job script (claim's reply is lists, no code); _job.lua's context comes with most.
 _JOB_SCRIPTS = (
     "cancel compact complete continue delete expire fail finalize gate_wait give_back heartbeat "
-    "lost publish_tasks queue_roots release repair restore resubmit revive start submit"
+    "lost publish_tasks queue_roots release repair restore resubmit revive start submit "
+    "clear mark"
 )
 _JOB_CHECKED = (
     "cancel complete continue delete expire fail finalize gate_wait give_back lost queue_roots "
-    "release repair revive submit"
+    "release repair revive submit clear mark"
 )
 # Every code a script returns as the first item of its reply. Codes < 0 are refusals and
 # change nothing. Each value has one meaning in every script (the `scripts` column says which
@@ -445,7 +447,9 @@ RETURN_CODES = (
         "shard_lease",
         "nothing to do: done already (by this or an earlier call)",
     ),
-    _code("BUSY", 3, "revive", "a failure cascade is under way: finish it, then call again"),
+    _code(
+        "BUSY", 3, "revive clear mark", "a failure cascade is under way: finish it, then call again"
+    ),
     _code("UNFINISHED", 2, "finalize", "the job has tasks not finished yet"),
     _code("HELD", -1, "singleton", "another holder has the lease"),
     _code("NAME_TAKEN", -11, "schedule_add", "the name belongs to another schedule"),
@@ -465,7 +469,7 @@ RETURN_CODES = (
     _code(
         "WRONG_STATE",
         -3,
-        "delete fail publish_tasks queue_roots revive submit pool_set",
+        "delete fail publish_tasks queue_roots revive submit pool_set clear mark",
         "the job or task is not in a state this transition applies to",
     ),
     _code(
@@ -473,7 +477,7 @@ RETURN_CODES = (
         -4,
         "cancel compact complete continue delete expire fail finalize gate_wait give_back "
         "heartbeat publish_tasks queue_roots release repair restore resubmit revive start "
-        "notify_attempt",
+        "notify_attempt clear mark",
         "no such job (never submitted, expired, or deleted)",
     ),
     _code("SCHEDULE_GONE", -13, "schedule_save schedule_remove", "no such schedule"),
