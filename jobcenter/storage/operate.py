@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from jobcenter.errors import NotFound, Refused
+from jobcenter.errors import NotFound, Refused, WrongState
 from jobcenter.model import codec
 from jobcenter.model.dag import topological_order
 from jobcenter.model.states import JobState, TaskState
@@ -211,9 +211,15 @@ def mark(
     packed = b"" if result is None else codec.pack(
         result, what="the result", max_bytes=store.settings.result_max_bytes
     )  # fmt: skip
-    _open(store, job_id)
-    graph = _graph(store, job_id)
+    if store.job_state(job_id) is None:
+        raise NotFound.job(job_id, store.settings.namespace)
+    graph = _graph(store, job_id)  # read from either form: a refusal needs no restore
     index = graph.index(job_id, task_id)
+    state = graph.states.get(index, "")
+    if state in (TaskState.SUCCEEDED, TaskState.SKIPPED, TaskState.CANCELLED):
+        raise WrongState(f"task {task_id} ended {state} already: clear it to run it again")
+    _open(store, job_id)
+    graph = _graph(store, job_id)  # after the cascades _open finished
     state = graph.states.get(index, "")
     resets: list[tuple[int, list[int]]] = []
     if state in MARKABLE and TaskState(state).terminal:  # what its end decided is decided again
