@@ -81,6 +81,16 @@ def _reason(request: Request) -> str:
     return reason
 
 
+def _result(request: Request) -> Any:
+    """A mark's result, JSON in `?result=` (None without it)."""
+    if not request.query_params.get("result"):
+        return None
+    try:
+        return json.loads(request.query_params["result"])
+    except ValueError as exc:
+        raise ValueError(f"the result must be JSON: {exc}") from None
+
+
 def _flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "") in ("1", "true", "on")
 
@@ -89,10 +99,10 @@ async def clear_task(request: Request) -> Response:
     """Run a task again (`?downstream=1`, `?upstream=1`: with those below or above it)."""
     job_id, task_id = request.path_params["job_id"], request.path_params["task_id"]
     downstream, upstream = _flag(request, "downstream"), _flag(request, "upstream")
-    reason = _reason(request)
 
     def as_person(person: str) -> Callable[[Client], str]:
-        def do(c: Client) -> str:
+        def do(c: Client) -> str:  # the query is read once the token passed
+            reason = _reason(request)
             cleared, ids = c.clear(
                 job_id, [task_id], downstream=downstream, upstream=upstream, by=person,
                 reason=reason,
@@ -107,16 +117,11 @@ async def clear_task(request: Request) -> Response:
 async def mark_task(request: Request) -> Response:
     """Settle a task by hand: `?state=succeeded|failed|skipped`, `&result=JSON`."""
     job_id, task_id = request.path_params["job_id"], request.path_params["task_id"]
-    outcome, reason = request.query_params.get("state", ""), _reason(request)
-    result: Any = None
-    if request.query_params.get("result"):
-        try:
-            result = json.loads(request.query_params["result"])
-        except ValueError as exc:
-            raise ValueError(f"the result must be JSON: {exc}") from None
+    outcome = request.query_params.get("state", "")
 
     def as_person(person: str) -> Callable[[Client], str]:
-        def do(c: Client) -> str:
+        def do(c: Client) -> str:  # the query is read once the token passed
+            reason, result = _reason(request), _result(request)
             was = c.mark(job_id, task_id, outcome, result=result, by=person, reason=reason)
             return f"job {job_id}: task {task_id} marked {outcome} (it was {was})"
 
