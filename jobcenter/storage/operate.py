@@ -163,6 +163,7 @@ def clear(
         for index in topological_order(graph.states, graph.children)
         if index in chosen and graph.states[index] in RESET_STATES
     ]
+    _refuse_starving_children(job_id, graph, todo, chosen)
     cleared = 0
     chunk: list[tuple[int, list[int]]] = []
     size = 0
@@ -174,6 +175,25 @@ def clear(
             cleared += _clear_call(store, job_id, (by, reason), in_chunk, chunk)
             chunk, size = [], 0
     return cleared, [graph.name(index) for index in todo]
+
+
+def _refuse_starving_children(
+    job_id: str, graph: Graph, cleared: list[int], chosen: set[int]
+) -> None:
+    """A task below a cleared one, kept, that is queued or waits for a retry would start
+    without the cleared task's result (it is gone until it runs again): refused. One that
+    runs read its inputs already. A mapped child's instances read their inputs through it."""
+    for index in cleared:
+        kids = list(graph.children.get(index, ()))
+        kids += [k for kid in kids for k in graph.instances.get(kid, ())]
+        for kid in kids:
+            state = graph.states.get(kid)
+            if kid not in chosen and state in (TaskState.QUEUED, TaskState.RETRY_WAIT):
+                raise Refused(
+                    f"job {job_id}: task {graph.name(kid)}, below {graph.name(index)}, is "
+                    f"{state} and would start without its result: clear it too "
+                    "(--downstream) once it has started or ended"
+                )
 
 
 def _clear_call(

@@ -240,3 +240,17 @@ def test_clear_one_instance_or_a_whole_mapped_task(store: Store) -> None:
 
     with untouched(store), pytest.raises(Refused, match="not expanded twice"):
         operate.clear(store, job_id, ["src"], downstream=True, by="ann")
+
+
+def test_clear_is_refused_while_a_kept_child_is_queued_for_it_would_start_without_input(
+    store: Store,
+) -> None:
+    job_id, _ = submit_and_split(store, CHAIN)
+    (a,) = claim(store, H1, n=1)
+    store.complete(H1, [(job_id, 0, a.token, msgpack.packb(1))])
+    assert task_states(store, job_id)["b"] == "queued"
+
+    with untouched(store), pytest.raises(Refused, match="b, below a, is queued"):
+        operate.clear(store, job_id, ["a"], by="ann")
+    with untouched(store), pytest.raises(WrongState, match="b, below a, is queued"):
+        store.clear(job_id, ("ann", ""), [0], [(0, [])])  # the script checks it too

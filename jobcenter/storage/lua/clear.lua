@@ -6,7 +6,8 @@
   cleared as not ended). A task not cleared keeps what it has: a child that ran keeps
   running or keeps its result; a waiting child stops counting how a cleared parent ended.
   A finished job re-opens (running, no TTL) and is finalized again when its tasks end.
-  All checks come first: a task not ended (queued, running, waiting for a retry), one
+  All checks come first: a task not ended (queued, running, waiting for a retry), a child
+  kept that is queued or waits for a retry (it would start without the result), one
   without its arguments (a succeeded job's freed them), a named task whose trigger rule
   fails or skips on its parents as they ended, a cancelled job or a packed one (restore.lua
   first), and nothing is written.
@@ -37,6 +38,16 @@ for k = FIRST_OWN_ARG + 3, FIRST_OWN_ARG + 2 + nnamed do named[ARGV[k]] = true e
 local refusal = RESET.read(FIRST_OWN_ARG + 3 + nnamed, named)
 if refusal then return refusal end
 if #RESET.list == 0 then return {OK, 0} end
+-- a child kept that is queued or waits for a retry would start without the cleared result
+for _, i in ipairs(RESET.list) do
+  for c in string.gmatch(redis.call('HGET', TASKS, TF_CHILDREN .. i) or '', '[^,]+') do
+    local state = task_state(c)
+    if not RESET.revived[c] and (state == T_QUEUED or state == T_RETRY_WAIT) then
+      return {WRONG_STATE, 'task ' .. task_name(c) .. ', below ' .. task_name(i) .. ', is '
+        .. state .. ' and would start without its result: clear it too once it has started'}
+    end
+  end
+end
 
 local now = now_ms()
 RESET.uncount(RESET.list)
