@@ -475,6 +475,8 @@
 
   async function refreshPanel() {
     if (!selected) return;
+    // not while a person types a reason or a result: the panel is drawn again afterwards
+    if (document.activeElement && document.activeElement.closest("#task-operate input")) return;
     if (selected.kind === "group") { showGroup(model.picture.nodes[selected.index]); return; }
     const asked = selected;
     try {
