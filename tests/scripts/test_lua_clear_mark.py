@@ -254,3 +254,46 @@ def test_clear_is_refused_while_a_kept_child_is_queued_for_it_would_start_withou
         operate.clear(store, job_id, ["a"], by="ann")
     with untouched(store), pytest.raises(WrongState, match="b, below a, is queued"):
         store.clear(job_id, ("ann", ""), [0], [(0, [])])  # the script checks it too
+
+
+def test_mark_a_failed_task_succeeded_decides_its_handlers_again(store: Store) -> None:
+    """An error handler ran after the failure: with the task marked succeeded it is decided
+    again by its rule (skipped), and a task below the failure runs."""
+    spec = {"name": "rules", "tasks": [
+        {"id": "a", "task": "t.a"},
+        {"id": "alert", "task": "t.alert", "depends_on": ["a"], "trigger_rule": "one_failed"},
+        {"id": "next", "task": "t.next", "depends_on": ["a"]},
+    ]}  # fmt: skip
+    job_id, _ = submit_and_split(store, spec)
+    fail(store, job_id, 0)
+    run(store, job_id)  # alert runs and succeeds
+    assert task_states(store, job_id) == {
+        "a": "failed", "alert": "succeeded", "next": "upstream_failed"
+    }  # fmt: skip
+    assert job_field(store, job_id, "state") == "failed"
+
+    operate.mark(store, job_id, "a", "succeeded", by="bob")
+
+    assert task_states(store, job_id) == {"a": "succeeded", "alert": "skipped", "next": "queued"}
+    run(store, job_id)
+    assert_finalized(store, job_id, "succeeded")
+    assert (job_field(store, job_id, "nfailed"), job_field(store, job_id, "nskipped")) == ("0", "1")
+
+
+def test_mark_and_clear_reach_every_task_of_a_wide_job_in_bounded_calls(store: Store) -> None:
+    n = 3_000  # more tasks below than one call takes
+    kids = [{"id": f"c{k}", "task": "t.c", "depends_on": ["r"]} for k in range(n)]
+    spec = {"name": "wide", "tasks": [{"id": "r", "task": "t.r"}, *kids]}
+    job_id, _ = submit_and_split(store, spec)
+    fail(store, job_id, 0)
+    admin._finish_cascade(store, job_id)
+
+    operate.mark(store, job_id, "r", "succeeded", by="bob")
+
+    admin._finish_cascade(store, job_id)
+    assert sorted(set(task_states(store, job_id).values())) == ["queued", "succeeded"]
+    assert job_field(store, job_id, "left") == str(n)
+    run(store, job_id)
+    assert_finalized(store, job_id, "succeeded")
+    cleared, _ = operate.clear(store, job_id, ["r"], downstream=True, by="bob")
+    assert cleared == n + 1 and job_field(store, job_id, "left") == str(n + 1)
