@@ -14,7 +14,8 @@ from jobcenter.model.dag import topological_order
 from jobcenter.model.states import JobState, TaskState
 
 from .admin import RESET_STATES, REVIVE_ARGS_MAX, _downstream, _finish_cascade, _revive_call
-from .keyspace.schema import TaskField
+from .keyspace.packed import PackedJob
+from .keyspace.schema import PayloadKey, TaskField
 from .store import Store
 
 # What a task may be marked as, and the states it may be marked from.
@@ -96,15 +97,26 @@ def _open(store: Store, job_id: str) -> None:
         raise NotFound.job(job_id, store.settings.namespace)
     if state == JobState.CANCELLED:
         raise Refused(f"job {job_id} was cancelled: its tasks cannot run again")
-    if state == JobState.SUCCEEDED and store.records(job_id).packed is not None:
-        # a succeeded job's record keeps what its readers show, not what a run needs
+    packed = store.records(job_id).packed
+    if packed is not None and not _whole(packed):
         raise Refused(
-            f"job {job_id} succeeded and was compacted, which freed what its tasks need to "
-            "run again (their inputs, limits and trigger rules): submit it again"
+            f"job {job_id} succeeded and was compacted by an earlier jobcenter, which freed "
+            "what its tasks need to run again (their inputs, limits and trigger rules): "
+            "submit it again"
         )
-    if store.records(job_id).packed is not None:
+    if packed is not None:
         store.restore(job_id)
     _finish_cascade(store, job_id)
+
+
+def _whole(packed: PackedJob) -> bool:
+    """Whether a packed record keeps every task's whole payload: one an earlier jobcenter
+    wrote for a succeeded job kept each task's name and arguments alone (no task id)."""
+    payloads = [v for k, v in packed.fields.items() if k.startswith(TaskField.PAYLOAD.value)]
+    if not payloads:
+        return True
+    payload = codec.unpack(payloads[0])
+    return isinstance(payload, dict) and PayloadKey.ID.value in payload
 
 
 def _refuse_maps_again(job_id: str, graph: Graph, again: set[int]) -> None:

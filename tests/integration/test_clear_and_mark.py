@@ -11,6 +11,7 @@ from helpers import wait_until
 from integration_harness import JOB_SECONDS, Scratch, Workers
 
 from jobcenter import Client
+from jobcenter.model import codec
 
 
 def _runs(scratch: Scratch) -> Counter[str]:
@@ -177,3 +178,66 @@ def test_mark_a_stuck_task_succeeded_lets_the_job_go_on(
     again = cli("mark", job_id, "legacy", "--failed")
     assert again.code == 5
     assert "legacy ended succeeded already" in again.stderr
+
+
+def _packed(client: Client, job_id: str) -> bool:
+    return client.store.records(job_id).packed is not None
+
+
+def test_clear_reruns_tasks_of_a_succeeded_job_after_it_was_compacted(
+    cli: Cli, client: Client, workers: Workers, scratch: Scratch
+) -> None:
+    """A job that succeeded and was compacted runs a branch again (`--downstream`), with the
+    inputs, limits, timeout and trigger rule it was submitted with, and later one task
+    alone; it succeeds each time, the tasks kept run no more."""
+    workers.start()
+    job_id = client.submit(
+        {
+            "name": "succeeded-then-cleared",
+            "tasks": [
+                {"id": "extract", "task": "tasks_for_tests.record", "args": ["extract"]},
+                {
+                    "id": "load",
+                    "task": "tasks_for_tests.record",
+                    "args": ["loaded"],
+                    "depends_on": ["extract"],
+                    "timeout": 30,
+                    "concurrency_key": "warehouse",
+                    "concurrency_limit": 1,
+                },
+                {
+                    "id": "report",
+                    "task": "tasks_for_tests.record",
+                    "depends_on": ["load"],
+                    "inputs": {"label": "load"},
+                    "trigger_rule": "all_done",
+                },
+            ],
+        }  # fmt: skip
+    )
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
+    wait_until(lambda: _packed(client, job_id), JOB_SECONDS, message="not compacted")
+
+    result = cli("clear", job_id, "load", "--downstream", "--by", "oncall")
+
+    assert result.code == 0, result.stderr
+    assert "2 tasks to run again (load, report)" in result.stdout
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
+    assert client.result(job_id, "report") == "loaded"  # its input, load's result, came again
+    assert _runs(scratch) == Counter({"extract": 1, "loaded": 4})  # load and report twice
+    wait_until(lambda: _packed(client, job_id), JOB_SECONDS, message="not compacted again")
+    payload, limits, rule = client.store.records(job_id).values(["p:1", "l:1", "tr:2"])
+    assert codec.unpack(payload or b"")["to"] == 30  # type: ignore[index]
+    assert limits is not None and rule == b"all_done"
+
+    alone = cli("clear", job_id, "extract", "--by", "oncall")
+
+    assert alone.code == 0, alone.stderr
+    assert "tasks to run again (extract)" in alone.stdout
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
+    assert _runs(scratch) == Counter({"extract": 2, "loaded": 4})
+    assert {t: s["state"] for t, s in client.status(job_id)["tasks"].items()} == {
+        "extract": "succeeded",
+        "load": "succeeded",
+        "report": "succeeded",
+    }

@@ -25,8 +25,10 @@ from lua_helpers import (
 )
 
 from jobcenter.errors import Refused, WrongState
+from jobcenter.model import codec
 from jobcenter.runtime.leader import Leader
 from jobcenter.storage import admin, operate
+from jobcenter.storage.keyspace.packed import decode, encode
 from jobcenter.storage.store import Store
 
 CHAIN = {"name": "chain", "tasks": [
@@ -129,11 +131,43 @@ def test_clear_upstream_in_a_compacted_failed_job(store: Store) -> None:
     assert_finalized(store, job_id, "succeeded")
 
 
-def test_clear_refuses_a_compacted_succeeded_job(store: Store) -> None:
+def test_clear_a_compacted_succeeded_job_restores_every_field_a_run_needs(store: Store) -> None:
+    """A succeeded job's record keeps its tasks hash whole: cleared with its downstream, b
+    runs again from the same fields (its inputs, edges, payload), and the job succeeds."""
+    job_id, _ = submit_and_split(store, CHAIN)
+    run(store, job_id, {0: 7})
+    tasks = store.keys.job(job_id).tasks
+    as_it_ended = store.redis.hgetall(tasks)
+    Leader(store, LEADER).compact(job_id)
+    assert job_field(store, job_id, "packed") == "1"
+
+    assert operate.clear(store, job_id, ["b"], downstream=True, by="ann") == (2, ["b", "c"])
+
+    working = ("p:", "c:", "in:", "np:", "o:", "l:", "tr:", "q:", "pr:")  # m: a fresh budget
+    again = store.redis.hgetall(tasks)
+    assert {k: v for k, v in again.items() if k.decode().startswith(working)} == {
+        k: v for k, v in as_it_ended.items() if k.decode().startswith(working)
+    }
+    assert task_states(store, job_id) == {"a": "succeeded", "b": "queued", "c": "waiting"}
+    (b,) = claim(store, H1)
+    assert b.inputs == (("x", msgpack.packb(7)),)  # a's result, as the first run had it
+    store.complete(H1, [(job_id, b.index, b.token, msgpack.packb(None))])
+    run(store, job_id)
+    assert_finalized(store, job_id, "succeeded")
+
+
+def test_clear_refuses_a_succeeded_job_an_earlier_jobcenter_compacted(store: Store) -> None:
+    """That record kept each task's name and arguments alone: its tasks cannot run again."""
     job_id, _ = submit_and_split(store, CHAIN)
     run(store, job_id)
     Leader(store, LEADER).compact(job_id)
-    with untouched(store), pytest.raises(Refused, match="compacted"):
+    jk = store.keys.job(job_id)
+    old = decode(store.redis.get(jk.packed))
+    for name, value in list(old.fields.items()):
+        if name.startswith("p:"):
+            old.fields[name] = codec.pack({"t": codec.unpack(value)["t"]})  # type: ignore[index]
+    store.redis.set(jk.packed, encode(old.fields, old.history, 3))
+    with untouched(store), pytest.raises(Refused, match="compacted by an earlier jobcenter"):
         operate.clear(store, job_id, ["a"], by="ann")
 
 

@@ -31,12 +31,6 @@ CURSOR_MOVED = schema.code("CURSOR_MOVED")
 WRONG_STATE = schema.code("WRONG_STATE")
 
 
-def _record(fields: dict[str, bytes], history: list[bytes], tasks: int, state: bytes) -> bytes:
-    """A finished job's packed record; a succeeded one's without its working fields."""
-    working = state != JobState.SUCCEEDED.value.encode()
-    return packed_encode(fields, history, tasks, working)
-
-
 class Lifecycle(StoreBase):
     """The leader's steps over a job's life: publish, continue, compact, finalize, cancel,
     revive, restore, delete, repair."""
@@ -82,7 +76,7 @@ class Lifecycle(StoreBase):
                 history += page
                 if len(page) < HISTORY_PAGE:
                     break
-            record = _record(records.every_field(), history, int(n or 0), state)
+            record = packed_encode(records.every_field(), history, int(n or 0))
             code = self._write_record(job_id, updated_at, record)
             if code != CURSOR_MOVED:
                 return code == 0
@@ -99,12 +93,12 @@ class Lifecycle(StoreBase):
         for jk in jks.values():
             pipe.hmget(jk.job, JobField.STATE, JobField.UPDATED_AT, JobField.TASKS, *STAMP_FIELDS)
         alone: list[str] = []  # compact() also drops the message of a job with nothing to do
-        small: list[tuple[str, bytes, bytes, int]] = []
+        small: list[tuple[str, bytes, int]] = []
         for job_id, (state, updated_at, n, packed, _) in zip(job_ids, pipe.execute(), strict=True):
             tasks = int(n or 0)
             finished = state is not None and JobState(state.decode()).terminal
             if finished and not packed and tasks <= COMPACT_BATCH_TASKS_MAX:
-                small.append((job_id, state, updated_at, tasks))
+                small.append((job_id, updated_at, tasks))
             else:
                 alone.append(job_id)
         pipe = self.redis.pipeline(transaction=False)
@@ -114,9 +108,9 @@ class Lifecycle(StoreBase):
         read = pipe.execute()
         batch = self.scripts.batch()
         writing: list[str] = []
-        for k, (job_id, state, updated_at, tasks) in enumerate(small):
+        for k, (job_id, updated_at, tasks) in enumerate(small):
             fields, history = read[2 * k], read[2 * k + 1]
-            record = _record({f.decode(): v for f, v in fields.items()}, history, tasks, state)
+            record = packed_encode({f.decode(): v for f, v in fields.items()}, history, tasks)
             if len(history) >= HISTORY_PAGE or len(record) > RECORD_PART:
                 alone.append(job_id)  # read in pages, written in parts
                 continue

@@ -61,8 +61,9 @@ class TaskField(StrEnum):
         return f"TF_{self.name}"
 
 
-# What a task's working fields are: what only a run of it needs. A failed or cancelled job's
-# packed record keeps them all, for a retry; a succeeded job's drops those not shown below.
+# What a task's working fields are: what only a run of it needs. A finished job's packed
+# record keeps them all, whatever it ended as: a retry, or a `clear` of a succeeded job, runs
+# its tasks again from them.
 WORKING_FIELDS = (
     TaskField.PAYLOAD,
     TaskField.NONCE,
@@ -83,20 +84,6 @@ WORKING_FIELDS = (
     TaskField.PARENTS_FAILED,
     TaskField.PARENTS_SKIPPED,
 )
-# The working fields a succeeded job's packed record keeps all the same: what its readers show
-# of a finished job (the dashboard's picture: its edges and map links; a task's name and
-# arguments, its queue and attempts allowed). Its payload is kept as name and arguments alone
-# (storage/keyspace/packed.py), a few bytes a task: the whole payload cost ~65.
-SHOWN_WORKING_FIELDS = (
-    TaskField.PAYLOAD,
-    TaskField.CHILDREN,
-    TaskField.QUEUE,
-    TaskField.MAX_ATTEMPTS,
-    TaskField.MAP_ARG,
-    TaskField.MAP_OF,
-)
-
-
 # The protocol this release speaks: the form of the queue entries and job hashes its scripts
 # write and understand. A release that changes either (a new part in a queue entry, a field
 # a transition must not ignore) raises it; an entry or a job of a higher protocol was written

@@ -26,9 +26,9 @@ function RESET.read(k, strict)
     local i, nparents = ARGV[k], tonumber(ARGV[k + 1])
     local state = task_state(i)
     if not RESET.RESETTABLE[state] then return RESET.not_in(i, 'ended') end
-    if redis.call('HEXISTS', TASKS, TF_PAYLOAD .. i) == 0 then -- a run of many calls stopped
-      return {WRONG_STATE, 'task ' .. task_name(i) .. ' cannot run again: the job ended '
-        .. 'succeeded meanwhile, which freed its arguments'}
+    if redis.call('HEXISTS', TASKS, TF_PAYLOAD .. i) == 0 then -- never, but by hand
+      return {WRONG_STATE, 'task ' .. task_name(i) .. ' cannot run again: its arguments '
+        .. 'are gone'}
     end
     local parents = count_parents(k + 2, k + 1 + nparents, RESET.revived)
     local verdict, rule = parents_verdict(i, parents)

@@ -8,7 +8,7 @@
   A finished job re-opens (running, no TTL) and is finalized again when its tasks end.
   All checks come first: a task not ended (queued, running, waiting for a retry), a child
   kept that is queued or waits for a retry (it would start without the result), one
-  without its arguments (a succeeded job's freed them), a named task whose trigger rule
+  without its arguments, a named task whose trigger rule
   fails or skips on its parents as they ended, a cancelled job or a packed one (restore.lua
   first), and nothing is written.
   KEYS: the job context (_job.lua)
