@@ -90,8 +90,15 @@ def _graph(store: Store, job_id: str) -> Graph:
 
 
 def _open(store: Store, job_id: str) -> None:
-    """Refuse a job clear and mark cannot touch; finish its cascades (the states read next
-    must not be changing under us)."""
+    """Refuse a job clear and mark cannot touch; unpack it if packed; finish its cascades
+    (the states read next must not be changing under us)."""
+    if _refuse_job(store, job_id) is not None:
+        store.restore(job_id)
+    _finish_cascade(store, job_id)
+
+
+def _refuse_job(store: Store, job_id: str) -> PackedJob | None:
+    """Refuse a job clear and mark cannot touch; its packed record, if it has one."""
     state = store.job_state(job_id)
     if state is None:
         raise NotFound.job(job_id, store.settings.namespace)
@@ -104,9 +111,7 @@ def _open(store: Store, job_id: str) -> None:
             "what its tasks need to run again (their inputs, limits and trigger rules): "
             "submit it again"
         )
-    if packed is not None:
-        store.restore(job_id)
-    _finish_cascade(store, job_id)
+    return packed
 
 
 def _whole(packed: PackedJob) -> bool:
@@ -150,8 +155,29 @@ def clear(
     parents is left as it ended)."""
     if not task_ids:
         raise ValueError("name at least one task to clear")
+    if _refuse_job(store, job_id) is not None:  # finished: checked before it is unpacked
+        _to_clear(job_id, _graph(store, job_id), task_ids, downstream, upstream)
     _open(store, job_id)
-    graph = _graph(store, job_id)
+    graph = _graph(store, job_id)  # after the cascades _open finished
+    named, todo = _to_clear(job_id, graph, task_ids, downstream, upstream)
+    cleared = 0
+    chunk: list[tuple[int, list[int]]] = []
+    size = 0
+    for index in todo:
+        chunk.append((index, graph.parents.get(index, [])))
+        size += 2 + len(chunk[-1][1])
+        if size >= REVIVE_ARGS_MAX or index == todo[-1]:
+            in_chunk = [i for i, _ in chunk if i in named]
+            cleared += _clear_call(store, job_id, (by, reason), in_chunk, chunk)
+            chunk, size = [], 0
+    return cleared, [graph.name(index) for index in todo]
+
+
+def _to_clear(
+    job_id: str, graph: Graph, task_ids: list[str], downstream: bool, upstream: bool
+) -> tuple[list[int], list[int]]:
+    """The named tasks' indexes and those to clear, parents first; refused (WrongState,
+    NotFound) when clear cannot put them back as the graph stands."""
     named = [graph.index(job_id, task_id) for task_id in task_ids]
     chosen = set(named)
     for index in named:  # a mapped task runs again through all its instances
@@ -176,17 +202,7 @@ def clear(
         if index in chosen and graph.states[index] in RESET_STATES
     ]
     _refuse_starving_children(job_id, graph, todo, chosen)
-    cleared = 0
-    chunk: list[tuple[int, list[int]]] = []
-    size = 0
-    for index in todo:
-        chunk.append((index, graph.parents.get(index, [])))
-        size += 2 + len(chunk[-1][1])
-        if size >= REVIVE_ARGS_MAX or index == todo[-1]:
-            in_chunk = [i for i, _ in chunk if i in named]
-            cleared += _clear_call(store, job_id, (by, reason), in_chunk, chunk)
-            chunk, size = [], 0
-    return cleared, [graph.name(index) for index in todo]
+    return named, todo
 
 
 def _refuse_starving_children(

@@ -24,7 +24,7 @@ from lua_helpers import (
     untouched,
 )
 
-from jobcenter.errors import Refused, WrongState
+from jobcenter.errors import NotFound, Refused, WrongState
 from jobcenter.model import codec
 from jobcenter.runtime.leader import Leader
 from jobcenter.storage import admin, operate
@@ -154,6 +154,19 @@ def test_clear_a_compacted_succeeded_job_restores_every_field_a_run_needs(store:
     store.complete(H1, [(job_id, b.index, b.token, msgpack.packb(None))])
     run(store, job_id)
     assert_finalized(store, job_id, "succeeded")
+
+
+@pytest.mark.parametrize("outcome", ["succeeded", "failed"])
+def test_a_clear_refused_leaves_a_compacted_job_packed(store: Store, outcome: str) -> None:
+    """A task named wrong is refused before the job is unpacked: nothing is written."""
+    job_id, _ = submit_and_split(store, CHAIN)
+    if outcome == "failed":
+        fail(store, job_id, 0)
+    run(store, job_id)
+    Leader(store, LEADER).compact(job_id)
+    assert job_field(store, job_id, "state") == outcome
+    with untouched(store), pytest.raises(NotFound, match="no task 'typo'"):
+        operate.clear(store, job_id, ["a", "typo"], by="ann")
 
 
 def test_clear_refuses_a_succeeded_job_an_earlier_jobcenter_compacted(store: Store) -> None:
