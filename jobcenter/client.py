@@ -23,7 +23,7 @@ from . import schedules as _schedule
 from .config import Settings
 from .errors import NotFound
 from .schedules.manage import ScheduleOptions
-from .storage import admin, limits, task_logs
+from .storage import admin, limits, operate, task_logs
 from .storage import export as _export
 
 SUBMIT_BATCH = 200  # jobs per round trip in submit_many: large gains, short script bursts
@@ -197,6 +197,41 @@ class Client:
         """Re-run a job's failed tasks and every task below them that ended (a cleanup that
         ran runs again after them); its other succeeded tasks are kept."""
         return admin.retry_job(self.store, job_id)
+
+    def clear(
+        self,
+        job_id: str,
+        task_ids: builtins.list[str],
+        *,
+        downstream: bool = False,
+        upstream: bool = False,
+        by: str,
+        reason: str = "",
+    ) -> tuple[int, builtins.list[str]]:
+        """Put tasks back to run again, whatever they ended as, with every task below them
+        (`downstream`) or above them (`upstream`) that ended; the rest keeps its state and
+        results. `by` and `reason` go in the history. Returns how many tasks were cleared
+        and the ids asked for."""
+        return operate.clear(
+            self.store, job_id, task_ids, downstream=downstream, upstream=upstream, by=by,
+            reason=reason,
+        )  # fmt: skip
+
+    def mark(
+        self,
+        job_id: str,
+        task_id: str,
+        outcome: str,
+        *,
+        result: Any = None,
+        by: str,
+        reason: str = "",
+    ) -> str:
+        """Settle a failed or waiting task by hand as `outcome` (succeeded, with `result`;
+        failed; skipped): the job goes on as if it had ended so. Returns its state before."""
+        return operate.mark(
+            self.store, job_id, task_id, outcome, result=result, by=by, reason=reason
+        )
 
     def delete(self, job_id: str) -> None:
         """Delete a finished job and its index entries."""

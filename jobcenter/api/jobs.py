@@ -403,6 +403,66 @@ def retry(request: Request, record: Operator, job_id: JOB_ID) -> models.JobActio
     return models.JobAction(id=job_id, state=JobState(c.state(job_id)), message=message)
 
 
+TASK_ID = Annotated[str, Path(min_length=1, max_length=200, description="The task's id.")]
+
+
+def _who(record: TokenRecord) -> str:
+    """Who acts, for the history: the token's name, else its id."""
+    return f"token:{record.name or record.id}"
+
+
+@router.post(
+    "/{job_id}/tasks/{task_id}/clear",
+    response_model=models.JobAction,
+    summary="Run a task again (with those below or above it)",
+    responses=documented(NOT_FOUND, REFUSED),
+)
+def clear_task(
+    request: Request,
+    record: Operator,
+    job_id: JOB_ID,
+    task_id: TASK_ID,
+    body: Annotated[models.ClearRequest | None, Body()] = None,
+) -> models.JobAction:
+    """As `jobcenter clear`: the task, whatever it ended as, and with `downstream` or
+    `upstream` every task below or above it that ended, run again; the rest keeps its
+    state and results. 409 while a task to clear is queued, running or waiting for a retry."""
+    _own_job(request, record, job_id)
+    body = body or models.ClearRequest()
+    c = client(request)
+    cleared, ids = c.clear(
+        job_id, [task_id, *body.tasks], downstream=body.downstream, upstream=body.upstream,
+        by=_who(record), reason=body.reason,
+    )  # fmt: skip
+    message = f"job {job_id}: {cleared} tasks to run again ({', '.join(ids)})"
+    return models.JobAction(id=job_id, state=JobState(c.state(job_id)), message=message)
+
+
+@router.post(
+    "/{job_id}/tasks/{task_id}/mark",
+    response_model=models.JobAction,
+    summary="Settle a task by hand",
+    responses=documented(NOT_FOUND, REFUSED),
+)
+def mark_task(
+    request: Request,
+    record: Operator,
+    job_id: JOB_ID,
+    task_id: TASK_ID,
+    body: Annotated[models.MarkRequest, Body()],
+) -> models.JobAction:
+    """As `jobcenter mark`: the task ends as `state` (succeeded with `result`) and the job
+    goes on as if it had ended so. From waiting, queued, retry_wait, failed or
+    upstream_failed; 409 while an attempt runs or once it ended otherwise."""
+    _own_job(request, record, job_id)
+    c = client(request)
+    was = c.mark(
+        job_id, task_id, body.state, result=body.result, by=_who(record), reason=body.reason
+    )
+    message = f"job {job_id}: task {task_id} marked {body.state} (it was {was})"
+    return models.JobAction(id=job_id, state=JobState(c.state(job_id)), message=message)
+
+
 @router.delete(
     "/{job_id}",
     status_code=204,

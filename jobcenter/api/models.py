@@ -168,6 +168,26 @@ class JobAction(BaseModel):
     message: str
 
 
+REASON_MAX = 1_000  # characters of a reason kept in the history
+
+
+class ClearRequest(Strict):
+    tasks: list[str] = Field(
+        default=[], max_length=1_000, description="More tasks to clear with the one in the path."
+    )
+    downstream: bool = Field(default=False, description="Also every task below them.")
+    upstream: bool = Field(default=False, description="Also every task above them.")
+    reason: str = Field(default="", max_length=REASON_MAX, description="Why, for the history.")
+
+
+class MarkRequest(Strict):
+    state: Literal["succeeded", "failed", "skipped"] = Field(
+        description="What the task is settled as."
+    )
+    result: Any = Field(default=None, description="With `succeeded`: its result (JSON).")
+    reason: str = Field(default="", max_length=REASON_MAX, description="Why, for the history.")
+
+
 # -- the worker protocol -------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ import logging
 
 import click
 
-from . import api, backfill, jobs, pools, schedules, servers, task_logs
+from . import api, backfill, jobs, operate, pools, schedules, servers, task_logs
 from .options import (
     EXIT_BAD_INPUT,
     EXIT_ERROR,
@@ -39,6 +39,7 @@ def main(verbose: int) -> None:
 
 for command in (
     *jobs.COMMANDS,
+    *operate.COMMANDS,
     *servers.COMMANDS,
     *api.COMMANDS,
     *backfill.COMMANDS,

@@ -72,6 +72,7 @@ STATE_AFTER = {
     EventKind.GATE_WAIT: TaskState.QUEUED,
     EventKind.CANCELLED: TaskState.CANCELLED,
     EventKind.REVIVED: TaskState.WAITING,  # a 'queued' follows when its parents are done
+    EventKind.CLEARED: TaskState.WAITING,  # a 'queued' follows when its parents are done
 }
 
 

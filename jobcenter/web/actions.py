@@ -1,9 +1,12 @@
 """What a person can change from the dashboard, each a POST that needs the token: cancel
-and retry a job, requeue a dead letter, pause, resume and run a schedule now."""
+and retry a job, clear and mark a task, requeue a dead letter, pause, resume and run a
+schedule now."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
@@ -20,9 +23,16 @@ from jobcenter.model.states import JobState
 from .auth import require_token
 from .pages import client
 
+REASON_MAX = 1_000  # characters of a reason kept in the history
+DASHBOARD_PERSON = "dashboard"  # who acts with the dashboard's own token (it names no one)
+
 
 async def _act(
-    request: Request, do: Callable[[Client], str], back: str, job_id: str | None = None
+    request: Request,
+    do: Callable[[Client], str],
+    back: str,
+    job_id: str | None = None,
+    with_person: Callable[[str], Callable[[Client], str]] | None = None,
 ) -> Response:
     """Check the token, run `do` (blocking Redis calls: in a thread), and answer JSON to a
     script or a redirect with a notice to a plain form. An owner-bound API token acts on
@@ -34,6 +44,9 @@ async def _act(
         owner = await run_in_threadpool(client(request).store.job_owner, job_id)
         if owner != record.owner:
             raise NotFound.job(job_id, client(request).settings.namespace)
+    if with_person is not None:  # the history names who acted: the API token's name
+        person = DASHBOARD_PERSON if record is None else f"token:{record.name or record.id}"
+        do = with_person(person)
     message = await run_in_threadpool(do, client(request))
     if "application/json" in request.headers.get("accept", ""):
         return JSONResponse({"ok": True, "message": message})
@@ -59,6 +72,62 @@ async def retry(request: Request) -> Response:
         return f"job {job_id}: {c.retry(job_id)} tasks to run again"
 
     return await _act(request, do, f"/jobs/{job_id}", job_id)
+
+
+def _reason(request: Request) -> str:
+    reason = request.query_params.get("reason", "")
+    if len(reason) > REASON_MAX:
+        raise ValueError(f"a reason takes at most {REASON_MAX} characters")
+    return reason
+
+
+def _result(request: Request) -> Any:
+    """A mark's result, JSON in `?result=` (None without it)."""
+    if not request.query_params.get("result"):
+        return None
+    try:
+        return json.loads(request.query_params["result"])
+    except ValueError as exc:
+        raise ValueError(f"the result must be JSON: {exc}") from None
+
+
+def _flag(request: Request, name: str) -> bool:
+    return request.query_params.get(name, "") in ("1", "true", "on")
+
+
+async def clear_task(request: Request) -> Response:
+    """Run a task again (`?downstream=1`, `?upstream=1`: with those below or above it)."""
+    job_id, task_id = request.path_params["job_id"], request.path_params["task_id"]
+    downstream, upstream = _flag(request, "downstream"), _flag(request, "upstream")
+
+    def as_person(person: str) -> Callable[[Client], str]:
+        def do(c: Client) -> str:  # the query is read once the token passed
+            reason = _reason(request)
+            cleared, ids = c.clear(
+                job_id, [task_id], downstream=downstream, upstream=upstream, by=person,
+                reason=reason,
+            )  # fmt: skip
+            return f"job {job_id}: {cleared} tasks to run again ({', '.join(ids)})"
+
+        return do
+
+    return await _act(request, as_person(DASHBOARD_PERSON), f"/jobs/{job_id}", job_id, as_person)
+
+
+async def mark_task(request: Request) -> Response:
+    """Settle a task by hand: `?state=succeeded|failed|skipped`, `&result=JSON`."""
+    job_id, task_id = request.path_params["job_id"], request.path_params["task_id"]
+    outcome = request.query_params.get("state", "")
+
+    def as_person(person: str) -> Callable[[Client], str]:
+        def do(c: Client) -> str:  # the query is read once the token passed
+            reason, result = _reason(request), _result(request)
+            was = c.mark(job_id, task_id, outcome, result=result, by=person, reason=reason)
+            return f"job {job_id}: task {task_id} marked {outcome} (it was {was})"
+
+        return do
+
+    return await _act(request, as_person(DASHBOARD_PERSON), f"/jobs/{job_id}", job_id, as_person)
 
 
 async def requeue(request: Request) -> Response:
@@ -100,6 +169,8 @@ async def run_now(request: Request) -> Response:
 ROUTES = [
     Route("/jobs/{job_id}/cancel", cancel, methods=["POST"]),
     Route("/jobs/{job_id}/retry", retry, methods=["POST"]),
+    Route("/jobs/{job_id}/tasks/{task_id:path}/clear", clear_task, methods=["POST"]),
+    Route("/jobs/{job_id}/tasks/{task_id:path}/mark", mark_task, methods=["POST"]),
     Route("/dead-letters/{job_id}/{task_id:path}/requeue", requeue, methods=["POST"]),
     Route("/schedules/{schedule_id}/pause", pause, methods=["POST"]),
     Route("/schedules/{schedule_id}/resume", resume, methods=["POST"]),

@@ -10,10 +10,12 @@ from typing import Any
 import httpx
 import pytest
 from api_harness import ApiServer, Workers
+from helpers import wait_until
 
 from jobcenter import Client
 from jobcenter.errors import SpecError
 from jobcenter.model.spec import parse_spec
+from jobcenter.storage import tokens
 from jobcenter.storage.server.embedded import RedisServer
 
 PROBLEM = "application/problem+json"
@@ -266,3 +268,39 @@ def test_redis_unreachable_is_a_503_and_health_says_so(
         assert problem(health, 503)
     finally:
         server.close()
+
+
+def test_mark_and_clear_a_task_with_an_operate_token_naming_it_in_the_history(
+    api: ApiServer, workers: Workers, client: Client
+) -> None:
+    reader = api.token("read")
+    made, _ = tokens.create(client.store, "operate", name="oncall-bot")
+    spec = {
+        "name": "fails",
+        "tasks": [
+            {"id": "a", "task": "jobcenter.demo.fail", "args": [1]},
+            {"id": "b", "task": "jobcenter.demo.step", "args": [2], "depends_on": ["a"]},
+        ],
+    }
+    job_id = api.submit(made, spec)
+    workers.start()
+    assert api.wait_finished(made, job_id) == "failed"
+    mark = f"/jobs/{job_id}/tasks/a/mark"
+
+    refused = api.call("POST", mark, reader, json={"state": "succeeded"})
+    bad = api.call("POST", mark, made, json={"state": "done"})
+    marked = api.call("POST", mark, made, json={"state": "succeeded", "result": 1, "reason": "ok"})
+
+    assert refused.status_code == 403, refused.text
+    assert problem(bad, 422)
+    assert marked.status_code == 200, marked.text
+    assert marked.json()["message"] == f"job {job_id}: task a marked succeeded (it was failed)"
+    assert api.wait_finished(made, job_id) == "succeeded"
+    (line,) = [h for h in client.history(job_id) if h["handler"] == "token:oncall-bot"]
+    assert line["error"] == "marked succeeded by token:oncall-bot: ok"
+    again = api.call("POST", mark, made, json={"state": "failed"})
+    assert "ended succeeded already" in problem(again, 409)["detail"]
+    wait_until(lambda: client.store.records(job_id).packed is not None, message="not compacted")
+    cleared = api.call("POST", f"/jobs/{job_id}/tasks/b/clear", made)  # compacted: runs again
+    assert cleared.status_code == 200, cleared.text
+    assert api.wait_finished(made, job_id) == "succeeded"

@@ -243,3 +243,73 @@ def test_the_page_of_a_2000_task_job_draws_groups_and_its_load_time_is_printed(
     assert len(listed) == 100  # the level's tasks, listed in the side panel
     for job_id, _ in jobs.values():
         assert client.wait(job_id, JOB_SECONDS * 2)["state"] == "succeeded"
+
+
+def _typed(driver: Any, element_id: str, text: str) -> bool:
+    """Type into a box of the task panel, which a live page may draw again meanwhile."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+
+    try:
+        box = driver.find_element(By.ID, element_id)
+        box.clear()
+        box.send_keys(text)
+        return bool(box.get_attribute("value") == text)
+    except WebDriverException:  # drawn again between the find and the keys: once more
+        return False
+
+
+def _clicked(driver: Any, element_id: str) -> bool:
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+
+    try:
+        driver.find_element(By.ID, element_id).click()
+        return True
+    except WebDriverException:
+        return False
+
+
+def test_a_failed_task_is_cleared_and_a_stuck_one_marked_succeeded_from_its_panel(
+    browser: Any, dashboard_url: str, client: Client, workers: Workers, screenshots: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    workers.start()
+    job_id = client.submit(
+        {
+            "name": "stuck",
+            "tasks": [
+                {"id": "flaky", "task": "tasks_for_tests.fail_times", "args": [1, "flaky"]},
+                {"id": "legacy", "task": "nobody.has_this"},
+                {
+                    "id": "after",
+                    "task": "tasks_for_tests.record",
+                    "depends_on": ["legacy"],
+                    "inputs": {"label": "legacy"},
+                },
+            ],
+        }  # fmt: skip
+    )
+    wait_until(lambda: client.status(job_id)["tasks"]["flaky"]["state"] == "failed", JOB_SECONDS)
+    open_job(browser, dashboard_url, job_id)
+    enter_token(browser)
+    browser.execute_script("window.confirm = () => true")  # the buttons ask first
+    click_node(browser, "flaky")
+    wait(browser, lambda d: _clicked(d, "clear-task"), PAGE_SECONDS)
+    wait(browser, lambda d: "1 tasks to run again (flaky)" in d.find_element(By.ID, "notice").text)
+    wait_until(lambda: client.status(job_id)["tasks"]["flaky"]["state"] == "succeeded", JOB_SECONDS)
+    click_node(browser, "legacy")
+    wait(browser, lambda d: _typed(d, "operate-reason", "ran it by hand"), PAGE_SECONDS)
+    wait(browser, lambda d: _typed(d, "operate-result", '"by hand"'), PAGE_SECONDS)
+    browser.find_element(By.ID, "mark-succeeded").click()
+    wait(browser, lambda d: job_badge(d) == "succeeded", message="the marked job never ended")
+    shot(browser, screenshots, "cleared-and-marked")
+
+    assert client.result(job_id, "after") == "by hand"
+    history = client.history(job_id)
+    by_hand = [(h["task"], h["error"]) for h in history if h["handler"] == "dashboard"]
+    assert by_hand == [
+        ("flaky", "cleared by dashboard"),
+        ("legacy", "marked succeeded by dashboard: ran it by hand"),
+    ]

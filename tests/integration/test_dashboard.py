@@ -26,6 +26,8 @@ PAGES = ["/jobs", "/workers", "/queues", "/dead-letters", "/schedules", "/recove
 ACTIONS = [
     "/jobs/{job}/cancel",
     "/jobs/{job}/retry",
+    "/jobs/{job}/tasks/t1/clear?downstream=1",
+    "/jobs/{job}/tasks/t1/mark?state=succeeded",
     "/dead-letters/{job}/t1/requeue",
     "/schedules/{schedule}/pause",
     "/schedules/{schedule}/resume",
@@ -494,6 +496,43 @@ def test_cancel_and_retry_from_the_dashboard(
     assert again.status_code == 409 and "cancelled already" in again.json()["error"]
     assert retried.json() == {"ok": True, "message": f"job {flaky}: 1 tasks to run again"}
     assert final["state"] == "succeeded" and final["tasks"]["t1"]["attempts"] == 2
+
+
+def test_clear_and_mark_from_a_task_panel(
+    dashboard: Dashboard, client: Client, workers: Workers
+) -> None:
+    workers.start()
+    job_id = client.submit(
+        {
+            "name": "panel",
+            "tasks": [
+                {"id": "t1", "task": "tasks_for_tests.fatal"},
+                {
+                    "id": "t2",
+                    "task": "tasks_for_tests.record",
+                    "depends_on": ["t1"],
+                    "inputs": {"label": "t1"},
+                },
+            ],
+        }  # fmt: skip
+    )
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "failed"
+
+    cleared = dashboard.act(f"/jobs/{job_id}/tasks/t1/clear?reason=again")
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "failed"  # fatal again
+    bad = dashboard.act(f"/jobs/{job_id}/tasks/t1/mark?state=succeeded&result=%7Bx")
+    marked = dashboard.act(f"/jobs/{job_id}/tasks/t1/mark?state=succeeded&result=%22ok%22")
+    status = client.wait(job_id, JOB_SECONDS)
+
+    assert cleared.json()["message"] == f"job {job_id}: 1 tasks to run again (t1)"
+    assert bad.status_code == 400 and "the result must be JSON" in bad.json()["error"]
+    assert marked.status_code == 200, marked.text
+    assert status["state"] == "succeeded" and client.result(job_id, "t2") == "ok"
+    people = [(h["task"], h["handler"], h["error"]) for h in client.history(job_id)]
+    assert ("t1", "dashboard", "cleared by dashboard: again") in people
+    assert ("t1", "dashboard", "marked succeeded by dashboard") in people
+    page = dashboard.get(f"/jobs/{job_id}").text
+    assert "job.js" in page  # the panel's buttons are drawn by it (browser tier: clicked)
 
 
 def test_a_form_post_with_the_token_field_acts_and_redirects(

@@ -94,6 +94,7 @@ def test_a_finished_job_is_one_packed_record_that_reads_back_as_it_was(
     _run(store, job_id, fail={"right"} if outcome == "failed" else ())
     jk = store.keys.job(job_id)
     as_it_was = _reads(store, job_id)
+    tasks_hash = store.redis.hgetall(jk.tasks)
     _settle(store, job_id)
 
     assert job_field(store, job_id, "state") == outcome
@@ -102,23 +103,22 @@ def test_a_finished_job_is_one_packed_record_that_reads_back_as_it_was(
     assert store.redis.type(jk.packed) == b"string"
     assert 0 < store.redis.pttl(jk.packed) <= store.redis.pttl(jk.job) + 5
     packed = _reads(store, job_id)
-    # a succeeded job, too, though its record left out what only a run needs
     assert packed == as_it_was
     assert packed["graph"][2:] == ([(0, 1), (0, 2), (1, 3), (2, 3)], True)
     assert packed["detail"][1].task == "t.b"
     assert packed["detail"][1].args == '{"args": [1, "x"], "kwargs": {}}'
     assert packed["detail"][0].max_attempts == 3
 
-    assert store.restore(job_id)  # the tasks hash and history exactly as they were packed
+    # the tasks hash and history exactly as they were packed, a succeeded job's too: each
+    # field a run needs (a clear runs its tasks again)
+    assert store.restore(job_id)
+    assert store.redis.hgetall(jk.tasks) == tasks_hash
     assert job_field(store, job_id, "packed") is None
     assert not store.redis.exists(jk.packed)
     assert store.redis.pttl(jk.tasks) > 0 and store.redis.pttl(jk.history) > 0
     unpacked = _reads(store, job_id)
     payload = codec.unpack(store.redis.hget(jk.tasks, "p:1"))
-    if outcome == "succeeded":  # its name and arguments: what the payload held for a run, freed
-        assert payload == {"t": "t.b", "a": [1, "x"]}
-    else:  # a failed job keeps it whole: a retry needs it
-        assert payload["id"] == "left" and payload["a"] == [1, "x"]  # type: ignore[index]
+    assert payload["id"] == "left" and payload["a"] == [1, "x"]  # type: ignore[index]
     assert packed == unpacked
     assert [h["attempt"] for h in packed["history"] if h["task"] == "extract"] == [1, 2]
     assert packed["status"]["tasks"]["extract"]["attempts"] == 2
@@ -137,8 +137,7 @@ def test_the_record_is_msgpack_parts_column_by_column(store: Store) -> None:
     assert tasks["c"]["id"] == [b"extract", b"left", b"right", b"join"]
     assert tasks["c"]["s"] == {"d": [b"succeeded"], "x": [0, 0, 0, 0]}  # few distinct values
     assert set(tasks["c"]["tf"]) == {"b", "v"}  # times: a base and small offsets
-    assert "p" not in tasks["c"] and "d" not in tasks["c"]  # what only a run needs: freed
-    assert tasks["c"]["p.t"] == [b"t.a", b"t.b", b"t.b", b"t.c"]  # the task names
+    assert len(tasks["c"]["p"]) == 4 and "d" in tasks["c"]  # what a run needs: kept
     assert len(decode(raw).history) == parts[1]["n"] == 5
 
 
@@ -333,7 +332,7 @@ def test_a_restore_refused_changes_nothing(store: Store) -> None:
         assert not store.restore(job_id)
 
 
-def test_results_survive_compaction_and_inputs_are_dropped_from_a_succeeded_job(
+def test_results_and_inputs_survive_compaction_of_a_succeeded_job(
     store: Store,
 ) -> None:
     job_id = submit(store, {"name": "results", "tasks": [
@@ -359,4 +358,4 @@ def test_results_survive_compaction_and_inputs_are_dropped_from_a_succeeded_job(
     )
     assert store.result(job_id, "b") == {"from": 1, "bytes": b"\x00\xff"}
     assert views.task_detail(store, job_id, 1).result is not None
-    assert store.records(job_id).values(["in:1"]) == [None]  # a working field: gone
+    assert store.records(job_id).values(["in:1"]) == [b"x=0"]  # a working field: kept

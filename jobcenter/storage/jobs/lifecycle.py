@@ -31,12 +31,6 @@ CURSOR_MOVED = schema.code("CURSOR_MOVED")
 WRONG_STATE = schema.code("WRONG_STATE")
 
 
-def _record(fields: dict[str, bytes], history: list[bytes], tasks: int, state: bytes) -> bytes:
-    """A finished job's packed record; a succeeded one's without its working fields."""
-    working = state != JobState.SUCCEEDED.value.encode()
-    return packed_encode(fields, history, tasks, working)
-
-
 class Lifecycle(StoreBase):
     """The leader's steps over a job's life: publish, continue, compact, finalize, cancel,
     revive, restore, delete, repair."""
@@ -82,7 +76,7 @@ class Lifecycle(StoreBase):
                 history += page
                 if len(page) < HISTORY_PAGE:
                     break
-            record = _record(records.every_field(), history, int(n or 0), state)
+            record = packed_encode(records.every_field(), history, int(n or 0))
             code = self._write_record(job_id, updated_at, record)
             if code != CURSOR_MOVED:
                 return code == 0
@@ -99,12 +93,12 @@ class Lifecycle(StoreBase):
         for jk in jks.values():
             pipe.hmget(jk.job, JobField.STATE, JobField.UPDATED_AT, JobField.TASKS, *STAMP_FIELDS)
         alone: list[str] = []  # compact() also drops the message of a job with nothing to do
-        small: list[tuple[str, bytes, bytes, int]] = []
+        small: list[tuple[str, bytes, int]] = []
         for job_id, (state, updated_at, n, packed, _) in zip(job_ids, pipe.execute(), strict=True):
             tasks = int(n or 0)
             finished = state is not None and JobState(state.decode()).terminal
             if finished and not packed and tasks <= COMPACT_BATCH_TASKS_MAX:
-                small.append((job_id, state, updated_at, tasks))
+                small.append((job_id, updated_at, tasks))
             else:
                 alone.append(job_id)
         pipe = self.redis.pipeline(transaction=False)
@@ -114,9 +108,9 @@ class Lifecycle(StoreBase):
         read = pipe.execute()
         batch = self.scripts.batch()
         writing: list[str] = []
-        for k, (job_id, state, updated_at, tasks) in enumerate(small):
+        for k, (job_id, updated_at, tasks) in enumerate(small):
             fields, history = read[2 * k], read[2 * k + 1]
-            record = _record({f.decode(): v for f, v in fields.items()}, history, tasks, state)
+            record = packed_encode({f.decode(): v for f, v in fields.items()}, history, tasks)
             if len(history) >= HISTORY_PAGE or len(record) > RECORD_PART:
                 alone.append(job_id)  # read in pages, written in parts
                 continue
@@ -213,11 +207,48 @@ class Lifecycle(StoreBase):
         args: list[int] = [len(roots), *roots]
         for index, parents in resets:
             args += [index, len(parents), *parents]
+        return self._unpacked_call("revive", job_id, args)
+
+    def clear(
+        self,
+        job_id: str,
+        by: tuple[str, str],
+        named: Sequence[int],
+        tasks: Sequence[tuple[int, Sequence[int]]],
+    ) -> int | None:
+        """Put ended `tasks` (each with its parents, parents first) back to run again, by
+        hand: `by` is (who, why), `named` the tasks the person named (refused when they
+        cannot run again); clear.lua. Returns how many were cleared, or None while a
+        cascade is under way (finish it, then call again). WrongState naming what is off."""
+        args: list[Any] = [*by, len(named), *named]
+        for index, parents in tasks:
+            args += [index, len(parents), *parents]
+        return self._unpacked_call("clear", job_id, args)
+
+    def mark(
+        self,
+        job_id: str,
+        index: int,
+        outcome: str,
+        result: bytes,
+        by: tuple[str, str],
+        resets: Sequence[tuple[int, Sequence[int]]],
+    ) -> int | None:
+        """Settle task `index` by hand as `outcome` (mark.lua); `resets`: for a task that
+        had ended, the first ended tasks below it to decide again. Returns how many were
+        reset, or None while a cascade is under way. WrongState naming what is off."""
+        args: list[Any] = [index, outcome, result, *by]
+        for task, parents in resets:
+            args += [task, len(parents), *parents]
+        return self._unpacked_call("mark", job_id, args)
+
+    def _unpacked_call(self, name: str, job_id: str, args: Sequence[Any]) -> int | None:
+        """A job script that needs the job's tasks hash (revive, clear, mark): a compacted
+        job is unpacked first (restore), and once more if a leader compacted it again
+        meanwhile (restore posts no compact message, so this ends)."""
         while True:
             self.restore(job_id)
-            reply = self._job_call("revive", job_id, args)
-            # a leader compacted it between the two (a compact message posted earlier): once
-            # more; restore posts none, so this ends
+            reply = self._job_call(name, job_id, args)
             if int(reply[0]) != WRONG_STATE or not self.records(job_id).packed:
                 break
         raise_for_code(

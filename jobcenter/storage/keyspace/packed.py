@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import msgpack
 
-from jobcenter.errors import JobcenterError, SpecError
+from jobcenter.errors import JobcenterError
 from jobcenter.model import codec
 
 from .keys import JobKeys
@@ -26,8 +26,6 @@ from .schema import (
     INTEGER_FIELDS,
     INTEGER_HISTORY_COLUMNS,
     PACKED_FORMAT,
-    SHOWN_WORKING_FIELDS,
-    WORKING_FIELDS,
     HistoryColumn,
     JobField,
     PackedKey,
@@ -43,14 +41,13 @@ INTEGER_COLUMNS = frozenset(
 )
 TASKS_CHUNK = 5_000  # task fields per HMGET: a 100,000-task job is read in short calls
 SCAN_PAGE = 1_000  # HSCAN page when reading one field of every task
-# A succeeded job's payloads are kept as two columns: the task names (few distinct ones, so a
-# byte or two a task) and the arguments (absent when a task has none). `decode` makes each
-# back into a payload of the name and arguments: what a reader shows of a finished task.
+# A record an earlier jobcenter wrote kept a succeeded job's payloads as two columns: the
+# task names and the arguments (absent when a task had none), without what a run needs.
+# `decode` makes each back into a payload of the name and arguments (no PayloadKey.ID: how
+# `clear` tells such a record, which cannot run again, from a whole one).
 NAME_COLUMN = "p.t"
 ARGS_COLUMN = "p.a"
 TASK_KEY = PayloadKey.TASK.value
-SHOWN_PAYLOAD_KEYS = (PayloadKey.ARGS.value, PayloadKey.KWARGS.value)
-FREED_ON_SUCCESS = frozenset(f.value for f in WORKING_FIELDS if f not in SHOWN_WORKING_FIELDS)
 
 T = TypeVar("T")
 
@@ -103,22 +100,15 @@ def _part(kind: PackedKey, count: int, columns: dict[str, Any], **extra: int) ->
     return bytes(msgpack.packb(part, use_bin_type=True))
 
 
-def encode(
-    fields: Mapping[str, bytes], history: Sequence[bytes], tasks: int, working: bool
-) -> bytes:
+def encode(fields: Mapping[str, bytes], history: Sequence[bytes], tasks: int) -> bytes:
     """The packed record of a job of `tasks` tasks: its tasks hash `fields` ("s:3" -> value)
-    and its `history` entries. Without `working` (a succeeded job), the working fields
-    (WORKING_FIELDS) are left out but for SHOWN_WORKING_FIELDS, and the payloads are kept as
-    the tasks' names and arguments."""
-    dropped = frozenset() if working else FREED_ON_SUCCESS
+    and its `history` entries, every field kept, whatever the job ended as: `restore` makes
+    the hash again as it was, for a retry or a `clear` (a succeeded job's too)."""
     by_prefix: dict[str, dict[int, bytes]] = {}
     for name, value in fields.items():
         prefix, _, index = name.partition(":")
-        if f"{prefix}:" not in dropped and index.isdigit():
+        if index.isdigit():
             by_prefix.setdefault(prefix, {})[int(index)] = value
-    payload = TaskField.PAYLOAD.value[:-1]
-    if not working and payload in by_prefix:
-        by_prefix.update(_shown_payloads(by_prefix.pop(payload)))
     # every task written, whatever `tasks` says (a map's instances are counted into it)
     tasks = max([tasks] + [max(values) + 1 for values in by_prefix.values()])
     out = []
@@ -140,27 +130,9 @@ def encode(
     return b"".join(out)
 
 
-def _shown_payloads(payloads: Mapping[int, bytes]) -> dict[str, dict[int, bytes]]:
-    """Payloads (task index -> payload) as the columns NAME_COLUMN and ARGS_COLUMN; a value
-    that is no payload (no map with a task name) stays whole, in its own column."""
-    columns: dict[str, dict[int, bytes]] = {}
-    for index, raw in payloads.items():
-        try:
-            payload = codec.unpack(raw)
-        except SpecError:
-            payload = None
-        if not isinstance(payload, dict) or not isinstance(payload.get(TASK_KEY), str):
-            columns.setdefault(TaskField.PAYLOAD.value[:-1], {})[index] = raw
-            continue
-        columns.setdefault(NAME_COLUMN, {})[index] = payload[TASK_KEY].encode()
-        shown = {key: payload[key] for key in SHOWN_PAYLOAD_KEYS if payload.get(key)}
-        if shown:
-            columns.setdefault(ARGS_COLUMN, {})[index] = codec.pack(shown, what="arguments")
-    return columns
-
-
 def _payload(name: bytes, args: bytes | None) -> bytes:
-    """A payload of a task's name and arguments, from NAME_COLUMN and ARGS_COLUMN."""
+    """A payload of a task's name and arguments, from NAME_COLUMN and ARGS_COLUMN (a record
+    of an older release)."""
     shown: Any = codec.unpack(args) if args is not None else {}
     return codec.pack({TASK_KEY: name.decode(), **shown}, what="payload")
 

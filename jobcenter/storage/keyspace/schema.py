@@ -61,8 +61,9 @@ class TaskField(StrEnum):
         return f"TF_{self.name}"
 
 
-# What a task's working fields are: what only a run of it needs. A failed or cancelled job's
-# packed record keeps them all, for a retry; a succeeded job's drops those not shown below.
+# What a task's working fields are: what only a run of it needs. A finished job's packed
+# record keeps them all, whatever it ended as: a retry, or a `clear` of a succeeded job, runs
+# its tasks again from them.
 WORKING_FIELDS = (
     TaskField.PAYLOAD,
     TaskField.NONCE,
@@ -83,20 +84,6 @@ WORKING_FIELDS = (
     TaskField.PARENTS_FAILED,
     TaskField.PARENTS_SKIPPED,
 )
-# The working fields a succeeded job's packed record keeps all the same: what its readers show
-# of a finished job (the dashboard's picture: its edges and map links; a task's name and
-# arguments, its queue and attempts allowed). Its payload is kept as name and arguments alone
-# (storage/keyspace/packed.py), a few bytes a task: the whole payload cost ~65.
-SHOWN_WORKING_FIELDS = (
-    TaskField.PAYLOAD,
-    TaskField.CHILDREN,
-    TaskField.QUEUE,
-    TaskField.MAX_ATTEMPTS,
-    TaskField.MAP_ARG,
-    TaskField.MAP_OF,
-)
-
-
 # The protocol this release speaks: the form of the queue entries and job hashes its scripts
 # write and understand. A release that changes either (a new part in a queue entry, a field
 # a transition must not ignore) raises it; an entry or a job of a higher protocol was written
@@ -333,6 +320,7 @@ class EventKind(StrEnum):
     CANCEL = "cancel"  # a cancel (or abandon: DETAIL) of the job was asked
     CANCELLED = "cancelled"
     REVIVED = "revived"  # retry / dlq requeue
+    CLEARED = "cleared"  # clear: put back to run again by hand
     REPAIRED = "repaired"  # by recovery: DETAIL is the rule
     FINALIZED = "finalized"
     DELETED = "deleted"
@@ -423,11 +411,12 @@ def _code(name: str, value: int, scripts: str, meaning: str) -> ReturnCode:
 # Every job script (claim's reply is lists, no code); _job.lua's context comes with most.
 _JOB_SCRIPTS = (
     "cancel compact complete continue delete expire fail finalize gate_wait give_back heartbeat "
-    "lost publish_tasks queue_roots release repair restore resubmit revive start submit"
+    "lost publish_tasks queue_roots release repair restore resubmit revive start submit "
+    "clear mark"
 )
 _JOB_CHECKED = (
     "cancel complete continue delete expire fail finalize gate_wait give_back lost queue_roots "
-    "release repair revive submit"
+    "release repair revive submit clear mark"
 )
 # Every code a script returns as the first item of its reply. Codes < 0 are refusals and
 # change nothing. Each value has one meaning in every script (the `scripts` column says which
@@ -447,7 +436,9 @@ RETURN_CODES = (
         "shard_lease",
         "nothing to do: done already (by this or an earlier call)",
     ),
-    _code("BUSY", 3, "revive", "a failure cascade is under way: finish it, then call again"),
+    _code(
+        "BUSY", 3, "revive clear mark", "a failure cascade is under way: finish it, then call again"
+    ),
     _code("UNFINISHED", 2, "finalize", "the job has tasks not finished yet"),
     _code("HELD", -1, "singleton", "another holder has the lease"),
     _code("NAME_TAKEN", -11, "schedule_add", "the name belongs to another schedule"),
@@ -467,7 +458,7 @@ RETURN_CODES = (
     _code(
         "WRONG_STATE",
         -3,
-        "delete fail publish_tasks queue_roots revive submit pool_set",
+        "delete fail publish_tasks queue_roots revive submit pool_set clear mark",
         "the job or task is not in a state this transition applies to",
     ),
     _code(
@@ -475,7 +466,7 @@ RETURN_CODES = (
         -4,
         "cancel compact complete continue delete expire fail finalize gate_wait give_back "
         "heartbeat publish_tasks queue_roots release repair restore resubmit revive start "
-        "notify_attempt save_logs",
+        "notify_attempt save_logs clear mark",
         "no such job (never submitted, expired, or deleted)",
     ),
     _code("SCHEDULE_GONE", -13, "schedule_save schedule_remove", "no such schedule"),

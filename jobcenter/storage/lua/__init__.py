@@ -40,6 +40,8 @@ JOB_SCRIPTS = frozenset(
         "lost",
         "resubmit",
         "revive",
+        "clear",
+        "mark",
         "delete",
         "compact",
         "restore",
@@ -64,6 +66,8 @@ SHARD_SCRIPTS = frozenset(
     }
 )
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS
+# Job scripts that put ended tasks back to run again (_reset.lua).
+RESET_SCRIPTS = frozenset({"revive", "clear", "mark"})
 # Scripts besides the job scripts that take or give back pool and limit slots (_slots.lua).
 SLOT_SCRIPTS = frozenset({"claim", "pool_set", "rate_set", "reconcile_slots"})
 
@@ -81,6 +85,8 @@ def preludes(name: str) -> list[str]:
         parts.append("_slots")
     if name in JOB_SCRIPTS:
         parts += ["_job", "_cascade", "_data"]
+    if name in RESET_SCRIPTS:
+        parts.append("_reset")
     return parts
 
 

@@ -403,6 +403,66 @@
 
   // -- the side panel ----------------------------------------------------------------------
 
+  // Clear (run again) and mark (settle by hand) a task: the states each takes, as the
+  // server's clear and mark allow them. The reason and a mark's result go in the URL.
+  const CLEARABLE = ["succeeded", "failed", "upstream_failed", "skipped"];
+  const MARKABLE = ["waiting", "queued", "retry_wait", "failed", "upstream_failed"];
+  const drafts = {}; // task id -> what was typed: the panel is drawn again while a task lives
+  function operateButtons(t) {
+    const canClear = CLEARABLE.includes(t.state);
+    const canMark = MARKABLE.includes(t.state);
+    if (!canClear && !canMark) return;
+    const box = html("div", null, panelBody, "operate");
+    box.id = "task-operate";
+    const reason = html("input", null, box);
+    reason.id = "operate-reason";
+    reason.placeholder = "reason (for the history)";
+    const result = canMark ? html("input", null, box, "mono") : null;
+    if (result) {
+      result.id = "operate-result";
+      result.placeholder = "result as JSON (mark succeeded)";
+    }
+    const p = html("p", null, box, "actions");
+    const base = `/jobs/${encodeURIComponent(jobId)}/tasks/${encodeURIComponent(t.id)}`;
+    const buttons = [];
+    function button(id, label, path, query, confirmText) {
+      const b = html("button", label, p, "act");
+      b.id = id;
+      b.dataset.path = path;
+      b.dataset.query = query;
+      if (confirmText) b.dataset.confirm = confirmText;
+      buttons.push(b);
+    }
+    if (canClear) {
+      button("clear-task", "Clear", `${base}/clear`, "", `Run ${t.id} again?`);
+      button("clear-downstream", "Clear with downstream", `${base}/clear`, "downstream=1",
+        `Run ${t.id} and every task below it again?`);
+    }
+    if (canMark) {
+      for (const outcome of ["succeeded", "skipped", "failed"]) {
+        if (outcome !== t.state) {
+          button(`mark-${outcome}`, `Mark ${outcome}`, `${base}/mark`, `state=${outcome}`,
+            `Mark ${t.id} ${outcome}?`);
+        }
+      }
+    }
+    function refresh() {
+      for (const b of buttons) {
+        const q = new URLSearchParams(b.dataset.query);
+        if (reason.value) q.set("reason", reason.value);
+        if (result && result.value && q.get("state") === "succeeded") q.set("result", result.value);
+        b.dataset.url = `${b.dataset.path}?${q}`;
+      }
+    }
+    const draft = drafts[t.id] || (drafts[t.id] = { reason: "", result: "" });
+    reason.value = draft.reason;
+    if (result) result.value = draft.result;
+    reason.addEventListener("input", () => { draft.reason = reason.value; refresh(); });
+    if (result) result.addEventListener("input", () => { draft.result = result.value; refresh(); });
+    refresh();
+    window.jobcenter.wireActions(p);
+  }
+
   function select(what) {
     selected = what;
     for (const box of model.boxes) box.g.classList.remove("selected");
@@ -415,6 +475,8 @@
 
   async function refreshPanel() {
     if (!selected) return;
+    // not while a person types a reason or a result: the panel is drawn again afterwards
+    if (document.activeElement && document.activeElement.closest("#task-operate input")) return;
     if (selected.kind === "group") { showGroup(model.picture.nodes[selected.index]); return; }
     const asked = selected;
     try {
@@ -470,6 +532,7 @@
       b.dataset.url = `/dead-letters/${encodeURIComponent(jobId)}/${encodeURIComponent(t.id)}/requeue`;
       window.jobcenter.wireActions(p);
     }
+    if (document.body.dataset.actions === "on") operateButtons(t);
     html("h3", `attempts (${t.history.length})`, panelBody);
     const table = html("table", null, panelBody, "grid small");
     table.id = "task-attempts";
