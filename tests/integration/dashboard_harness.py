@@ -61,6 +61,11 @@ class Dashboard:
         self.thread.join(STOP_SECONDS)
 
 
+# What a route needs besides its path to get as far as Redis (without it, it refuses the
+# request itself: a 400 that never reads Redis), by the path's last part.
+ROUTE_QUERIES = {"mark": "?state=succeeded"}
+
+
 def every_route(app: Any, job_id: str, schedule_id: str) -> list[tuple[str, str]]:
     """(method, path) of every route the app serves, its parameters filled in, so a route
     added later (an API mounted beside the pages) is covered without naming it here."""
@@ -71,5 +76,6 @@ def every_route(app: Any, job_id: str, schedule_id: str) -> list[tuple[str, str]
             out.append(("GET", f"{route.path}/app.css"))
             continue
         path = re.sub(r"{([^}]+)}", lambda m: params[m.group(1)], route.path)
+        path += ROUTE_QUERIES.get(route.path.rsplit("/", 1)[-1], "")
         out.append(("POST" if "POST" in route.methods else "GET", path))
     return out
