@@ -80,6 +80,7 @@ class JobStatus(BaseModel):
     error: str | None = Field(
         default=None, description="Why the job itself ended, when it says: a cancel, lost keys."
     )
+    tags: dict[str, str] = Field(default_factory=dict, description="The spec's `tags:`.")
     tasks: dict[str, TaskStatus]
     notifications: dict[str, Any] | None = None
 
@@ -93,6 +94,7 @@ class JobSummary(BaseModel):
     finished_at: float | None
     schedule_id: str | None
     fire_time: float | None
+    tags: dict[str, str] = Field(default_factory=dict, description="The spec's `tags:`.")
 
 
 class JobPage(BaseModel):

@@ -20,6 +20,7 @@ from jobcenter.errors import SpecError
 from jobcenter.model.durations import parse_seconds
 from jobcenter.model.spec import load_spec_file
 from jobcenter.model.states import JobState, TaskState
+from jobcenter.model.tags import format_tags, parse_tag_filter
 from jobcenter.storage.events import Event
 from jobcenter.storage.export import FINISHED_STATES
 from jobcenter.storage.keyspace.schema import EventKind
@@ -215,6 +216,8 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
     click.echo(
         f"created {format_time(st['created_at'])}  finished {format_time(st['finished_at'])}"
     )
+    if st.get("tags"):
+        click.echo(f"tags {format_tags(tuple(st['tags'].items()))}")
     if st["error"]:
         click.echo(f"error: {st['error']}")
     rows = [("TASK", "STATE", "ATT", "HANDLER", "STARTED", "FINISHED (UTC)", "ERROR / PROGRESS")]
@@ -307,6 +310,7 @@ def _since(value: str | None, option: str = "--since") -> float | None:
 @click.option(
     "--schedule", "schedule_id", default=None, help="Only jobs fired by this schedule (id or name)."
 )
+@click.option("--tag", default=None, help="Only jobs with this tag: key=value.")
 @click.option("--since", default=None, help="Created since: epoch, ISO time, or 15m/2h/7d.")
 @click.option("--limit", type=click.IntRange(min=1), default=LIST_LIMIT, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
@@ -316,13 +320,19 @@ def list_jobs(
     owner: str | None,
     state: str | None,
     schedule_id: str | None,
+    tag: str | None,
     since: str | None,
     limit: int,
     as_json: bool,
 ) -> None:
     """List jobs, newest first."""
     rows = client_for(settings).list(
-        owner=owner, state=state, schedule_id=schedule_id, since=_since(since), limit=limit
+        owner=owner,
+        state=state,
+        schedule_id=schedule_id,
+        tag=None if tag is None else "=".join(parse_tag_filter(tag)),
+        since=_since(since),
+        limit=limit,
     )
     echo_rows(
         rows,
@@ -333,6 +343,7 @@ def list_jobs(
             ("CREATED (UTC)", lambda r: format_time(r["created_at"])),
             ("OWNER", lambda r: r["owner"] or "-"),
             ("SCHEDULE", lambda r: r["schedule_id"] or "-"),
+            ("TAGS", lambda r: format_tags(tuple(r["tags"].items())) or "-"),
             ("NAME", lambda r: r["name"]),
         ],
     )

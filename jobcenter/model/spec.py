@@ -22,6 +22,7 @@ from . import codec, documents
 from .dag import check_dag
 from .durations import MAX_SECONDS, parse_seconds
 from .notify import Notify, parse_notify
+from .tags import Tags, parse_tags
 from .trigger_rules import DEFAULT_TRIGGER_RULE, TriggerRule
 
 DEFAULT_QUEUE = "default"  # the queue of a job or task that names none
@@ -148,6 +149,7 @@ class JobSpec:
     order: str = DEFAULT_ORDER  # which ready task of the job runs first (jobcenter.model.ordering)
     max_running: int | None = None  # at most this many of its tasks run at once
     notify: Notify | None = None  # whom to tell when it ends (jobcenter.model.notify)
+    tags: Tags = ()  # (key, value) pairs, sorted by key (jobcenter.model.tags)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON/msgpack-ready) that round-trips through parse_spec."""
@@ -158,6 +160,8 @@ class JobSpec:
                 out[name] = value
         if self.notify is not None:
             out["notify"] = self.notify.to_dict()
+        if self.tags:
+            out["tags"] = dict(self.tags)
         out["tasks"] = [t.to_dict() for t in self.tasks]
         return out
 
@@ -191,7 +195,7 @@ _JOB_DEFAULTS: dict[str, Any] = {
 _TASK_KEYS = frozenset(
     {"id", "task", "args", "kwargs", "depends_on", "inputs", "map", *_TASK_DEFAULTS}
 )
-_JOB_KEYS = frozenset({"name", "tasks", "notify", *_JOB_DEFAULTS})
+_JOB_KEYS = frozenset({"name", "tasks", "notify", "tags", *_JOB_DEFAULTS})
 
 
 # --- field checks; `task_id` None means a job-level field ----------------------------
@@ -606,6 +610,7 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
         rule = f"an integer from 1 to {MAX_RUNNING_LIMIT}"
         max_running = _int(max_running, "max_running", None, 1, MAX_RUNNING_LIMIT, rule)
     notify = parse_notify(data["notify"]) if data.get("notify") is not None else None
+    tags = parse_tags(data["tags"]) if data.get("tags") is not None else ()
 
     raw_tasks = data.get("tasks")
     if raw_tasks is None or (isinstance(raw_tasks, list | tuple) and not raw_tasks):
@@ -631,6 +636,7 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
         order=order,
         max_running=max_running,
         notify=notify,
+        tags=tags,
     )
     _VALIDATED[id(spec)] = spec
     return spec

@@ -13,6 +13,7 @@ from starlette.routing import Route
 from jobcenter import schedules
 from jobcenter.client import Client
 from jobcenter.model.states import JobState
+from jobcenter.model.tags import parse_tag_filter
 from jobcenter.storage import views
 
 DEAD_LETTERS_PAGE = 100  # the newest dead letters listed
@@ -44,6 +45,9 @@ def home(request: Request) -> Response:
     return RedirectResponse("/jobs", status_code=307)
 
 
+_FILTER_PARAMS = ("owner", "state", "schedule", "name", "tag", "size")  # kept across pages
+
+
 def jobs(request: Request) -> Response:
     q = request.query_params
     filters = views.JobFilter(
@@ -53,12 +57,17 @@ def jobs(request: Request) -> Response:
         if q.get("schedule")
         else None,
         name=q.get("name") or None,
+        tag="=".join(parse_tag_filter(q["tag"])) if q.get("tag") else None,
     )
     if filters.state and filters.state not in {s.value for s in JobState}:
         raise ValueError(f"unknown job state {filters.state!r}")
     size = _int_param(q.get("size"), views.PAGE_SIZE, "size")
     page = views.jobs_page(client(request).store, filters, before=q.get("before"), size=size)
-    kept = {k: v for k, v in q.items() if k in ("owner", "state", "schedule", "name", "size") and v}
+    kept = {
+        k: v
+        for k, v in q.items()
+        if k in ("owner", "state", "schedule", "name", "tag", "size") and v
+    }
     older = f"/jobs?{urlencode({**kept, 'before': page.older})}" if page.older else None
     return render(
         request,

@@ -229,8 +229,9 @@ class Lifecycle(StoreBase):
         """Remove a finished job and its index entries; WrongState if it is not finished."""
         jk = self.keys.job(job_id)
         shard = self.keys.job_shard(job_id)
-        owner, schedule_id = (
-            text(v) for v in self.redis.hmget(jk.job, JobField.OWNER, JobField.SCHEDULE_ID)
+        owner, schedule_id, tags = (
+            text(v)
+            for v in self.redis.hmget(jk.job, JobField.OWNER, JobField.SCHEDULE_ID, JobField.TAGS)
         )
         extra = [
             self.keys.jobs(shard),
@@ -238,6 +239,7 @@ class Lifecycle(StoreBase):
             self.keys.schedule_jobs(shard, schedule_id) if schedule_id else jk.job,
             self.keys.notifications(job_id),
             self.keys.deliveries(job_id),
+            *(self.keys.tag_jobs(shard, tag) for tag in (tags or "").split(",") if tag),
         ]
         code = int(self._job_call("delete", job_id, list(failed), extra_keys=extra)[0])
         raise_for_code(code, f"job {job_id} is not finished: cancel it first")

@@ -14,6 +14,7 @@ from jobcenter.errors import (
 )
 from jobcenter.model import codec
 from jobcenter.model.states import TERMINAL_TASK_STATES, JobState, TaskState
+from jobcenter.model.tags import has_tag, read_tags
 
 from ..keyspace import schema
 from ..keyspace.packed import HISTORY_PAGE, STAMP_FIELDS, JobRecords
@@ -50,6 +51,7 @@ class JobQuery(TypedDict, total=False):
     owner: str | None
     state: str | None
     schedule_id: str | None
+    tag: str | None
     since: float | None
     limit: int
     before: tuple[int, str] | None
@@ -175,6 +177,7 @@ class Reads(StoreBase):
             "error": text(
                 job.get(JobField.ERROR)
             ),  # why the job itself ended (a cancel, lost keys)
+            "tags": read_tags(text(job.get(JobField.TAGS))),
             "tasks": tasks,
             "notifications": notifications_view(self.redis, self.keys, job_id, job),
         }
@@ -262,13 +265,14 @@ class Reads(StoreBase):
         owner: str | None = None,
         state: str | None = None,
         schedule_id: str | None = None,
+        tag: str | None = None,
         since: float | None = None,
         limit: int = 100,
         before: tuple[int, str] | None = None,
     ) -> list[dict[str, Any]]:
-        """Newest first: job summaries, filtered by owner, state, schedule and creation
-        time (epoch seconds). Each filter has an index the transitions keep, so one filter
-        reads about `limit` entries per shard; several read the smallest of their indexes
+        """Newest first: job summaries, filtered by owner, state, schedule, tag (`key=value`)
+        and creation time (epoch seconds). Each filter has an index the transitions keep, so
+        one filter reads about `limit` entries per shard; several read the smallest of their indexes
         in pages, at most LIST_SCAN_MAX entries per shard (a warning says when that cut the
         list short). `before` (created ms, id) of the last job of a page: the next page."""
         if limit <= 0:
@@ -276,7 +280,7 @@ class Reads(StoreBase):
         low = "-inf" if since is None else int(since * 1000)
         rows: list[dict[str, Any]] = []
         for shard in range(self.keys.shards):
-            rows += self._list_shard(shard, owner, state, schedule_id, low, limit, before)
+            rows += self._list_shard(shard, owner, state, schedule_id, tag, low, limit, before)
         rows.sort(key=lambda row: (row["created_at"], row["id"]), reverse=True)
         return rows[:limit]
 
@@ -286,14 +290,15 @@ class Reads(StoreBase):
         owner: str | None,
         state: str | None,
         schedule_id: str | None,
+        tag: str | None,
         low: int | str,
         limit: int,
         before: tuple[int, str] | None = None,
     ) -> list[dict[str, Any]]:
-        index = self.job_index(shard, owner, state, schedule_id, low)
+        index = self.job_index(shard, owner, state, schedule_id, low, tag)
         high: int | str = "+inf" if before is None else before[0]
         page = limit
-        if sum(1 for value in (owner, state, schedule_id) if value) > 1:
+        if sum(1 for value in (owner, state, schedule_id, tag) if value) > 1:
             page = max(limit, LIST_PAGE_MIN)  # the other filters are checked per job
         rows: list[dict[str, Any]] = []
         seen: set[str] = set()  # a job added while we page shifts the pages
@@ -309,6 +314,7 @@ class Reads(StoreBase):
                     (not owner or row["owner"] == owner)
                     and (not state or row["state"] == state)
                     and (not schedule_id or row["schedule_id"] == schedule_id)
+                    and (not tag or has_tag(row["tags"], tag))
                     and (before is None or (round(row["created_at"] * 1000), row["id"]) < before)
                 ):
                     rows.append(row)
@@ -330,6 +336,7 @@ class Reads(StoreBase):
         state: str | None,
         schedule_id: str | None,
         low: int | str = "-inf",
+        tag: str | None = None,
     ) -> str:
         """The shard's job index to walk for these filters: the smallest (in jobs created
         since `low` ms) of those the transitions keep for them, all jobs when none is set.
@@ -341,6 +348,7 @@ class Reads(StoreBase):
                 (owner, keys.owner_jobs(shard, owner or "")),
                 (state, keys.state_jobs(shard, state or "")),
                 (schedule_id, keys.schedule_jobs(shard, schedule_id or "")),
+                (tag, keys.tag_jobs(shard, tag or "")),
             )
             if value
         ]
@@ -354,13 +362,16 @@ class Reads(StoreBase):
     def _summaries(self, job_ids: Sequence[str]) -> list[dict[str, Any]]:
         """The list view of each job still there (one expired since the index read is left
         out), in the order given."""
-        fields = ("name", "owner", "state", "created_at", "finished_at", "schedule_id", "fire_time")
+        fields = (
+            "name", "owner", "state", "created_at", "finished_at", "schedule_id", "fire_time",
+            JobField.TAGS,
+        )  # fmt: skip
         pipe = self.redis.pipeline(transaction=False)
         for job_id in job_ids:
             pipe.hmget(self.keys.job(job_id).job, fields)
         rows = []
         for job_id, values in zip(job_ids, pipe.execute(), strict=True):
-            name, owner, state, created, finished, schedule_id, fire = values
+            name, owner, state, created, finished, schedule_id, fire, tags = values
             if state is None:
                 continue
             rows.append(
@@ -373,6 +384,7 @@ class Reads(StoreBase):
                     "finished_at": seconds(finished),
                     "schedule_id": text(schedule_id),
                     "fire_time": float(fire) if fire is not None else None,
+                    "tags": read_tags(text(tags)),
                 }
             )
         return rows

@@ -174,6 +174,7 @@ class JobField(StrEnum):
     NOTIFY_ON = "notify_on"  # the final states to tell of, comma-separated (spec `notify:`)
     NOTIFY_TO = "notify_to"  # the channels told (jobcenter.model.notify.Channel), comma-separated
     WEBHOOK = "webhook"  # the URL the webhook channel posts to
+    TAGS = "tags"  # spec `tags:`, `key=value` pairs sorted by key, comma-separated
 
 
 class DeliveryField(StrEnum):

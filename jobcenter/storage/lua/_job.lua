@@ -138,8 +138,10 @@ end
 
 -- The job's entry in the expiring zset: what trimming needs once the job's keys are gone.
 local function expiring_member()
-  local j = redis.call('HMGET', JOB, JOB_FIELD.OWNER, JOB_FIELD.SCHEDULE_ID)
-  return JOB_ID .. '\t' .. (j[1] or '') .. '\t' .. (j[2] or '')
+  local j = redis.call('HMGET', JOB, JOB_FIELD.OWNER, JOB_FIELD.SCHEDULE_ID, JOB_FIELD.TAGS)
+  local member = JOB_ID .. '\t' .. (j[1] or '') .. '\t' .. (j[2] or '')
+  if j[3] then member = member .. '\t' .. j[3] end -- its tag indexes (none: as before tags)
+  return member
 end
 
 -- The one way a transition says what it did: an entry in the shard's event stream, capped
