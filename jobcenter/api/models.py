@@ -81,6 +81,7 @@ class JobStatus(BaseModel):
         default=None, description="Why the job itself ended, when it says: a cancel, lost keys."
     )
     tags: dict[str, str] = Field(default_factory=dict, description="The spec's `tags:`.")
+    paused_at: float | None = Field(default=None, description="Paused since (epoch s).")
     tasks: dict[str, TaskStatus]
     notifications: dict[str, Any] | None = None
 
@@ -95,6 +96,7 @@ class JobSummary(BaseModel):
     schedule_id: str | None
     fire_time: float | None
     tags: dict[str, str] = Field(default_factory=dict, description="The spec's `tags:`.")
+    paused_at: float | None = Field(default=None, description="Paused since (epoch s).")
 
 
 class JobPage(BaseModel):

@@ -9,7 +9,7 @@ import logging
 
 import click
 
-from . import api, jobs, pools, schedules, servers
+from . import api, jobs, operate, pools, schedules, servers
 from .options import (
     EXIT_BAD_INPUT,
     EXIT_ERROR,
@@ -41,6 +41,7 @@ for command in (
     *jobs.COMMANDS,
     *servers.COMMANDS,
     *api.COMMANDS,
+    *operate.COMMANDS,
     schedules.schedule_group,
     pools.pool_group,
     pools.rate_group,

@@ -218,6 +218,8 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
     )
     if st.get("tags"):
         click.echo(f"tags {format_tags(tuple(st['tags'].items()))}")
+    if st.get("paused_at"):
+        click.echo(f"paused since {format_time(st['paused_at'])}: nothing more of it starts")
     if st["error"]:
         click.echo(f"error: {st['error']}")
     rows = [("TASK", "STATE", "ATT", "HANDLER", "STARTED", "FINISHED (UTC)", "ERROR / PROGRESS")]
@@ -339,7 +341,7 @@ def list_jobs(
         as_json,
         [
             ("JOB", lambda r: r["id"]),
-            ("STATE", lambda r: r["state"]),
+            ("STATE", lambda r: r["state"] + (" (paused)" if r.get("paused_at") else "")),
             ("CREATED (UTC)", lambda r: format_time(r["created_at"])),
             ("OWNER", lambda r: r["owner"] or "-"),
             ("SCHEDULE", lambda r: r["schedule_id"] or "-"),

@@ -50,7 +50,7 @@ JOB_FIELDS = (
     JobField.NAME, JobField.OWNER, JobField.STATE, JobField.TASKS, JobField.LEFT,
     JobField.PRIORITY, JobField.QUEUE, JobField.CREATED_AT, JobField.STARTED_AT,
     JobField.FINISHED_AT, JobField.UPDATED_AT, JobField.SCHEDULE_ID, JobField.FIRE_TIME,
-    JobField.ERROR, JobField.FAILED, JobField.CANCELLED, JobField.TAGS,
+    JobField.ERROR, JobField.FAILED, JobField.CANCELLED, JobField.TAGS, JobField.PAUSED,
 )  # fmt: skip
 
 
@@ -84,6 +84,7 @@ class JobSummary:
     failed: int  # tasks failed for good
     cancelled: int
     tags: dict[str, str] = field(default_factory=dict)
+    paused_at: float | None = None
 
 
 def job_summary(store: Store, job_id: str) -> JobSummary:
@@ -113,6 +114,7 @@ def _summary(job_id: str, f: dict[str, bytes | None]) -> JobSummary:
         failed=_int(f[JobField.FAILED]) or 0,
         cancelled=_int(f[JobField.CANCELLED]) or 0,
         tags=read_tags(text(f.get(JobField.TAGS))),
+        paused_at=seconds(f.get(JobField.PAUSED)),
     )
 
 

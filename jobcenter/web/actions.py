@@ -1,5 +1,6 @@
-"""What a person can change from the dashboard, each a POST that needs the token: cancel
-and retry a job, requeue a dead letter, pause, resume and run a schedule now."""
+"""What a person can change from the dashboard, each a POST that needs the token: cancel,
+retry, pause and resume a job, pause and resume a queue, requeue a dead letter, pause,
+resume and run a schedule now."""
 
 from __future__ import annotations
 
@@ -61,6 +62,42 @@ async def retry(request: Request) -> Response:
     return await _act(request, do, f"/jobs/{job_id}", job_id)
 
 
+async def pause_job(request: Request) -> Response:
+    job_id = request.path_params["job_id"]
+
+    def do(c: Client) -> str:
+        return f"job {job_id} {'paused' if c.pause(job_id) else 'was paused already'}"
+
+    return await _act(request, do, f"/jobs/{job_id}", job_id)
+
+
+async def resume_job(request: Request) -> Response:
+    job_id = request.path_params["job_id"]
+
+    def do(c: Client) -> str:
+        return f"job {job_id} {'resumed' if c.resume(job_id) else 'was not paused'}"
+
+    return await _act(request, do, f"/jobs/{job_id}", job_id)
+
+
+async def pause_queue(request: Request) -> Response:
+    queue = request.path_params["queue"]
+
+    def do(c: Client) -> str:
+        return f"queue {queue} {'paused' if c.pause_queue(queue) else 'was paused already'}"
+
+    return await _act(request, do, "/queues")
+
+
+async def resume_queue(request: Request) -> Response:
+    queue = request.path_params["queue"]
+
+    def do(c: Client) -> str:
+        return f"queue {queue} {'resumed' if c.resume_queue(queue) else 'was not paused'}"
+
+    return await _act(request, do, "/queues")
+
+
 async def requeue(request: Request) -> Response:
     job_id, task_id = request.path_params["job_id"], request.path_params["task_id"]
 
@@ -100,6 +137,10 @@ async def run_now(request: Request) -> Response:
 ROUTES = [
     Route("/jobs/{job_id}/cancel", cancel, methods=["POST"]),
     Route("/jobs/{job_id}/retry", retry, methods=["POST"]),
+    Route("/jobs/{job_id}/pause", pause_job, methods=["POST"]),
+    Route("/jobs/{job_id}/resume", resume_job, methods=["POST"]),
+    Route("/queues/{queue}/pause", pause_queue, methods=["POST"]),
+    Route("/queues/{queue}/resume", resume_queue, methods=["POST"]),
     Route("/dead-letters/{job_id}/{task_id:path}/requeue", requeue, methods=["POST"]),
     Route("/schedules/{schedule_id}/pause", pause, methods=["POST"]),
     Route("/schedules/{schedule_id}/resume", resume, methods=["POST"]),

@@ -12,9 +12,10 @@ from starlette.routing import Route
 
 from jobcenter import schedules
 from jobcenter.client import Client
+from jobcenter.errors import SpecError
 from jobcenter.model.states import JobState
 from jobcenter.model.tags import parse_tag_filter
-from jobcenter.storage import views
+from jobcenter.storage import pause, views
 
 DEAD_LETTERS_PAGE = 100  # the newest dead letters listed
 AUTO_REFRESH_SECONDS = 5  # workers and queues pages reload themselves this often
@@ -57,7 +58,7 @@ def jobs(request: Request) -> Response:
         if q.get("schedule")
         else None,
         name=q.get("name") or None,
-        tag="=".join(parse_tag_filter(q["tag"])) if q.get("tag") else None,
+        tag=_tag_filter(q.get("tag")),
     )
     if filters.state and filters.state not in {s.value for s in JobState}:
         raise ValueError(f"unknown job state {filters.state!r}")
@@ -79,6 +80,16 @@ def jobs(request: Request) -> Response:
         newest=f"/jobs?{urlencode(kept)}" if q.get("before") else None,
         live_every=LIST_REFRESH_SECONDS,
     )
+
+
+def _tag_filter(raw: str | None) -> str | None:
+    """The `tag` filter, checked: a bad one is bad input (400), not a refused change."""
+    if not raw:
+        return None
+    try:
+        return "=".join(parse_tag_filter(raw))
+    except SpecError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _int_param(raw: str | None, default: int, name: str) -> int:
@@ -117,12 +128,14 @@ def workers(request: Request) -> Response:
 def queues(request: Request) -> Response:
     c = client(request)
     asked = [q for q in request.query_params.get("queue", "").split(",") if q]
-    names = sorted(set(views.known_queues(c.store)) | set(asked))
+    paused = {p.queue: p.since for p in pause.paused_queues(c.store)}
+    names = sorted(set(views.known_queues(c.store)) | set(asked) | set(paused))
     view = views.queues(c.store, names)
     return render(
         request,
         "queues.html",
         view=view,
+        paused=paused,
         pools=c.pools(),
         rates=c.rates(),
         refresh=AUTO_REFRESH_SECONDS,

@@ -26,6 +26,7 @@ COMPACT_TRIES = 3  # reads of a job that keeps changing under its compaction (a 
 # in another (a one-task job's compaction was six round trips of its own).
 COMPACT_BATCH_TASKS_MAX = 64
 RESTORE_CHUNK = 5_000  # task fields + history entries written back per restore call
+RESUME_CHUNK = 1_000  # parked tasks of a resumed job put back in their queues per call
 JOB_GONE = schema.code("JOB_GONE")
 CURSOR_MOVED = schema.code("CURSOR_MOVED")
 WRONG_STATE = schema.code("WRONG_STATE")
@@ -170,6 +171,24 @@ class Lifecycle(StoreBase):
         while code == 0 and left and (steps is None or made < steps):
             code, left = self.cancel_step(job_id)
             made += 1
+
+    def pause_job(self, job_id: str) -> bool:
+        """Pause a job (pause_job.lua): none of its tasks starts until it is resumed, its
+        running attempts finish. False when it was paused already; WrongState once it has
+        finished, UnknownJob when there is no such job."""
+        code = int(self._job_call("pause_job", job_id, [])[0])
+        finished = f"job {job_id} has finished: there is nothing to pause"
+        raise_for_code(code, finished if code == WRONG_STATE else f"no job {job_id}")
+        return code == 0
+
+    def resume_job(self, job_id: str) -> bool:
+        """Resume a paused job: its parked tasks go back into their queues, in their places
+        (resume_job.lua, RESUME_CHUNK a call). False when it was not paused."""
+        while True:
+            reply = self._job_call("resume_job", job_id, [RESUME_CHUNK])
+            raise_for_code(int(reply[0]), f"no job {job_id}")
+            if int(reply[0]) != 0 or not int(reply[1]):
+                return int(reply[0]) == 0
 
     def release(self, handler: str, running: Sequence[tuple[str, int, str]]) -> int:
         """Give running attempts, (job, index, fencing token), back to their queues (a

@@ -178,6 +178,7 @@ class Reads(StoreBase):
                 job.get(JobField.ERROR)
             ),  # why the job itself ended (a cancel, lost keys)
             "tags": read_tags(text(job.get(JobField.TAGS))),
+            "paused_at": seconds(job.get(JobField.PAUSED)),
             "tasks": tasks,
             "notifications": notifications_view(self.redis, self.keys, job_id, job),
         }
@@ -364,14 +365,14 @@ class Reads(StoreBase):
         out), in the order given."""
         fields = (
             "name", "owner", "state", "created_at", "finished_at", "schedule_id", "fire_time",
-            JobField.TAGS,
+            JobField.TAGS, JobField.PAUSED,
         )  # fmt: skip
         pipe = self.redis.pipeline(transaction=False)
         for job_id in job_ids:
             pipe.hmget(self.keys.job(job_id).job, fields)
         rows = []
         for job_id, values in zip(job_ids, pipe.execute(), strict=True):
-            name, owner, state, created, finished, schedule_id, fire, tags = values
+            name, owner, state, created, finished, schedule_id, fire, tags, paused = values
             if state is None:
                 continue
             rows.append(
@@ -385,6 +386,7 @@ class Reads(StoreBase):
                     "schedule_id": text(schedule_id),
                     "fire_time": float(fire) if fire is not None else None,
                     "tags": read_tags(text(tags)),
+                    "paused_at": seconds(paused),
                 }
             )
         return rows
@@ -443,6 +445,8 @@ class Reads(StoreBase):
 def _limit_in_words(limit_id: str) -> str:
     """A limit id ("p:gpu", "j:<job>", "k:<key>") as `status` shows it."""
     kind, name = limit_id[:2], limit_id[2:]
+    if kind == schema.LimitKind.PAUSED:
+        return "its job to be resumed"
     if kind == schema.LimitKind.POOL:
         return f"pool {name}"
     if kind == schema.LimitKind.JOB:

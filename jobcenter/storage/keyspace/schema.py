@@ -175,6 +175,7 @@ class JobField(StrEnum):
     NOTIFY_TO = "notify_to"  # the channels told (jobcenter.model.notify.Channel), comma-separated
     WEBHOOK = "webhook"  # the URL the webhook channel posts to
     TAGS = "tags"  # spec `tags:`, `key=value` pairs sorted by key, comma-separated
+    PAUSED = "paused"  # ms it was paused at, while it is (`pause JOB`)
 
 
 class DeliveryField(StrEnum):
@@ -259,6 +260,9 @@ class LimitField(StrEnum):
     PARKED_AT = "pk:"  # + lease member: the task's entry in the parked zset
     RATE = "r:"  # + queue name or "p:<pool>": "<starts>/<period ms>" (`rate set`)
     RATE_WINDOW = "rw:"  # + the same: "<window start ms>|<starts in it>" in this shard
+    PAUSED_QUEUE = "pq:"  # + queue name: paused since (ms), the same in every shard
+    PAUSED_JOB = "pj:"  # + job id: paused since (ms); its tasks a claim meets are parked
+    PAUSED_JOBS = "pjn:"  # (alone) how many jobs of the shard are paused: 0, claims look no further
 
 
 class LimitKind(StrEnum):
@@ -267,6 +271,7 @@ class LimitKind(StrEnum):
     POOL = "p:"  # + pool name
     JOB = "j:"  # + job id: the job's max_running
     KEY = "k:"  # + concurrency key (escaped, layout.py)
+    PAUSED = "z:"  # + job id: not a slot, the job's pause: its tasks wait parked until resumed
 
 
 class PayloadKey(StrEnum):
@@ -337,6 +342,8 @@ class EventKind(StrEnum):
     DELETED = "deleted"
     COMPACTED = "compacted"  # a finished job's tasks and history packed into one record
     RESTORED = "restored"  # unpacked again (before a retry or dlq requeue)
+    PAUSED = "paused"  # the job was paused: none of its tasks starts until it is resumed
+    UNPAUSED = "unpaused"  # the job was resumed: its parked tasks are back in their queues
 
 
 EVENT_ERROR_MAX = 200  # characters of an error kept in its event: the history has it whole
@@ -422,11 +429,12 @@ def _code(name: str, value: int, scripts: str, meaning: str) -> ReturnCode:
 # Every job script (claim's reply is lists, no code); _job.lua's context comes with most.
 _JOB_SCRIPTS = (
     "cancel compact complete continue delete expire fail finalize gate_wait give_back heartbeat "
-    "lost publish_tasks queue_roots release repair restore resubmit revive start submit"
+    "lost publish_tasks queue_roots release repair restore resubmit revive start submit "
+    "pause_job resume_job"
 )
 _JOB_CHECKED = (
     "cancel complete continue delete expire fail finalize gate_wait give_back lost queue_roots "
-    "release repair revive submit"
+    "release repair revive submit resume_job"
 )
 # Every code a script returns as the first item of its reply. Codes < 0 are refusals and
 # change nothing. Each value has one meaning in every script (the `scripts` column says which
@@ -436,14 +444,14 @@ RETURN_CODES = (
         "OK",
         0,
         f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove notify_attempt "
-        "notify_done pool_set rate_set reconcile_slots shard_lease hashtables",
+        "notify_done pool_set rate_set reconcile_slots shard_lease hashtables queue_pause",
         "done",
     ),
     _code(
         "ALREADY",
         1,
         "cancel compact fail finalize lost restore resubmit singleton submit notify_attempt "
-        "shard_lease",
+        "shard_lease pause_job resume_job queue_pause",
         "nothing to do: done already (by this or an earlier call)",
     ),
     _code("BUSY", 3, "revive", "a failure cascade is under way: finish it, then call again"),
@@ -466,7 +474,7 @@ RETURN_CODES = (
     _code(
         "WRONG_STATE",
         -3,
-        "delete fail publish_tasks queue_roots revive submit pool_set",
+        "delete fail publish_tasks queue_roots revive submit pool_set pause_job",
         "the job or task is not in a state this transition applies to",
     ),
     _code(
@@ -474,7 +482,7 @@ RETURN_CODES = (
         -4,
         "cancel compact complete continue delete expire fail finalize gate_wait give_back "
         "heartbeat publish_tasks queue_roots release repair restore resubmit revive start "
-        "notify_attempt",
+        "notify_attempt pause_job resume_job",
         "no such job (never submitted, expired, or deleted)",
     ),
     _code("SCHEDULE_GONE", -13, "schedule_save schedule_remove", "no such schedule"),

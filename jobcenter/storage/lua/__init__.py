@@ -43,6 +43,8 @@ JOB_SCRIPTS = frozenset(
         "delete",
         "compact",
         "restore",
+        "pause_job",
+        "resume_job",
     }
 )
 SHARD_SCRIPTS = frozenset(
@@ -57,6 +59,7 @@ SHARD_SCRIPTS = frozenset(
         "notify_done",
         "pool_set",
         "rate_set",
+        "queue_pause",
         "reconcile_slots",
         "shard_lease",
         "hashtables",
