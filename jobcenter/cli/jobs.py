@@ -9,7 +9,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
@@ -17,7 +16,6 @@ import click
 from jobcenter.client import Client
 from jobcenter.config import LIST_LIMIT, Settings
 from jobcenter.errors import SpecError
-from jobcenter.model.durations import parse_seconds
 from jobcenter.model.spec import load_spec_file
 from jobcenter.model.states import JobState, TaskState
 from jobcenter.model.tags import format_tags, parse_tag_filter
@@ -25,7 +23,9 @@ from jobcenter.storage.events import Event
 from jobcenter.storage.export import FINISHED_STATES
 from jobcenter.storage.keyspace.schema import EventKind
 from jobcenter.storage.server.outages import ride_out
+from jobcenter.storage.views import JobSummary
 
+from .bulk import Bulk, bulk_options, one_or_many, run_bulk
 from .options import (
     EXIT_FAILED,
     EXIT_TIMEOUT,
@@ -38,6 +38,7 @@ from .options import (
     fail,
     first_line,
     format_time,
+    parse_time_option,
     redis_options,
 )
 
@@ -282,28 +283,7 @@ def _show_notifications(notify: dict[str, Any], job_ended: bool) -> None:
         )
 
 
-def _since(value: str | None, option: str = "--since") -> float | None:
-    """--since (and export's --until): epoch seconds, an ISO time, or an age: a duration as
-    a spec writes one (90s, 15m, 2h, 7d, PT1H), back from now."""
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        pass
-    else:
-        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
-    now = time.time()
-    try:
-        return now - parse_seconds(value, option, high=now)  # no age before the epoch
-    except SpecError:
-        raise SpecError(
-            f"{option} {value!r}: give epoch seconds, an ISO time or an age like 15m, 2h, 7d"
-        ) from None
+_since = parse_time_option  # --since, --until
 
 
 @click.command(name="list")
@@ -453,22 +433,52 @@ def _event_line(*cells: str) -> str:
 
 
 @click.command()
-@click.argument("job_id")
+@click.argument("job_id", required=False)
 @redis_options
-def retry(settings: Settings, job_id: str) -> None:
+@bulk_options
+def retry(settings: Settings, job_id: str | None, bulk: Bulk | None) -> None:
     """Re-run a failed job's failed tasks and every task below them (upstream_failed ones, and
-    cleanups that ran); the other succeeded ones are kept."""
-    revived = client_for(settings).retry(job_id)
-    click.echo(f"job {job_id}: {revived} tasks to run again")
+    cleanups that ran); the other succeeded ones are kept. With filters instead of JOB_ID:
+    every failed job they choose (`retry --tag customer=acme`)."""
+    one_or_many(job_id, bulk, "a JOB_ID")
+    client = client_for(settings)
+    if bulk is None:
+        click.echo(f"job {job_id}: {client.retry(str(job_id))} tasks to run again")
+        return
+    run_bulk(
+        client,
+        bulk,
+        "retry",
+        lambda job: job.state == JobState.FAILED,
+        lambda c, job: f"{c.retry(job.id)} tasks to run again",
+    )
 
 
 @click.command()
-@click.argument("job_id")
+@click.argument("job_id", required=False)
 @redis_options
-def delete(settings: Settings, job_id: str) -> None:
-    """Delete a finished job and every trace of it."""
-    client_for(settings).delete(job_id)
-    click.echo(f"job {job_id} deleted")
+@bulk_options
+def delete(settings: Settings, job_id: str | None, bulk: Bulk | None) -> None:
+    """Delete a finished job and every trace of it. With filters instead of JOB_ID: every
+    finished job they choose."""
+    one_or_many(job_id, bulk, "a JOB_ID")
+    client = client_for(settings)
+    if bulk is None:
+        client.delete(str(job_id))
+        click.echo(f"job {job_id} deleted")
+        return
+    run_bulk(
+        client,
+        bulk,
+        "delete",
+        lambda job: JobState(job.state).terminal,
+        _delete_one,
+    )
+
+
+def _delete_one(client: Client, job: JobSummary) -> str:
+    client.delete(job.id)
+    return "deleted"
 
 
 @click.group()
@@ -519,21 +529,51 @@ def dlq_show(settings: Settings, job_id: str, task_id: str, as_json: bool) -> No
 
 
 @dlq.command(name="requeue")
-@click.argument("job_id")
-@click.argument("task_id")
+@click.argument("job_id", required=False)
+@click.argument("task_id", required=False)
 @redis_options
-def dlq_requeue(settings: Settings, job_id: str, task_id: str) -> None:
-    """Run a dead-lettered task again; on success its children run and the job re-finalizes."""
-    revived = client_for(settings).requeue(job_id, task_id)
-    click.echo(f"job {job_id}: task {task_id} requeued ({revived} tasks to run again)")
+@bulk_options
+def dlq_requeue(
+    settings: Settings, job_id: str | None, task_id: str | None, bulk: Bulk | None
+) -> None:
+    """Run a dead-lettered task again; on success its children run and the job re-finalizes.
+    With filters instead of JOB_ID TASK_ID: every dead letter of the jobs they choose."""
+    one_or_many(job_id, bulk, "JOB_ID TASK_ID")
+    client = client_for(settings)
+    if bulk is None:
+        if task_id is None:
+            raise SpecError("give JOB_ID TASK_ID: the dead-lettered task to requeue")
+        revived = client.requeue(str(job_id), task_id)
+        click.echo(f"job {job_id}: task {task_id} requeued ({revived} tasks to run again)")
+        return
+    run_bulk(
+        client,
+        bulk,
+        "requeue",
+        lambda job: job.failed > 0 and job.state != JobState.CANCELLED,
+        lambda c, job: f"its dead letters requeued ({c.retry(job.id)} tasks to run again)",
+    )
 
 
 @click.command()
-@click.argument("job_id")
+@click.argument("job_id", required=False)
 @redis_options
-def cancel(settings: Settings, job_id: str) -> None:
-    """Cancel a job: nothing more of it starts; running attempts are revoked."""
-    click.echo(f"job {job_id} {client_for(settings).cancel(job_id)}")
+@bulk_options
+def cancel(settings: Settings, job_id: str | None, bulk: Bulk | None) -> None:
+    """Cancel a job: nothing more of it starts; running attempts are revoked. With filters
+    instead of JOB_ID: every unfinished job they choose."""
+    one_or_many(job_id, bulk, "a JOB_ID")
+    client = client_for(settings)
+    if bulk is None:
+        click.echo(f"job {job_id} {client.cancel(str(job_id))}")
+        return
+    run_bulk(
+        client,
+        bulk,
+        "cancel",
+        lambda job: not JobState(job.state).terminal,
+        lambda c, job: c.cancel(job.id),
+    )
 
 
 @click.command()
