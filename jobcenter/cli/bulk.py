@@ -14,11 +14,11 @@ import click
 
 from jobcenter import schedules
 from jobcenter.client import Client
-from jobcenter.errors import JobcenterError, SpecError
+from jobcenter.errors import SpecError
 from jobcenter.model.states import JobState
 from jobcenter.model.tags import parse_tag_filter
-from jobcenter.storage.bulk import BULK_BATCH, BulkFilter, walk
-from jobcenter.storage.views import PAGE_SIZE_MAX, JobFilter, JobSummary
+from jobcenter.storage.bulk import ACTIONS, BULK_BATCH, BulkFilter, run
+from jobcenter.storage.views import PAGE_SIZE_MAX, JobFilter
 
 from .options import parse_time_option
 
@@ -90,42 +90,30 @@ def one_or_many(named: object, bulk: Bulk | None, usage: str) -> None:
         raise SpecError(f"give {usage} or filters (--state, --owner, --tag, ...), not both")
 
 
-def run_bulk(
-    client: Client,
-    bulk: Bulk,
-    verb: str,
-    applies: Callable[[JobSummary], bool],
-    act: Callable[[Client, JobSummary], str],
-) -> int:
+def run_bulk(client: Client, bulk: Bulk, action_name: str) -> int:
     """Walk the jobs the filters choose, a batch at a time; act on each one the action
-    `applies` to (`--dry-run`: print it), a line per job, then the count. A job the action
-    refuses (it changed meanwhile) is said and skipped. Returns how many it acted on."""
+    applies to (`--dry-run`: print it), a line per job, then the count. A job the action
+    refuses (it changed meanwhile) is said on stderr and skipped. Returns how many it acted
+    on."""
+    action = ACTIONS[action_name]
     jobs = bulk.where.jobs
     if jobs.schedule_id:  # a schedule's id or name, as `list --schedule` takes
         jobs = replace(jobs, schedule_id=schedules.filter_id(client.store, jobs.schedule_id))
     where = replace(bulk.where, jobs=jobs)
     done = skipped = 0
-    for jobs_batch in walk(client.store, where, bulk.batch):
-        for job in jobs_batch:
-            if not applies(job):
-                continue
-            if bulk.dry_run:
-                click.echo(f"would {verb} job {job.id}  {job.name}  {job.state}")
-                done += 1
-                continue
-            try:
-                click.echo(f"job {job.id}: {act(client, job)}")
-                done += 1
-            except JobcenterError as exc:
-                click.echo(f"job {job.id}: skipped: {exc}", err=True)
-                skipped += 1
-    tail = f" ({skipped} skipped)" if skipped else ""
+    for outcome in run(client.store, action, where, dry_run=bulk.dry_run, batch=bulk.batch):
+        job = outcome.job
+        if outcome.error is not None:
+            click.echo(f"job {job.id}: skipped: {outcome.error}", err=True)
+            skipped += 1
+            continue
+        done += 1
+        if bulk.dry_run:
+            click.echo(f"would {action.name} job {job.id}  {job.name}  {job.state}")
+        else:
+            click.echo(f"job {job.id}: {outcome.message}")
     if bulk.dry_run:
-        click.echo(f"{done} job(s) would be {verb_past(verb)}; --dry-run: nothing changed")
+        click.echo(f"{done} job(s) would be {action.past}; --dry-run: nothing changed")
     else:
-        click.echo(f"{done} job(s) {verb_past(verb)}{tail}")
+        click.echo(f"{done} job(s) {action.past}" + (f" ({skipped} skipped)" if skipped else ""))
     return done
-
-
-def verb_past(verb: str) -> str:
-    return {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}.get(verb, verb + "d")

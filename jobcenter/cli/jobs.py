@@ -23,7 +23,6 @@ from jobcenter.storage.events import Event
 from jobcenter.storage.export import FINISHED_STATES
 from jobcenter.storage.keyspace.schema import EventKind
 from jobcenter.storage.server.outages import ride_out
-from jobcenter.storage.views import JobSummary
 
 from .bulk import Bulk, bulk_options, one_or_many, run_bulk
 from .options import (
@@ -445,13 +444,7 @@ def retry(settings: Settings, job_id: str | None, bulk: Bulk | None) -> None:
     if bulk is None:
         click.echo(f"job {job_id}: {client.retry(str(job_id))} tasks to run again")
         return
-    run_bulk(
-        client,
-        bulk,
-        "retry",
-        lambda job: job.state == JobState.FAILED,
-        lambda c, job: f"{c.retry(job.id)} tasks to run again",
-    )
+    run_bulk(client, bulk, "retry")
 
 
 @click.command()
@@ -467,18 +460,7 @@ def delete(settings: Settings, job_id: str | None, bulk: Bulk | None) -> None:
         client.delete(str(job_id))
         click.echo(f"job {job_id} deleted")
         return
-    run_bulk(
-        client,
-        bulk,
-        "delete",
-        lambda job: JobState(job.state).terminal,
-        _delete_one,
-    )
-
-
-def _delete_one(client: Client, job: JobSummary) -> str:
-    client.delete(job.id)
-    return "deleted"
+    run_bulk(client, bulk, "delete")
 
 
 @click.group()
@@ -546,13 +528,7 @@ def dlq_requeue(
         revived = client.requeue(str(job_id), task_id)
         click.echo(f"job {job_id}: task {task_id} requeued ({revived} tasks to run again)")
         return
-    run_bulk(
-        client,
-        bulk,
-        "requeue",
-        lambda job: job.failed > 0 and job.state != JobState.CANCELLED,
-        lambda c, job: f"its dead letters requeued ({c.retry(job.id)} tasks to run again)",
-    )
+    run_bulk(client, bulk, "requeue")
 
 
 @click.command()
@@ -567,13 +543,7 @@ def cancel(settings: Settings, job_id: str | None, bulk: Bulk | None) -> None:
     if bulk is None:
         click.echo(f"job {job_id} {client.cancel(str(job_id))}")
         return
-    run_bulk(
-        client,
-        bulk,
-        "cancel",
-        lambda job: not JobState(job.state).terminal,
-        lambda c, job: c.cancel(job.id),
-    )
+    run_bulk(client, bulk, "cancel")
 
 
 @click.command()

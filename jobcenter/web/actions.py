@@ -17,9 +17,13 @@ from jobcenter import schedules
 from jobcenter.client import Client
 from jobcenter.errors import NotFound, WrongState
 from jobcenter.model.states import JobState
+from jobcenter.storage import bulk
+from jobcenter.storage.views import JobFilter
 
 from .auth import require_token
-from .pages import client
+from .pages import client, job_filter
+
+BULK_RETRY_MAX = 1_000  # jobs one click retries: the request stays short
 
 
 async def _act(
@@ -98,6 +102,23 @@ async def resume_queue(request: Request) -> Response:
     return await _act(request, do, "/queues")
 
 
+async def bulk_retry(request: Request) -> Response:
+    """Retry the failed jobs of the filtered list (at most BULK_RETRY_MAX a click)."""
+    filters = job_filter(request)
+    if filters == JobFilter():
+        raise ValueError("filter the list first: a bulk retry acts on the jobs it shows")
+    back = f"/jobs?{request.url.query}" if request.url.query else "/jobs"
+
+    def do(c: Client) -> str:
+        outcomes = bulk.run(
+            c.store, bulk.ACTIONS["retry"], bulk.BulkFilter(filters), limit=BULK_RETRY_MAX
+        )
+        done = sum(1 for o in outcomes if o.error is None)
+        return f"{done} failed job(s) retried"
+
+    return await _act(request, do, back.split("?")[0])
+
+
 async def requeue(request: Request) -> Response:
     job_id, task_id = request.path_params["job_id"], request.path_params["task_id"]
 
@@ -136,6 +157,7 @@ async def run_now(request: Request) -> Response:
 
 ROUTES = [
     Route("/jobs/{job_id}/cancel", cancel, methods=["POST"]),
+    Route("/jobs/bulk/retry", bulk_retry, methods=["POST"]),
     Route("/jobs/{job_id}/retry", retry, methods=["POST"]),
     Route("/jobs/{job_id}/pause", pause_job, methods=["POST"]),
     Route("/jobs/{job_id}/resume", resume_job, methods=["POST"]),

@@ -49,7 +49,8 @@ def home(request: Request) -> Response:
 _FILTER_PARAMS = ("owner", "state", "schedule", "name", "tag", "size")  # kept across pages
 
 
-def jobs(request: Request) -> Response:
+def job_filter(request: Request) -> views.JobFilter:
+    """The job list's filters, from the query (the list and its bulk retry read them)."""
     q = request.query_params
     filters = views.JobFilter(
         owner=q.get("owner") or None,
@@ -62,6 +63,12 @@ def jobs(request: Request) -> Response:
     )
     if filters.state and filters.state not in {s.value for s in JobState}:
         raise ValueError(f"unknown job state {filters.state!r}")
+    return filters
+
+
+def jobs(request: Request) -> Response:
+    q = request.query_params
+    filters = job_filter(request)
     size = _int_param(q.get("size"), views.PAGE_SIZE, "size")
     page = views.jobs_page(client(request).store, filters, before=q.get("before"), size=size)
     kept = {
@@ -78,6 +85,7 @@ def jobs(request: Request) -> Response:
         states=[s.value for s in JobState],
         older=older,
         newest=f"/jobs?{urlencode(kept)}" if q.get("before") else None,
+        bulk_retry=f"/jobs/bulk/retry?{urlencode({k: v for k, v in kept.items() if k != 'size'})}",
         live_every=LIST_REFRESH_SECONDS,
     )
 

@@ -28,6 +28,7 @@ ACTIONS = [
     "/jobs/{job}/retry",
     "/jobs/{job}/pause",
     "/queues/default/pause",
+    "/jobs/bulk/retry?state=failed",
     "/dead-letters/{job}/t1/requeue",
     "/schedules/{schedule}/pause",
     "/schedules/{schedule}/resume",
@@ -523,6 +524,32 @@ def test_pause_a_queue_and_a_job_from_the_dashboard_and_find_jobs_by_tag(
     assert client.status(acme)["tasks"]["t1"]["state"] == "queued"  # met and parked
     assert dashboard.act(f"/jobs/{acme}/resume").json()["message"] == f"job {acme} resumed"
     assert client.wait(acme, JOB_SECONDS)["state"] == "succeeded"
+
+
+def test_retry_the_failed_jobs_of_a_filtered_list_from_the_dashboard(
+    dashboard: Dashboard, client: Client, workers: Workers
+) -> None:
+    workers.start()
+
+    def failing_once(name: str, customer: str) -> str:
+        args = {"times": 1, "counter": name}
+        spec = one_task(name, task="tasks_for_tests.fail_times", args=args)
+        return client.submit({**spec, "tags": {"customer": customer}})
+
+    acme = [failing_once(f"acme-{i}", "acme") for i in range(2)]
+    zed = failing_once("zed", "zed")
+    for job_id in [*acme, zed]:
+        assert client.wait(job_id, JOB_SECONDS)["state"] == "failed"
+
+    listed = dashboard.get("/jobs?tag=customer=acme&state=failed").text
+    unfiltered = dashboard.act("/jobs/bulk/retry")
+    retried = dashboard.act("/jobs/bulk/retry?tag=customer%3Dacme&state=failed")
+
+    assert 'id="bulk-retry"' in listed
+    assert unfiltered.status_code == 400 and "filter the list first" in unfiltered.json()["error"]
+    assert retried.json()["message"] == "2 failed job(s) retried"
+    assert {client.wait(j, JOB_SECONDS)["state"] for j in acme} == {"succeeded"}
+    assert client.state(zed) == "failed"
 
 
 def test_a_form_post_with_the_token_field_acts_and_redirects(
