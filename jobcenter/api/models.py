@@ -82,6 +82,7 @@ class JobStatus(BaseModel):
     )
     tags: dict[str, str] = Field(default_factory=dict, description="The spec's `tags:`.")
     paused_at: float | None = Field(default=None, description="Paused since (epoch s).")
+    late_at: float | None = Field(default=None, description="Found past its sla at (epoch s).")
     tasks: dict[str, TaskStatus]
     notifications: dict[str, Any] | None = None
 
@@ -97,6 +98,7 @@ class JobSummary(BaseModel):
     fire_time: float | None
     tags: dict[str, str] = Field(default_factory=dict, description="The spec's `tags:`.")
     paused_at: float | None = Field(default=None, description="Paused since (epoch s).")
+    late_at: float | None = Field(default=None, description="Found past its sla at (epoch s).")
 
 
 class JobPage(BaseModel):

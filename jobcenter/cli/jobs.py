@@ -218,6 +218,8 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
     )
     if st.get("tags"):
         click.echo(f"tags {format_tags(tuple(st['tags'].items()))}")
+    if st.get("late_at"):
+        click.echo(f"late: unfinished past its sla at {format_time(st['late_at'])}")
     if st.get("paused_at"):
         click.echo(f"paused since {format_time(st['paused_at'])}: nothing more of it starts")
     if st["error"]:
@@ -320,7 +322,7 @@ def list_jobs(
         as_json,
         [
             ("JOB", lambda r: r["id"]),
-            ("STATE", lambda r: r["state"] + (" (paused)" if r.get("paused_at") else "")),
+            ("STATE", _state_marks),
             ("CREATED (UTC)", lambda r: format_time(r["created_at"])),
             ("OWNER", lambda r: r["owner"] or "-"),
             ("SCHEDULE", lambda r: r["schedule_id"] or "-"),
@@ -328,6 +330,12 @@ def list_jobs(
             ("NAME", lambda r: r["name"]),
         ],
     )
+
+
+def _state_marks(row: dict[str, Any]) -> str:
+    """A list row's state, with what an operator looks for: paused, late."""
+    marks = [m for m, on in (("paused", row.get("paused_at")), ("late", row.get("late_at"))) if on]
+    return row["state"] + (f" ({', '.join(marks)})" if marks else "")
 
 
 @click.command()

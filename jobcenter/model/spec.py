@@ -150,6 +150,8 @@ class JobSpec:
     max_running: int | None = None  # at most this many of its tasks run at once
     notify: Notify | None = None  # whom to tell when it ends (jobcenter.model.notify)
     tags: Tags = ()  # (key, value) pairs, sorted by key (jobcenter.model.tags)
+    timeout: float | None = None  # seconds it may run; then it fails, its attempts revoked
+    sla: float | None = None  # seconds after its fire time or submit it should be done by
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON/msgpack-ready) that round-trips through parse_spec."""
@@ -191,6 +193,8 @@ _JOB_DEFAULTS: dict[str, Any] = {
     "retention": None,
     "order": DEFAULT_ORDER,
     "max_running": None,
+    "timeout": None,
+    "sla": None,
 }
 _TASK_KEYS = frozenset(
     {"id", "task", "args", "kwargs", "depends_on", "inputs", "map", *_TASK_DEFAULTS}
@@ -611,6 +615,11 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
         max_running = _int(max_running, "max_running", None, 1, MAX_RUNNING_LIMIT, rule)
     notify = parse_notify(data["notify"]) if data.get("notify") is not None else None
     tags = parse_tags(data["tags"]) if data.get("tags") is not None else ()
+    deadlines = {
+        key: _seconds(data[key], key, None, strict=True)
+        for key in ("timeout", "sla")
+        if data.get(key) is not None
+    }
 
     raw_tasks = data.get("tasks")
     if raw_tasks is None or (isinstance(raw_tasks, list | tuple) and not raw_tasks):
@@ -637,6 +646,7 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
         max_running=max_running,
         notify=notify,
         tags=tags,
+        **deadlines,
     )
     _VALIDATED[id(spec)] = spec
     return spec

@@ -51,6 +51,7 @@ JOB_FIELDS = (
     JobField.PRIORITY, JobField.QUEUE, JobField.CREATED_AT, JobField.STARTED_AT,
     JobField.FINISHED_AT, JobField.UPDATED_AT, JobField.SCHEDULE_ID, JobField.FIRE_TIME,
     JobField.ERROR, JobField.FAILED, JobField.CANCELLED, JobField.TAGS, JobField.PAUSED,
+    JobField.LATE,
 )  # fmt: skip
 
 
@@ -85,6 +86,7 @@ class JobSummary:
     cancelled: int
     tags: dict[str, str] = field(default_factory=dict)
     paused_at: float | None = None
+    late_at: float | None = None  # found past its sla (it may have finished since)
 
 
 def job_summary(store: Store, job_id: str) -> JobSummary:
@@ -115,6 +117,7 @@ def _summary(job_id: str, f: dict[str, bytes | None]) -> JobSummary:
         cancelled=_int(f[JobField.CANCELLED]) or 0,
         tags=read_tags(text(f.get(JobField.TAGS))),
         paused_at=seconds(f.get(JobField.PAUSED)),
+        late_at=seconds(f.get(JobField.LATE)),
     )
 
 

@@ -14,10 +14,11 @@ from harness import Cli
 from integration_harness import JOB_SECONDS, Workers
 
 JOB_KEYS = {"id", "name", "owner", "state", "created_at", "finished_at", "error", "tasks",
-            "notifications", "tags", "paused_at"}  # fmt: skip
+            "notifications", "tags", "paused_at", "late_at"}  # fmt: skip
 TASK_KEYS = {"state", "attempts", "handler", "queued_at", "started_at", "finished_at", "error"}
 TASK_KEYS |= {"created_at", "updated_at", "completed_at"}  # seed 000's three times (issue 9)
-LIST_KEYS = {"id", "name", "owner", "state", "created_at", "finished_at", "tags", "paused_at"}
+LIST_KEYS = {"id", "name", "owner", "state", "created_at", "finished_at", "tags", "paused_at",
+             "late_at"}  # fmt: skip
 # Keys a list row has beyond those of `status`, on purpose (`list --schedule`). Listed, so that a
 # renamed or stray key still fails here: a script parsing the JSON would break on it.
 LIST_EXTRA_KEYS = {"schedule_id", "fire_time"}

@@ -190,6 +190,13 @@ class Lifecycle(StoreBase):
             if int(reply[0]) != 0 or not int(reply[1]):
                 return int(reply[0]) == 0
 
+    def mark_late(self, job_id: str) -> bool:
+        """Say once that the job is past its sla (mark_late.lua); False when it was said
+        already or the job has finished."""
+        code = int(self._job_call("mark_late", job_id, [], with_meta=False)[0])
+        raise_for_code(code, f"no job {job_id}")
+        return code == 0
+
     def release(self, handler: str, running: Sequence[tuple[str, int, str]]) -> int:
         """Give running attempts, (job, index, fencing token), back to their queues (a
         worker's forced shutdown)."""

@@ -179,6 +179,7 @@ class Reads(StoreBase):
             ),  # why the job itself ended (a cancel, lost keys)
             "tags": read_tags(text(job.get(JobField.TAGS))),
             "paused_at": seconds(job.get(JobField.PAUSED)),
+            "late_at": seconds(job.get(JobField.LATE)),
             "tasks": tasks,
             "notifications": notifications_view(self.redis, self.keys, job_id, job),
         }
@@ -365,14 +366,14 @@ class Reads(StoreBase):
         out), in the order given."""
         fields = (
             "name", "owner", "state", "created_at", "finished_at", "schedule_id", "fire_time",
-            JobField.TAGS, JobField.PAUSED,
+            JobField.TAGS, JobField.PAUSED, JobField.LATE,
         )  # fmt: skip
         pipe = self.redis.pipeline(transaction=False)
         for job_id in job_ids:
             pipe.hmget(self.keys.job(job_id).job, fields)
         rows = []
         for job_id, values in zip(job_ids, pipe.execute(), strict=True):
-            name, owner, state, created, finished, schedule_id, fire, tags, paused = values
+            name, owner, state, created, finished, schedule_id, fire, tags, paused, late = values
             if state is None:
                 continue
             rows.append(
@@ -387,6 +388,7 @@ class Reads(StoreBase):
                     "fire_time": float(fire) if fire is not None else None,
                     "tags": read_tags(text(tags)),
                     "paused_at": seconds(paused),
+                    "late_at": seconds(late),
                 }
             )
         return rows

@@ -288,6 +288,8 @@ class Submits(StoreBase):
             "fire_time": fire_time,
             JobField.TRIGGER_RULES: 1 if layout.has_trigger_rules() else None,
             JobField.TAGS: format_tags(spec.tags) if spec.tags else None,
+            JobField.TIMEOUT: None if spec.timeout is None else int(spec.timeout * 1000),
+            JobField.SLA: None if spec.sla is None else int(spec.sla * 1000),
             **_notify_fields(spec),
         }
         fields.update({k: v for k, v in optional.items() if v is not None})

@@ -176,6 +176,9 @@ class JobField(StrEnum):
     WEBHOOK = "webhook"  # the URL the webhook channel posts to
     TAGS = "tags"  # spec `tags:`, `key=value` pairs sorted by key, comma-separated
     PAUSED = "paused"  # ms it was paused at, while it is (`pause JOB`)
+    TIMEOUT = "timeout"  # ms it may run (spec `timeout:`), from its start
+    SLA = "sla"  # ms after its fire time (or creation) it should be done by (spec `sla:`)
+    LATE = "late"  # ms recovery found it unfinished past its sla (mark_late.lua)
 
 
 class DeliveryField(StrEnum):
@@ -344,6 +347,7 @@ class EventKind(StrEnum):
     RESTORED = "restored"  # unpacked again (before a retry or dlq requeue)
     PAUSED = "paused"  # the job was paused: none of its tasks starts until it is resumed
     UNPAUSED = "unpaused"  # the job was resumed: its parked tasks are back in their queues
+    LATE = "late"  # the job was not finished by its sla: it goes on
 
 
 EVENT_ERROR_MAX = 200  # characters of an error kept in its event: the history has it whole
@@ -430,7 +434,7 @@ def _code(name: str, value: int, scripts: str, meaning: str) -> ReturnCode:
 _JOB_SCRIPTS = (
     "cancel compact complete continue delete expire fail finalize gate_wait give_back heartbeat "
     "lost publish_tasks queue_roots release repair restore resubmit revive start submit "
-    "pause_job resume_job"
+    "pause_job resume_job mark_late"
 )
 _JOB_CHECKED = (
     "cancel complete continue delete expire fail finalize gate_wait give_back lost queue_roots "
@@ -451,7 +455,7 @@ RETURN_CODES = (
         "ALREADY",
         1,
         "cancel compact fail finalize lost restore resubmit singleton submit notify_attempt "
-        "shard_lease pause_job resume_job queue_pause",
+        "shard_lease pause_job resume_job queue_pause mark_late",
         "nothing to do: done already (by this or an earlier call)",
     ),
     _code("BUSY", 3, "revive", "a failure cascade is under way: finish it, then call again"),
@@ -482,7 +486,7 @@ RETURN_CODES = (
         -4,
         "cancel compact complete continue delete expire fail finalize gate_wait give_back "
         "heartbeat publish_tasks queue_roots release repair restore resubmit revive start "
-        "notify_attempt pause_job resume_job",
+        "notify_attempt pause_job resume_job mark_late",
         "no such job (never submitted, expired, or deleted)",
     ),
     _code("SCHEDULE_GONE", -13, "schedule_save schedule_remove", "no such schedule"),

@@ -45,6 +45,7 @@ JOB_SCRIPTS = frozenset(
         "restore",
         "pause_job",
         "resume_job",
+        "mark_late",
     }
 )
 SHARD_SCRIPTS = frozenset(
