@@ -64,16 +64,10 @@ def act(
     )
     if where.empty:
         raise SpecError("a bulk action needs a filter: state, owner, name, schedule, tag, since")
-    outcomes = list(
-        bulk.run(
-            store, bulk.ACTIONS[action.value], where, dry_run=body.dry_run, limit=body.limit + 1
-        )
-    )
-    more = len(outcomes) > body.limit
-    jobs = [
-        models.BulkOutcome(id=o.job.id, message=o.message, error=o.error)
-        for o in outcomes[: body.limit]
-    ]
+    chosen = bulk.ACTIONS[action.value]
+    outcomes = list(bulk.run(store, chosen, where, dry_run=body.dry_run, limit=body.limit))
+    more = len(outcomes) == body.limit  # the limit was reached: there may be more
+    jobs = [models.BulkOutcome(id=o.job.id, message=o.message, error=o.error) for o in outcomes]
     done = sum(1 for j in jobs if j.error is None)
     return models.BulkResult(
         action=action.value, dry_run=body.dry_run, count=done, jobs=jobs, more=more

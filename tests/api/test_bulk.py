@@ -32,6 +32,9 @@ def test_bulk_retry_by_tag_with_a_dry_run_and_a_limit(api: ApiServer, workers: W
     assert after_dry == {"failed"}  # a dry run changes nothing
     assert (first["count"], first["more"]) == (2, True)
     assert [j["id"] for j in first["jobs"]] == acme[:0:-1]  # the newest two
+    assert api.state(token, acme[0]) == "failed"  # past the limit: left for the next call
+    second = api.call("POST", "/jobs/bulk/retry", token, json=body).json()
+    assert acme[0] in {j["id"] for j in second["jobs"]}
     assert api.state(token, zed) == "failed"
 
 
