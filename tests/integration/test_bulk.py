@@ -30,6 +30,10 @@ def test_retry_the_failed_jobs_of_one_customer_in_one_command(
     for job_id in [*acme, zed]:
         assert client.wait(job_id, JOB_SECONDS)["state"] == "failed"
 
+    listed = cli("list", "--tag", "customer=acme", "--json").json()
+    assert {row["id"] for row in listed} == set(acme)
+    assert all(row["tags"] == ACME for row in listed)
+    assert cli("list", "--tag", "customer").code == 2  # not key=value
     dry = cli("retry", "--tag", "customer=acme", "--dry-run")
     assert dry.code == 0, dry.stderr
     assert {line.split()[3] for line in dry.stdout.splitlines()[:-1]} == set(acme), dry.stdout
