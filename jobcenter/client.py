@@ -11,7 +11,7 @@ from typing import Any, Unpack
 
 from jobcenter.model import codec
 from jobcenter.model.fire_times import given_fire_time
-from jobcenter.model.spec import JobSpec, spec_from_any
+from jobcenter.model.spec import JobSpec, check_name, spec_from_any
 from jobcenter.model.states import JobState, TaskState
 from jobcenter.storage.events import Events
 from jobcenter.storage.keyspace.schema import JobField, PayloadKey, TaskField
@@ -25,6 +25,7 @@ from .errors import NotFound
 from .schedules.manage import ScheduleOptions
 from .storage import admin, limits, operate, task_logs
 from .storage import export as _export
+from .storage import pause as _pause
 
 SUBMIT_BATCH = 200  # jobs per round trip in submit_many: large gains, short script bursts
 WAIT_POLL_MIN = 0.01  # first status poll of wait(): short jobs return fast
@@ -171,6 +172,34 @@ class Client:
         (their results are discarded). Returns the job's state afterwards."""
         self.store.stop_job(job_id, "cancel")
         return self.state(job_id)  # the step that stopped the last task finalized the job
+
+    def pause(self, job_id: str) -> bool:
+        """Pause a job: none of its tasks starts until `resume`; running attempts finish.
+        False when it was paused already."""
+        return self.store.pause_job(job_id)
+
+    def resume(self, job_id: str) -> bool:
+        """Resume a paused job: its waiting tasks go back into their queues, in their
+        places. False when it was not paused."""
+        return self.store.resume_job(job_id)
+
+    def pause_queue(self, queue: str) -> bool:
+        """Pause a queue: no task of it is claimed until `resume_queue`; running attempts
+        finish. False when it was paused already."""
+        return _pause.pause_queue(self.store, check_name(queue, "a queue"))
+
+    def resume_queue(self, queue: str) -> bool:
+        return _pause.resume_queue(self.store, check_name(queue, "a queue"))
+
+    def paused(self) -> dict[str, Any]:
+        """What is paused: `queues` (each `queue` and `since`, epoch s) and `jobs` (how
+        many; `list` and `status` show which)."""
+        return {
+            "queues": [
+                {"queue": q.queue, "since": q.since} for q in _pause.paused_queues(self.store)
+            ],
+            "jobs": _pause.paused_job_count(self.store),
+        }
 
     def list(self, **query: Unpack[JobQuery]) -> builtins.list[dict[str, Any]]:
         """Job summaries, newest first: `limit` (100) of them, filtered by `owner`, `state`,

@@ -22,7 +22,7 @@ from jobcenter.errors import JobcenterError
 from jobcenter.runtime.remote import Executors
 from jobcenter.storage.server.errors import RedisError
 
-from . import jobs, manage, models, worker
+from . import bulk, jobs, manage, models, worker
 from .problems import (
     BAD_INPUT,
     FORBIDDEN,
@@ -79,6 +79,7 @@ def create_api(client: Client | None, *, claim_wait_max: float = models.CLAIM_WA
         ApiProblem,
     ):  # fmt: skip
         app.add_exception_handler(error, on_error)
+    app.include_router(bulk.router)  # before jobs: /jobs/bulk/retry is not job "bulk"
     app.include_router(jobs.router)
     app.include_router(worker.router)
     app.include_router(manage.router)

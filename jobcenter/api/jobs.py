@@ -20,6 +20,7 @@ from jobcenter.errors import IdempotencyConflict, SpecError, WrongState
 from jobcenter.model.fire_times import given_fire_time
 from jobcenter.model.spec import spec_from_any
 from jobcenter.model.states import JobState
+from jobcenter.model.tags import parse_tag_filter
 from jobcenter.storage.events import Event, Events
 from jobcenter.storage.tokens import TokenRecord
 
@@ -149,6 +150,9 @@ def list_jobs(
     state: JobState | None = None,
     schedule: Annotated[str | None, Query(max_length=128, description="Fired by it.")] = None,
     name: Annotated[str | None, Query(max_length=128, description="The job's name.")] = None,
+    tag: Annotated[
+        str | None, Query(max_length=200, description="A tag the job carries: `key=value`.")
+    ] = None,
     since: Annotated[
         float | None, Query(ge=0, le=EPOCH_MAX, description="Created since (epoch s).")
     ] = None,
@@ -170,6 +174,7 @@ def list_jobs(
             owner=owner,
             state=state.value if state else None,
             schedule_id=schedule,
+            tag=None if tag is None else "=".join(parse_tag_filter(tag)),
             since=since,
             limit=limit,
             before=before,

@@ -86,6 +86,9 @@ class JobStatus(BaseModel):
         description="When it was due (epoch seconds): its schedule's fire time, or the one "
         "given at submit; null when it has none.",
     )
+    tags: dict[str, str] = Field(default_factory=dict, description="The spec's `tags:`.")
+    paused_at: float | None = Field(default=None, description="Paused since (epoch s).")
+    late_at: float | None = Field(default=None, description="Found past its sla at (epoch s).")
     tasks: dict[str, TaskStatus]
     notifications: dict[str, Any] | None = None
 
@@ -99,6 +102,9 @@ class JobSummary(BaseModel):
     finished_at: float | None
     schedule_id: str | None
     fire_time: float | None
+    tags: dict[str, str] = Field(default_factory=dict, description="The spec's `tags:`.")
+    paused_at: float | None = Field(default=None, description="Paused since (epoch s).")
+    late_at: float | None = Field(default=None, description="Found past its sla at (epoch s).")
 
 
 class JobPage(BaseModel):
@@ -186,6 +192,37 @@ class MarkRequest(Strict):
     )
     result: Any = Field(default=None, description="With `succeeded`: its result (JSON).")
     reason: str = Field(default="", max_length=REASON_MAX, description="Why, for the history.")
+
+
+BULK_LIMIT_MAX = 1_000  # jobs one bulk call acts on: its time stays within a request's
+
+
+class BulkRequest(Strict):
+    """Which jobs (the list's filters; at least one) and how many at most."""
+
+    state: JobState | None = None
+    owner: str | None = Field(default=None, max_length=128)
+    name: str | None = Field(default=None, max_length=200, description="A part of the name.")
+    schedule: str | None = Field(default=None, max_length=128, description="Fired by it.")
+    tag: str | None = Field(default=None, max_length=200, description="`key=value`.")
+    since: float | None = Field(default=None, ge=0, description="Created since (epoch s).")
+    until: float | None = Field(default=None, ge=0, description="Created before (epoch s).")
+    dry_run: bool = Field(default=False, description="List the jobs, change nothing.")
+    limit: int = Field(default=BULK_LIMIT_MAX, ge=1, le=BULK_LIMIT_MAX)
+
+
+class BulkOutcome(BaseModel):
+    id: str
+    message: str | None = Field(description="What was done; null on a dry run or a skip.")
+    error: str | None = Field(default=None, description="Why the job was skipped.")
+
+
+class BulkResult(BaseModel):
+    action: str
+    dry_run: bool
+    count: int = Field(description="Jobs acted on (a dry run: that it would act on).")
+    jobs: list[BulkOutcome]
+    more: bool = Field(default=False, description="The limit was reached: call again for more.")
 
 
 # -- the worker protocol -------------------------------------------------------------------

@@ -9,7 +9,7 @@ import logging
 
 import click
 
-from . import api, backfill, jobs, operate, pools, schedules, servers, task_logs
+from . import api, backfill, jobs, operate, pausing, pools, schedules, servers, task_logs
 from .options import (
     EXIT_BAD_INPUT,
     EXIT_ERROR,
@@ -44,6 +44,7 @@ for command in (
     *api.COMMANDS,
     *backfill.COMMANDS,
     *task_logs.COMMANDS,
+    *pausing.COMMANDS,
     schedules.schedule_group,
     pools.pool_group,
     pools.rate_group,

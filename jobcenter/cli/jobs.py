@@ -9,7 +9,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
@@ -17,15 +16,16 @@ import click
 from jobcenter.client import Client
 from jobcenter.config import LIST_LIMIT, Settings
 from jobcenter.errors import SpecError
-from jobcenter.model.durations import parse_seconds
 from jobcenter.model.fire_times import parse_instant
 from jobcenter.model.spec import load_spec_file
 from jobcenter.model.states import JobState, TaskState
+from jobcenter.model.tags import format_tags, parse_tag_filter
 from jobcenter.storage.events import Event
 from jobcenter.storage.export import FINISHED_STATES
 from jobcenter.storage.keyspace.schema import EventKind
 from jobcenter.storage.server.outages import ride_out
 
+from .bulk import Bulk, bulk_options, one_or_many, run_bulk
 from .options import (
     EXIT_FAILED,
     EXIT_TIMEOUT,
@@ -38,6 +38,7 @@ from .options import (
     fail,
     first_line,
     format_time,
+    parse_time_option,
     redis_options,
 )
 
@@ -232,6 +233,12 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
     if st.get("fire_time") is not None:
         schedule = f"  schedule {st['schedule_id']}" if st.get("schedule_id") else ""
         click.echo(f"fire time {format_time(st['fire_time'])}{schedule}")
+    if st.get("tags"):
+        click.echo(f"tags {format_tags(tuple(st['tags'].items()))}")
+    if st.get("late_at"):
+        click.echo(f"late: unfinished past its sla at {format_time(st['late_at'])}")
+    if st.get("paused_at"):
+        click.echo(f"paused since {format_time(st['paused_at'])}: nothing more of it starts")
     if st["error"]:
         click.echo(f"error: {st['error']}")
     rows = [("TASK", "STATE", "ATT", "HANDLER", "STARTED", "FINISHED (UTC)", "ERROR / PROGRESS")]
@@ -294,28 +301,7 @@ def _show_notifications(notify: dict[str, Any], job_ended: bool) -> None:
         )
 
 
-def _since(value: str | None, option: str = "--since") -> float | None:
-    """--since (and export's --until): epoch seconds, an ISO time, or an age: a duration as
-    a spec writes one (90s, 15m, 2h, 7d, PT1H), back from now."""
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        pass
-    else:
-        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
-    now = time.time()
-    try:
-        return now - parse_seconds(value, option, high=now)  # no age before the epoch
-    except SpecError:
-        raise SpecError(
-            f"{option} {value!r}: give epoch seconds, an ISO time or an age like 15m, 2h, 7d"
-        ) from None
+_since = parse_time_option  # --since, --until
 
 
 @click.command(name="list")
@@ -324,6 +310,7 @@ def _since(value: str | None, option: str = "--since") -> float | None:
 @click.option(
     "--schedule", "schedule_id", default=None, help="Only jobs fired by this schedule (id or name)."
 )
+@click.option("--tag", default=None, help="Only jobs with this tag: key=value.")
 @click.option("--since", default=None, help="Created since: epoch, ISO time, or 15m/2h/7d.")
 @click.option("--limit", type=click.IntRange(min=1), default=LIST_LIMIT, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
@@ -333,27 +320,40 @@ def list_jobs(
     owner: str | None,
     state: str | None,
     schedule_id: str | None,
+    tag: str | None,
     since: str | None,
     limit: int,
     as_json: bool,
 ) -> None:
     """List jobs, newest first."""
     rows = client_for(settings).list(
-        owner=owner, state=state, schedule_id=schedule_id, since=_since(since), limit=limit
+        owner=owner,
+        state=state,
+        schedule_id=schedule_id,
+        tag=None if tag is None else "=".join(parse_tag_filter(tag)),
+        since=_since(since),
+        limit=limit,
     )
     echo_rows(
         rows,
         as_json,
         [
             ("JOB", lambda r: r["id"]),
-            ("STATE", lambda r: r["state"]),
+            ("STATE", _state_marks),
             ("CREATED (UTC)", lambda r: format_time(r["created_at"])),
             ("OWNER", lambda r: r["owner"] or "-"),
             ("SCHEDULE", lambda r: r["schedule_id"] or "-"),
             ("FIRE TIME (UTC)", lambda r: format_time(r["fire_time"])),
+            ("TAGS", lambda r: format_tags(tuple(r["tags"].items())) or "-"),
             ("NAME", lambda r: r["name"]),
         ],
     )
+
+
+def _state_marks(row: dict[str, Any]) -> str:
+    """A list row's state, with what an operator looks for: paused, late."""
+    marks = [m for m, on in (("paused", row.get("paused_at")), ("late", row.get("late_at"))) if on]
+    return row["state"] + (f" ({', '.join(marks)})" if marks else "")
 
 
 @click.command()
@@ -458,22 +458,35 @@ def _event_line(*cells: str) -> str:
 
 
 @click.command()
-@click.argument("job_id")
+@click.argument("job_id", required=False)
 @redis_options
-def retry(settings: Settings, job_id: str) -> None:
+@bulk_options
+def retry(settings: Settings, job_id: str | None, bulk: Bulk | None) -> None:
     """Re-run a failed job's failed tasks and every task below them (upstream_failed ones, and
-    cleanups that ran); the other succeeded ones are kept."""
-    revived = client_for(settings).retry(job_id)
-    click.echo(f"job {job_id}: {revived} tasks to run again")
+    cleanups that ran); the other succeeded ones are kept. With filters instead of JOB_ID:
+    every failed job they choose (`retry --tag customer=acme`)."""
+    one_or_many(job_id, bulk, "a JOB_ID")
+    client = client_for(settings)
+    if bulk is None:
+        click.echo(f"job {job_id}: {client.retry(str(job_id))} tasks to run again")
+        return
+    run_bulk(client, bulk, "retry")
 
 
 @click.command()
-@click.argument("job_id")
+@click.argument("job_id", required=False)
 @redis_options
-def delete(settings: Settings, job_id: str) -> None:
-    """Delete a finished job and every trace of it."""
-    client_for(settings).delete(job_id)
-    click.echo(f"job {job_id} deleted")
+@bulk_options
+def delete(settings: Settings, job_id: str | None, bulk: Bulk | None) -> None:
+    """Delete a finished job and every trace of it. With filters instead of JOB_ID: every
+    finished job they choose."""
+    one_or_many(job_id, bulk, "a JOB_ID")
+    client = client_for(settings)
+    if bulk is None:
+        client.delete(str(job_id))
+        click.echo(f"job {job_id} deleted")
+        return
+    run_bulk(client, bulk, "delete")
 
 
 @click.group()
@@ -524,21 +537,39 @@ def dlq_show(settings: Settings, job_id: str, task_id: str, as_json: bool) -> No
 
 
 @dlq.command(name="requeue")
-@click.argument("job_id")
-@click.argument("task_id")
+@click.argument("job_id", required=False)
+@click.argument("task_id", required=False)
 @redis_options
-def dlq_requeue(settings: Settings, job_id: str, task_id: str) -> None:
-    """Run a dead-lettered task again; on success its children run and the job re-finalizes."""
-    revived = client_for(settings).requeue(job_id, task_id)
-    click.echo(f"job {job_id}: task {task_id} requeued ({revived} tasks to run again)")
+@bulk_options
+def dlq_requeue(
+    settings: Settings, job_id: str | None, task_id: str | None, bulk: Bulk | None
+) -> None:
+    """Run a dead-lettered task again; on success its children run and the job re-finalizes.
+    With filters instead of JOB_ID TASK_ID: every dead letter of the jobs they choose."""
+    one_or_many(job_id, bulk, "JOB_ID TASK_ID")
+    client = client_for(settings)
+    if bulk is None:
+        if task_id is None:
+            raise SpecError("give JOB_ID TASK_ID: the dead-lettered task to requeue")
+        revived = client.requeue(str(job_id), task_id)
+        click.echo(f"job {job_id}: task {task_id} requeued ({revived} tasks to run again)")
+        return
+    run_bulk(client, bulk, "requeue")
 
 
 @click.command()
-@click.argument("job_id")
+@click.argument("job_id", required=False)
 @redis_options
-def cancel(settings: Settings, job_id: str) -> None:
-    """Cancel a job: nothing more of it starts; running attempts are revoked."""
-    click.echo(f"job {job_id} {client_for(settings).cancel(job_id)}")
+@bulk_options
+def cancel(settings: Settings, job_id: str | None, bulk: Bulk | None) -> None:
+    """Cancel a job: nothing more of it starts; running attempts are revoked. With filters
+    instead of JOB_ID: every unfinished job they choose."""
+    one_or_many(job_id, bulk, "a JOB_ID")
+    client = client_for(settings)
+    if bulk is None:
+        click.echo(f"job {job_id} {client.cancel(str(job_id))}")
+        return
+    run_bulk(client, bulk, "cancel")
 
 
 @click.command()

@@ -7,6 +7,7 @@ import functools
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -250,3 +251,27 @@ def echo_rows(rows: list[dict[str, Any]], as_json: bool, columns: Sequence[Colum
     for line in table:
         padded = [text.ljust(width) for text, width in zip(line, widths, strict=False)]
         click.echo("  ".join([*padded, line[-1]]).rstrip())
+
+
+def parse_time_option(value: str | None, option: str = "--since") -> float | None:
+    """--since (and export's --until): epoch seconds, an ISO time, or an age: a duration as
+    a spec writes one (90s, 15m, 2h, 7d, PT1H), back from now."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        pass
+    else:
+        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    now = time.time()
+    try:
+        return now - parse_seconds(value, option, high=now)  # no age before the epoch
+    except SpecError:
+        raise SpecError(
+            f"{option} {value!r}: give epoch seconds, an ISO time or an age like 15m, 2h, 7d"
+        ) from None

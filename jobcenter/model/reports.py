@@ -27,6 +27,8 @@ class RecoveryReport:
     slots_leaked: int = 0  # reservations that held pool/limit slots without a lease
     slots_corrected: int = 0  # limits whose count of used slots was off
     lost: int = 0  # unfinished jobs whose keys Redis lost (evicted): settled, failed
+    timed_out: int = 0  # jobs still running past their timeout: stopped, failed
+    late: int = 0  # jobs found unfinished past their sla (said once each; not a repair)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -22,6 +22,7 @@ from . import codec, documents, placeholders
 from .dag import check_dag
 from .durations import MAX_SECONDS, parse_seconds
 from .notify import Notify, parse_notify
+from .tags import Tags, parse_tags
 from .trigger_rules import DEFAULT_TRIGGER_RULE, TriggerRule
 
 DEFAULT_QUEUE = "default"  # the queue of a job or task that names none
@@ -151,6 +152,9 @@ class JobSpec:
     # its tasks' args hold placeholders, filled at submit (model.placeholders): known from
     # the parse, not a field of the spec itself
     uses_placeholders: bool = field(default=False, compare=False, repr=False)
+    tags: Tags = ()  # (key, value) pairs, sorted by key (jobcenter.model.tags)
+    timeout: float | None = None  # seconds it may run; then it fails, its attempts revoked
+    sla: float | None = None  # seconds after its fire time or submit it should be done by
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON/msgpack-ready) that round-trips through parse_spec."""
@@ -161,6 +165,8 @@ class JobSpec:
                 out[name] = value
         if self.notify is not None:
             out["notify"] = self.notify.to_dict()
+        if self.tags:
+            out["tags"] = dict(self.tags)
         out["tasks"] = [t.to_dict() for t in self.tasks]
         return out
 
@@ -190,11 +196,13 @@ _JOB_DEFAULTS: dict[str, Any] = {
     "retention": None,
     "order": DEFAULT_ORDER,
     "max_running": None,
+    "timeout": None,
+    "sla": None,
 }
 _TASK_KEYS = frozenset(
     {"id", "task", "args", "kwargs", "depends_on", "inputs", "map", *_TASK_DEFAULTS}
 )
-_JOB_KEYS = frozenset({"name", "tasks", "notify", *_JOB_DEFAULTS})
+_JOB_KEYS = frozenset({"name", "tasks", "notify", "tags", *_JOB_DEFAULTS})
 
 
 # --- field checks; `task_id` None means a job-level field ----------------------------
@@ -621,6 +629,12 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
         rule = f"an integer from 1 to {MAX_RUNNING_LIMIT}"
         max_running = _int(max_running, "max_running", None, 1, MAX_RUNNING_LIMIT, rule)
     notify = parse_notify(data["notify"]) if data.get("notify") is not None else None
+    tags = parse_tags(data["tags"]) if data.get("tags") is not None else ()
+    deadlines = {
+        key: _seconds(data[key], key, None, strict=True)
+        for key in ("timeout", "sla")
+        if data.get(key) is not None
+    }
 
     raw_tasks = data.get("tasks")
     if raw_tasks is None or (isinstance(raw_tasks, list | tuple) and not raw_tasks):
@@ -647,6 +661,8 @@ def parse_spec(data: Mapping[str, Any], *, max_tasks: int = MAX_TASKS) -> JobSpe
         max_running=max_running,
         notify=notify,
         uses_placeholders=totals.placeholders,
+        tags=tags,
+        **deadlines,
     )
     _VALIDATED[id(spec)] = spec
     return spec

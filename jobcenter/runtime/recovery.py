@@ -15,7 +15,7 @@ from jobcenter.storage import limits
 from jobcenter.storage.admin import trim_expired
 from jobcenter.storage.keyspace.keys import NODE_QUEUE_PREFIX
 from jobcenter.storage.keyspace.records import JobRecord
-from jobcenter.storage.keyspace.schema import TaskField
+from jobcenter.storage.keyspace.schema import JobField, TaskField
 from jobcenter.storage.keyspace.schema import code as return_code
 from jobcenter.storage.store import Store, served_member
 
@@ -126,6 +126,8 @@ class Recovery:
             return
         now = self.store.now_ms()
         idle_ms = now - (job.updated_at if job.updated_at is not None else now)
+        if not job.stop and self._deadlines(job_id, fields, now):
+            return
         if job.stop:  # a cancel (or abandon) under way: its leader may have died
             limit = job.tasks if state == JobState.RUNNING else job.written
             if job.cancel_cursor < limit:
@@ -144,6 +146,30 @@ class Recovery:
         if store.has_frontier(job_id):
             self._resubmit(job_id, "continue")
         self._tasks(job_id, now, job.queue if job.queue is not None else DEFAULT_QUEUE)
+
+    # -- rule 12: a job's timeout and sla ---------------------------------------------------
+
+    def _deadlines(self, job_id: str, fields: dict[str, bytes], now: int) -> bool:
+        """A job running past its `timeout` is stopped as failed (its running attempts
+        revoked, the rest ended, the error saying why): True. One past its `sla` is said
+        late once (an event and a warning) and goes on."""
+        timeout, sla, late = (
+            _ms(fields.get(f)) for f in (JobField.TIMEOUT, JobField.SLA, JobField.LATE)
+        )
+        started = _ms(fields.get(JobField.STARTED_AT))
+        if timeout is not None and started is not None and now >= started + timeout:
+            error = f"timed out: still running {timeout / 1000:g} s after it started (its timeout)"
+            self.store.stop_job(job_id, "abandon", error=error)
+            self.report.timed_out += 1
+            log.warning("job %s %s; stopped", job_id, error)
+            return True
+        fire = fields.get(JobField.FIRE_TIME)
+        base = float(fire) * 1000 if fire is not None else _ms(fields.get(JobField.CREATED_AT))
+        due = None if sla is None or late is not None or base is None else base + sla
+        if due is not None and now >= due and self.store.mark_late(job_id):
+            self.report.late += 1
+            log.warning("job %s is late: unfinished past its sla", job_id)
+        return False
 
     def _resubmit(self, job_id: str, kind: str) -> None:
         if self.store.resubmit(job_id, kind):
@@ -254,3 +280,7 @@ def _tasks_written(job: JobRecord) -> bool:
 
 def _ended(state: str | None) -> bool:
     return state is not None and TaskState(state).terminal
+
+
+def _ms(raw: bytes | None) -> int | None:
+    return None if raw is None else int(float(raw))

@@ -222,7 +222,7 @@ def trim_expired(store: Store) -> int:
                 break
             pipe = store.redis.pipeline(transaction=False)
             for member in members:
-                job_id, owner, schedule_id = (member.decode().split("\t") + [""])[:3]
+                job_id, owner, schedule_id, tags = (member.decode().split("\t") + ["", ""])[:4]
                 pipe.zrem(store.keys.jobs(shard), job_id)
                 for state in FINISHED_JOB_STATES:  # it expired in one of them
                     pipe.zrem(store.keys.state_jobs(shard, state), job_id)
@@ -230,6 +230,8 @@ def trim_expired(store: Store) -> int:
                     pipe.zrem(store.keys.owner_jobs(shard, owner), job_id)
                 if schedule_id:
                     pipe.zrem(store.keys.schedule_jobs(shard, schedule_id), job_id)
+                for tag in filter(None, tags.split(",")):
+                    pipe.zrem(store.keys.tag_jobs(shard, tag), job_id)
                 pipe.zrem(expiring, member)
             pipe.execute()
             trimmed += len(members)

@@ -20,6 +20,7 @@ from jobcenter.errors import NotFound
 from jobcenter.model import codec
 from jobcenter.model.reports import RecoveryReport
 from jobcenter.model.spec import DEFAULT_QUEUE
+from jobcenter.model.tags import has_tag, read_tags
 
 from .keyspace.keys import LEADER_SEGMENT, NODE_QUEUE_PREFIX
 from .keyspace.layout import Layout
@@ -50,7 +51,8 @@ JOB_FIELDS = (
     JobField.NAME, JobField.OWNER, JobField.STATE, JobField.TASKS, JobField.LEFT,
     JobField.PRIORITY, JobField.QUEUE, JobField.CREATED_AT, JobField.STARTED_AT,
     JobField.FINISHED_AT, JobField.UPDATED_AT, JobField.SCHEDULE_ID, JobField.FIRE_TIME,
-    JobField.ERROR, JobField.FAILED, JobField.CANCELLED,
+    JobField.ERROR, JobField.FAILED, JobField.CANCELLED, JobField.TAGS, JobField.PAUSED,
+    JobField.LATE,
 )  # fmt: skip
 
 
@@ -84,6 +86,9 @@ class JobSummary:
     failed: int  # tasks failed for good
     cancelled: int
     fire_time: float | None = None  # when it was due (epoch seconds), if it has a fire time
+    tags: dict[str, str] = field(default_factory=dict)
+    paused_at: float | None = None
+    late_at: float | None = None  # found past its sla (it may have finished since)
 
 
 def job_summary(store: Store, job_id: str) -> JobSummary:
@@ -113,6 +118,9 @@ def _summary(job_id: str, f: dict[str, bytes | None]) -> JobSummary:
         failed=_int(f[JobField.FAILED]) or 0,
         cancelled=_int(f[JobField.CANCELLED]) or 0,
         fire_time=float(fire) if (fire := f[JobField.FIRE_TIME]) is not None else None,
+        tags=read_tags(text(f.get(JobField.TAGS))),
+        paused_at=seconds(f.get(JobField.PAUSED)),
+        late_at=seconds(f.get(JobField.LATE)),
     )
 
 
@@ -140,12 +148,13 @@ class JobFilter:
     state: str | None = None
     schedule_id: str | None = None
     name: str | None = None  # a part of the name, any case
+    tag: str | None = None  # key=value
 
     @property
     def narrows(self) -> bool:
         """Whether some job read from the index may not match: the name has no index, and
         of several indexed filters only one index is walked."""
-        indexed = [f for f in (self.owner, self.state, self.schedule_id) if f]
+        indexed = [f for f in (self.owner, self.state, self.schedule_id, self.tag) if f]
         return bool(self.name) or len(indexed) > 1
 
     def admits(self, job: JobSummary) -> bool:
@@ -154,6 +163,7 @@ class JobFilter:
             and (not self.state or job.state == self.state)
             and (not self.schedule_id or job.schedule_id == self.schedule_id)
             and (not self.name or self.name.lower() in (job.name or "").lower())
+            and (not self.tag or has_tag(job.tags, self.tag))
         )
 
 
@@ -189,7 +199,7 @@ def jobs_page(
         raise ValueError(f"page size must be 1-{PAGE_SIZE_MAX}, got {size}")
     after = _parse_cursor(before)
     indexes = [
-        store.job_index(shard, filters.owner, filters.state, filters.schedule_id)
+        store.job_index(shard, filters.owner, filters.state, filters.schedule_id, tag=filters.tag)
         for shard in range(store.keys.shards)
     ]
     chunk = JOBS_CHUNK if filters.narrows else size

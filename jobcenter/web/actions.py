@@ -1,6 +1,6 @@
-"""What a person can change from the dashboard, each a POST that needs the token: cancel
-and retry a job, clear and mark a task, requeue a dead letter, pause, resume and run a
-schedule now."""
+"""What a person can change from the dashboard, each a POST that needs the token: cancel,
+retry, pause and resume a job, clear and mark a task, pause and resume a queue, retry the
+failed jobs of a list, requeue a dead letter, pause, resume and run a schedule now."""
 
 from __future__ import annotations
 
@@ -19,9 +19,13 @@ from jobcenter import schedules
 from jobcenter.client import Client
 from jobcenter.errors import NotFound, WrongState
 from jobcenter.model.states import JobState
+from jobcenter.storage import bulk
+from jobcenter.storage.views import JobFilter
 
 from .auth import require_token
-from .pages import client
+from .pages import client, job_filter
+
+BULK_RETRY_MAX = 1_000  # jobs one click retries: the request stays short
 
 REASON_MAX = 1_000  # characters of a reason kept in the history
 DASHBOARD_PERSON = "dashboard"  # who acts with the dashboard's own token (it names no one)
@@ -130,6 +134,59 @@ async def mark_task(request: Request) -> Response:
     return await _act(request, as_person(DASHBOARD_PERSON), f"/jobs/{job_id}", job_id, as_person)
 
 
+async def pause_job(request: Request) -> Response:
+    job_id = request.path_params["job_id"]
+
+    def do(c: Client) -> str:
+        return f"job {job_id} {'paused' if c.pause(job_id) else 'was paused already'}"
+
+    return await _act(request, do, f"/jobs/{job_id}", job_id)
+
+
+async def resume_job(request: Request) -> Response:
+    job_id = request.path_params["job_id"]
+
+    def do(c: Client) -> str:
+        return f"job {job_id} {'resumed' if c.resume(job_id) else 'was not paused'}"
+
+    return await _act(request, do, f"/jobs/{job_id}", job_id)
+
+
+async def pause_queue(request: Request) -> Response:
+    queue = request.path_params["queue"]
+
+    def do(c: Client) -> str:
+        return f"queue {queue} {'paused' if c.pause_queue(queue) else 'was paused already'}"
+
+    return await _act(request, do, "/queues")
+
+
+async def resume_queue(request: Request) -> Response:
+    queue = request.path_params["queue"]
+
+    def do(c: Client) -> str:
+        return f"queue {queue} {'resumed' if c.resume_queue(queue) else 'was not paused'}"
+
+    return await _act(request, do, "/queues")
+
+
+async def bulk_retry(request: Request) -> Response:
+    """Retry the failed jobs of the filtered list (at most BULK_RETRY_MAX a click)."""
+    filters = job_filter(request)
+    if filters == JobFilter():
+        raise ValueError("filter the list first: a bulk retry acts on the jobs it shows")
+    back = f"/jobs?{request.url.query}" if request.url.query else "/jobs"
+
+    def do(c: Client) -> str:
+        outcomes = bulk.run(
+            c.store, bulk.ACTIONS["retry"], bulk.BulkFilter(filters), limit=BULK_RETRY_MAX
+        )
+        done = sum(1 for o in outcomes if o.error is None)
+        return f"{done} failed job(s) retried"
+
+    return await _act(request, do, back.split("?")[0])
+
+
 async def requeue(request: Request) -> Response:
     job_id, task_id = request.path_params["job_id"], request.path_params["task_id"]
 
@@ -168,9 +225,14 @@ async def run_now(request: Request) -> Response:
 
 ROUTES = [
     Route("/jobs/{job_id}/cancel", cancel, methods=["POST"]),
+    Route("/jobs/bulk/retry", bulk_retry, methods=["POST"]),
     Route("/jobs/{job_id}/retry", retry, methods=["POST"]),
     Route("/jobs/{job_id}/tasks/{task_id:path}/clear", clear_task, methods=["POST"]),
     Route("/jobs/{job_id}/tasks/{task_id:path}/mark", mark_task, methods=["POST"]),
+    Route("/jobs/{job_id}/pause", pause_job, methods=["POST"]),
+    Route("/jobs/{job_id}/resume", resume_job, methods=["POST"]),
+    Route("/queues/{queue}/pause", pause_queue, methods=["POST"]),
+    Route("/queues/{queue}/resume", resume_queue, methods=["POST"]),
     Route("/dead-letters/{job_id}/{task_id:path}/requeue", requeue, methods=["POST"]),
     Route("/schedules/{schedule_id}/pause", pause, methods=["POST"]),
     Route("/schedules/{schedule_id}/resume", resume, methods=["POST"]),

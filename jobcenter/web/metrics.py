@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from jobcenter.runtime.stopping import STOP_BOUND_SECONDS
-from jobcenter.storage import limits, views
+from jobcenter.storage import limits, pause, views
 from jobcenter.storage.metrics import Histogram, Labels, live_workers, read_counters
 from jobcenter.storage.store import Store
 
@@ -139,6 +139,24 @@ class JobcenterCollector(Collector):
             "jobcenter_workers_registered", "Workers in the registry.", value=registered
         )
         yield from _pool_gauges(limits.pools(self.store))
+        yield from _pause_gauges(self.store)
+
+
+def _pause_gauges(store: Store) -> Iterator[Metric]:
+    """What is paused: each paused queue (1), and how many jobs are."""
+    queues = GaugeMetricFamily(
+        "jobcenter_queue_paused",
+        "1 for a paused queue (no task of it is claimed).",
+        labels=["queue"],
+    )
+    for paused in pause.paused_queues(store):
+        queues.add_metric([paused.queue], 1)
+    yield queues
+    yield GaugeMetricFamily(
+        "jobcenter_jobs_paused",
+        "Jobs paused (none of their tasks starts).",
+        value=pause.paused_job_count(store),
+    )
 
 
 def _pool_gauges(pools: list[limits.PoolView]) -> Iterator[Metric]:

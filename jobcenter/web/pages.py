@@ -12,8 +12,10 @@ from starlette.routing import Route
 
 from jobcenter import schedules
 from jobcenter.client import Client
+from jobcenter.errors import SpecError
 from jobcenter.model.states import JobState
-from jobcenter.storage import views
+from jobcenter.model.tags import parse_tag_filter
+from jobcenter.storage import pause, views
 
 DEAD_LETTERS_PAGE = 100  # the newest dead letters listed
 AUTO_REFRESH_SECONDS = 5  # workers and queues pages reload themselves this often
@@ -44,7 +46,11 @@ def home(request: Request) -> Response:
     return RedirectResponse("/jobs", status_code=307)
 
 
-def jobs(request: Request) -> Response:
+_FILTER_PARAMS = ("owner", "state", "schedule", "name", "tag", "size")  # kept across pages
+
+
+def job_filter(request: Request) -> views.JobFilter:
+    """The job list's filters, from the query (the list and its bulk retry read them)."""
     q = request.query_params
     filters = views.JobFilter(
         owner=q.get("owner") or None,
@@ -53,12 +59,23 @@ def jobs(request: Request) -> Response:
         if q.get("schedule")
         else None,
         name=q.get("name") or None,
+        tag=_tag_filter(q.get("tag")),
     )
     if filters.state and filters.state not in {s.value for s in JobState}:
         raise ValueError(f"unknown job state {filters.state!r}")
+    return filters
+
+
+def jobs(request: Request) -> Response:
+    q = request.query_params
+    filters = job_filter(request)
     size = _int_param(q.get("size"), views.PAGE_SIZE, "size")
     page = views.jobs_page(client(request).store, filters, before=q.get("before"), size=size)
-    kept = {k: v for k, v in q.items() if k in ("owner", "state", "schedule", "name", "size") and v}
+    kept = {
+        k: v
+        for k, v in q.items()
+        if k in ("owner", "state", "schedule", "name", "tag", "size") and v
+    }
     older = f"/jobs?{urlencode({**kept, 'before': page.older})}" if page.older else None
     return render(
         request,
@@ -68,8 +85,19 @@ def jobs(request: Request) -> Response:
         states=[s.value for s in JobState],
         older=older,
         newest=f"/jobs?{urlencode(kept)}" if q.get("before") else None,
+        bulk_retry=f"/jobs/bulk/retry?{urlencode({k: v for k, v in kept.items() if k != 'size'})}",
         live_every=LIST_REFRESH_SECONDS,
     )
+
+
+def _tag_filter(raw: str | None) -> str | None:
+    """The `tag` filter, checked: a bad one is bad input (400), not a refused change."""
+    if not raw:
+        return None
+    try:
+        return "=".join(parse_tag_filter(raw))
+    except SpecError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _int_param(raw: str | None, default: int, name: str) -> int:
@@ -108,12 +136,14 @@ def workers(request: Request) -> Response:
 def queues(request: Request) -> Response:
     c = client(request)
     asked = [q for q in request.query_params.get("queue", "").split(",") if q]
-    names = sorted(set(views.known_queues(c.store)) | set(asked))
+    paused = {p.queue: p.since for p in pause.paused_queues(c.store)}
+    names = sorted(set(views.known_queues(c.store)) | set(asked) | set(paused))
     view = views.queues(c.store, names)
     return render(
         request,
         "queues.html",
         view=view,
+        paused=paused,
         pools=c.pools(),
         rates=c.rates(),
         refresh=AUTO_REFRESH_SECONDS,

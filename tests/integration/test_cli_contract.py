@@ -14,11 +14,12 @@ from harness import Cli
 from integration_harness import JOB_SECONDS, Workers
 
 JOB_KEYS = {"id", "name", "owner", "state", "created_at", "finished_at", "error", "tasks",
-            "notifications", "schedule_id", "fire_time"}  # fmt: skip
+            "notifications", "schedule_id", "fire_time", "tags", "paused_at",
+            "late_at"}  # fmt: skip
 TASK_KEYS = {"state", "attempts", "handler", "queued_at", "started_at", "finished_at", "error"}
-TASK_KEYS |= {"created_at", "updated_at", "completed_at"}  # seed 000's three times (issue 9)
-LIST_KEYS = {"id", "name", "owner", "state", "created_at", "finished_at", "schedule_id"}
-LIST_KEYS |= {"fire_time"}
+TASK_KEYS |= {"created_at", "updated_at", "completed_at"}  # the three times a task keeps
+LIST_KEYS = {"id", "name", "owner", "state", "created_at", "finished_at", "schedule_id",
+             "fire_time", "tags", "paused_at", "late_at"}  # fmt: skip
 # Keys a list row has beyond those of `status`, on purpose. Listed, so that a renamed or stray
 # key still fails here: a script parsing the JSON would break on it.
 LIST_EXTRA_KEYS: set[str] = set()

@@ -28,6 +28,9 @@ ACTIONS = [
     "/jobs/{job}/retry",
     "/jobs/{job}/tasks/t1/clear?downstream=1",
     "/jobs/{job}/tasks/t1/mark?state=succeeded",
+    "/jobs/{job}/pause",
+    "/queues/default/pause",
+    "/jobs/bulk/retry?state=failed",
     "/dead-letters/{job}/t1/requeue",
     "/schedules/{schedule}/pause",
     "/schedules/{schedule}/resume",
@@ -535,6 +538,59 @@ def test_clear_and_mark_from_a_task_panel(
     assert "job.js" in page  # the panel's buttons are drawn by it (browser tier: clicked)
 
 
+def test_pause_a_queue_and_a_job_from_the_dashboard_and_find_jobs_by_tag(
+    dashboard: Dashboard, client: Client, workers: Workers
+) -> None:
+    paused = dashboard.act("/queues/default/pause")
+    acme = client.submit(one_task("acme-report", tags={"customer": "acme"}))
+    other = client.submit(one_task("zed-report", tags={"customer": "zed"}))
+    held = dashboard.act(f"/jobs/{acme}/pause")
+    queues_html = dashboard.get("/queues").text
+    job_html = dashboard.get(f"/jobs/{acme}").text
+    tagged = rows(dashboard.get("/jobs?tag=customer=acme").text)
+
+    assert paused.json()["message"] == "queue default paused"
+    assert 'data-url="/queues/default/resume"' in queues_html
+    assert held.json()["message"] == f"job {acme} paused"
+    assert 'id="job-paused"' in job_html and f'data-url="/jobs/{acme}/resume"' in job_html
+    assert "customer=acme" in job_html
+    assert tagged == [acme]
+    assert dashboard.get("/jobs?tag=customer").status_code == 400
+
+    workers.start()
+    assert dashboard.act("/queues/default/resume").json()["message"] == "queue default resumed"
+    assert client.wait(other, JOB_SECONDS)["state"] == "succeeded"
+    assert client.status(acme)["tasks"]["t1"]["state"] == "queued"  # met and parked
+    assert dashboard.act(f"/jobs/{acme}/resume").json()["message"] == f"job {acme} resumed"
+    assert client.wait(acme, JOB_SECONDS)["state"] == "succeeded"
+
+
+def test_retry_the_failed_jobs_of_a_filtered_list_from_the_dashboard(
+    dashboard: Dashboard, client: Client, workers: Workers
+) -> None:
+    workers.start()
+
+    def failing_once(name: str, customer: str) -> str:
+        args = {"times": 1, "counter": name}
+        spec = one_task(name, task="tasks_for_tests.fail_times", args=args)
+        return client.submit({**spec, "tags": {"customer": customer}})
+
+    acme = [failing_once(f"acme-{i}", "acme") for i in range(2)]
+    zed = failing_once("zed", "zed")
+    for job_id in [*acme, zed]:
+        assert client.wait(job_id, JOB_SECONDS)["state"] == "failed"
+
+    listed = dashboard.get("/jobs?tag=customer=acme&state=failed").text
+    unfiltered = dashboard.act("/jobs/bulk/retry")
+    retried = dashboard.act("/jobs/bulk/retry?tag=customer%3Dacme&state=failed")
+
+    assert 'id="bulk-retry"' in listed
+    assert unfiltered.status_code == 400 and "filter the list first" in unfiltered.json()["error"]
+    assert retried.json()["message"] == "2 failed job(s) retried"
+    assert {client.wait(j, JOB_SECONDS)["state"] for j in acme} == {"succeeded"}
+    assert client.state(zed) == "failed"
+
+
 def test_a_form_post_with_the_token_field_acts_and_redirects(
     dashboard: Dashboard, client: Client
 ) -> None:
@@ -574,7 +630,7 @@ def test_actions_are_refused_without_the_right_token_and_change_nothing(
     job_id = client.submit(one_task())
     schedule_id = client.schedule(one_task(), every="PT1H")
     path = action.format(job=job_id, schedule=schedule_id)
-    before = (client.status(job_id), client.schedules())
+    before = (client.status(job_id), client.schedules(), client.paused())
 
     no_token = dashboard.act(path, token=None)
     wrong = dashboard.act(path, token=TOKEN + "x")
@@ -588,7 +644,7 @@ def test_actions_are_refused_without_the_right_token_and_change_nothing(
     assert cross_site.status_code == 403 and "another site" in cross_site.json()["error"]
     assert as_get.status_code == 405
     assert read_only.status_code == 403 and "read-only" in read_only.json()["error"]
-    assert (client.status(job_id), client.schedules()) == before
+    assert (client.status(job_id), client.schedules(), client.paused()) == before
 
 
 def test_a_read_only_dashboard_shows_no_action_buttons(readonly: Dashboard, client: Client) -> None:

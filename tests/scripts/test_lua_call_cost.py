@@ -29,10 +29,11 @@ QUEUES = ["default"]
 # the claim is the fresh shard's first, and each completion here learns a new task id's
 # estimate (2) and may hit a histogram bucket nothing hit before (3). A claim reads the head
 # of its queue (ZRANGE) and removes what it takes (ZREM), where it once popped it (ZPOPMIN):
-# one command more, so an entry a newer release wrote is never popped.
+# one command more, so an entry a newer release wrote is never popped. A released child taken
+# at once reads whether its queue is paused (one HMGET, shared with the rate limit's read).
 CLAIM_AND_START_MAX = 29
 FLAT_COMPLETION_MAX = 32
-CHAIN_HOP_MAX = 33
+CHAIN_HOP_MAX = 34
 
 
 def flat(n: int) -> dict[str, Any]:

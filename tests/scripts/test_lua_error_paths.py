@@ -322,10 +322,10 @@ def test_cancel_of_a_finished_job_changes_nothing(store: Store) -> None:
 
 # submit.lua's own ARGV after the job context, for one job: its job-hash pairs, then its
 # task-hash pairs (none: a leader splits the job; some: split at once), then its ready
-# tasks' indexes.
+# tasks' indexes, then its number of tags (none).
 RESUBMIT_ARGS = {
-    "leader-split": [4, "name", "again", "queues", "default,other", 0, 0],
-    "inline": [4, "name", "again", "queues", "default,other", 2, "s:0", "waiting", 1, 0],
+    "leader-split": [4, "name", "again", "queues", "default,other", 0, 0, 0],
+    "inline": [4, "name", "again", "queues", "default,other", 2, "s:0", "waiting", 1, 0, 0],
 }
 
 

@@ -30,7 +30,8 @@ PAYLOAD_KEYS = {k.value for k in PayloadKey} - {PayloadKey.ID.value}
 JOB_CODES = JOB_FIELDS - {
     "id", "name", "owner", "state", "spec", "priority", "queue", "queues", "created_at",
     "started_at", "finished_at", "updated_at", "schedule_id", "fire_time", "error", "webhook",
-    "retention", "left", "stop", "leader", "written", "queued", "protocol", "rules",
+    "retention", "left", "stop", "leader", "written", "queued", "protocol", "rules", "tags",
+    "timeout", "sla",
 }  # fmt: skip
 
 

@@ -26,6 +26,7 @@ COMPACT_TRIES = 3  # reads of a job that keeps changing under its compaction (a 
 # in another (a one-task job's compaction was six round trips of its own).
 COMPACT_BATCH_TASKS_MAX = 64
 RESTORE_CHUNK = 5_000  # task fields + history entries written back per restore call
+RESUME_CHUNK = 1_000  # parked tasks of a resumed job put back in their queues per call
 JOB_GONE = schema.code("JOB_GONE")
 CURSOR_MOVED = schema.code("CURSOR_MOVED")
 WRONG_STATE = schema.code("WRONG_STATE")
@@ -165,6 +166,31 @@ class Lifecycle(StoreBase):
             code, left = self.cancel_step(job_id)
             made += 1
 
+    def pause_job(self, job_id: str) -> bool:
+        """Pause a job (pause_job.lua): none of its tasks starts until it is resumed, its
+        running attempts finish. False when it was paused already; WrongState once it has
+        finished, UnknownJob when there is no such job."""
+        code = int(self._job_call("pause_job", job_id, [])[0])
+        finished = f"job {job_id} has finished: there is nothing to pause"
+        raise_for_code(code, finished if code == WRONG_STATE else f"no job {job_id}")
+        return code == 0
+
+    def resume_job(self, job_id: str) -> bool:
+        """Resume a paused job: its parked tasks go back into their queues, in their places
+        (resume_job.lua, RESUME_CHUNK a call). False when it was not paused."""
+        while True:
+            reply = self._job_call("resume_job", job_id, [RESUME_CHUNK])
+            raise_for_code(int(reply[0]), f"no job {job_id}")
+            if int(reply[0]) != 0 or not int(reply[1]):
+                return int(reply[0]) == 0
+
+    def mark_late(self, job_id: str) -> bool:
+        """Say once that the job is past its sla (mark_late.lua); False when it was said
+        already or the job has finished."""
+        code = int(self._job_call("mark_late", job_id, [], with_meta=False)[0])
+        raise_for_code(code, f"no job {job_id}")
+        return code == 0
+
     def release(self, handler: str, running: Sequence[tuple[str, int, str]]) -> int:
         """Give running attempts, (job, index, fencing token), back to their queues (a
         worker's forced shutdown)."""
@@ -260,8 +286,9 @@ class Lifecycle(StoreBase):
         """Remove a finished job and its index entries; WrongState if it is not finished."""
         jk = self.keys.job(job_id)
         shard = self.keys.job_shard(job_id)
-        owner, schedule_id = (
-            text(v) for v in self.redis.hmget(jk.job, JobField.OWNER, JobField.SCHEDULE_ID)
+        owner, schedule_id, tags = (
+            text(v)
+            for v in self.redis.hmget(jk.job, JobField.OWNER, JobField.SCHEDULE_ID, JobField.TAGS)
         )
         extra = [
             self.keys.jobs(shard),
@@ -270,6 +297,7 @@ class Lifecycle(StoreBase):
             self.keys.notifications(job_id),
             self.keys.deliveries(job_id),
             self.keys.task_logs(job_id),
+            *(self.keys.tag_jobs(shard, tag) for tag in (tags or "").split(",") if tag),
         ]
         code = int(self._job_call("delete", job_id, list(failed), extra_keys=extra)[0])
         raise_for_code(code, f"job {job_id} is not finished: cancel it first")

@@ -13,6 +13,7 @@ from jobcenter.errors import (
 )
 from jobcenter.model import codec
 from jobcenter.model.states import TERMINAL_TASK_STATES, JobState, TaskState
+from jobcenter.model.tags import has_tag, read_tags
 
 from ..keyspace import schema
 from ..keyspace.packed import HISTORY_PAGE, STAMP_FIELDS, JobRecords
@@ -50,6 +51,7 @@ class JobQuery(TypedDict, total=False):
     owner: str | None
     state: str | None
     schedule_id: str | None
+    tag: str | None
     since: float | None
     limit: int
     before: tuple[int, str] | None
@@ -176,6 +178,9 @@ class Reads(StoreBase):
             ),  # why the job itself ended (a cancel, lost keys)
             "schedule_id": text(job.get(JobField.SCHEDULE_ID)) or None,
             "fire_time": float(fire) if (fire := job.get(JobField.FIRE_TIME)) else None,
+            "tags": read_tags(text(job.get(JobField.TAGS))),
+            "paused_at": seconds(job.get(JobField.PAUSED)),
+            "late_at": seconds(job.get(JobField.LATE)),
             "tasks": tasks,
             "notifications": notifications_view(self.redis, self.keys, job_id, job),
         }
@@ -259,13 +264,14 @@ class Reads(StoreBase):
         owner: str | None = None,
         state: str | None = None,
         schedule_id: str | None = None,
+        tag: str | None = None,
         since: float | None = None,
         limit: int = 100,
         before: tuple[int, str] | None = None,
     ) -> list[dict[str, Any]]:
-        """Newest first: job summaries, filtered by owner, state, schedule and creation
-        time (epoch seconds). Each filter has an index the transitions keep, so one filter
-        reads about `limit` entries per shard; several read the smallest of their indexes
+        """Newest first: job summaries, filtered by owner, state, schedule, tag (`key=value`)
+        and creation time (epoch seconds). Each filter has an index the transitions keep, so
+        one filter reads about `limit` entries per shard; several read the smallest of their indexes
         in pages, at most LIST_SCAN_MAX entries per shard (a warning says when that cut the
         list short). `before` (created ms, id) of the last job of a page: the next page."""
         if limit <= 0:
@@ -273,7 +279,7 @@ class Reads(StoreBase):
         low = "-inf" if since is None else int(since * 1000)
         rows: list[dict[str, Any]] = []
         for shard in range(self.keys.shards):
-            rows += self._list_shard(shard, owner, state, schedule_id, low, limit, before)
+            rows += self._list_shard(shard, owner, state, schedule_id, tag, low, limit, before)
         rows.sort(key=lambda row: (row["created_at"], row["id"]), reverse=True)
         return rows[:limit]
 
@@ -283,14 +289,15 @@ class Reads(StoreBase):
         owner: str | None,
         state: str | None,
         schedule_id: str | None,
+        tag: str | None,
         low: int | str,
         limit: int,
         before: tuple[int, str] | None = None,
     ) -> list[dict[str, Any]]:
-        index = self.job_index(shard, owner, state, schedule_id, low)
+        index = self.job_index(shard, owner, state, schedule_id, low, tag)
         high: int | str = "+inf" if before is None else before[0]
         page = limit
-        if sum(1 for value in (owner, state, schedule_id) if value) > 1:
+        if sum(1 for value in (owner, state, schedule_id, tag) if value) > 1:
             page = max(limit, LIST_PAGE_MIN)  # the other filters are checked per job
         rows: list[dict[str, Any]] = []
         seen: set[str] = set()  # a job added while we page shifts the pages
@@ -306,6 +313,7 @@ class Reads(StoreBase):
                     (not owner or row["owner"] == owner)
                     and (not state or row["state"] == state)
                     and (not schedule_id or row["schedule_id"] == schedule_id)
+                    and (not tag or has_tag(row["tags"], tag))
                     and (before is None or (round(row["created_at"] * 1000), row["id"]) < before)
                 ):
                     rows.append(row)
@@ -327,6 +335,7 @@ class Reads(StoreBase):
         state: str | None,
         schedule_id: str | None,
         low: int | str = "-inf",
+        tag: str | None = None,
     ) -> str:
         """The shard's job index to walk for these filters: the smallest (in jobs created
         since `low` ms) of those the transitions keep for them, all jobs when none is set.
@@ -338,6 +347,7 @@ class Reads(StoreBase):
                 (owner, keys.owner_jobs(shard, owner or "")),
                 (state, keys.state_jobs(shard, state or "")),
                 (schedule_id, keys.schedule_jobs(shard, schedule_id or "")),
+                (tag, keys.tag_jobs(shard, tag or "")),
             )
             if value
         ]
@@ -351,13 +361,16 @@ class Reads(StoreBase):
     def _summaries(self, job_ids: Sequence[str]) -> list[dict[str, Any]]:
         """The list view of each job still there (one expired since the index read is left
         out), in the order given."""
-        fields = ("name", "owner", "state", "created_at", "finished_at", "schedule_id", "fire_time")
+        fields = (
+            "name", "owner", "state", "created_at", "finished_at", "schedule_id", "fire_time",
+            JobField.TAGS, JobField.PAUSED, JobField.LATE,
+        )  # fmt: skip
         pipe = self.redis.pipeline(transaction=False)
         for job_id in job_ids:
             pipe.hmget(self.keys.job(job_id).job, fields)
         rows = []
         for job_id, values in zip(job_ids, pipe.execute(), strict=True):
-            name, owner, state, created, finished, schedule_id, fire = values
+            name, owner, state, created, finished, schedule_id, fire, tags, paused, late = values
             if state is None:
                 continue
             rows.append(
@@ -370,6 +383,9 @@ class Reads(StoreBase):
                     "finished_at": seconds(finished),
                     "schedule_id": text(schedule_id),
                     "fire_time": float(fire) if fire is not None else None,
+                    "tags": read_tags(text(tags)),
+                    "paused_at": seconds(paused),
+                    "late_at": seconds(late),
                 }
             )
         return rows
@@ -428,6 +444,8 @@ class Reads(StoreBase):
 def _limit_in_words(limit_id: str) -> str:
     """A limit id ("p:gpu", "j:<job>", "k:<key>") as `status` shows it."""
     kind, name = limit_id[:2], limit_id[2:]
+    if kind == schema.LimitKind.PAUSED:
+        return "its job to be resumed"
     if kind == schema.LimitKind.POOL:
         return f"pool {name}"
     if kind == schema.LimitKind.JOB:

@@ -25,6 +25,7 @@ from jobcenter.model.fire_times import fill_spec, fire_datetime, unfilled
 from jobcenter.model.ordering import learned_fields, task_ranks
 from jobcenter.model.placeholders import FireValues
 from jobcenter.model.spec import JobSpec, spec_digest, spec_from_any
+from jobcenter.model.tags import format_tags
 
 from ..keyspace import schema
 from ..keyspace.layout import Layout, job_queues
@@ -293,6 +294,9 @@ class Submits(StoreBase):
             "schedule_id": schedule_id,
             "fire_time": fire_time,
             JobField.TRIGGER_RULES: 1 if layout.has_trigger_rules() else None,
+            JobField.TAGS: format_tags(spec.tags) if spec.tags else None,
+            JobField.TIMEOUT: None if spec.timeout is None else int(spec.timeout * 1000),
+            JobField.SLA: None if spec.sla is None else int(spec.sla * 1000),
             **_notify_fields(spec),
         }
         fields.update({k: v for k, v in optional.items() if v is not None})
@@ -307,7 +311,9 @@ class Submits(StoreBase):
         owner_key = keys.owner_jobs(shard, spec.owner) if spec.owner else job_key
         schedule_key = keys.schedule_jobs(shard, schedule_id) if schedule_id else job_key
         own_keys = [job_key, tasks_key, history, frontier, idem, owner_key, schedule_key]
+        own_keys += [keys.tag_jobs(shard, f"{k}={v}") for k, v in spec.tags]
         args = [job_id, len(job_args), *job_args, len(task_args), *task_args, len(roots), *roots]
+        args.append(len(spec.tags))
         return SubmitJob(job_id, shard, meta, len(spec.tasks) if inline else 0, own_keys, args)
 
     def wait_durable(self) -> bool:

@@ -223,6 +223,11 @@ class Keys:
         """Zset of the kept jobs a schedule fired, by creation time (ms): `list --schedule`."""
         return f"{self._tagged(shard)}:jobs:schedule:{schedule_id}"
 
+    def tag_jobs(self, shard: int, tag: str) -> str:
+        """Zset of the kept jobs carrying one tag (`key=value`), by creation time (ms):
+        `list --tag`."""
+        return f"{self._tagged(shard)}:jobs:tag:{tag}"
+
     def idempotency(self, shard: int, key: str) -> str:
         return f"{self._tagged(shard)}:idem:{key}"
 

@@ -161,6 +161,11 @@ class JobField(StrEnum):
     NOTIFY_ON = "notify_on"  # the final states to tell of, comma-separated (spec `notify:`)
     NOTIFY_TO = "notify_to"  # the channels told (jobcenter.model.notify.Channel), comma-separated
     WEBHOOK = "webhook"  # the URL the webhook channel posts to
+    TAGS = "tags"  # spec `tags:`, `key=value` pairs sorted by key, comma-separated
+    PAUSED = "paused"  # ms it was paused at, while it is (`pause JOB`)
+    TIMEOUT = "timeout"  # ms it may run (spec `timeout:`), from its start
+    SLA = "sla"  # ms after its fire time (or creation) it should be done by (spec `sla:`)
+    LATE = "late"  # ms recovery found it unfinished past its sla (mark_late.lua)
 
 
 class DeliveryField(StrEnum):
@@ -245,6 +250,9 @@ class LimitField(StrEnum):
     PARKED_AT = "pk:"  # + lease member: the task's entry in the parked zset
     RATE = "r:"  # + queue name or "p:<pool>": "<starts>/<period ms>" (`rate set`)
     RATE_WINDOW = "rw:"  # + the same: "<window start ms>|<starts in it>" in this shard
+    PAUSED_QUEUE = "pq:"  # + queue name: paused since (ms), the same in every shard
+    PAUSED_JOB = "pj:"  # + job id: paused since (ms); its tasks a claim meets are parked
+    PAUSED_JOBS = "pjn:"  # (alone) how many jobs of the shard are paused: 0, claims look no further
 
 
 class LimitKind(StrEnum):
@@ -253,6 +261,7 @@ class LimitKind(StrEnum):
     POOL = "p:"  # + pool name
     JOB = "j:"  # + job id: the job's max_running
     KEY = "k:"  # + concurrency key (escaped, layout.py)
+    PAUSED = "z:"  # + job id: not a slot, the job's pause: its tasks wait parked until resumed
 
 
 class PayloadKey(StrEnum):
@@ -326,6 +335,9 @@ class EventKind(StrEnum):
     DELETED = "deleted"
     COMPACTED = "compacted"  # a finished job's tasks and history packed into one record
     RESTORED = "restored"  # unpacked again (before a retry or dlq requeue)
+    PAUSED = "paused"  # the job was paused: none of its tasks starts until it is resumed
+    UNPAUSED = "unpaused"  # the job was resumed: its parked tasks are back in their queues
+    LATE = "late"  # the job was not finished by its sla: it goes on
 
 
 EVENT_ERROR_MAX = 200  # characters of an error kept in its event: the history has it whole
@@ -412,11 +424,11 @@ def _code(name: str, value: int, scripts: str, meaning: str) -> ReturnCode:
 _JOB_SCRIPTS = (
     "cancel compact complete continue delete expire fail finalize gate_wait give_back heartbeat "
     "lost publish_tasks queue_roots release repair restore resubmit revive start submit "
-    "clear mark"
+    "clear mark pause_job resume_job mark_late"
 )
 _JOB_CHECKED = (
     "cancel complete continue delete expire fail finalize gate_wait give_back lost queue_roots "
-    "release repair revive submit clear mark"
+    "release repair revive submit clear mark resume_job"
 )
 # Every code a script returns as the first item of its reply. Codes < 0 are refusals and
 # change nothing. Each value has one meaning in every script (the `scripts` column says which
@@ -426,14 +438,15 @@ RETURN_CODES = (
         "OK",
         0,
         f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove notify_attempt "
-        "notify_done pool_set rate_set reconcile_slots shard_lease hashtables save_logs",
+        "notify_done pool_set rate_set reconcile_slots shard_lease hashtables save_logs "
+        "queue_pause",
         "done",
     ),
     _code(
         "ALREADY",
         1,
         "cancel compact fail finalize lost restore resubmit singleton submit notify_attempt "
-        "shard_lease",
+        "shard_lease pause_job resume_job queue_pause mark_late",
         "nothing to do: done already (by this or an earlier call)",
     ),
     _code(
@@ -458,7 +471,7 @@ RETURN_CODES = (
     _code(
         "WRONG_STATE",
         -3,
-        "delete fail publish_tasks queue_roots revive submit pool_set clear mark",
+        "delete fail publish_tasks queue_roots revive submit pool_set clear mark pause_job",
         "the job or task is not in a state this transition applies to",
     ),
     _code(
@@ -466,7 +479,7 @@ RETURN_CODES = (
         -4,
         "cancel compact complete continue delete expire fail finalize gate_wait give_back "
         "heartbeat publish_tasks queue_roots release repair restore resubmit revive start "
-        "notify_attempt save_logs clear mark",
+        "notify_attempt save_logs clear mark pause_job resume_job mark_late",
         "no such job (never submitted, expired, or deleted)",
     ),
     _code("SCHEDULE_GONE", -13, "schedule_save schedule_remove", "no such schedule"),

@@ -45,6 +45,9 @@ JOB_SCRIPTS = frozenset(
         "delete",
         "compact",
         "restore",
+        "pause_job",
+        "resume_job",
+        "mark_late",
     }
 )
 SHARD_SCRIPTS = frozenset(
@@ -59,6 +62,7 @@ SHARD_SCRIPTS = frozenset(
         "notify_done",
         "pool_set",
         "rate_set",
+        "queue_pause",
         "reconcile_slots",
         "shard_lease",
         "hashtables",

@@ -120,6 +120,7 @@ local function finalize_job(now, failed)
     state = J_FAILED
   end
   set_job_state(state)
+  SLOT.forget_paused_job(SLOT.keys.limits, JOB, JOB_ID) -- a paused job cancelled, say
   OBS.emit(EVENT_KIND.FINALIZED, false, {EVENT_FIELD.DETAIL, state})
   OBS.count(METRIC_FIELD.JOBS .. '\t' .. state)
   redis.call('HSET', JOB, JOB_FIELD.FINISHED_AT, now, JOB_FIELD.UPDATED_AT, now)

@@ -65,7 +65,8 @@ end
 local function load_job()
   local m = redis.call('HMGET', JOB, JOB_FIELD.STATE, JOB_FIELD.QUEUE, JOB_FIELD.PRIORITY,
     JOB_FIELD.SEQ, JOB_FIELD.QUEUES, JOB_FIELD.TRIGGER_RULES, JOB_FIELD.PACKED, JOB_FIELD.TASKS,
-    JOB_FIELD.NAME, JOB_FIELD.IDEMPOTENCY_KEY, JOB_FIELD.LEFT, JOB_FIELD.PROTOCOL)
+    JOB_FIELD.NAME, JOB_FIELD.IDEMPOTENCY_KEY, JOB_FIELD.LEFT, JOB_FIELD.PROTOCOL,
+    JOB_FIELD.PAUSED)
   if not m[1] then
     META = {refusal = JOB_GONE}
     return false
@@ -78,7 +79,7 @@ local function load_job()
   META = {state = m[1], queue = m[2], priority = tonumber(m[3]), seq = tonumber(m[4]),
           queues = m[5] or '', rules = m[6] ~= false, packed = m[7] and true or false,
           n = tonumber(m[8] or 0), name = m[9] or '', idem = m[10] or false,
-          left = tonumber(m[11] or 0)}
+          left = tonumber(m[11] or 0), paused = m[13] ~= false}
   return true
 end
 
@@ -138,8 +139,10 @@ end
 
 -- The job's entry in the expiring zset: what trimming needs once the job's keys are gone.
 local function expiring_member()
-  local j = redis.call('HMGET', JOB, JOB_FIELD.OWNER, JOB_FIELD.SCHEDULE_ID)
-  return JOB_ID .. '\t' .. (j[1] or '') .. '\t' .. (j[2] or '')
+  local j = redis.call('HMGET', JOB, JOB_FIELD.OWNER, JOB_FIELD.SCHEDULE_ID, JOB_FIELD.TAGS)
+  local member = JOB_ID .. '\t' .. (j[1] or '') .. '\t' .. (j[2] or '')
+  if j[3] then member = member .. '\t' .. j[3] end -- its tag indexes (none: as before tags)
+  return member
 end
 
 -- The one way a transition says what it did: an entry in the shard's event stream, capped

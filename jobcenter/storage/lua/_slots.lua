@@ -10,6 +10,8 @@
   freed wake list. ]]
 
 local SLOT = {} -- the helpers, in one table: the main chunk may hold at most 200 locals
+-- A parked entry's order is its queue score plus this (spec.MAX_PRIORITY): 0..2e9, digits
+SLOT.ORDER_OFFSET = 1000000000
 
 -- The limits of a member's "<limits>" part: {id, cap (nil: the pool's), slots} each.
 function SLOT.parse_limits(spec, job)
@@ -72,4 +74,14 @@ function SLOT.unpark_of(limits, parked, lease)
   redis.call('ZREM', parked, entry)
   redis.call('HDEL', limits, LIMIT_FIELD.PARKED_AT .. lease)
   SLOT.count_parked(limits, string.match(entry, '^[^|]*|([^|]*)|'), -1)
+end
+
+-- A job's pause ends (resumed, or the job finalized): its mark goes, with the shard's count
+-- of paused jobs and the job's own field. Once: a job not paused changes nothing.
+function SLOT.forget_paused_job(limits, job_key, job)
+  if redis.call('HDEL', limits, LIMIT_FIELD.PAUSED_JOB .. job) == 0 then return end
+  if redis.call('HINCRBY', limits, LIMIT_FIELD.PAUSED_JOBS, -1) <= 0 then
+    redis.call('HDEL', limits, LIMIT_FIELD.PAUSED_JOBS)
+  end
+  redis.call('HDEL', job_key, JOB_FIELD.PAUSED)
 end

@@ -24,6 +24,10 @@ local mode = redis.call('HGET', JOB, JOB_FIELD.STOP)
 if not mode then
   mode = ARGV[FIRST_OWN_ARG] ~= '' and ARGV[FIRST_OWN_ARG] or 'cancel'
   redis.call('HSET', JOB, JOB_FIELD.STOP, mode)
+  -- why an abandon (a stalled schedule, a timeout) stopped the job: its own error too
+  if mode == 'abandon' and ARGV[FIRST_OWN_ARG + 1] ~= '' then
+    redis.call('HSET', JOB, JOB_FIELD.ERROR, ARGV[FIRST_OWN_ARG + 1])
+  end
   OBS.emit(EVENT_KIND.CANCEL, false, {EVENT_FIELD.DETAIL, mode})
 end
 if tasks_lost() then -- Redis lost its tasks: nothing to visit, the job ends now

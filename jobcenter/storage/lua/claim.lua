@@ -20,6 +20,9 @@
   after the last one ended; the reply's wait then covers the window's end. A pool with a
   rate limit (LIMIT_FIELD.RATE of "p:<pool>") holds its tasks the same way, parked as for a full
   pool; the pool stays in the freed set until its window ends.
+  A paused queue (LIMIT_FIELD.PAUSED_QUEUE) gives nothing. A task of a paused job
+  (LIMIT_FIELD.PAUSED_JOB) is parked under LIMIT_KIND.PAUSED .. job until resume_job.lua
+  puts it back; only while the shard has paused jobs does a claim look.
   A task with limits (_slots.lua) is reserved only if each has room for its slots and no
   task ahead of it in its queue waits for one of them; it takes the slots with the
   reservation. Otherwise it is parked: out of the queue, so later claims do not meet it
@@ -35,7 +38,7 @@ local shard, shards = tonumber(ARGV[7]), tonumber(ARGV[8])
 local RETRIES_MOVED_MAX = 200 -- due retries moved per queue per call: bounded work
 local PARKED_MAX = 1000 -- tasks parked per call: bounded work when a full limit heads a queue
 local UNPARKED_MAX = 256 -- parked tasks put back per limit and queue per call
-local ORDER_OFFSET = 1000000000 -- spec.MAX_PRIORITY: a score -p is 0..2e9 once offset
+local ORDER_OFFSET = SLOT.ORDER_OFFSET -- spec.MAX_PRIORITY: a score -p is 0..2e9 once offset
 -- newer-protocol entries passed over per queue per call: bounded reads when a newer release's
 -- work heads a queue (its own workers take it; this one goes on behind it)
 local NEWER_SKIPPED_MAX = 256
@@ -83,8 +86,9 @@ end
 
 -- What a rate-limited queue (target: its name) or pool (target: its limit id "p:<pool>")
 -- may still start now, and the window to charge them to: nil when it has no rate limit.
-local function rate_window(target)
-  local rate = redis.call('HGET', LIMITS, LIMIT_FIELD.RATE .. target)
+local function rate_window(target, read)
+  local rate = read
+  if read == nil then rate = redis.call('HGET', LIMITS, LIMIT_FIELD.RATE .. target) end
   if not rate then return nil end
   local n, period = string.match(rate, '^(%d+)/(%d+)$')
   n, period = shard_share(tonumber(n)), tonumber(period)
@@ -178,6 +182,10 @@ end
 
 local reserved, newer = {}, {}
 local parked_left = PARKED_MAX
+local jobs_paused = false -- whether the shard has paused jobs: read with the first queue's flags
+local function job_paused(job)
+  return jobs_paused and redis.call('HEXISTS', LIMITS, LIMIT_FIELD.PAUSED_JOB .. job) == 1
+end
 for k = 9, #KEYS, 3 do
   local ready, delayed, wake_key = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   local qname = ARGV[9 + (k - 9) / 3]
@@ -188,9 +196,14 @@ for k = 9, #KEYS, 3 do
     redis.call('ZREM', delayed, d)
   end
   if #freed > 0 then unpark_queue(qname, ready) end
-  local wanted = want > 0
-  local rate = wanted and rate_window(qname)
+  -- the queue's rate limit and pause, and the shard's paused jobs, in one read
+  local flags = redis.call('HMGET', LIMITS, LIMIT_FIELD.RATE .. qname,
+    LIMIT_FIELD.PAUSED_QUEUE .. qname, LIMIT_FIELD.PAUSED_JOBS)
+  jobs_paused = flags[3] ~= false
+  local wanted = want > 0 and not flags[2] -- paused: nothing taken (retries still come due)
+  local rate = wanted and rate_window(qname, flags[1])
   local rate_left = rate and rate.left or want
+  if not wanted then rate_left = 0 end
   local before, emptied, skipped, newest = want, false, 0, 0
   while want > 0 and rate_left > 0 and parked_left > 0 and skipped < NEWER_SKIPPED_MAX do
     local asked = math.min(want, rate_left)
@@ -207,7 +220,10 @@ for k = 9, #KEYS, 3 do
         taken[#taken + 1] = member
         local job, index, spec = string.match(member, '^%d+|([^|]+)|(%d+)|?(.*)$')
         local lease = job .. '|' .. tonumber(index) -- leases name the unpadded index
-        if spec == '' or take_slots(qname, member, head[p + 1], job, lease, spec) then
+        if job_paused(job) then
+          park(qname, {id = LIMIT_KIND.PAUSED .. job}, 0, head[p + 1], member, lease)
+          parked_left = parked_left - 1
+        elseif spec == '' or take_slots(qname, member, head[p + 1], job, lease, spec) then
           leases[#leases + 1] = now + lease_ms
           leases[#leases + 1] = lease
           claims[#claims + 1] = lease

@@ -37,6 +37,8 @@ local first_triple = FIRST_OWN_ARG + 5 + nserved
 
 if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
+-- a paused job starts nothing more here (its tasks wait, parked by the claims that meet them)
+if META.paused then take_left = 0 end
 
 local now = now_ms()
 -- the times it writes, as text once: a number sent to Redis is formatted by every call
@@ -115,7 +117,7 @@ local function take(c)
   local qname = f[1] or META.queue
   -- a child with pool or limit slots goes through the queue (claim.lua takes them); a
   -- mapped one expands, never runs
-  if not served[qname] or f[2] or f[3] then return false end
+  if not served[qname] or f[2] or f[3] or NEXT.paused(qname) then return false end
   local priority, member = tonumber(f[4]) or META.priority, member_of(c, f[5], false)
   local head = redis.call('ZRANGE', QUEUES[qname].ready, 0, 0, 'WITHSCORES')
   if head[1] then
@@ -182,9 +184,24 @@ function NEXT.take_queued()
   OBS.flush_counts()
 end
 
--- A queue the claim must serve first: a rate limit, or a retry due to go back into it.
+-- A queue's rate limit and pause, read once a call: {rate, paused} (false when absent).
+NEXT.flags = {}
+function NEXT.queue_flags(qname)
+  local flags = NEXT.flags[qname]
+  if not flags then
+    flags = redis.call('HMGET', SLOT.keys.limits, LIMIT_FIELD.RATE .. qname,
+      LIMIT_FIELD.PAUSED_QUEUE .. qname)
+    NEXT.flags[qname] = flags
+  end
+  return flags
+end
+function NEXT.paused(qname) return NEXT.queue_flags(qname)[2] ~= false end
+
+-- A queue the claim must serve first: a rate limit, or a retry due to go back into it; or
+-- a paused one.
 function NEXT.held_back(qname, q)
-  if redis.call('HEXISTS', SLOT.keys.limits, LIMIT_FIELD.RATE .. qname) == 1 then return true end
+  local flags = NEXT.queue_flags(qname)
+  if flags[1] or flags[2] then return true end
   local due = redis.call('ZRANGE', q.delayed, 0, 0, 'WITHSCORES')
   return due[2] ~= nil and tonumber(due[2]) <= now
 end

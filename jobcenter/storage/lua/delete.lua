@@ -6,6 +6,7 @@
   it)
   KEYS[FIRST_OWN_KEY+3] its notifications hash  KEYS[FIRST_OWN_KEY+4] its deliveries list
   KEYS[FIRST_OWN_KEY+5] its task logs hash
+  KEYS[FIRST_OWN_KEY+6..] the jobs zset of each of its tags
   ARGV[FIRST_OWN_ARG..] indexes of its failed tasks (its dead letters)
   Returns {0} | {-3} the job is not finished (cancel it first) | {-4} job gone | {-5} 
           | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it]]
@@ -29,6 +30,7 @@ redis.call('ZREM', ACTIVE, JOB_ID)
 if KEYS[FIRST_OWN_KEY + 1] ~= JOB then redis.call('ZREM', KEYS[FIRST_OWN_KEY + 1], JOB_ID) end
 if KEYS[FIRST_OWN_KEY + 2] ~= JOB then redis.call('ZREM', KEYS[FIRST_OWN_KEY + 2], JOB_ID) end
 redis.call('ZREM', STATE_INDEX[META.state], JOB_ID)
+for k = FIRST_OWN_KEY + 6, #KEYS do redis.call('ZREM', KEYS[k], JOB_ID) end
 if IDEM ~= JOB then redis.call('DEL', IDEM) end
 redis.call('ZREM', EXPIRING, expiring)
 OBS.emit(EVENT_KIND.DELETED, false)

@@ -10,7 +10,8 @@
   ARGV[FIRST_OWN_ARG] number of jobs, then per job: its id, the number of job-hash arguments, those
   field, value pairs (with an idempotency key, 'spec_digest' among them: the key's value is
   "<job id>\t<digest>"), the number of tasks-hash arguments (0: a leader splits the job),
-  those pairs, the number of ready tasks, their indexes
+  those pairs, the number of ready tasks, their indexes, the number of its tags (their
+  zsets follow its 7 keys)
   Returns per job, in order, its code and a job id, one flat list: {0, job id} created
           | {1, id} the idempotency key names an existing job of the same spec | {-14, id} it
           names a job of a different spec | {-3, job id} a job with this id exists already
@@ -20,7 +21,7 @@ local SEQ, JOBS = KEYS[FIRST_OWN_KEY], KEYS[FIRST_OWN_KEY + 1]
 
 -- The job bound at KEYS[k..], its arguments from ARGV[at] (its number of job-hash
 -- arguments) on: checked, then stored; returns its code and id.
-local function submit_job(k, at)
+local function submit_job(k, at, ntags)
   local njob = tonumber(ARGV[at])
   local ntask_at = at + 1 + njob
   local ntask = tonumber(ARGV[ntask_at])
@@ -66,6 +67,7 @@ local function submit_job(k, at)
   if KEYS[k + 5] ~= JOB then redis.call('ZADD', KEYS[k + 5], now, JOB_ID) end
   if KEYS[k + 6] ~= JOB then redis.call('ZADD', KEYS[k + 6], now, JOB_ID) end
   redis.call('ZADD', STATE_INDEX[state], now, JOB_ID)
+  for t = k + 7, k + 6 + ntags do redis.call('ZADD', KEYS[t], now, JOB_ID) end
   OBS.emit(EVENT_KIND.SUBMITTED, false)
 
   if ntask == 0 then
@@ -88,7 +90,8 @@ for _ = 1, tonumber(ARGV[FIRST_OWN_ARG]) do
   local njob = tonumber(ARGV[at + 1])
   local ntask = tonumber(ARGV[at + 2 + njob])
   local nroots = tonumber(ARGV[at + 3 + njob + ntask])
-  replies[#replies + 1], replies[#replies + 2] = submit_job(k, at + 1)
-  k, at = k + 7, at + 4 + njob + ntask + nroots
+  local ntags = tonumber(ARGV[at + 4 + njob + ntask + nroots])
+  replies[#replies + 1], replies[#replies + 2] = submit_job(k, at + 1, ntags)
+  k, at = k + 7 + ntags, at + 5 + njob + ntask + nroots
 end
 return replies
