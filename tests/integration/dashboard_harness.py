@@ -63,7 +63,7 @@ class Dashboard:
 
 # What a route needs besides its path to get as far as Redis (without it, it refuses the
 # request itself: a 400 that never reads Redis), by the path's last part.
-ROUTE_QUERIES = {"mark": "?state=succeeded"}
+ROUTE_QUERIES = {"mark": "?state=succeeded", "retry": "?state=failed"}
 
 
 def every_route(app: Any, job_id: str, schedule_id: str) -> list[tuple[str, str]]:
