@@ -160,6 +160,14 @@ class Client:
         self.store.stop_job(job_id, "cancel")
         return self.state(job_id)  # the step that stopped the last task finalized the job
 
+    def signal(self, job_id: str, name: str, payload: Any = None) -> tuple[int, int]:
+        """Send signal `name` to a job: its tasks with `wait_for: {signal: name}` that wait
+        succeed with `payload` (plain data) as their result, and their children run; those
+        not there yet keep it for when they get there. Returns (tasks released, tasks keeping
+        it); (0, 0) when the same signal was sent already. WrongState when nothing waits for
+        it or it was sent before with another payload."""
+        return self.store.signal(job_id, name, payload)
+
     def list(self, **query: Unpack[JobQuery]) -> builtins.list[dict[str, Any]]:
         """Job summaries, newest first: `limit` (100) of them, filtered by `owner`, `state`,
         `schedule_id` (a schedule's id or name) and creation `since` (epoch seconds), as

@@ -153,6 +153,13 @@ def block(gate: str) -> str:
     return gate
 
 
+@task(name="tasks_for_tests.echo")
+def echo(**values: object) -> dict[str, object]:
+    """Returns its keyword arguments (its inputs): what its parents handed it."""
+    _record("run", label="echo")
+    return values
+
+
 @task(name="tasks_for_tests.block_then_fail")
 def block_then_fail(gate: str, message: str) -> None:
     """Runs like block() until the test opens the gate of this attempt (`<gate>:<attempt>`),

@@ -147,6 +147,20 @@ class JobAction(BaseModel):
     message: str
 
 
+class SignalRequest(Strict):
+    payload: Any = Field(
+        default=None, description="Plain JSON: the result of each task the signal releases."
+    )
+
+
+class SignalSent(BaseModel):
+    id: str
+    signal: str
+    released: int = Field(description="Tasks that were waiting for it and succeeded now.")
+    kept: int = Field(description="Tasks not at their wait yet: they take it when they get there.")
+    message: str
+
+
 # -- the worker protocol -------------------------------------------------------------------
 
 

@@ -38,6 +38,7 @@ class Leader:
             "finalize": self.finalize,
             "cancel": self.cancel,
             "compact": self.compact,
+            "await": self.await_due,
         }.get(kind)
         if step is None:
             log.warning("dropping unknown leader message %s|%s", kind, job_id)
@@ -115,6 +116,11 @@ class Leader:
     def cancel(self, job_id: str) -> None:
         """Go on with stopping a cancelled job, a share of its tasks per message."""
         self.store.stop_job(job_id, None, steps=STEPS_PER_MESSAGE)
+
+    def await_due(self, job_id: str) -> None:
+        """Fail the job's waits (`wait_for:`) whose timeout passed; the script posts the
+        message again for the next one."""
+        self.store.await_due(job_id)
 
     def finalize(self, job_id: str) -> None:
         code, state = self.store.finalize(job_id)

@@ -19,6 +19,7 @@ from .jobs.lifecycle import CURSOR_MOVED, Lifecycle
 from .jobs.presence import Presence, served_member
 from .jobs.reads import JobProgress, JobQuery, Reads, waiting_for, waiting_for_gate
 from .jobs.submit import Submits
+from .jobs.waits import Waits
 from .keyspace.upgrade import ensure_schema
 from .server.connection import connect
 
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 
-class Store(Submits, Attempts, Lifecycle, Presence, Reads):
+class Store(Submits, Attempts, Lifecycle, Presence, Reads, Waits):
     """Jobs and tasks in Redis for one namespace."""
 
     def __init__(self, client: Redis, settings: Settings) -> None:

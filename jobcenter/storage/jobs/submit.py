@@ -286,6 +286,7 @@ class Submits(StoreBase):
             "schedule_id": schedule_id,
             "fire_time": fire_time,
             JobField.TRIGGER_RULES: 1 if layout.has_trigger_rules() else None,
+            JobField.AWAITS: layout.awaits(),
             **_notify_fields(spec),
         }
         fields.update({k: v for k, v in optional.items() if v is not None})

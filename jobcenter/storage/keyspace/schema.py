@@ -51,6 +51,11 @@ class TaskField(StrEnum):
     PARENTS_LEFT = "u:"  # parents not ended yet; absent until one ends other than succeeded
     PARENTS_FAILED = "nf:"  # parents ended failed or upstream_failed
     PARENTS_SKIPPED = "nk:"  # parents ended skipped
+    # A task that waits for the world (`wait_for:`, _await.lua): what it waits for,
+    # "<kind>|<timeout ms or 0>|<name>" (kind s: a signal), and a signal sent before it
+    # reached its wait (the payload, msgpack), taken when it gets there.
+    AWAIT = "aw:"
+    SIGNAL = "sg:"
 
     def of(self, index: int | str) -> str:
         """The field of task `index`: TaskField.STATE.of(3) == "s:3"."""
@@ -82,6 +87,7 @@ WORKING_FIELDS = (
     TaskField.PARENTS_LEFT,
     TaskField.PARENTS_FAILED,
     TaskField.PARENTS_SKIPPED,
+    TaskField.SIGNAL,
 )
 # The working fields a succeeded job's packed record keeps all the same: what its readers show
 # of a finished job (the dashboard's picture: its edges and map links; a task's name and
@@ -174,6 +180,7 @@ class JobField(StrEnum):
     NOTIFY_ON = "notify_on"  # the final states to tell of, comma-separated (spec `notify:`)
     NOTIFY_TO = "notify_to"  # the channels told (jobcenter.model.notify.Channel), comma-separated
     WEBHOOK = "webhook"  # the URL the webhook channel posts to
+    AWAITS = "awaits"  # the indexes of its tasks with `wait_for:`, comma-separated
 
 
 class DeliveryField(StrEnum):
@@ -336,6 +343,8 @@ class EventKind(StrEnum):
     DELETED = "deleted"
     COMPACTED = "compacted"  # a finished job's tasks and history packed into one record
     RESTORED = "restored"  # unpacked again (before a retry or dlq requeue)
+    AWAITING = "awaiting"  # its dependencies met, a `wait_for:` task waits (DETAIL: for what)
+    SIGNALLED = "signalled"  # a signal reached the job (DETAIL: its name)
 
 
 EVENT_ERROR_MAX = 200  # characters of an error kept in its event: the history has it whole
@@ -421,11 +430,12 @@ def _code(name: str, value: int, scripts: str, meaning: str) -> ReturnCode:
 # Every job script (claim's reply is lists, no code); _job.lua's context comes with most.
 _JOB_SCRIPTS = (
     "cancel compact complete continue delete expire fail finalize gate_wait give_back heartbeat "
-    "lost publish_tasks queue_roots release repair restore resubmit revive start submit"
+    "lost publish_tasks queue_roots release repair restore resubmit revive start submit "
+    "signal await_due"
 )
 _JOB_CHECKED = (
     "cancel complete continue delete expire fail finalize gate_wait give_back lost queue_roots "
-    "release repair revive submit"
+    "release repair revive submit signal await_due"
 )
 # Every code a script returns as the first item of its reply. Codes < 0 are refusals and
 # change nothing. Each value has one meaning in every script (the `scripts` column says which
@@ -442,7 +452,7 @@ RETURN_CODES = (
         "ALREADY",
         1,
         "cancel compact fail finalize lost restore resubmit singleton submit notify_attempt "
-        "shard_lease",
+        "shard_lease signal await_due",
         "nothing to do: done already (by this or an earlier call)",
     ),
     _code("BUSY", 3, "revive", "a failure cascade is under way: finish it, then call again"),
@@ -465,7 +475,7 @@ RETURN_CODES = (
     _code(
         "WRONG_STATE",
         -3,
-        "delete fail publish_tasks queue_roots revive submit pool_set",
+        "delete fail publish_tasks queue_roots revive submit pool_set signal",
         "the job or task is not in a state this transition applies to",
     ),
     _code(
@@ -473,7 +483,7 @@ RETURN_CODES = (
         -4,
         "cancel compact complete continue delete expire fail finalize gate_wait give_back "
         "heartbeat publish_tasks queue_roots release repair restore resubmit revive start "
-        "notify_attempt",
+        "notify_attempt signal await_due",
         "no such job (never submitted, expired, or deleted)",
     ),
     _code("SCHEDULE_GONE", -13, "schedule_save schedule_remove", "no such schedule"),

@@ -43,6 +43,8 @@ JOB_SCRIPTS = frozenset(
         "delete",
         "compact",
         "restore",
+        "signal",
+        "await_due",
     }
 )
 SHARD_SCRIPTS = frozenset(
@@ -79,7 +81,7 @@ def preludes(name: str) -> list[str]:
     if name in JOB_SCRIPTS or name in SLOT_SCRIPTS:
         parts.append("_slots")
     if name in JOB_SCRIPTS:
-        parts += ["_job", "_cascade", "_data"]
+        parts += ["_job", "_cascade", "_data", "_await"]
     return parts
 
 

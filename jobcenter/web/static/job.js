@@ -7,10 +7,10 @@
   const SVG_NS = "http://www.w3.org/2000/svg";
   // Most urgent first: a group box takes the colour of the most urgent state inside it.
   const URGENCY = [
-    "failed", "upstream_failed", "timed_out", "running", "retry_wait", "queued", "waiting",
-    "cancelled", "skipped", "succeeded",
+    "failed", "upstream_failed", "timed_out", "running", "retry_wait", "queued", "awaiting",
+    "waiting", "cancelled", "skipped", "succeeded",
   ];
-  const DARK_TEXT_ON = new Set(["waiting", "queued", "retry_wait", "upstream_failed", "skipped"]);
+  const DARK_TEXT_ON = new Set(["waiting", "queued", "awaiting", "retry_wait", "upstream_failed", "skipped"]);
   const JOB_DONE = new Set(["succeeded", "failed", "cancelled"]);
   const TASK_DONE = new Set(["succeeded", "failed", "upstream_failed", "cancelled", "skipped"]);
   const IDLE_POLL_MS = 3000; // a finished job is still watched: a retry re-opens it

@@ -1,0 +1,95 @@
+"""Tasks that wait for the world, with real worker processes and the CLI: an approval waits
+holding no worker slot until `jobcenter signal`, whose payload its child receives; a signal
+sent twice is one signal; a signal sent before the task reached its wait is kept for it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness import Cli
+from helpers import wait_until
+from integration_harness import JOB_SECONDS, Scratch, Workers
+
+from jobcenter import Client
+
+
+def approval_job(first: dict[str, Any]) -> dict[str, Any]:
+    """first -> approve (waits for signal 'approve') -> ship (echoes the payload)."""
+    return {
+        "name": "approval",
+        "tasks": [
+            {"id": "first", **first},
+            {"id": "approve", "wait_for": {"signal": "approve"}, "depends_on": "first"},
+            {"id": "ship", "task": "tasks_for_tests.echo", "depends_on": "approve",
+             "inputs": {"approval": "approve"}},
+        ],
+    }  # fmt: skip
+
+
+def submit(cli: Cli, tmp_path: Path, spec: dict[str, Any]) -> str:
+    path = tmp_path / f"{spec['name']}.json"
+    path.write_text(json.dumps(spec))
+    result = cli("submit", str(path))
+    assert result.code == 0, result.stderr
+    return result.stdout.strip()
+
+
+def task_state(client: Client, job_id: str, task_id: str) -> str:
+    return str(client.status(job_id)["tasks"][task_id]["state"])
+
+
+def test_an_approval_waits_with_no_slot_held_until_signalled(
+    cli: Cli, client: Client, workers: Workers, tmp_path: Path
+) -> None:
+    workers.start(concurrency=1)  # one slot: a wait that held it would stop everything else
+    job_id = submit(cli, tmp_path, approval_job({"task": "tasks_for_tests.record"}))
+    wait_until(
+        lambda: task_state(client, job_id, "approve") == "awaiting",
+        timeout=JOB_SECONDS,
+        message="'approve' never reached its wait",
+    )
+    other = client.submit(
+        {"name": "other", "tasks": [{"id": "x", "task": "tasks_for_tests.record"}]}
+    )
+    assert client.wait(other, JOB_SECONDS)["state"] == "succeeded"  # the one slot was free
+    assert task_state(client, job_id, "approve") == "awaiting"
+
+    sent = cli("signal", job_id, "approve", "--payload", '{"by": "ann", "ok": true}')
+    assert sent.code == 0, sent.stderr
+    assert "released 1 task" in sent.stdout
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
+    assert client.result(job_id, "approve") == {"by": "ann", "ok": True}
+    assert client.result(job_id, "ship") == {"approval": {"by": "ann", "ok": True}}
+
+    again = cli("signal", job_id, "approve", "--payload", '{"by": "ann", "ok": true}')
+    assert again.code == 5, again.stdout  # the job finished: nothing waits any more
+    assert "has finished" in again.stderr
+
+
+def test_a_signal_before_the_wait_is_kept_and_a_second_one_is_one_signal(
+    cli: Cli, client: Client, workers: Workers, scratch: Scratch, tmp_path: Path
+) -> None:
+    workers.start(concurrency=1)
+    job_id = submit(
+        cli, tmp_path, approval_job({"task": "tasks_for_tests.block", "args": ["first"]})
+    )
+    wait_until(lambda: scratch.events("started"), message="'first' never started")
+
+    early = cli("signal", job_id, "approve", "--payload", '"yes"')
+    assert early.code == 0, early.stderr
+    assert "kept by 1" in early.stdout
+    twice = cli("signal", job_id, "approve", "--payload", '"yes"')
+    assert twice.code == 0, twice.stderr
+    assert "sent already" in twice.stdout
+    other = cli("signal", job_id, "approve", "--payload", '"no"')
+    assert other.code == 5, other.stdout
+    assert "another payload" in other.stderr
+    bad = cli("signal", job_id, "approve", "--payload", "{not json")
+    assert bad.code == 2 and "--payload" in bad.stderr
+    assert task_state(client, job_id, "approve") == "waiting"
+
+    scratch.open_gate("first")
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
+    assert client.result(job_id, "ship") == {"approval": "yes"}
