@@ -113,7 +113,8 @@ class TaskSpec:
     inputs: Mapping[str, str] = field(default_factory=dict)
     # {kwarg: source id}: one instance per element of the source's result (run-time fan-out)
     map: Mapping[str, str] = field(default_factory=dict)
-    # what it waits for instead of running ({"signal": name, "timeout": seconds}): WAIT_KINDS
+    # what it waits for instead of running ({"signal": name, "timeout": seconds}, or a job
+    # by id, or the run of a schedule (id or name) of the same fire time): WAIT_KINDS
     wait_for: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -517,7 +518,7 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
 
 # What a task may wait for (`wait_for: {<kind>: <name>, timeout: <duration>}`); such a task
 # runs no function: it is the built-in WAIT_TASK, and needs no worker.
-WAIT_KINDS = ("signal",)
+WAIT_KINDS = ("signal", "job", "schedule")
 WAIT_TASK = "jobcenter.wait"
 
 
@@ -525,7 +526,8 @@ def _wait_for(value: object, task_id: str) -> dict[str, Any]:
     """`wait_for`: one kind (WAIT_KINDS) naming what it waits for, and an optional timeout."""
     if not isinstance(value, (dict, Mapping)):
         raise _bad(
-            task_id, f"'wait_for' must be a mapping like {{signal: NAME}}, got {_show(value)}"
+            task_id,
+            f"'wait_for' must be a mapping like {{job: ID}}, got {_show(value)}",
         )
     kinds = [k for k in value if k in WAIT_KINDS]
     unknown = [k for k in value if k not in WAIT_KINDS and k != "timeout"]

@@ -1,10 +1,14 @@
 """Tasks that wait for the world, with real worker processes and the CLI: an approval waits
 holding no worker slot until `jobcenter signal`, whose payload its child receives; a signal
-sent twice is one signal; a signal sent before the task reached its wait is kept for it."""
+sent twice is one signal; a signal sent before the task reached its wait is kept for it; a
+job waits for another schedule's run of the same fire; a kill -9 of the worker that finishes
+an awaited job loses no release."""
 
 from __future__ import annotations
 
 import json
+import signal
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +97,73 @@ def test_a_signal_before_the_wait_is_kept_and_a_second_one_is_one_signal(
     scratch.open_gate("first")
     assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
     assert client.result(job_id, "ship") == {"approval": "yes"}
+
+
+def add_schedule(cli: Cli, tmp_path: Path, spec: dict[str, Any], name: str, at: str) -> None:
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    added = cli("schedule", "add", str(path), "--at", at, "--tz", "UTC", "--name", name)
+    assert added.code == 0, added.stderr
+
+
+def fired_run(client: Client, schedule: str) -> str:
+    rows = wait_until(
+        lambda: client.list(schedule_id=schedule),
+        timeout=JOB_SECONDS,
+        message=f"schedule {schedule} never fired",
+    )
+    return str(rows[0]["id"])
+
+
+def test_a_job_waiting_for_another_schedules_run_of_the_same_fire_starts_when_it_succeeds(
+    cli: Cli, client: Client, workers: Workers, scratch: Scratch, tmp_path: Path
+) -> None:
+    # both schedules fire at the same time (a few seconds from now, as "every night at 2")
+    at = (datetime.now(UTC) + timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%S")
+    nightly = {"name": "load", "tasks": [
+        {"id": "load", "task": "tasks_for_tests.block", "args": ["load"]}]}  # fmt: skip
+    report = {"name": "report", "tasks": [
+        {"id": "loaded", "wait_for": {"schedule": "nightly"}},
+        {"id": "report", "task": "tasks_for_tests.echo", "depends_on": "loaded",
+         "inputs": {"load": "loaded"}},
+    ]}  # fmt: skip
+    add_schedule(cli, tmp_path, report, "report", at)  # the waiting one fires first, maybe
+    add_schedule(cli, tmp_path, nightly, "nightly", at)
+    workers.start(concurrency=1)
+    waiting, run = fired_run(client, "report"), fired_run(client, "nightly")
+    wait_until(lambda: scratch.events("started", None), message="the nightly run never started")
+    wait_until(
+        lambda: task_state(client, waiting, "loaded") == "awaiting",
+        timeout=JOB_SECONDS,
+        message="the report never waited",
+    )
+    assert task_state(client, run, "load") == "running"  # the one slot: the wait holds none
+
+    scratch.open_gate("load")
+    assert client.wait(waiting, JOB_SECONDS)["state"] == "succeeded"
+    assert client.result(waiting, "report") == {"load": {"job": run, "state": "succeeded"}}
+    assert client.state(run) == "succeeded"
+
+
+def test_kill_9_of_the_worker_that_finishes_the_awaited_job_loses_no_release(
+    cli: Cli, client: Client, workers: Workers, scratch: Scratch, tmp_path: Path
+) -> None:
+    upstream = client.submit(
+        {"name": "up", "tasks": [{"id": "u", "task": "tasks_for_tests.block", "args": ["up"]}]}
+    )
+    waiting = client.submit({"name": "down", "tasks": [
+        {"id": "wait", "wait_for": {"job": upstream}},
+        {"id": "after", "task": "tasks_for_tests.record", "args": ["after"],
+         "depends_on": "wait", "queue": "later"},
+    ]})  # fmt: skip
+    first = workers.start(concurrency=1)  # runs the upstream task and plays leader
+    wait_until(lambda: scratch.events("started"), message="the upstream task never started")
+    wait_until(lambda: task_state(client, waiting, "wait") == "awaiting", message="never waited")
+
+    scratch.open_gate("up")
+    wait_until(lambda: client.state(upstream) == "succeeded", interval=0.001)
+    first.expect_exit.add(-signal.SIGKILL)
+    first.kill9()  # as the job ended: its release may be under way on this worker, or not yet
+    workers.start("--queues", "later", concurrency=1)  # another worker, serving the rest
+    assert client.wait(waiting, JOB_SECONDS)["state"] == "succeeded"
+    assert [e["label"] for e in scratch.runs() if e.get("label") == "after"] == ["after"]

@@ -1,18 +1,38 @@
-"""Tasks that wait for the world (spec `wait_for:`): a signal sent to a job, and the leader's
-step that fails waits whose timeout passed (signal.lua, await_due.lua, _await.lua)."""
+"""Tasks that wait for the world (spec `wait_for:`): a signal sent to a job; a wait for
+another job registered with it and settled when it ends; the leader's step that fails waits
+whose timeout passed (signal.lua, await_register.lua, await_settle.lua, await_due.lua,
+_await.lua). runtime/waits.py drives the leader's side."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from jobcenter.errors import raise_for_code
 from jobcenter.model import codec
+from jobcenter.model.states import TaskState
 
 from ..keyspace import schema
+from ..keyspace.layout import AWAIT_KIND_LETTERS
+from ..keyspace.schema import JobField, TaskField
 from ..server.replies import text
 from .base import StoreBase
 
 ALREADY = schema.code("ALREADY")
+JOB_GONE = schema.code("JOB_GONE")
+_KINDS = {letter: kind for kind, letter in AWAIT_KIND_LETTERS.items()}
+
+
+@dataclass(frozen=True)
+class JobWait:
+    """An awaiting task waiting for another job: `kind` 'job' (`name` is its id) or
+    'schedule' (`name` a schedule; `bound` the run found for it, once found)."""
+
+    index: int
+    kind: str
+    name: str
+    bound: str | None
 
 
 class Waits(StoreBase):
@@ -31,6 +51,64 @@ class Waits(StoreBase):
         raise_for_code(code, detail or "")
         return int(reply[1]), int(reply[2])
 
-    def await_due(self, job_id: str) -> int:
-        """The leader's 'await' message: fail the job's waits whose timeout passed."""
-        return int(self._job_call("await_due", job_id, [])[0])
+    def await_due(self, job_id: str, recheck_ms: int | None = None) -> int:
+        """The end of the leader's 'await' step: fail the job's waits whose timeout passed,
+        and post the message again for the next timeout (or `recheck_ms`)."""
+        args = ["" if recheck_ms is None else recheck_ms]
+        return int(self._job_call("await_due", job_id, args)[0])
+
+    def job_waits(self, job_id: str) -> list[JobWait]:
+        """The job's tasks awaiting another job or a schedule's run, now."""
+        jk = self.keys.job(job_id)
+        raw = self.redis.hget(jk.job, JobField.AWAITS)
+        indexes = [int(i) for i in text(raw).split(",")] if raw else []
+        if not indexes:
+            return []
+        fields = [(TaskField.STATE, TaskField.AWAIT, TaskField.AWAIT_JOB)] * len(indexes)
+        names = [f.of(i) for i, three in zip(indexes, fields, strict=True) for f in three]
+        values = self.redis.hmget(jk.tasks, names)
+        waits = []
+        for n, i in enumerate(indexes):
+            state, spec, bound = values[3 * n : 3 * n + 3]
+            if state != TaskState.AWAITING.value.encode() or spec is None:
+                continue
+            letter, _, name = text(spec).split("|", 2)
+            if letter in ("j", "c"):
+                waits.append(JobWait(i, _KINDS[letter], name, text(bound) if bound else None))
+        return waits
+
+    def fire_ms(self, job_id: str) -> int | None:
+        """When the schedule that fired the job fired it (ms); None: no schedule did."""
+        raw = self.redis.hget(self.keys.job(job_id).job, JobField.FIRE_TIME)
+        return None if raw is None else round(float(raw) * 1000)
+
+    def scheduled_run(self, schedule_id: str, fire_ms: int) -> str | None:
+        """The job a schedule's fire at `fire_ms` submitted (its idempotency key), or None."""
+        key = f"{schedule_id}:{fire_ms}"
+        raw = self.redis.get(self.keys.idempotency(self.keys.shard_of(key), key))
+        return None if raw is None else text(raw).split("\t", 1)[0]
+
+    def await_register(self, target: str, waiter: str) -> str:
+        """Register job `waiter` with job `target`, which tells it when it ends. Returns
+        target's state: '' when it is gone, a final state when it ended (nothing registered:
+        settle the wait now)."""
+        keys = [self.keys.job(target).job, self.keys.job_awaiters(target)]
+        return text(self.scripts.run("await_register", keys, [waiter])[1])
+
+    def await_settle(self, job_id: str, mode: str, args: Sequence[Any]) -> int:
+        """await_settle.lua on `job_id`'s waits: 'bind', 'end' or 'fail' (its header); returns
+        the tasks ended, 0 when the job is gone."""
+        reply = self._job_call("await_settle", job_id, [mode, *args])
+        if int(reply[0]) == JOB_GONE:
+            return 0
+        raise_for_code(int(reply[0]), f"job {job_id}")
+        return int(reply[1])
+
+    def job_awaiters(self, job_id: str) -> list[str]:
+        """The jobs registered as waiting for `job_id`."""
+        return sorted(text(m) for m in self.redis.smembers(self.keys.job_awaiters(job_id)))
+
+    def awaiters_told(self, job_id: str, told: Sequence[str]) -> None:
+        """Forget the waiting jobs told of `job_id`'s end (the set goes with its last one)."""
+        if told:
+            self.redis.srem(self.keys.job_awaiters(job_id), *told)

@@ -35,10 +35,15 @@ def limit_spec(task: dict[str, Any], max_running: int | None) -> str | None:
     return ";".join(entries) or None
 
 
+# A wait's kind as _await.lua names it (the letter in a task's `aw:` field).
+AWAIT_KIND_LETTERS = {"signal": "s", "job": "j", "schedule": "c"}
+
+
 def await_spec(wait_for: dict[str, Any]) -> str:
     """What a task waits for, as _await.lua reads it: "<kind>|<timeout ms or 0>|<name>"."""
     timeout = int(round(wait_for.get("timeout", 0) * 1000))
-    return f"s|{timeout}|{wait_for['signal']}"
+    kind = next(k for k in AWAIT_KIND_LETTERS if k in wait_for)
+    return f"{AWAIT_KIND_LETTERS[kind]}|{timeout}|{wait_for[kind]}"
 
 
 def job_queues(spec: JobSpec) -> list[str]:

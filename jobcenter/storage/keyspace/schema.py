@@ -52,10 +52,12 @@ class TaskField(StrEnum):
     PARENTS_FAILED = "nf:"  # parents ended failed or upstream_failed
     PARENTS_SKIPPED = "nk:"  # parents ended skipped
     # A task that waits for the world (`wait_for:`, _await.lua): what it waits for,
-    # "<kind>|<timeout ms or 0>|<name>" (kind s: a signal), and a signal sent before it
-    # reached its wait (the payload, msgpack), taken when it gets there.
+    # "<kind>|<timeout ms or 0>|<name>" (kind s: a signal, j: a job, c: a schedule's run), a
+    # signal sent before it reached its wait (the payload, msgpack), taken when it gets
+    # there, and the job a schedule's run was found to be (kept: what it waited for).
     AWAIT = "aw:"
     SIGNAL = "sg:"
+    AWAIT_JOB = "aj:"
 
     def of(self, index: int | str) -> str:
         """The field of task `index`: TaskField.STATE.of(3) == "s:3"."""
@@ -181,6 +183,7 @@ class JobField(StrEnum):
     NOTIFY_TO = "notify_to"  # the channels told (jobcenter.model.notify.Channel), comma-separated
     WEBHOOK = "webhook"  # the URL the webhook channel posts to
     AWAITS = "awaits"  # the indexes of its tasks with `wait_for:`, comma-separated
+    AWAITED = "awaited"  # 1 once a task of another job waits for it: its end tells them
 
 
 class DeliveryField(StrEnum):
@@ -431,11 +434,11 @@ def _code(name: str, value: int, scripts: str, meaning: str) -> ReturnCode:
 _JOB_SCRIPTS = (
     "cancel compact complete continue delete expire fail finalize gate_wait give_back heartbeat "
     "lost publish_tasks queue_roots release repair restore resubmit revive start submit "
-    "signal await_due"
+    "signal await_due await_settle"
 )
 _JOB_CHECKED = (
     "cancel complete continue delete expire fail finalize gate_wait give_back lost queue_roots "
-    "release repair revive submit signal await_due"
+    "release repair revive submit signal await_due await_settle"
 )
 # Every code a script returns as the first item of its reply. Codes < 0 are refusals and
 # change nothing. Each value has one meaning in every script (the `scripts` column says which
@@ -445,7 +448,7 @@ RETURN_CODES = (
         "OK",
         0,
         f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove notify_attempt "
-        "notify_done pool_set rate_set reconcile_slots shard_lease hashtables",
+        "notify_done pool_set rate_set reconcile_slots shard_lease hashtables await_register",
         "done",
     ),
     _code(
@@ -483,7 +486,7 @@ RETURN_CODES = (
         -4,
         "cancel compact complete continue delete expire fail finalize gate_wait give_back "
         "heartbeat publish_tasks queue_roots release repair restore resubmit revive start "
-        "notify_attempt signal await_due",
+        "notify_attempt signal await_due await_settle",
         "no such job (never submitted, expired, or deleted)",
     ),
     _code("SCHEDULE_GONE", -13, "schedule_save schedule_remove", "no such schedule"),

@@ -45,6 +45,7 @@ JOB_SCRIPTS = frozenset(
         "restore",
         "signal",
         "await_due",
+        "await_settle",
     }
 )
 SHARD_SCRIPTS = frozenset(
@@ -62,6 +63,7 @@ SHARD_SCRIPTS = frozenset(
         "reconcile_slots",
         "shard_lease",
         "hashtables",
+        "await_register",
     }
 )
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS

@@ -4,13 +4,23 @@
   what it waits for releases it (await_release: a signal's payload becomes its result, and
   its children are released as a completion releases them) or its timeout fails it
   (await_expire, by an 'await' leader message due at the earliest timeout). Its `aw:` field
-  says what it waits for: "<kind>|<timeout ms or 0>|<name>", kind s for a signal.
+  says what it waits for: "<kind>|<timeout ms or 0>|<name>", kind s for a signal, j for a job
+  (by id), c for the run of a schedule of the same fire time; a job or schedule wait also
+  asks the leader at once (the 'await' message) to register it with the job it waits for
+  (runtime/waits.py), whose end then settles it (await_settle.lua).
   KEYS: the job context (_job.lua), as every job script. Returns: see each function. ]]
 
 -- Kind, timeout ms (0: none) and name of what a task waits for (its `aw:` field).
 local function await_of(spec)
   local kind, timeout, name = string.match(spec, '^(%a)|(%d+)|(.*)$')
   return kind, tonumber(timeout), name
+end
+
+-- What a wait waits for, in words.
+local function await_what(kind, name)
+  if kind == 'j' then return 'job ' .. name end
+  if kind == 'c' then return 'the run of schedule ' .. name end
+  return 'signal ' .. name
 end
 
 -- Awaiting task i ends succeeded with `result` (msgpack), as a completion ends a task.
@@ -41,9 +51,14 @@ await_ready = function(i, now, spec)
   redis.call('HSET', TASKS, TF_STATE .. i, T_AWAITING, TF_QUEUED_AT .. i, now,
     TF_UPDATED_AT .. i, now)
   if early then return await_release(i, now, early) end
-  local _, timeout, name = await_of(spec)
-  OBS.emit(EVENT_KIND.AWAITING, i, {EVENT_FIELD.DETAIL, 'signal ' .. name})
-  if timeout > 0 then await_due_by(now + timeout) end
+  local kind, timeout, name = await_of(spec)
+  OBS.emit(EVENT_KIND.AWAITING, i, {EVENT_FIELD.DETAIL, await_what(kind, name)})
+  if kind ~= 's' then
+    await_due_by(now) -- the leader registers it with the job it waits for
+    wake(LEADER_WAKE, 1)
+  elseif timeout > 0 then
+    await_due_by(now + timeout)
+  end
 end
 
 -- The awaiting tasks among `indexes` whose timeout passed fail, with an error saying what
@@ -52,12 +67,12 @@ local function await_expire(indexes, now)
   local next_due = false
   for i in string.gmatch(indexes, '%d+') do
     local f = redis.call('HMGET', TASKS, TF_STATE .. i, TF_AWAIT .. i, TF_QUEUED_AT .. i)
-    local _, timeout, name = await_of(f[2] or '')
+    local kind, timeout, name = await_of(f[2] or '')
     if f[1] == T_AWAITING and timeout and timeout > 0 then
       local due = tonumber(f[3] or now) + timeout
       if due <= now then
         fail_task(i, now, 'timed out after waiting ' .. math.floor(timeout / 1000)
-          .. ' s for signal ' .. name .. ' (its wait_for timeout)')
+          .. ' s for ' .. await_what(kind, name) .. ' (its wait_for timeout)')
       elseif not next_due or due < next_due then
         next_due = due
       end

@@ -113,7 +113,8 @@ end
 -- user cancelled it; else failed (or failed whatever its tasks did: `failed`, for a job
 -- whose tasks Redis lost). Its keys then live for the retention period.
 local function finalize_job(now, failed)
-  local j = redis.call('HMGET', JOB, JOB_FIELD.FAILED, JOB_FIELD.STOP, JOB_FIELD.RETENTION)
+  local j = redis.call('HMGET', JOB, JOB_FIELD.FAILED, JOB_FIELD.STOP, JOB_FIELD.RETENTION,
+    JOB_FIELD.AWAITED)
   local state = J_SUCCEEDED
   if j[2] == 'cancel' then
     state = J_CANCELLED
@@ -131,6 +132,7 @@ local function finalize_job(now, failed)
   if IDEM ~= JOB then redis.call('PEXPIRE', IDEM, retention) end
   redis.call('ZADD', EXPIRING, now + retention, expiring_member())
   queue_notifications(state, now)
+  if j[4] then leader_message('waiters', now) end -- tasks of other jobs wait for this end
   return state
 end
 

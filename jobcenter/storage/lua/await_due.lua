@@ -1,7 +1,10 @@
 --[[ await_due: a job's 'await' leader message, due at the earliest timeout of its waits
   (_await.lua): the awaiting tasks whose `wait_for` timeout passed fail (with the cascade), and
-  the message is posted again for the next timeout.
+  the message is posted again for the next timeout, or the recheck the leader asks for (a
+  schedule's run that is not there yet). The leader registers the job waits first
+  (runtime/waits.py); this ends its step.
   KEYS: the job context (_job.lua)
+  ARGV[FIRST_OWN_ARG] when to look again (ms), or ''.
   Returns {0} | {1} the job finished already | {-4} job gone | {-5} queues not passed
           | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it ]]
 
@@ -20,5 +23,6 @@ redis.call('ZREM', LEADER, message)
 local now = now_ms()
 local next_due = await_expire(redis.call('HGET', JOB, JOB_FIELD.AWAITS) or '', now)
 if next_due then await_due_by(next_due) end
+if ARGV[FIRST_OWN_ARG] ~= '' then await_due_by(tonumber(ARGV[FIRST_OWN_ARG])) end
 drain_frontier(now, nil)
 return {OK}
