@@ -156,8 +156,16 @@ class Client:
 
     def cancel(self, job_id: str) -> str:
         """Cancel a job: queued and waiting tasks never run, running attempts are revoked
-        (their results are discarded). Returns the job's state afterwards."""
+        (their results are discarded), and the child jobs its tasks spawned are cancelled.
+        Returns the job's state afterwards."""
+        children = set(self.store.child_jobs(job_id))
         self.store.stop_job(job_id, "cancel")
+        # the child jobs its tasks spawned go too (theirs in turn); a spawn after the stop is
+        # refused, and its worker cancels the child it started
+        for child in children | set(self.store.child_jobs(job_id)):
+            state = self.store.job_state(child)
+            if state is not None and not state.terminal:
+                self.cancel(child)
         return self.state(job_id)  # the step that stopped the last task finalized the job
 
     def signal(self, job_id: str, name: str, payload: Any = None) -> tuple[int, int]:

@@ -1,4 +1,5 @@
-"""The leader's side of waits for other jobs (`wait_for: {job: ID}` or `{schedule: NAME}`):
+"""The leader's side of waits for other jobs (`wait_for: {job: ID}` or `{schedule: NAME}`, and
+a task's wait for the child job it spawned):
 register each wait with the job it waits for, in that job's shard, and tell the waiting jobs
 when it ends. Every step is idempotent and its leader message is removed only once it is
 done, so a leader that dies half way is simply followed by the next one (ARCHITECTURE.md,
@@ -26,7 +27,7 @@ def await_step(store: Store, job_id: str) -> None:
     settle those whose job ended already, then fail the waits past their timeout."""
     recheck: int | None = None
     for wait in store.job_waits(job_id):
-        target = wait.name if wait.kind == "job" else wait.bound
+        target = wait.bound if wait.kind == "schedule" else wait.name
         if target is None:
             target, problem, later = _scheduled_run(store, job_id, wait.name)
             if problem:
@@ -38,7 +39,9 @@ def await_step(store: Store, job_id: str) -> None:
             store.await_settle(job_id, "bind", [wait.index, target])
         state = store.await_register(target, job_id)
         if state == "" or JobState(state).terminal:
-            store.await_settle(job_id, "end", [target, state, _result(target, state)])
+            store.await_settle(
+                job_id, "end", [target, state, _result(store, job_id, target, state)]
+            )
     store.await_due(job_id, recheck)
 
 
@@ -53,7 +56,8 @@ def awaited_step(store: Store, job_id: str) -> None:
     told = store.job_awaiters(job_id)
     for waiter in told:
         try:
-            ended = store.await_settle(waiter, "end", [job_id, outcome, _result(job_id, outcome)])
+            result = _result(store, waiter, job_id, outcome)
+            ended = store.await_settle(waiter, "end", [job_id, outcome, result])
         except UnknownJob:
             continue
         log.info("job %s %s: %d waiting task(s) of job %s settled", job_id, outcome, ended, waiter)
@@ -61,9 +65,17 @@ def awaited_step(store: Store, job_id: str) -> None:
     store.drop_leader_message("waiters", job_id)
 
 
-def _result(job_id: str, state: str) -> bytes:
-    """What a wait for a job that succeeded returns: the job and its state."""
-    return codec.pack({"job": job_id, "state": state}) if state == JobState.SUCCEEDED else b""
+def _result(store: Store, waiter: str, job_id: str, state: str) -> bytes:
+    """What a wait for job `job_id` that succeeded returns: for a task that spawned it, the
+    child's results (by task id) or the one result it names; else the job and its state."""
+    if state != JobState.SUCCEEDED:
+        return b""
+    spawner = [w for w in store.job_waits(waiter) if w.kind == "child" and w.name == job_id]
+    if not spawner:
+        return codec.pack({"job": job_id, "state": state})
+    results = store.results(job_id)
+    named = spawner[0].bound
+    return codec.pack(results.get(named) if named else results)
 
 
 def _scheduled_run(store: Store, job_id: str, name: str) -> tuple[str | None, str, int]:

@@ -167,3 +167,51 @@ def test_kill_9_of_the_worker_that_finishes_the_awaited_job_loses_no_release(
     workers.start("--queues", "later", concurrency=1)  # another worker, serving the rest
     assert client.wait(waiting, JOB_SECONDS)["state"] == "succeeded"
     assert [e["label"] for e in scratch.runs() if e.get("label") == "after"] == ["after"]
+
+
+def parent_job(**kwargs: Any) -> dict[str, Any]:
+    """spawn (spawner) -> after (echoes what the child returned)."""
+    return {"name": "parent", "tasks": [
+        {"id": "spawn", "task": "tasks_for_tests.spawner", "kwargs": kwargs, "retries": 1},
+        {"id": "after", "task": "tasks_for_tests.echo", "depends_on": "spawn",
+         "inputs": {"child": "spawn"}},
+    ]}  # fmt: skip
+
+
+def test_a_parent_task_waits_for_its_child_job_with_its_slot_freed(
+    client: Client, workers: Workers
+) -> None:
+    # one slot: the child (and its own child) can run only if each parent gave its slot back
+    workers.start(concurrency=1)
+    parent = client.submit(parent_job(depth=2))
+    assert client.wait(parent, JOB_SECONDS)["state"] == "succeeded"
+    assert client.result(parent, "after") == {"child": "leaf-1"}
+    (child,) = client.store.child_jobs(parent)
+    (grandchild,) = client.store.child_jobs(child)
+    assert client.state(child) == client.state(grandchild) == "succeeded"
+    assert client.result(parent, "spawn") == client.result(child, "inner") == "leaf-1"
+
+
+def test_a_failed_child_fails_its_parent_task_after_its_retries(
+    client: Client, workers: Workers
+) -> None:
+    workers.start(concurrency=1)
+    parent = client.submit(parent_job(fail=True))
+    status = client.wait(parent, JOB_SECONDS)
+    assert status["state"] == "failed"
+    spawn_task = status["tasks"]["spawn"]
+    assert spawn_task["attempts"] == 2  # retries: 1, each attempt a child of its own
+    assert "child job" in spawn_task["error"] and "ended failed" in spawn_task["error"]
+    assert status["tasks"]["after"]["state"] == "upstream_failed"
+
+
+def test_cancelling_the_parent_cancels_its_children(
+    client: Client, workers: Workers, scratch: Scratch
+) -> None:
+    workers.start(concurrency=2)
+    parent = client.submit(parent_job(depth=2, gate="leaf"))
+    wait_until(lambda: scratch.events("started"), timeout=JOB_SECONDS, message="no leaf started")
+    (child,) = client.store.child_jobs(parent)
+    (grandchild,) = client.store.child_jobs(child)
+    assert client.cancel(parent) == "cancelled"
+    assert client.state(child) == client.state(grandchild) == "cancelled"

@@ -10,9 +10,17 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from lua_helpers import H1, LEADER, complete_one, job_field, leader_messages, task_field
+from lua_helpers import (
+    H1,
+    LEADER,
+    job_field,
+    leader_messages,
+    task_field,
+    token_like,
+)
 
 from jobcenter.model import codec
+from jobcenter.model.spawn import spawn
 from jobcenter.model.spec import parse_spec
 from jobcenter.runtime import waits
 from jobcenter.runtime.leader import Leader
@@ -48,13 +56,14 @@ def leader_round(store: Store) -> None:
             leader.handle(kind, job_id)
 
 
-def run_all(store: Store, job_id: str) -> None:
-    """Claim and complete every task of `job_id` there is to run now."""
+def run_all(store: Store, job_id: str, result: bytes = b"") -> None:
+    """Claim and complete every task of `job_id` there is to run now (with `result`)."""
     shard = store.keys.job_shard(job_id)
     tasks = store.claim(H1, ["default"], max_tasks=100, max_leader=0, shard=shard).tasks
     for t in tasks:
         assert t.job_id == job_id
-        assert complete_one(store, H1, t.job_id, t.index, t.token) == 0
+        codes, _ = store.complete(H1, [(t.job_id, t.index, t.token, result)])
+        assert codes == {(t.job_id, t.index): 0}
 
 
 def apart(store: Store, make: Callable[[], str], other: str) -> str:
@@ -196,3 +205,26 @@ def test_a_schedule_wait_fails_when_the_schedule_is_gone_or_the_job_was_not_fire
     unfired = submit(store, waiter_job(schedule="nightly"))
     leader_round(store)
     assert "was not fired by a schedule" in (task_field(store, unfired, "e", 0) or "")
+
+
+def test_a_spawn_is_fenced_reported_once_and_ends_with_its_child(wstore: Store) -> None:
+    store = wstore
+    parent = submit(store, {"name": "parent", "tasks": [{"id": "p", "task": "t.p"}]})
+    shard = store.keys.job_shard(parent)
+    (t,) = store.claim(H1, ["default"], max_tasks=1, max_leader=0, shard=shard).tasks
+    marker = spawn({"name": "child", "tasks": [{"id": "c", "task": "t.c"}]}, result="c").packed()
+    stale = token_like(t, nonce="0ther")
+    assert store.complete(H1, [(parent, 0, stale, marker)])[0] == {(parent, 0): -2}
+    assert store.child_jobs(parent) == []
+    for _ in range(2):  # a report repeated (its reply lost) starts no second child
+        assert store.complete(H1, [(parent, 0, t.token, marker)])[0] == {(parent, 0): 0}
+    (child,) = store.child_jobs(parent)
+    assert task_field(store, parent, "s", 0) == "awaiting"
+    assert not store.redis.zrange(store.keys.leases(shard), 0, -1)  # its lease is given back
+    leader_round(store)
+    assert store.job_awaiters(child) == [parent]
+    run_all(store, child, codec.pack("made by the child"))
+    leader_round(store)
+    assert task_field(store, parent, "s", 0) == "succeeded"
+    assert store.result(parent, "p") == "made by the child"
+    assert job_field(store, parent, "state") == "succeeded"

@@ -11,6 +11,8 @@ from typing import Any
 
 from jobcenter.errors import raise_for_code
 from jobcenter.model import codec
+from jobcenter.model.spawn import Spawn, unpack_spawn
+from jobcenter.model.spec import parse_spec
 from jobcenter.model.states import TaskState
 
 from ..keyspace import schema
@@ -21,13 +23,17 @@ from .base import StoreBase
 
 ALREADY = schema.code("ALREADY")
 JOB_GONE = schema.code("JOB_GONE")
-_KINDS = {letter: kind for kind, letter in AWAIT_KIND_LETTERS.items()}
+# what a wait's letter (`aw:`) stands for; "k": a child job a task spawned (spawned.lua)
+_KINDS = {**{letter: kind for kind, letter in AWAIT_KIND_LETTERS.items()}, "k": "child"}
+JOB_STOPPED = schema.code("JOB_STOPPED")
+ITEM_WRONG_STATE = schema.code("ITEM_WRONG_STATE")
 
 
 @dataclass(frozen=True)
 class JobWait:
-    """An awaiting task waiting for another job: `kind` 'job' (`name` is its id) or
-    'schedule' (`name` a schedule; `bound` the run found for it, once found)."""
+    """An awaiting task waiting for another job: `kind` 'job' (`name` is its id),
+    'schedule' (`name` a schedule; `bound` the run found for it, once found) or 'child' (a job
+    it spawned, `name` its id; `bound` the child's task whose result it takes, '' all)."""
 
     index: int
     kind: str
@@ -73,9 +79,47 @@ class Waits(StoreBase):
             if state != TaskState.AWAITING.value.encode() or spec is None:
                 continue
             letter, _, name = text(spec).split("|", 2)
-            if letter in ("j", "c"):
+            if letter in ("j", "c", "k"):
                 waits.append(JobWait(i, _KINDS[letter], name, text(bound) if bound else None))
         return waits
+
+    def child_jobs(self, job_id: str) -> list[str]:
+        """The child jobs the job's tasks spawned (and wait for, or waited for)."""
+        raw = self.redis.hget(self.keys.job(job_id).job, JobField.AWAITS)
+        if not raw:
+            return []
+        fields = [TaskField.AWAIT.of(i) for i in text(raw).split(",")]
+        specs = self.records(job_id).values(fields)  # the tasks hash, or the packed record
+        return [text(s)[4:] for s in specs if s is not None and s.startswith(b"k|0|")]
+
+    def spawn_children(
+        self, handler: str, done: Sequence[tuple[str, int, str] | tuple[str, int, str, bytes]]
+    ) -> dict[tuple[str, int], int]:
+        """Start the child jobs of the completed attempts that returned spawn(spec): each
+        task then waits for its child (spawned.lua). Returns a complete.lua code for each."""
+        codes = {}
+        for job_id, index, token, *result in done:
+            child = unpack_spawn(result[0]) if result else None
+            if child is not None:
+                codes[(job_id, index)] = self._spawn(handler, job_id, index, token, child)
+        return codes
+
+    def _spawn(self, handler: str, job_id: str, index: int, token: str, child: Spawn) -> int:
+        attempt = token.split(":", 1)[0]
+        spec = dict(child.spec)
+        # one child per attempt, whatever happens to this call: a repeat finds the same job
+        spec["idempotency_key"] = f"spawn:{job_id}:{index}:{attempt}"
+        owner = self.redis.hget(self.keys.job(job_id).job, JobField.OWNER)
+        if owner is not None:
+            spec.setdefault("owner", text(owner))
+        child_id, _ = self.submit(parse_spec(spec))  # type: ignore[attr-defined]
+        args = [handler, index, token, child_id, child.result or ""]
+        code = int(self._job_call("spawned", job_id, args)[0])
+        if code == JOB_STOPPED:  # its job is being cancelled: so is the child
+            self.stop_job(child_id, "cancel")  # type: ignore[attr-defined]
+        if code == ALREADY:
+            return 0
+        return code if code in (0, -2, -3, -9) else ITEM_WRONG_STATE
 
     def fire_ms(self, job_id: str) -> int | None:
         """When the schedule that fired the job fired it (ms); None: no schedule did."""

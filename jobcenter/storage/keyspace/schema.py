@@ -434,11 +434,11 @@ def _code(name: str, value: int, scripts: str, meaning: str) -> ReturnCode:
 _JOB_SCRIPTS = (
     "cancel compact complete continue delete expire fail finalize gate_wait give_back heartbeat "
     "lost publish_tasks queue_roots release repair restore resubmit revive start submit "
-    "signal await_due await_settle"
+    "signal await_due await_settle spawned"
 )
 _JOB_CHECKED = (
     "cancel complete continue delete expire fail finalize gate_wait give_back lost queue_roots "
-    "release repair revive submit signal await_due await_settle"
+    "release repair revive submit signal await_due await_settle spawned"
 )
 # Every code a script returns as the first item of its reply. Codes < 0 are refusals and
 # change nothing. Each value has one meaning in every script (the `scripts` column says which
@@ -455,7 +455,7 @@ RETURN_CODES = (
         "ALREADY",
         1,
         "cancel compact fail finalize lost restore resubmit singleton submit notify_attempt "
-        "shard_lease signal await_due",
+        "shard_lease signal await_due spawned",
         "nothing to do: done already (by this or an earlier call)",
     ),
     _code("BUSY", 3, "revive", "a failure cascade is under way: finish it, then call again"),
@@ -465,20 +465,20 @@ RETURN_CODES = (
     _code(
         "STALE_TOKEN",
         -2,
-        "fail notify_done shard_lease",
+        "fail notify_done shard_lease spawned",
         "the attempt (or shard lease) is not the one the caller holds",
     ),
     _code(
         "UNKNOWN_ATTEMPT",
         -9,
-        "fail",
+        "fail spawned",
         "Redis never started the attempt of this token: it lost writes (a rollback)",
     ),
     _code("CHANGED", -12, "schedule_save", "the schedule changed since the revision read"),
     _code(
         "WRONG_STATE",
         -3,
-        "delete fail publish_tasks queue_roots revive submit pool_set signal",
+        "delete fail publish_tasks queue_roots revive submit pool_set signal spawned",
         "the job or task is not in a state this transition applies to",
     ),
     _code(
@@ -486,7 +486,7 @@ RETURN_CODES = (
         -4,
         "cancel compact complete continue delete expire fail finalize gate_wait give_back "
         "heartbeat publish_tasks queue_roots release repair restore resubmit revive start "
-        "notify_attempt signal await_due await_settle",
+        "notify_attempt signal await_due await_settle spawned",
         "no such job (never submitted, expired, or deleted)",
     ),
     _code("SCHEDULE_GONE", -13, "schedule_save schedule_remove", "no such schedule"),
@@ -501,7 +501,7 @@ RETURN_CODES = (
     _code(
         "JOB_STOPPED",
         -7,
-        "fail",
+        "fail spawned",
         "its job was cancelled (or abandoned by recovery): the attempt's outcome is not kept",
     ),
     _code("LAST_OWNER", -8, "shard_lease", "no other live owner would keep the segment: kept"),

@@ -46,6 +46,7 @@ JOB_SCRIPTS = frozenset(
         "signal",
         "await_due",
         "await_settle",
+        "spawned",
     }
 )
 SHARD_SCRIPTS = frozenset(

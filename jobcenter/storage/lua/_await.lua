@@ -5,7 +5,8 @@
   its children are released as a completion releases them) or its timeout fails it
   (await_expire, by an 'await' leader message due at the earliest timeout). Its `aw:` field
   says what it waits for: "<kind>|<timeout ms or 0>|<name>", kind s for a signal, j for a job
-  (by id), c for the run of a schedule of the same fire time; a job or schedule wait also
+  (by id), c for the run of a schedule of the same fire time, k for a child job it spawned
+  (spawned.lua); a job or schedule wait also
   asks the leader at once (the 'await' message) to register it with the job it waits for
   (runtime/waits.py), whose end then settles it (await_settle.lua).
   KEYS: the job context (_job.lua), as every job script. Returns: see each function. ]]
@@ -20,14 +21,16 @@ end
 local function await_what(kind, name)
   if kind == 'j' then return 'job ' .. name end
   if kind == 'c' then return 'the run of schedule ' .. name end
+  if kind == 'k' then return 'child job ' .. name end
   return 'signal ' .. name
 end
 
 -- Awaiting task i ends succeeded with `result` (msgpack), as a completion ends a task.
 local function await_release(i, now, result)
-  redis.call('HSET', TASKS, TF_STATE .. i, T_SUCCEEDED, TF_RESULT .. i, result,
-    TF_STARTED_AT .. i, redis.call('HGET', TASKS, TF_QUEUED_AT .. i) or now,
-    TF_FINISHED_AT .. i, now, TF_UPDATED_AT .. i, now)
+  redis.call('HSETNX', TASKS, TF_STARTED_AT .. i, redis.call('HGET', TASKS, TF_QUEUED_AT .. i) or now)
+  redis.call('HSET', TASKS, TF_STATE .. i, T_SUCCEEDED, TF_FINISHED_AT .. i, now,
+    TF_UPDATED_AT .. i, now)
+  if result ~= '' then redis.call('HSET', TASKS, TF_RESULT .. i, result) end
   redis.call('HDEL', TASKS, TF_SIGNAL .. i)
   OBS.emit(EVENT_KIND.SUCCEEDED, i, {})
   OBS.count_finished(i, T_SUCCEEDED)

@@ -13,6 +13,21 @@
 local mode = ARGV[FIRST_OWN_ARG]
 if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
+
+-- A spawning task whose child job failed: run again while it has attempts left (it spawns a
+-- new child), else fail for good; no longer a wait either way.
+local function child_failed(i, now, err)
+  redis.call('HDEL', TASKS, TF_AWAIT .. i, TF_AWAIT_JOB .. i)
+  local attempt = tonumber(redis.call('HGET', TASKS, TF_ATTEMPTS .. i) or 0)
+  if attempt < max_attempts(i) then
+    record_history(i, T_FAILED, now, err)
+    redis.call('HSET', TASKS, TF_ERROR .. i, err)
+    enqueue(i, now)
+  else
+    fail_task(i, now, err)
+  end
+end
+
 local now, ended = now_ms(), 0
 if mode == 'bind' or mode == 'fail' then
   for k = FIRST_OWN_ARG + 1, #ARGV, 2 do
@@ -29,11 +44,14 @@ else
   for i in string.gmatch(redis.call('HGET', JOB, JOB_FIELD.AWAITS) or '', '%d+') do
     local f = redis.call('HMGET', TASKS, TF_STATE .. i, TF_AWAIT .. i, TF_AWAIT_JOB .. i)
     local kind, _, name = await_of(f[2] or '')
-    if f[1] == T_AWAITING and ((kind == 'j' and name == target) or (kind == 'c' and f[3] == target))
-    then
+    if f[1] == T_AWAITING and (((kind == 'j' or kind == 'k') and name == target)
+        or (kind == 'c' and f[3] == target)) then
       ended = ended + 1
       if state == J_SUCCEEDED then
         await_release(i, now, ARGV[FIRST_OWN_ARG + 3])
+      elseif kind == 'k' then -- its child failed: the task failed, and may run again
+        child_failed(i, now, 'child job ' .. target .. (state == '' and ' is gone' or ' ended '
+          .. state))
       elseif state == '' then
         fail_task(i, now, 'job ' .. target .. ' it waited for is gone (deleted, or expired after'
           .. ' its retention)')
