@@ -15,10 +15,11 @@ from jobcenter.storage import limits
 from jobcenter.storage.admin import trim_expired
 from jobcenter.storage.keyspace.keys import NODE_QUEUE_PREFIX
 from jobcenter.storage.keyspace.records import JobRecord
-from jobcenter.storage.keyspace.schema import TaskField
+from jobcenter.storage.keyspace.schema import JobField, TaskField
 from jobcenter.storage.keyspace.schema import code as return_code
 from jobcenter.storage.store import Store, served_member
 
+from . import waits
 from .leader import Leader
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,8 @@ class Recovery:
             return
         if store.has_frontier(job_id):
             self._resubmit(job_id, "continue")
+        if JobField.AWAITS in fields and waits.lost_waits(store, job_id):  # rule 12
+            self._resubmit(job_id, "await")
         self._tasks(job_id, now, job.queue if job.queue is not None else DEFAULT_QUEUE)
 
     def _resubmit(self, job_id: str, kind: str) -> None:

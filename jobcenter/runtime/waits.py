@@ -65,6 +65,27 @@ def awaited_step(store: Store, job_id: str) -> None:
     store.drop_leader_message("waiters", job_id)
 
 
+def lost_waits(store: Store, job_id: str) -> bool:
+    """Recovery's check of an unfinished job's waits: whether a step they need was lost (a
+    leader message gone with writes Redis lost, a registration never made): a wait with a
+    timeout, or a schedule's run not found yet, without the job's 'await' message; a wait
+    for a job that ended or is gone. Reads only; the 'await' step it asks for is idempotent."""
+    waits = store.awaiting(job_id)
+    if not waits:
+        return False
+    pending = store.leader_message_due(job_id, "await") is not None
+    for wait in waits:
+        target = wait.bound if wait.kind == "schedule" else wait.name
+        if wait.kind == "signal" or target is None:
+            if not pending and (wait.timeout or wait.kind == "schedule"):
+                return True
+            continue
+        state = store.job_state(target)
+        if state is None or state.terminal:
+            return True
+    return False
+
+
 def _result(store: Store, waiter: str, job_id: str, state: str) -> bytes:
     """What a wait for job `job_id` that succeeded returns: for a task that spawned it, the
     child's results (by task id) or the one result it names; else the job and its state."""

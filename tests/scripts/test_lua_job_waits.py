@@ -24,6 +24,7 @@ from jobcenter.model.spawn import spawn
 from jobcenter.model.spec import parse_spec
 from jobcenter.runtime import waits
 from jobcenter.runtime.leader import Leader
+from jobcenter.runtime.recovery import Recovery
 from jobcenter.schedules.manage import add_schedule
 from jobcenter.storage.store import Store
 
@@ -228,3 +229,23 @@ def test_a_spawn_is_fenced_reported_once_and_ends_with_its_child(wstore: Store) 
     assert task_field(store, parent, "s", 0) == "succeeded"
     assert store.result(parent, "p") == "made by the child"
     assert job_field(store, parent, "state") == "succeeded"
+
+
+def test_recovery_redelivers_a_lost_release_and_a_lost_timeout(wstore: Store) -> None:
+    store = wstore
+    upstream = submit(store, ONE_TASK)
+    waiter = submit(store, waiter_job(job=upstream))
+    approval = submit(store, waiter_job(signal="go", timeout=3600))
+    leader_round(store)
+    run_all(store, upstream)
+    # Redis lost the leader messages (a failover that dropped writes): nothing would come
+    for job_id, kind in ((upstream, "waiters"), (approval, "await")):
+        store.drop_leader_message(kind, job_id)
+    assert Recovery(store, "test-recovery").run().resubmitted == {"await": 2}
+    assert "await" in leader_messages(store, waiter)
+    assert "await" in leader_messages(store, approval)
+    leader_round(store)
+    assert task_field(store, waiter, "s", 0) == "succeeded"
+    assert task_field(store, approval, "s", 0) == "awaiting"  # its timeout is pending again
+    assert "await" in leader_messages(store, approval)
+    assert Recovery(store, "test-recovery").run(1).resubmitted == {}  # nothing lost now

@@ -31,7 +31,7 @@ ITEM_WRONG_STATE = schema.code("ITEM_WRONG_STATE")
 
 @dataclass(frozen=True)
 class JobWait:
-    """An awaiting task waiting for another job: `kind` 'job' (`name` is its id),
+    """An awaiting task: `kind` 'signal' (`name` the signal), 'job' (`name` is its id),
     'schedule' (`name` a schedule; `bound` the run found for it, once found) or 'child' (a job
     it spawned, `name` its id; `bound` the child's task whose result it takes, '' all)."""
 
@@ -39,6 +39,7 @@ class JobWait:
     kind: str
     name: str
     bound: str | None
+    timeout: int = 0  # ms; 0: none
 
 
 class Waits(StoreBase):
@@ -64,23 +65,26 @@ class Waits(StoreBase):
         return int(self._job_call("await_due", job_id, args)[0])
 
     def job_waits(self, job_id: str) -> list[JobWait]:
-        """The job's tasks awaiting another job or a schedule's run, now."""
+        """The job's tasks awaiting another job, a schedule's run or a child job, now."""
+        return [w for w in self.awaiting(job_id) if w.kind != "signal"]
+
+    def awaiting(self, job_id: str) -> list[JobWait]:
+        """The job's awaiting tasks, whatever they wait for (`timeout` ms, 0: none)."""
         jk = self.keys.job(job_id)
         raw = self.redis.hget(jk.job, JobField.AWAITS)
         indexes = [int(i) for i in text(raw).split(",")] if raw else []
         if not indexes:
             return []
-        fields = [(TaskField.STATE, TaskField.AWAIT, TaskField.AWAIT_JOB)] * len(indexes)
-        names = [f.of(i) for i, three in zip(indexes, fields, strict=True) for f in three]
-        values = self.redis.hmget(jk.tasks, names)
+        fields = (TaskField.STATE, TaskField.AWAIT, TaskField.AWAIT_JOB)
+        values = self.redis.hmget(jk.tasks, [f.of(i) for i in indexes for f in fields])
         waits = []
         for n, i in enumerate(indexes):
             state, spec, bound = values[3 * n : 3 * n + 3]
             if state != TaskState.AWAITING.value.encode() or spec is None:
                 continue
-            letter, _, name = text(spec).split("|", 2)
-            if letter in ("j", "c", "k"):
-                waits.append(JobWait(i, _KINDS[letter], name, text(bound) if bound else None))
+            letter, timeout, name = text(spec).split("|", 2)
+            bound_text = text(bound) if bound else None
+            waits.append(JobWait(i, _KINDS[letter], name, bound_text, int(timeout)))
         return waits
 
     def child_jobs(self, job_id: str) -> list[str]:
@@ -120,6 +124,10 @@ class Waits(StoreBase):
         if code == ALREADY:
             return 0
         return code if code in (0, -2, -3, -9) else ITEM_WRONG_STATE
+
+    def leader_message_due(self, job_id: str, kind: str) -> float | None:
+        """When the job's leader message `kind` is due (ms), or None when none is pending."""
+        return self.redis.zscore(self.keys.job(job_id).leader, f"{kind}|{job_id}")
 
     def fire_ms(self, job_id: str) -> int | None:
         """When the schedule that fired the job fired it (ms); None: no schedule did."""
