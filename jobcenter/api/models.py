@@ -66,6 +66,9 @@ class TaskStatus(BaseModel):
     waiting_for: dict[str, Any] | None = None
     waiting_for_limit: str | None = None
     waiting_for_gate: dict[str, Any] | None = None
+    awaiting: dict[str, Any] | None = Field(
+        default=None, description="An awaiting task: what it waits for (signal, job, child)."
+    )
 
 
 class JobStatus(BaseModel):

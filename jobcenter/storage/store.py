@@ -17,7 +17,14 @@ from jobcenter.config import Settings
 from .jobs.attempts import NO_RESULT, SWEEP_MAX, Attempts, RefusedInPart, StartedTask
 from .jobs.lifecycle import CURSOR_MOVED, Lifecycle
 from .jobs.presence import Presence, served_member
-from .jobs.reads import JobProgress, JobQuery, Reads, waiting_for, waiting_for_gate
+from .jobs.reads import (
+    JobProgress,
+    JobQuery,
+    Reads,
+    awaiting,
+    waiting_for,
+    waiting_for_gate,
+)
 from .jobs.submit import Submits
 from .jobs.waits import Waits
 from .keyspace.upgrade import ensure_schema
@@ -37,6 +44,7 @@ __all__ = [
     "served_member",
     "waiting_for",
     "waiting_for_gate",
+    "awaiting",
 ]
 
 

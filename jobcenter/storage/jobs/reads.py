@@ -458,7 +458,27 @@ def _task_view(f: dict[str, bytes], waiting_for_limit: str | None = None) -> dic
         "waiting_for": waiting_for(f),
         "waiting_for_limit": waiting_for_limit,
         "waiting_for_gate": waiting_for_gate(f),
+        "awaiting": awaiting(f),
     }
+
+
+# what an awaiting task's `aw:` kind letter says it waits for (_await.lua)
+_AWAIT_KINDS = {"s": "signal", "j": "job", "c": "schedule", "k": "child"}
+
+
+def awaiting(f: dict[str, bytes]) -> dict[str, Any] | None:
+    """An awaiting task (`wait_for:`, or a spawned child job): what it waits for (`kind`
+    signal, job, schedule or child; `name`; `job`: the job it waits for, once known) and
+    since when."""
+    raw = text(f.get(TaskField.AWAIT.value[:-1]))
+    if raw is None or text(f.get("s")) != TaskState.AWAITING:
+        return None
+    letter, _, name = raw.split("|", 2)
+    kind = _AWAIT_KINDS.get(letter, letter)
+    bound = text(f.get(TaskField.AWAIT_JOB.value[:-1]))
+    job = name if kind in ("job", "child") else bound if kind == "schedule" else None
+    since = f.get("tq")
+    return {"kind": kind, "name": name, "job": job, "since": int(since) / 1000 if since else None}
 
 
 def waiting_for_gate(f: dict[str, bytes]) -> dict[str, Any] | None:

@@ -438,6 +438,28 @@
     return null;
   }
 
+  // What an awaiting task waits for (wait_for:, or the child job it spawned), a job linked.
+  function awaitingFor(t, dl) {
+    const w = t.awaiting;
+    const what = { signal: "signal", job: "job", schedule: "the run of schedule", child: "child job" }[w.kind];
+    const dd = fact(dl, "waiting", `since ${when(w.since)} for ${what} ${w.kind === "job" || w.kind === "child" ? "" : w.name}`);
+    dd.id = "task-awaiting";
+    if (w.job) {
+      const a = html("a", w.job, dd, "mono");
+      a.href = `/jobs/${encodeURIComponent(w.job)}`;
+      a.id = "task-awaited-job";
+    }
+    if (w.kind === "signal" && document.body.dataset.actions === "on") {
+      const p = html("p", null, panelBody, "actions");
+      for (const [label, payload] of [["Approve", "true"], ["Reject", "false"]]) {
+        const b = html("button", `${label} (signal ${w.name})`, p, "act");
+        b.id = `signal-${label.toLowerCase()}`;
+        b.dataset.url = `/jobs/${encodeURIComponent(jobId)}/signal/${encodeURIComponent(w.name)}?payload=${payload}`;
+      }
+      window.jobcenter.wireActions(p);
+    }
+  }
+
   function showTask(t) {
     panelBody.textContent = "";
     panelBody.dataset.task = t.id;
@@ -457,6 +479,7 @@
     fact(dl, "progress", t.progress).id = "task-progress";
     const waiting = waitingFor(t);
     if (waiting) fact(dl, "waiting", waiting).id = "task-waiting";
+    if (t.awaiting) awaitingFor(t, dl);
     if (t.args) fact(dl, "arguments", t.args).className = "mono small";
     if (t.result) fact(dl, "result", t.result).className = "mono small";
     if (t.error) {
