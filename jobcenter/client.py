@@ -90,8 +90,8 @@ class Client:
         return sorted({pair for pair in pairs if served_member(*pair) not in served})
 
     def spec_tasks(self, spec: JobSpec) -> builtins.list[tuple[str, str]]:
-        """Each (queue, task name) a spec's tasks run as."""
-        return [(task.queue or spec.queue, task.task) for task in spec.tasks]
+        """Each (queue, task name) a spec's tasks run as (a wait runs nowhere: none)."""
+        return [(task.queue or spec.queue, task.task) for task in spec.tasks if not task.wait_for]
 
     def queued_unserved(self, job_id: str) -> dict[str, str]:
         """The job's queued tasks whose task name no live worker has registered on their

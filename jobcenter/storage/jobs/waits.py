@@ -22,6 +22,7 @@ from ..server.replies import text
 from .base import StoreBase
 
 ALREADY = schema.code("ALREADY")
+WRONG_STATE = schema.code("WRONG_STATE")
 JOB_GONE = schema.code("JOB_GONE")
 # what a wait's letter (`aw:`) stands for; "k": a child job a task spawned (spawned.lua)
 _KINDS = {**{letter: kind for kind, letter in AWAIT_KIND_LETTERS.items()}, "k": "child"}
@@ -52,11 +53,26 @@ class Waits(StoreBase):
         packed = codec.pack(payload, what="the signal's payload", max_bytes=max_bytes)
         reply = self._job_call("signal", job_id, [name, packed])
         code = int(reply[0])
-        if code == ALREADY:
+        if code == ALREADY or (code == WRONG_STATE and self._signalled(job_id, name, packed)):
             return 0, 0
         detail = text(reply[1]) if len(reply) > 1 and code < 0 else f"no job {job_id}"
         raise_for_code(code, detail or "")
         return int(reply[1]), int(reply[2])
+
+    def _signalled(self, job_id: str, name: str, packed: bytes) -> bool:
+        """Whether a task of the (finished, maybe compacted) job succeeded by signal `name`
+        with this payload: the same signal sent again after the job ended."""
+        raw = self.redis.hget(self.keys.job(job_id).job, JobField.AWAITS)
+        if not raw:
+            return False
+        indexes = text(raw).split(",")
+        fields = [f.of(i) for i in indexes for f in (TaskField.AWAIT, TaskField.RESULT)]
+        values = self.records(job_id).values(fields)  # the tasks hash, or the packed record
+        pairs = zip(values[::2], values[1::2], strict=True)
+        return any(
+            spec is not None and text(spec).split("|", 2)[::2] == ["s", name] and result == packed
+            for spec, result in pairs
+        )
 
     def await_due(self, job_id: str, recheck_ms: int | None = None) -> int:
         """The end of the leader's 'await' step: fail the job's waits whose timeout passed,

@@ -2,7 +2,8 @@
   awaits it succeeds with the payload as its result, and its children are released as a
   completion releases them (_await.lua); one that has not reached its wait yet keeps the
   payload (`sg:`) and takes it when it gets there. Sent again with the same payload it
-  changes nothing; with another payload, or to a task that no longer waits, it is refused.
+  changes nothing (also once the job ended, until its compaction); with another payload,
+  to a task that no longer waits, or to a finished job, it is refused.
   KEYS: the job context (_job.lua)
   ARGV[FIRST_OWN_ARG] signal name  ARGV[FIRST_OWN_ARG+1] payload (msgpack)
   Returns {0, tasks released, tasks that keep it for later} | {1} sent already, same payload
@@ -13,14 +14,10 @@ local name, payload = ARGV[FIRST_OWN_ARG], ARGV[FIRST_OWN_ARG + 1]
 if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
 local job_text = 'job ' .. JOB_ID
-if META.packed or META.state == J_SUCCEEDED or META.state == J_FAILED
-    or META.state == J_CANCELLED then
-  return {WRONG_STATE, job_text .. ' has finished (' .. META.state .. '): nothing waits for signal '
-    .. name}
-end
-if redis.call('HEXISTS', JOB, JOB_FIELD.STOP) == 1 then
-  return {WRONG_STATE, job_text .. ' is being cancelled: nothing waits for signal ' .. name}
-end
+local finished = job_text .. ' has finished (' .. META.state .. '): nothing waits for signal '
+  .. name
+if META.packed then return {WRONG_STATE, finished} end
+local ended = META.state == J_SUCCEEDED or META.state == J_FAILED or META.state == J_CANCELLED
 
 -- checks first: every task waiting for it, and whether one refuses it
 local release, keep, same, why = {}, {}, 0, nil
@@ -46,9 +43,14 @@ for i in string.gmatch(redis.call('HGET', JOB, JOB_FIELD.AWAITS) or '', '%d+') d
     end
   end
 end
+-- the same signal again is a no-op, even once the job ended (until it is compacted)
+if same > 0 and not why and #release + #keep == 0 then return {ALREADY} end
+if ended then return {WRONG_STATE, finished} end
+if redis.call('HEXISTS', JOB, JOB_FIELD.STOP) == 1 then
+  return {WRONG_STATE, job_text .. ' is being cancelled: nothing waits for signal ' .. name}
+end
 if why then return {WRONG_STATE, why} end
 if #release + #keep == 0 then
-  if same > 0 then return {ALREADY} end
   return {WRONG_STATE, job_text .. ' has no task waiting for signal ' .. name}
 end
 
