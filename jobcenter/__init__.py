@@ -1,6 +1,7 @@
 """jobcenter: a leader/follower DAG job center over Redis."""
 
 from jobcenter.model.builder import Job
+from jobcenter.model.spawn import spawn
 from jobcenter.model.spec import JobSpec, TaskSpec
 from jobcenter.runtime.context import TaskContext, current_task
 from jobcenter.runtime.hooks import on_job_finished
@@ -25,6 +26,7 @@ __all__ = [
     "current_task",
     "gate",
     "on_job_finished",
+    "spawn",
     "task",
     "__version__",
 ]

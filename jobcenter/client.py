@@ -103,8 +103,8 @@ class Client:
         return sorted({pair for pair in pairs if served_member(*pair) not in served})
 
     def spec_tasks(self, spec: JobSpec) -> builtins.list[tuple[str, str]]:
-        """Each (queue, task name) a spec's tasks run as."""
-        return [(task.queue or spec.queue, task.task) for task in spec.tasks]
+        """Each (queue, task name) a spec's tasks run as (a wait runs nowhere: none)."""
+        return [(task.queue or spec.queue, task.task) for task in spec.tasks if not task.wait_for]
 
     def queued_unserved(self, job_id: str) -> dict[str, str]:
         """The job's queued tasks whose task name no live worker has registered on their
@@ -169,8 +169,16 @@ class Client:
 
     def cancel(self, job_id: str) -> str:
         """Cancel a job: queued and waiting tasks never run, running attempts are revoked
-        (their results are discarded). Returns the job's state afterwards."""
+        (their results are discarded), and the child jobs its tasks spawned are cancelled.
+        Returns the job's state afterwards."""
+        children = set(self.store.child_jobs(job_id))
         self.store.stop_job(job_id, "cancel")
+        # the child jobs its tasks spawned go too (theirs in turn); a spawn after the stop is
+        # refused, and its worker cancels the child it started
+        for child in children | set(self.store.child_jobs(job_id)):
+            state = self.store.job_state(child)
+            if state is not None and not state.terminal:
+                self.cancel(child)
         return self.state(job_id)  # the step that stopped the last task finalized the job
 
     def pause(self, job_id: str) -> bool:
@@ -200,6 +208,14 @@ class Client:
             ],
             "jobs": _pause.paused_job_count(self.store),
         }
+
+    def signal(self, job_id: str, name: str, payload: Any = None) -> tuple[int, int]:
+        """Send signal `name` to a job: its tasks with `wait_for: {signal: name}` that wait
+        succeed with `payload` (plain data) as their result, and their children run; those
+        not there yet keep it for when they get there. Returns (tasks released, tasks keeping
+        it); (0, 0) when the same signal was sent already. WrongState when nothing waits for
+        it or it was sent before with another payload."""
+        return self.store.signal(job_id, name, payload)
 
     def list(self, **query: Unpack[JobQuery]) -> builtins.list[dict[str, Any]]:
         """Job summaries, newest first: `limit` (100) of them, filtered by `owner`, `state`,

@@ -80,14 +80,19 @@ def run_job(
     *,
     modules: Iterable[str] = (),
     store: Store | None = None,
+    signals: Mapping[str, Any] | None = None,
 ) -> JobRun:
     """Submit `spec` (a dict, a JobSpec or a builder Job) and run its tasks in-process until
     the job ends; returns every task's state and result. Tasks are the ones registered with
     @task, after importing `modules`. `store`: another Store to run on (default: a fresh
-    in-memory one)."""
+    in-memory one). `signals`: name -> payload, sent at once to its `wait_for: {signal}`
+    tasks (each takes its payload when it reaches its wait). A child job a task spawns runs
+    here too."""
     registry.import_modules(modules)
     store = store or in_memory_store()
     job_id, _ = store.submit(spec_from_any(spec))
+    for name, payload in (signals or {}).items():
+        store.signal(job_id, name, payload)
     return finish_job(store, job_id)
 
 
@@ -103,7 +108,11 @@ def finish_job(store: Store, job_id: str) -> JobRun:
         if not claimed.leader and not claimed.tasks:
             if store.progress(job_id).state.terminal:
                 return _job_run(store, job_id)
-            raise JobcenterError(f"job {job_id} is stuck: no task is ready and it has not ended")
+            waits = ", ".join(f"{w.kind} {w.name}" for w in store.awaiting(job_id))
+            raise JobcenterError(
+                f"job {job_id} is stuck: no task is ready and it has not ended"
+                + (f" (tasks wait for {waits}: pass run_job(signals=...))" if waits else "")
+            )
     raise JobcenterError(f"job {job_id} did not end within {STEPS_MAX} rounds")
 
 

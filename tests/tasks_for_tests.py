@@ -27,7 +27,7 @@ from functools import cache
 from typing import Any, TypeVar
 
 import jobcenter
-from jobcenter import Fatal, Retry, current_task, gate, task
+from jobcenter import Fatal, Retry, current_task, gate, spawn, task
 
 try:
     from jobcenter.storage.server.connection import client_for
@@ -171,6 +171,13 @@ def block(gate: str) -> str:
     return gate
 
 
+@task(name="tasks_for_tests.echo")
+def echo(**values: object) -> dict[str, object]:
+    """Returns its keyword arguments (its inputs): what its parents handed it."""
+    _record("run", label="echo")
+    return values
+
+
 @task(name="tasks_for_tests.block_then_fail")
 def block_then_fail(gate: str, message: str) -> None:
     """Runs like block() until the test opens the gate of this attempt (`<gate>:<attempt>`),
@@ -283,3 +290,20 @@ async def aprints(label: str) -> str:
     await asyncio.sleep(0.05)
     print(f"after {label}")
     return label
+
+
+@task(name="tasks_for_tests.spawner")
+def spawner(depth: int = 1, gate: str = "", fail: bool = False) -> Any:
+    """Starts a child job and ends with it: with depth > 1 the child spawns in turn; at the
+    bottom a task that records its run (or blocks on `gate`, or fails)."""
+    _record("run", label=f"spawner-{depth}")
+    if depth > 1:
+        again = {"depth": depth - 1, "gate": gate, "fail": fail}
+        inner: dict[str, Any] = {"id": "inner", "task": "tasks_for_tests.spawner", "kwargs": again}
+    elif gate:
+        inner = {"id": "inner", "task": "tasks_for_tests.block", "args": [gate]}
+    elif fail:
+        inner = {"id": "inner", "task": "tasks_for_tests.fatal", "args": ["the child fails"]}
+    else:
+        inner = {"id": "inner", "task": "tasks_for_tests.record", "args": [f"leaf-{depth}"]}
+    return spawn({"name": f"child-{depth}", "tasks": [inner]}, result="inner")

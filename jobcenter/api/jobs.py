@@ -394,6 +394,30 @@ def cancel(request: Request, record: Operator, job_id: JOB_ID) -> models.JobActi
 
 
 @router.post(
+    "/{job_id}/signals/{name}",
+    response_model=models.SignalSent,
+    summary="Send a signal to a job's waiting tasks",
+    responses=documented(NOT_FOUND, REFUSED, BAD_INPUT),
+)
+def signal(
+    request: Request,
+    record: Operator,
+    job_id: JOB_ID,
+    name: Annotated[str, Path(description="The signal: what `wait_for: {signal: NAME}` names.")],
+    body: models.SignalRequest | None = None,
+) -> models.SignalSent:
+    """Its tasks with `wait_for: {signal: NAME}` succeed with the payload as their result
+    (one not at its wait yet keeps it). The same signal and payload again changes nothing;
+    409 when nothing waits for it, or it was sent with another payload."""
+    _own_job(request, record, job_id)
+    released, kept = client(request).signal(job_id, name, body.payload if body else None)
+    told = f"released {released}, kept by {kept}" if released or kept else "sent already"
+    return models.SignalSent(
+        id=job_id, signal=name, released=released, kept=kept, message=f"job {job_id}: {told}"
+    )
+
+
+@router.post(
     "/{job_id}/retry",
     response_model=models.JobAction,
     summary="Re-run a job's failed tasks",

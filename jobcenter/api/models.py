@@ -66,6 +66,9 @@ class TaskStatus(BaseModel):
     waiting_for: dict[str, Any] | None = None
     waiting_for_limit: str | None = None
     waiting_for_gate: dict[str, Any] | None = None
+    awaiting: dict[str, Any] | None = Field(
+        default=None, description="An awaiting task: what it waits for (signal, job, child)."
+    )
 
 
 class JobStatus(BaseModel):
@@ -223,6 +226,20 @@ class BulkResult(BaseModel):
     count: int = Field(description="Jobs acted on (a dry run: that it would act on).")
     jobs: list[BulkOutcome]
     more: bool = Field(default=False, description="The limit was reached: call again for more.")
+
+
+class SignalRequest(Strict):
+    payload: Any = Field(
+        default=None, description="Plain JSON: the result of each task the signal releases."
+    )
+
+
+class SignalSent(BaseModel):
+    id: str
+    signal: str
+    released: int = Field(description="Tasks that were waiting for it and succeeded now.")
+    kept: int = Field(description="Tasks not at their wait yet: they take it when they get there.")
+    message: str
 
 
 # -- the worker protocol -------------------------------------------------------------------

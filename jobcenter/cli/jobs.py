@@ -574,6 +574,26 @@ def cancel(settings: Settings, job_id: str | None, bulk: Bulk | None) -> None:
 
 @click.command()
 @click.argument("job_id")
+@click.argument("name")
+@click.option("--payload", default=None, help="JSON: the waiting tasks' result (default null).")
+@redis_options
+def signal(settings: Settings, job_id: str, name: str, payload: str | None) -> None:
+    """Send signal NAME to JOB_ID: its tasks with `wait_for: {signal: NAME}` succeed with the
+    payload as their result (a task not waiting yet keeps it). Sent twice with the same
+    payload it changes nothing; exit 7 when nothing waits for it."""
+    try:
+        value = None if payload is None else json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from None
+    released, kept = client_for(settings).signal(job_id, name, value)
+    if released or kept:
+        click.echo(f"job {job_id}: signal {name} released {released} task(s), kept by {kept}")
+    else:
+        click.echo(f"job {job_id}: signal {name} was sent already")
+
+
+@click.command()
+@click.argument("job_id")
 @click.argument("task_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the value as one JSON document.")
 @redis_options
@@ -629,6 +649,7 @@ COMMANDS = (
     delete,
     dlq,
     cancel,
+    signal,
     result,
     export,
 )

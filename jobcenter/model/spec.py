@@ -114,6 +114,9 @@ class TaskSpec:
     inputs: Mapping[str, str] = field(default_factory=dict)
     # {kwarg: source id}: one instance per element of the source's result (run-time fan-out)
     map: Mapping[str, str] = field(default_factory=dict)
+    # what it waits for instead of running ({"signal": name, "timeout": seconds}, or a job
+    # by id, or the run of a schedule (id or name) of the same fire time): WAIT_KINDS
+    wait_for: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data parse_spec accepts back; fields left at their default are omitted."""
@@ -128,6 +131,8 @@ class TaskSpec:
             out["inputs"] = dict(self.inputs)
         if self.map:
             out["map"] = dict(self.map)
+        if self.wait_for:
+            out["wait_for"] = dict(self.wait_for)
         for name, default in _TASK_DEFAULTS.items():
             value = getattr(self, name)
             if value != default:
@@ -200,7 +205,7 @@ _JOB_DEFAULTS: dict[str, Any] = {
     "sla": None,
 }
 _TASK_KEYS = frozenset(
-    {"id", "task", "args", "kwargs", "depends_on", "inputs", "map", *_TASK_DEFAULTS}
+    {"id", "task", "args", "kwargs", "depends_on", "inputs", "map", "wait_for", *_TASK_DEFAULTS}
 )
 _JOB_KEYS = frozenset({"name", "tasks", "notify", "tags", *_JOB_DEFAULTS})
 
@@ -387,7 +392,15 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
     if not isinstance(task_id, str) or not ID_RE.fullmatch(task_id):
         raise SpecError(f"tasks[{position}]: invalid id {_show(task_id)}: use {_ID_RULE}")
 
+    wait_for = _wait_for(raw["wait_for"], task_id) if "wait_for" in raw else {}
     name = raw.get("task")
+    if wait_for:
+        if name is not None and name != WAIT_TASK:
+            raise _bad(
+                task_id,
+                f"a task with 'wait_for' runs no function: drop 'task' ({_show(name)})",
+            )
+        name = WAIT_TASK
     if name is None:
         raise SpecError(f"task {task_id!r} has no 'task' (the registered task name)")
     if not isinstance(name, str):
@@ -517,7 +530,36 @@ def _parse_task(raw: object, position: int, known_names: set[str], totals: _JobT
         trigger_rule,
         inputs,
         mapped,
+        wait_for,
     )
+
+
+# What a task may wait for (`wait_for: {<kind>: <name>, timeout: <duration>}`); such a task
+# runs no function: it is the built-in WAIT_TASK, and needs no worker.
+WAIT_KINDS = ("signal", "job", "schedule")
+WAIT_TASK = "jobcenter.wait"
+
+
+def _wait_for(value: object, task_id: str) -> dict[str, Any]:
+    """`wait_for`: one kind (WAIT_KINDS) naming what it waits for, and an optional timeout."""
+    if not isinstance(value, (dict, Mapping)):
+        raise _bad(
+            task_id,
+            f"'wait_for' must be a mapping like {{job: ID}}, got {_show(value)}",
+        )
+    kinds = [k for k in value if k in WAIT_KINDS]
+    unknown = [k for k in value if k not in WAIT_KINDS and k != "timeout"]
+    if unknown or len(kinds) != 1:
+        raise _bad(
+            task_id,
+            f"'wait_for' takes one of {', '.join(WAIT_KINDS)} (and an optional timeout), "
+            f"got {_show(dict(value))}",
+        )
+    kind = kinds[0]
+    out: dict[str, Any] = {kind: _name(value[kind], f"wait_for.{kind}", task_id)}
+    if value.get("timeout") is not None:
+        out["timeout"] = _seconds(value["timeout"], "wait_for.timeout", task_id, strict=True)
+    return out
 
 
 def _trigger_rule(value: object, task_id: str) -> str:

@@ -11,6 +11,7 @@ class TaskState(StrEnum):
     RUNNING = "running"  # an attempt holds a lease
     TIMED_OUT = "timed_out"  # lease expired; the same attempt may still resume (seed 004)
     RETRY_WAIT = "retry_wait"  # a failed attempt waiting out its backoff
+    AWAITING = "awaiting"  # waits for the world (`wait_for:`), holding no slot: a signal
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     UPSTREAM_FAILED = "upstream_failed"

@@ -14,6 +14,8 @@ from jobcenter.storage.keyspace.layout import Layout
 from jobcenter.storage.keyspace.records import JobRecord
 from jobcenter.storage.store import CURSOR_MOVED, Store
 
+from . import waits
+
 log = logging.getLogger(__name__)
 
 PUBLISH_CHUNK = 500  # tasks written per script call: a few ms, well under 50 ms under load
@@ -38,6 +40,8 @@ class Leader:
             "finalize": self.finalize,
             "cancel": self.cancel,
             "compact": self.compact,
+            "await": self.await_due,
+            "waiters": self.awaited,
         }.get(kind)
         if step is None:
             log.warning("dropping unknown leader message %s|%s", kind, job_id)
@@ -115,6 +119,15 @@ class Leader:
     def cancel(self, job_id: str) -> None:
         """Go on with stopping a cancelled job, a share of its tasks per message."""
         self.store.stop_job(job_id, None, steps=STEPS_PER_MESSAGE)
+
+    def await_due(self, job_id: str) -> None:
+        """Register the job's new waits for other jobs, and fail its waits (`wait_for:`)
+        whose timeout passed; the message comes again for the next one."""
+        waits.await_step(self.store, job_id)
+
+    def awaited(self, job_id: str) -> None:
+        """The job ended: settle the tasks of other jobs that wait for it."""
+        waits.awaited_step(self.store, job_id)
 
     def finalize(self, job_id: str) -> None:
         code, state = self.store.finalize(job_id)

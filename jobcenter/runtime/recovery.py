@@ -19,6 +19,7 @@ from jobcenter.storage.keyspace.schema import JobField, TaskField
 from jobcenter.storage.keyspace.schema import code as return_code
 from jobcenter.storage.store import Store, served_member
 
+from . import waits
 from .leader import Leader
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,8 @@ class Recovery:
             return
         if store.has_frontier(job_id):
             self._resubmit(job_id, "continue")
+        if JobField.AWAITS in fields and waits.lost_waits(store, job_id):  # rule 13
+            self._resubmit(job_id, "await")
         self._tasks(job_id, now, job.queue if job.queue is not None else DEFAULT_QUEUE)
 
     # -- rule 12: a job's timeout and sla ---------------------------------------------------

@@ -17,9 +17,10 @@ from jobcenter.config import Settings
 from .jobs.attempts import NO_RESULT, SWEEP_MAX, Attempts, RefusedInPart, StartedTask
 from .jobs.lifecycle import CURSOR_MOVED, Lifecycle
 from .jobs.presence import Presence, served_member
-from .jobs.reads import JobProgress, JobQuery, Reads, waiting_for, waiting_for_gate
+from .jobs.reads import JobProgress, JobQuery, Reads, awaiting, waiting_for, waiting_for_gate
 from .jobs.runs import ScheduleRuns
 from .jobs.submit import Submits
+from .jobs.waits import Waits
 from .keyspace.upgrade import ensure_schema
 from .server.connection import connect
 
@@ -37,10 +38,11 @@ __all__ = [
     "served_member",
     "waiting_for",
     "waiting_for_gate",
+    "awaiting",
 ]
 
 
-class Store(Submits, Attempts, Lifecycle, Presence, Reads, ScheduleRuns):
+class Store(Submits, Attempts, Lifecycle, Presence, Reads, ScheduleRuns, Waits):
     """Jobs and tasks in Redis for one namespace."""
 
     def __init__(self, client: Redis, settings: Settings) -> None:

@@ -31,7 +31,7 @@ from .notifications import view as notifications_view
 from .server.replies import seconds, text
 from .server.system_queue import current_round, fetch_recovery_job
 from .shard_leases import owners_of
-from .store import Store, waiting_for, waiting_for_gate
+from .store import Store, awaiting, waiting_for, waiting_for_gate
 
 WORKERS_MAX = 500  # workers listed: more than a fleet we expect; the rest are only counted
 LEASES_MAX = 10_000  # running attempts read to count each worker's busy slots
@@ -375,6 +375,7 @@ class TaskDetail:
     waiting_for: dict[str, Any] | None = None  # a worker with its code
     waiting_for_limit: str | None = None  # a slot of a full pool or limit
     waiting_for_gate: dict[str, Any] | None = None  # a gate it requires to say yes
+    awaiting: dict[str, Any] | None = None  # an awaiting task: a signal, a job, a child job
 
 
 def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
@@ -450,6 +451,7 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
         waiting_for=waiting_for(task),
         waiting_for_limit=parked,
         waiting_for_gate=waiting_for_gate(task),
+        awaiting=awaiting(task),
     )
 
 

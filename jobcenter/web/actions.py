@@ -1,6 +1,7 @@
 """What a person can change from the dashboard, each a POST that needs the token: cancel,
-retry, pause and resume a job, clear and mark a task, pause and resume a queue, retry the
-failed jobs of a list, requeue a dead letter, pause, resume and run a schedule now."""
+retry, pause and resume a job, send it a signal, clear and mark a task, pause and resume a
+queue, retry the failed jobs of a list, requeue a dead letter, pause, resume and run a
+schedule now."""
 
 from __future__ import annotations
 
@@ -223,7 +224,24 @@ async def run_now(request: Request) -> Response:
     return await _act(request, do, f"/schedules/{ref}")
 
 
+async def signal(request: Request) -> Response:
+    """Send a signal (the job page's approve / reject): its payload is JSON in `payload`."""
+    job_id, name = request.path_params["job_id"], request.path_params["name"]
+    try:
+        payload = json.loads(request.query_params.get("payload", "null"))
+    except json.JSONDecodeError as exc:
+        raise HTTPException(400, f"payload: not JSON: {exc}") from None
+
+    def do(c: Client) -> str:
+        released, kept = c.signal(job_id, name, payload)
+        told = f"released {released} task(s)" if released or kept else "was sent already"
+        return f"job {job_id}: signal {name} {told}"
+
+    return await _act(request, do, f"/jobs/{job_id}", job_id)
+
+
 ROUTES = [
+    Route("/jobs/{job_id}/signal/{name}", signal, methods=["POST"]),
     Route("/jobs/{job_id}/cancel", cancel, methods=["POST"]),
     Route("/jobs/bulk/retry", bulk_retry, methods=["POST"]),
     Route("/jobs/{job_id}/retry", retry, methods=["POST"]),

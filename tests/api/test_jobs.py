@@ -304,3 +304,27 @@ def test_mark_and_clear_a_task_with_an_operate_token_naming_it_in_the_history(
     cleared = api.call("POST", f"/jobs/{job_id}/tasks/b/clear", made)  # compacted: runs again
     assert cleared.status_code == 200, cleared.text
     assert api.wait_finished(made, job_id) == "succeeded"
+
+
+def test_a_signal_over_http_releases_a_waiting_task_as_the_cli_does(
+    api: ApiServer, client: Client
+) -> None:
+    token, reader = api.token("operate"), api.token("read")
+    spec = {"name": "approval", "tasks": [
+        {"id": "approve", "wait_for": {"signal": "approve"}},
+        {"id": "ship", "task": "jobcenter.demo.step", "args": [0], "depends_on": "approve"},
+    ]}  # fmt: skip
+    job_id = api.submit(token, spec)
+    path = f"/jobs/{job_id}/signals/approve"
+    denied = api.call("POST", path, reader, json={"payload": True})
+    sent = api.call("POST", path, token, json={"payload": {"ok": True}})
+    again = api.call("POST", path, token, json={"payload": {"ok": True}})
+    other = api.call("POST", path, token, json={"payload": {"ok": False}})
+    unknown = api.call("POST", f"/jobs/{job_id}/signals/nope", token)
+
+    assert denied.status_code == 403
+    assert sent.status_code == 200 and sent.json()["released"] == 1, sent.text
+    assert again.json()["message"] == f"job {job_id}: sent already"
+    assert "another payload" in problem(other, 409)["detail"]
+    assert "no task waiting for signal nope" in problem(unknown, 409)["detail"]
+    assert client.result(job_id, "approve") == {"ok": True}

@@ -71,7 +71,7 @@ def every_route(app: Any, job_id: str, schedule_id: str) -> list[tuple[str, str]
     added later (an API mounted beside the pages) is covered without naming it here."""
     params = {
         "job_id": job_id, "schedule_id": schedule_id, "index:int": "0", "task_id:path": "t1",
-        "queue": "default",
+        "queue": "default", "name": "approve",
     }  # fmt: skip
     out = []
     for route in app.routes:

@@ -31,6 +31,7 @@ ACTIONS = [
     "/jobs/{job}/pause",
     "/queues/default/pause",
     "/jobs/bulk/retry?state=failed",
+    "/jobs/{job}/signal/approve",
     "/dead-letters/{job}/t1/requeue",
     "/schedules/{schedule}/pause",
     "/schedules/{schedule}/resume",
@@ -709,3 +710,27 @@ def test_the_queues_page_shows_pools_and_rate_limits(dashboard: Dashboard, clien
     assert licences is not None
     assert "not set" in licences.group(1) and '<td class="num waiting">1</td>' in licences.group(1)
     assert "at most 10 starts per 1.0 s" in html
+
+
+def test_a_waiting_task_shows_what_it_waits_for_and_is_approved_from_the_dashboard(
+    dashboard: Dashboard, client: Client
+) -> None:
+    job_id = client.submit({"name": "approval", "tasks": [
+        {"id": "approve", "wait_for": {"signal": "approve"}},
+        {"id": "ship", "task": "jobcenter.demo.step", "args": [0], "depends_on": "approve"},
+    ]})  # fmt: skip
+    task = dashboard.json(f"/api/jobs/{job_id}/tasks/0")
+    assert isinstance(task, dict) and task["state"] == "awaiting"
+    assert task["awaiting"]["kind"] == "signal" and task["awaiting"]["name"] == "approve"
+
+    denied = dashboard.act(f"/jobs/{job_id}/signal/approve?payload=true", token=None)
+    approved = dashboard.act(f"/jobs/{job_id}/signal/approve?payload=true")
+    rejected = dashboard.act(f"/jobs/{job_id}/signal/approve?payload=false")
+
+    assert denied.status_code in (401, 403)
+    assert approved.json() == {
+        "ok": True,
+        "message": f"job {job_id}: signal approve released 1 task(s)",
+    }
+    assert rejected.status_code == 409 and "another payload" in rejected.json()["error"]
+    assert client.result(job_id, "approve") is True

@@ -15,7 +15,7 @@ from jobcenter.storage.lua import ALL_SCRIPTS, JOB_SCRIPTS, SHARD_SCRIPTS, sourc
 
 LUA_DIR = Path(str(resources.files("jobcenter.storage.lua")))
 LUA_FILES = sorted(LUA_DIR.glob("*.lua"))
-PRELUDES = {"_common", "_slots", "_job", "_cascade", "_data", "_reset"}
+PRELUDES = {"_common", "_slots", "_job", "_cascade", "_data", "_reset", "_await"}
 
 STATE_NAME = re.compile(r"\b([TJ]_[A-Z][A-Z_]*)\b")
 CONSTANT = re.compile(r"^local ([TJ]_[A-Z_]+) = '([a-z_]+)'$")

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobcenter import Fatal, Job, task
+import pytest
+
+from jobcenter import Fatal, Job, spawn, task
+from jobcenter.errors import JobcenterError
 from jobcenter.model.spec import load_spec_file
 from jobcenter.testing import run_job
 
@@ -77,3 +80,24 @@ def test_the_readme_example_runs_the_etl_example_as_shown() -> None:
     assert run.states()["transform[4]"] == "succeeded"
     page = (root / "docs" / "guide" / "testing.md").read_text()
     assert 'assert run.result("summary") == "500 rows in 5 files"' in page
+
+
+def test_a_wait_takes_its_signal_and_a_spawned_child_runs_in_process() -> None:
+    @task(name="testing_module.leaf")
+    def leaf(n: int) -> int:
+        return n * 2
+
+    @task(name="testing_module.parent")
+    def parent(n: int) -> object:
+        return spawn({"name": "c", "tasks": [
+            {"id": "l", "task": "testing_module.leaf", "args": [n]}]}, result="l")  # fmt: skip
+
+    spec = {"name": "w", "tasks": [
+        {"id": "ok", "wait_for": {"signal": "approve"}},
+        {"id": "p", "task": "testing_module.parent", "args": [21], "depends_on": "ok"},
+    ]}  # fmt: skip
+    run = run_job(spec, signals={"approve": {"by": "ann"}})
+    assert run.state == "succeeded"
+    assert run.result("ok") == {"by": "ann"} and run.result("p") == 42
+    with pytest.raises(JobcenterError, match="tasks wait for signal approve"):
+        run_job(spec)

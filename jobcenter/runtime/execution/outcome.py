@@ -20,6 +20,7 @@ from jobcenter.config import DEFAULT_RESULT_MAX_BYTES
 from jobcenter.errors import Fatal, Retry, SpecError
 from jobcenter.model import codec
 from jobcenter.model.fire_times import fire_datetime
+from jobcenter.model.spawn import Spawn
 from jobcenter.storage.keyspace.records import TaskPayload
 from jobcenter.storage.store import NO_RESULT, StartedTask
 
@@ -78,6 +79,8 @@ def pack_result(task_name: str, value: object, max_bytes: int) -> bytes:
     """The task's return value as stored in Redis; ResultRefused names what is wrong."""
     if value is None:
         return NO_RESULT
+    if isinstance(value, Spawn):  # a child job to start: the store starts it (model/spawn.py)
+        return value.packed()
     try:
         return codec.pack(value, what="the result", max_bytes=max_bytes)
     except codec.TooLarge:

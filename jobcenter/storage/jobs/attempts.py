@@ -237,9 +237,11 @@ class Attempts(StoreBase):
         before the first child of what it takes: complete.lua). The budget is shared between the
         jobs' calls. RefusedInPart when Redis refused some jobs' calls (their tasks have no
         code)."""
+        spawned = self.spawn_children(handler, done)  # type: ignore[attr-defined]
         by_job: dict[str, list[tuple[int, str, bytes]]] = defaultdict(list)
         for job_id, index, token, *result in done:
-            by_job[job_id].append((index, token, result[0] if result else NO_RESULT))
+            if (job_id, index) not in spawned:  # those wait for their child job (waits.py)
+                by_job[job_id].append((index, token, result[0] if result else NO_RESULT))
         nonce = new_nonce()  # of the attempts the calls start
         batch = self.scripts.batch()
         calls = len(by_job)
@@ -257,7 +259,7 @@ class Attempts(StoreBase):
             self._job_call(
                 "complete", job_id, [*args, *triples], extra_keys=[estimates_key], batch=batch
             )
-        codes: dict[tuple[str, int], int] = {}
+        codes: dict[tuple[str, int], int] = dict(spawned)
         taken: list[StartedTask] = []
         answered, refused = _run_per_job(batch, by_job)
         for job_id, items, reply in answered:

@@ -473,7 +473,24 @@ def _task_view(task: TaskRecord, waiting_for_limit: str | None = None) -> dict[s
         "waiting_for": waiting_for(task),
         "waiting_for_limit": waiting_for_limit,
         "waiting_for_gate": waiting_for_gate(task),
+        "awaiting": awaiting(task),
     }
+
+
+# what an awaiting task's `aw:` kind letter says it waits for (_await.lua)
+_AWAIT_KINDS = {"s": "signal", "j": "job", "c": "schedule", "k": "child"}
+
+
+def awaiting(task: TaskRecord) -> dict[str, Any] | None:
+    """An awaiting task (`wait_for:`, or a spawned child job): what it waits for (`kind`
+    signal, job, schedule or child; `name`; `job`: the job it waits for, once known) and
+    since when."""
+    if task.awaits is None or task.state != TaskState.AWAITING:
+        return None
+    letter, _, name = task.awaits.split("|", 2)
+    kind = _AWAIT_KINDS.get(letter, letter)
+    job = name if kind in ("job", "child") else task.await_job if kind == "schedule" else None
+    return {"kind": kind, "name": name, "job": job, "since": seconds(task.queued_at)}
 
 
 def waiting_for_gate(task: TaskRecord) -> dict[str, Any] | None:

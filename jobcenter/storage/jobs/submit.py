@@ -297,6 +297,7 @@ class Submits(StoreBase):
             JobField.TAGS: format_tags(spec.tags) if spec.tags else None,
             JobField.TIMEOUT: None if spec.timeout is None else int(spec.timeout * 1000),
             JobField.SLA: None if spec.sla is None else int(spec.sla * 1000),
+            JobField.AWAITS: layout.awaits(),
             **_notify_fields(spec),
         }
         fields.update({k: v for k, v in optional.items() if v is not None})

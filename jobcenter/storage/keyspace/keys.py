@@ -246,6 +246,11 @@ class Keys:
         base = f"{self._tagged(self.job_shard(job_id))}:job:{job_id}"
         return base, f"{base}:tasks", f"{base}:history", f"{base}:frontier", f"{base}:packed"
 
+    def job_awaiters(self, job_id: str) -> str:
+        """Set: the jobs with a task waiting for this one (`wait_for: {job: ...}`), told by
+        the leader when it ends (its `waiters` leader message), in this job's shard."""
+        return f"{self.job_own(job_id)[0]}:awaiters"
+
     def job(self, job_id: str) -> JobKeys:
         shard = self.job_shard(job_id)
         job, tasks, history, frontier, packed = self.job_own(job_id)

@@ -35,6 +35,17 @@ def limit_spec(task: dict[str, Any], max_running: int | None) -> str | None:
     return ";".join(entries) or None
 
 
+# A wait's kind as _await.lua names it (the letter in a task's `aw:` field).
+AWAIT_KIND_LETTERS = {"signal": "s", "job": "j", "schedule": "c"}
+
+
+def await_spec(wait_for: dict[str, Any]) -> str:
+    """What a task waits for, as _await.lua reads it: "<kind>|<timeout ms or 0>|<name>"."""
+    timeout = int(round(wait_for.get("timeout", 0) * 1000))
+    kind = next(k for k in AWAIT_KIND_LETTERS if k in wait_for)
+    return f"{AWAIT_KIND_LETTERS[kind]}|{timeout}|{wait_for[kind]}"
+
+
 def job_queues(spec: JobSpec) -> list[str]:
     """Every queue the job's tasks may enter (node-pinned tasks use the node's queue)."""
     names = {node_queue(t.node) if t.node else (t.queue or spec.queue) for t in spec.tasks}
@@ -139,7 +150,14 @@ class Layout:
             fields += [TaskField.INPUTS.of(n), self._refs(t["inputs"])]
         if t.get("map"):  # the source's list is split into instances when it succeeds
             fields += [TaskField.MAP_ARG.of(n), self._refs(t["map"])]
+        if t.get("wait_for"):
+            fields += [TaskField.AWAIT.of(n), await_spec(t["wait_for"])]
         return fields
+
+    def awaits(self) -> str | None:
+        """The indexes of the tasks with `wait_for:` (JobField.AWAITS), or None."""
+        waits = [str(i) for i, t in enumerate(self.tasks) if t.get("wait_for")]
+        return ",".join(waits) or None
 
     def _refs(self, refs: dict[str, str]) -> str:
         """kwarg -> task id, as the Lua reads it: "<kwarg>=<index>,..." """

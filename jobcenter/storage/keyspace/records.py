@@ -136,7 +136,8 @@ class TaskRecord:
         TaskField.HANDLER, TaskField.QUEUE, TaskField.CREATED_AT, TaskField.QUEUED_AT,
         TaskField.STARTED_AT, TaskField.FINISHED_AT, TaskField.UPDATED_AT, TaskField.ERROR,
         TaskField.PROGRESS, TaskField.WAITING_FOR, TaskField.GATE_WAIT, TaskField.LIMITS,
-        TaskField.PAYLOAD, TaskField.RESULT, TaskField.MAP_INSTANCES,
+        TaskField.PAYLOAD, TaskField.RESULT, TaskField.MAP_INSTANCES, TaskField.AWAIT,
+        TaskField.AWAIT_JOB,
     )  # fmt: skip
 
     id: str | None  # its id in the spec; None until its leader wrote it
@@ -158,6 +159,8 @@ class TaskRecord:
     payload: bytes | None  # packed (TaskPayload; a succeeded job's keeps name and arguments)
     result: bytes | None  # packed
     map_instances: str | None  # a mapped task, once expanded: "<first index>|<count>"
+    awaits: str | None  # an awaiting task's "<kind letter>|<name>" (TaskField.AWAIT)
+    await_job: str | None  # the job a schedule wait was bound to, once found
 
     @classmethod
     def from_fields(cls, raw: Mapping[str, bytes | None]) -> TaskRecord:
@@ -182,6 +185,8 @@ class TaskRecord:
             payload=raw.get(TaskField.PAYLOAD),
             result=raw.get(TaskField.RESULT),
             map_instances=_text(raw, TaskField.MAP_INSTANCES),
+            awaits=_text(raw, TaskField.AWAIT),
+            await_job=_text(raw, TaskField.AWAIT_JOB),
         )
 
     @classmethod

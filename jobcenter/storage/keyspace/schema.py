@@ -51,6 +51,13 @@ class TaskField(StrEnum):
     PARENTS_LEFT = "u:"  # parents not ended yet; absent until one ends other than succeeded
     PARENTS_FAILED = "nf:"  # parents ended failed or upstream_failed
     PARENTS_SKIPPED = "nk:"  # parents ended skipped
+    # A task that waits for the world (`wait_for:`, _await.lua): what it waits for,
+    # "<kind>|<timeout ms or 0>|<name>" (kind s: a signal, j: a job, c: a schedule's run), a
+    # signal sent before it reached its wait (the payload, msgpack), taken when it gets
+    # there, and the job a schedule's run was found to be (kept: what it waited for).
+    AWAIT = "aw:"
+    SIGNAL = "sg:"
+    AWAIT_JOB = "aj:"
 
     def of(self, index: int | str) -> str:
         """The field of task `index`: TaskField.STATE.of(3) == "s:3"."""
@@ -83,6 +90,7 @@ WORKING_FIELDS = (
     TaskField.PARENTS_LEFT,
     TaskField.PARENTS_FAILED,
     TaskField.PARENTS_SKIPPED,
+    TaskField.SIGNAL,
 )
 # The protocol this release speaks: the form of the queue entries and job hashes its scripts
 # write and understand. A release that changes either (a new part in a queue entry, a field
@@ -166,6 +174,8 @@ class JobField(StrEnum):
     TIMEOUT = "timeout"  # ms it may run (spec `timeout:`), from its start
     SLA = "sla"  # ms after its fire time (or creation) it should be done by (spec `sla:`)
     LATE = "late"  # ms recovery found it unfinished past its sla (mark_late.lua)
+    AWAITS = "awaits"  # the indexes of its tasks with `wait_for:`, comma-separated
+    AWAITED = "awaited"  # 1 once a task of another job waits for it: its end tells them
 
 
 class DeliveryField(StrEnum):
@@ -338,6 +348,8 @@ class EventKind(StrEnum):
     PAUSED = "paused"  # the job was paused: none of its tasks starts until it is resumed
     UNPAUSED = "unpaused"  # the job was resumed: its parked tasks are back in their queues
     LATE = "late"  # the job was not finished by its sla: it goes on
+    AWAITING = "awaiting"  # its dependencies met, a `wait_for:` task waits (DETAIL: for what)
+    SIGNALLED = "signalled"  # a signal reached the job (DETAIL: its name)
 
 
 EVENT_ERROR_MAX = 200  # characters of an error kept in its event: the history has it whole
@@ -424,11 +436,11 @@ def _code(name: str, value: int, scripts: str, meaning: str) -> ReturnCode:
 _JOB_SCRIPTS = (
     "cancel compact complete continue delete expire fail finalize gate_wait give_back heartbeat "
     "lost publish_tasks queue_roots release repair restore resubmit revive start submit "
-    "clear mark pause_job resume_job mark_late"
+    "clear mark pause_job resume_job mark_late signal await_due await_settle spawned"
 )
 _JOB_CHECKED = (
     "cancel complete continue delete expire fail finalize gate_wait give_back lost queue_roots "
-    "release repair revive submit clear mark resume_job"
+    "release repair revive submit clear mark resume_job signal await_due await_settle spawned"
 )
 # Every code a script returns as the first item of its reply. Codes < 0 are refusals and
 # change nothing. Each value has one meaning in every script (the `scripts` column says which
@@ -439,14 +451,14 @@ RETURN_CODES = (
         0,
         f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove notify_attempt "
         "notify_done pool_set rate_set reconcile_slots shard_lease hashtables save_logs "
-        "queue_pause",
+        "queue_pause await_register",
         "done",
     ),
     _code(
         "ALREADY",
         1,
         "cancel compact fail finalize lost restore resubmit singleton submit notify_attempt "
-        "shard_lease pause_job resume_job queue_pause mark_late",
+        "shard_lease pause_job resume_job queue_pause mark_late signal await_due spawned",
         "nothing to do: done already (by this or an earlier call)",
     ),
     _code(
@@ -458,20 +470,21 @@ RETURN_CODES = (
     _code(
         "STALE_TOKEN",
         -2,
-        "fail notify_done shard_lease",
+        "fail notify_done shard_lease spawned",
         "the attempt (or shard lease) is not the one the caller holds",
     ),
     _code(
         "UNKNOWN_ATTEMPT",
         -9,
-        "fail",
+        "fail spawned",
         "Redis never started the attempt of this token: it lost writes (a rollback)",
     ),
     _code("CHANGED", -12, "schedule_save", "the schedule changed since the revision read"),
     _code(
         "WRONG_STATE",
         -3,
-        "delete fail publish_tasks queue_roots revive submit pool_set clear mark pause_job",
+        "delete fail publish_tasks queue_roots revive submit pool_set clear mark pause_job signal "
+        "spawned",
         "the job or task is not in a state this transition applies to",
     ),
     _code(
@@ -479,7 +492,8 @@ RETURN_CODES = (
         -4,
         "cancel compact complete continue delete expire fail finalize gate_wait give_back "
         "heartbeat publish_tasks queue_roots release repair restore resubmit revive start "
-        "notify_attempt save_logs clear mark pause_job resume_job mark_late",
+        "notify_attempt save_logs clear mark pause_job resume_job mark_late signal await_due "
+        "await_settle spawned",
         "no such job (never submitted, expired, or deleted)",
     ),
     _code("SCHEDULE_GONE", -13, "schedule_save schedule_remove", "no such schedule"),
@@ -494,7 +508,7 @@ RETURN_CODES = (
     _code(
         "JOB_STOPPED",
         -7,
-        "fail",
+        "fail spawned",
         "its job was cancelled (or abandoned by recovery): the attempt's outcome is not kept",
     ),
     _code("LAST_OWNER", -8, "shard_lease", "no other live owner would keep the segment: kept"),

@@ -48,6 +48,10 @@ JOB_SCRIPTS = frozenset(
         "pause_job",
         "resume_job",
         "mark_late",
+        "signal",
+        "await_due",
+        "await_settle",
+        "spawned",
     }
 )
 SHARD_SCRIPTS = frozenset(
@@ -67,6 +71,7 @@ SHARD_SCRIPTS = frozenset(
         "shard_lease",
         "hashtables",
         "save_logs",
+        "await_register",
     }
 )
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS
@@ -88,7 +93,7 @@ def preludes(name: str) -> list[str]:
     if name in JOB_SCRIPTS or name in SLOT_SCRIPTS:
         parts.append("_slots")
     if name in JOB_SCRIPTS:
-        parts += ["_job", "_cascade", "_data"]
+        parts += ["_job", "_cascade", "_data", "_await"]
     if name in RESET_SCRIPTS:
         parts.append("_reset")
     return parts

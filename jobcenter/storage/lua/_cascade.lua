@@ -5,16 +5,17 @@
   failure (fail_task), and the job's end (finalize_job, compaction, notifications). ]]
 
 -- Run-time fan-out (_data.lua defines them): enqueue's hook for mapped tasks, and the
--- frontier's expansion step.
-local map_ready, map_expand
+-- frontier's expansion step; enqueue's hook for a task with `wait_for:` (_await.lua).
+local map_ready, map_expand, await_ready
 
 local pending_wakes = {}
 OBS.queued = {} -- indexes queued by this call: one event, written by flush_wakes
 local function enqueue(i, now)
   -- what it needs of the task, in one read
   local f = redis.call('HMGET', TASKS, TF_MAP_ARG .. i, TF_QUEUE .. i, TF_PRIORITY .. i,
-    TF_RANK .. i, TF_LIMITS .. i)
+    TF_RANK .. i, TF_LIMITS .. i, TF_AWAIT .. i)
   if f[1] and map_ready(i, now) then return end -- a mapped task is expanded or joined, never queued
+  if f[6] then return await_ready(i, now, f[6]) end
   local qname = f[2] or META.queue
   redis.call('HSET', TASKS, TF_STATE .. i, T_QUEUED, TF_QUEUED_AT .. i, now,
     TF_UPDATED_AT .. i, now)
@@ -29,9 +30,9 @@ local function enqueue_waiting(indexes, now)
   local fields, entries = {}, {}
   for _, i in ipairs(indexes) do
     local f = redis.call('HMGET', TASKS, TF_STATE .. i, TF_MAP_ARG .. i, TF_QUEUE .. i,
-      TF_PRIORITY .. i, TF_RANK .. i, TF_LIMITS .. i)
-    if f[1] == T_WAITING and f[2] then
-      enqueue(i, now) -- a mapped task: expanded or joined, never queued
+      TF_PRIORITY .. i, TF_RANK .. i, TF_LIMITS .. i, TF_AWAIT .. i)
+    if f[1] == T_WAITING and (f[2] or f[7]) then
+      enqueue(i, now) -- a mapped task (expanded or joined) or a wait: never queued
     elseif f[1] == T_WAITING then
       local qname = f[3] or META.queue
       local n = #fields
@@ -112,7 +113,8 @@ end
 -- user cancelled it; else failed (or failed whatever its tasks did: `failed`, for a job
 -- whose tasks Redis lost). Its keys then live for the retention period.
 local function finalize_job(now, failed)
-  local j = redis.call('HMGET', JOB, JOB_FIELD.FAILED, JOB_FIELD.STOP, JOB_FIELD.RETENTION)
+  local j = redis.call('HMGET', JOB, JOB_FIELD.FAILED, JOB_FIELD.STOP, JOB_FIELD.RETENTION,
+    JOB_FIELD.AWAITED)
   local state = J_SUCCEEDED
   if j[2] == 'cancel' then
     state = J_CANCELLED
@@ -131,6 +133,7 @@ local function finalize_job(now, failed)
   if IDEM ~= JOB then redis.call('PEXPIRE', IDEM, retention) end
   redis.call('ZADD', EXPIRING, now + retention, expiring_member())
   queue_notifications(state, now)
+  if j[4] then leader_message('waiters', now) end -- tasks of other jobs wait for this end
   return state
 end
 

@@ -60,7 +60,7 @@ local upto = math.min(limit, cursor + CANCEL_BUDGET)
 for i = cursor, upto - 1 do
   local state = task_state(i)
   if state == T_WAITING or state == T_QUEUED or state == T_RETRY_WAIT
-      or state == T_RUNNING or state == T_TIMED_OUT then
+      or state == T_RUNNING or state == T_TIMED_OUT or state == T_AWAITING then
     local queue = QUEUES[task_queue(i)]
     redis.call('ZREM', queue.ready, queue_member(i))
     redis.call('ZREM', queue.delayed, task_priority(i) .. '|' .. queue_member(i))

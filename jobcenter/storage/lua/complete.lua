@@ -113,11 +113,12 @@ local function take(c)
   -- everything this needs of the child, in one read
   local f = redis.call('HMGET', TASKS, TF_QUEUE .. c, TF_LIMITS .. c, TF_MAP_ARG .. c,
     TF_PRIORITY .. c, TF_RANK .. c, TF_CHILDREN .. c, TF_ATTEMPTS .. c, TF_PAYLOAD .. c,
-    TF_INPUTS .. c, TF_MAP_OF .. c, TF_ERROR .. c, TF_FINISHED_AT .. c, TF_PROGRESS .. c)
+    TF_INPUTS .. c, TF_MAP_OF .. c, TF_ERROR .. c, TF_FINISHED_AT .. c, TF_PROGRESS .. c,
+    TF_AWAIT .. c)
   local qname = f[1] or META.queue
   -- a child with pool or limit slots goes through the queue (claim.lua takes them); a
-  -- mapped one expands, never runs
-  if not served[qname] or f[2] or f[3] or NEXT.paused(qname) then return false end
+  -- mapped one expands, a waiting one (_await.lua) waits: neither runs
+  if not served[qname] or f[2] or f[3] or f[14] or NEXT.paused(qname) then return false end
   local priority, member = tonumber(f[4]) or META.priority, member_of(c, f[5], false)
   local head = redis.call('ZRANGE', QUEUES[qname].ready, 0, 0, 'WITHSCORES')
   if head[1] then

@@ -7,10 +7,10 @@
   const SVG_NS = "http://www.w3.org/2000/svg";
   // Most urgent first: a group box takes the colour of the most urgent state inside it.
   const URGENCY = [
-    "failed", "upstream_failed", "timed_out", "running", "retry_wait", "queued", "waiting",
-    "cancelled", "skipped", "succeeded",
+    "failed", "upstream_failed", "timed_out", "running", "retry_wait", "queued", "awaiting",
+    "waiting", "cancelled", "skipped", "succeeded",
   ];
-  const DARK_TEXT_ON = new Set(["waiting", "queued", "retry_wait", "upstream_failed", "skipped"]);
+  const DARK_TEXT_ON = new Set(["waiting", "queued", "awaiting", "retry_wait", "upstream_failed", "skipped"]);
   const JOB_DONE = new Set(["succeeded", "failed", "cancelled"]);
   const TASK_DONE = new Set(["succeeded", "failed", "upstream_failed", "cancelled", "skipped"]);
   const IDLE_POLL_MS = 3000; // a finished job is still watched: a retry re-opens it
@@ -500,6 +500,28 @@
     return null;
   }
 
+  // What an awaiting task waits for (wait_for:, or the child job it spawned), a job linked.
+  function awaitingFor(t, dl) {
+    const w = t.awaiting;
+    const what = { signal: "signal", job: "job", schedule: "the run of schedule", child: "child job" }[w.kind];
+    const dd = fact(dl, "waiting", `since ${when(w.since)} for ${what} ${w.kind === "job" || w.kind === "child" ? "" : w.name}`);
+    dd.id = "task-awaiting";
+    if (w.job) {
+      const a = html("a", w.job, dd, "mono");
+      a.href = `/jobs/${encodeURIComponent(w.job)}`;
+      a.id = "task-awaited-job";
+    }
+    if (w.kind === "signal" && document.body.dataset.actions === "on") {
+      const p = html("p", null, panelBody, "actions");
+      for (const [label, payload] of [["Approve", "true"], ["Reject", "false"]]) {
+        const b = html("button", `${label} (signal ${w.name})`, p, "act");
+        b.id = `signal-${label.toLowerCase()}`;
+        b.dataset.url = `/jobs/${encodeURIComponent(jobId)}/signal/${encodeURIComponent(w.name)}?payload=${payload}`;
+      }
+      window.jobcenter.wireActions(p);
+    }
+  }
+
   function showTask(t) {
     panelBody.textContent = "";
     panelBody.dataset.task = t.id;
@@ -519,6 +541,7 @@
     fact(dl, "progress", t.progress).id = "task-progress";
     const waiting = waitingFor(t);
     if (waiting) fact(dl, "waiting", waiting).id = "task-waiting";
+    if (t.awaiting) awaitingFor(t, dl);
     if (t.args) fact(dl, "arguments", t.args).className = "mono small";
     if (t.result) fact(dl, "result", t.result).className = "mono small";
     if (t.error) {
