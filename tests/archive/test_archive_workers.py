@@ -180,3 +180,25 @@ def test_a_worker_refuses_an_sqlite_archive_a_worker_on_another_host_writes_too(
     # on this host, sharing the file is fine
     client.store.deregister_worker("far-away")
     workers.start(env=_env(sqlite_url))
+
+
+def test_a_retried_archived_job_runs_again_and_is_archived_again(
+    archive_url: str, redis_url: str, namespace: str, workers: ArchiveWorkers
+) -> None:
+    client = Client.from_url(redis_url, namespace, archive_url=archive_url)
+    workers.start(env=_env(archive_url))
+    tasks = [{"id": "f", "task": "retry_tasks.flaky", "args": [1, "once"]}]
+    job_id = client.submit({"name": "again", "tasks": tasks})
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "failed"
+
+    def archived_as(state: str) -> bool:
+        row = _rows(archive_url)["jobs"].get(job_id)
+        return row is not None and row.state == state and _backlog(client) == 0
+
+    wait_until(lambda: archived_as("failed"), timeout=JOB_SECONDS, message="not archived")
+    assert client.retry(job_id) == 1  # hot in Redis: the retry works
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
+    wait_until(lambda: archived_as("succeeded"), timeout=JOB_SECONDS,
+               message="the retried job was not archived again")  # fmt: skip
+    rows = _rows(archive_url)
+    assert (len(rows["jobs"]), rows["tasks"], rows["attempts"]) == (1, 1, 2)
