@@ -103,3 +103,19 @@ def test_prune_deletes_old_jobs_in_bounded_batches(archive_url: str) -> None:
         kept = db.execute(select(archived_jobs.c.job_id).order_by(archived_jobs.c.job_id)).all()
     assert [k[0] for k in kept] == ["J05", "J06"]
     assert _count(engine, archived_tasks) == 4
+
+
+def test_the_recovery_pass_prunes_the_archive_past_its_retention(
+    archive_url: str, redis_url: str, namespace: str
+) -> None:
+    from jobcenter import Client
+    from jobcenter.runtime.recovery import Recovery
+
+    engine = archive_engine.connect(archive_url)
+    writer.write(engine, [_job(f"J{k:02}", 1000 + k) for k in range(3)])  # finished in 1970
+    client = Client.from_url(redis_url, namespace, archive_url=archive_url)
+    writer.write(engine, [_job("NEW", client.store.now_ms())])
+    report = Recovery(client.store, "test-recovery").run()
+    assert report.archive_pruned == 3, report
+    with engine.connect() as db:
+        assert [r[0] for r in db.execute(select(archived_jobs.c.job_id))] == ["NEW"]
