@@ -15,6 +15,7 @@ from jobcenter.client import Client
 from jobcenter.model.durations import format_seconds
 from jobcenter.model.states import JobState
 from jobcenter.storage import views
+from jobcenter.storage.server.errors import RedisError
 from jobcenter.storage.store import Store
 
 DEAD_LETTERS_PAGE = 100  # the newest dead letters listed
@@ -47,14 +48,18 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
 def archive_warning(store: Store) -> str | None:
     """What every page warns of about the archive (JOBCENTER_ARCHIVE_URL): its last write
     failed, or finished jobs have waited for it past ARCHIVE_WARN_SECONDS; None if all is well."""
-    failure = store.archive_status()
+    try:
+        failure = store.archive_status()
+        waiting, oldest = store.archive_backlog()
+        now = store.now_ms()
+    except RedisError:  # Redis itself down: the page says so (the outage page is this one)
+        return None
     if failure is not None:
         error, _ = failure
         return f"the archive is unreachable: {error}; finished jobs wait in Redis"
-    waiting, oldest = store.archive_backlog()
     if oldest is None:
         return None
-    age = (store.now_ms() - oldest) / 1000
+    age = (now - oldest) / 1000
     if age < ARCHIVE_WARN_SECONDS:
         return None
     return (
