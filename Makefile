@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-api test-docs docs openapi bench lint clean lock test-latest
+.PHONY: demo test test-api test-archive test-docs docs openapi bench lint clean lock test-latest
 
 # The versions CI last passed with: every install of `make` takes them from the lock
 # (constraints.txt, written by pip-tools' pip-compile from pyproject.toml's ranges), so a fresh
@@ -31,6 +31,9 @@ test: $(VENV)/.installed  ## the whole suite, against Redis servers it starts it
 
 test-api: $(VENV)/.installed  ## the HTTP API's tier: real servers, real HTTP, fuzzing
 	$(PY) -m pytest -q tests/api $(TEST_ARGS)
+
+test-archive: $(VENV)/.installed  ## the SQL archive's tier: SQLite, and a PostgreSQL it starts
+	$(PY) -m pytest -q tests/archive $(TEST_ARGS)
 
 test-docs: $(VENV)/.installed  ## every example of README.md and docs/, run or validated
 	$(PY) -m pytest -q tests/docs $(TEST_ARGS)
@@ -63,7 +66,7 @@ lock:  ## write the lock: the newest versions pyproject.toml allows (see LOCK_AR
 		&& $(LOCK_VENV)/bin/python -m pip install -q --upgrade pip pip-tools; }
 	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile -q --strip-extras --allow-unsafe --no-emit-find-links \
 		--no-emit-index-url --no-emit-trusted-host \
-		--extra test --extra dashboard --extra api --extra testing --extra docs -o $(LOCK) $(LOCK_ARGS) pyproject.toml
+		--extra test --extra dashboard --extra api --extra testing --extra docs --extra archive -o $(LOCK) $(LOCK_ARGS) pyproject.toml
 
 # The suite against the newest versions the registry serves, in a venv of its own, without
 # the lock: it names each package that moved from the lock first. Run it before `make lock`

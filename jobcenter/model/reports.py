@@ -29,6 +29,8 @@ class RecoveryReport:
     lost: int = 0  # unfinished jobs whose keys Redis lost (evicted): settled, failed
     timed_out: int = 0  # jobs still running past their timeout: stopped, failed
     late: int = 0  # jobs found unfinished past their sla (said once each; not a repair)
+    archived: int = 0  # finished jobs whose archive step was interrupted or failed: archived
+    archive_pruned: int = 0  # archived jobs past the archive's retention, deleted (not a repair)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -50,4 +52,5 @@ class RecoveryReport:
             + self.slots_leaked
             + self.slots_corrected
             + self.lost
+            + self.archived
         )

@@ -14,6 +14,7 @@ from redis import Redis
 
 from jobcenter.config import Settings
 
+from .jobs.archiving import Archiving, PendingJob
 from .jobs.attempts import NO_RESULT, SWEEP_MAX, Attempts, RefusedInPart, StartedTask
 from .jobs.lifecycle import CURSOR_MOVED, Lifecycle
 from .jobs.presence import Presence, served_member
@@ -28,6 +29,7 @@ from .server.connection import connect
 __all__ = [
     "CURSOR_MOVED",
     "NO_RESULT",
+    "PendingJob",
     "SWEEP_MAX",
     "JobProgress",
     "JobQuery",
@@ -42,7 +44,7 @@ __all__ = [
 ]
 
 
-class Store(Submits, Attempts, Lifecycle, Presence, Reads, ScheduleRuns, Waits):
+class Store(Submits, Attempts, Lifecycle, Presence, Reads, ScheduleRuns, Waits, Archiving):
     """Jobs and tasks in Redis for one namespace."""
 
     def __init__(self, client: Redis, settings: Settings) -> None:

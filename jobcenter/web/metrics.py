@@ -94,6 +94,13 @@ class JobcenterCollector(Collector):
             ["report"],
             c.unknown_attempts,
         )
+        yield _counter("jobcenter_jobs_archived", "Jobs written to the archive.", [], c.archived)
+        yield _counter(
+            "jobcenter_archive_write_failures",
+            "Archive writes that failed (the database down or refusing); the jobs wait in Redis.",
+            [],
+            c.archive_failures,
+        )
         yield _histogram(
             "jobcenter_queue_wait_seconds",
             "From queued (for a retry: from its last attempt's end) to started.",
@@ -140,6 +147,7 @@ class JobcenterCollector(Collector):
         )
         yield from _pool_gauges(limits.pools(self.store))
         yield from _pause_gauges(self.store)
+        yield from _archive_gauges(self.store)
 
 
 def _pause_gauges(store: Store) -> Iterator[Metric]:
@@ -156,6 +164,22 @@ def _pause_gauges(store: Store) -> Iterator[Metric]:
         "jobcenter_jobs_paused",
         "Jobs paused (none of their tasks starts).",
         value=pause.paused_job_count(store),
+    )
+
+
+def _archive_gauges(store: Store) -> Iterator[Metric]:
+    """The finished jobs waiting for the archive (JOBCENTER_ARCHIVE_URL): 0 without one."""
+    backlog, oldest = store.archive_backlog()
+    age = max(0.0, (store.now_ms() - oldest) / 1000) if oldest is not None else 0.0
+    yield GaugeMetricFamily(
+        "jobcenter_archive_backlog",
+        "Finished jobs waiting for the archive (their keys do not expire until it has them).",
+        value=backlog,
+    )
+    yield GaugeMetricFamily(
+        "jobcenter_archive_backlog_oldest_seconds",
+        "How long the oldest finished job waiting for the archive has waited.",
+        value=age,
     )
 
 

@@ -18,6 +18,7 @@ from jobcenter.storage.store import StartedTask
 from jobcenter.storage.task_logs import LogEntry
 
 from .. import registry, rq_runner
+from ..archive_guard import ARCHIVE_INFO, archive_info
 from ..execution.outcome import task_label
 from ..stopping import Stop, StopReason, StopStep, log_stop
 from ..tasklogs import AttemptLog
@@ -200,6 +201,7 @@ class Heartbeats(WorkerState):
             "queues": ",".join(self.queues),
             "node": self.options.node or "",
             "concurrency": self.options.concurrency,
+            ARCHIVE_INFO: archive_info(self.store),
         }
         keep_ms = int(self.store.settings.unknown_task_timeout_seconds * 1000)
         self.store.publish_served(self.queues, registry.names(), keep_ms)

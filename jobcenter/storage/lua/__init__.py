@@ -52,6 +52,7 @@ JOB_SCRIPTS = frozenset(
         "await_due",
         "await_settle",
         "spawned",
+        "archived",
     }
 )
 SHARD_SCRIPTS = frozenset(

@@ -123,6 +123,7 @@ function RESET.reopen_job(packed, n, failed, skipped, now)
   if IDEM ~= JOB then redis.call('PERSIST', IDEM) end
   redis.call('ZADD', ACTIVE, redis.call('HGET', JOB, JOB_FIELD.CREATED_AT), JOB_ID)
   redis.call('ZREM', EXPIRING, expiring)
+  if SLOT.archive then redis.call('ZREM', SLOT.archive, JOB_ID) end -- archived when it ends again
 end
 
 -- A history line for what a person did to task i (clear, mark): `who` in the handler's

@@ -33,5 +33,6 @@ redis.call('ZREM', STATE_INDEX[META.state], JOB_ID)
 for k = FIRST_OWN_KEY + 6, #KEYS do redis.call('ZREM', KEYS[k], JOB_ID) end
 if IDEM ~= JOB then redis.call('DEL', IDEM) end
 redis.call('ZREM', EXPIRING, expiring)
+if SLOT.archive then redis.call('ZREM', SLOT.archive, JOB_ID) end
 OBS.emit(EVENT_KIND.DELETED, false)
 return {OK}
