@@ -186,6 +186,9 @@ class Settings:
     # beyond public addresses: loopback, private and link-local ones are refused otherwise
     # (jobcenter/model/webhook_targets.py). A string is split at commas.
     webhook_allow: tuple[str, ...] = ()
+    # The archive (storage/archive): finished jobs go to this SQL database (sqlite:///PATH or
+    # postgresql://...); reads of a job Redis let go fall through to it. None: no archive.
+    archive_url: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # both end up inside every key name and hash tag
@@ -238,6 +241,7 @@ class Settings:
                 "JOBCENTER_NOTIFY_BACKOFF_SECONDS", cls.notify_backoff_seconds
             ),
             "webhook_allow": os.environ.get("JOBCENTER_WEBHOOK_ALLOW", ""),
+            "archive_url": os.environ.get("JOBCENTER_ARCHIVE_URL") or None,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -307,7 +307,9 @@ def _since(value: str | None, option: str = "--since") -> float | None:
 @click.option(
     "--schedule", "schedule_id", default=None, help="Only jobs fired by this schedule (id or name)."
 )
+@click.option("--name", default=None, help="Only jobs of this name.")
 @click.option("--since", default=None, help="Created since: epoch, ISO time, or 15m/2h/7d.")
+@click.option("--until", default=None, help="... and before this (same forms).")
 @click.option("--limit", type=click.IntRange(min=1), default=LIST_LIMIT, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @redis_options
@@ -316,13 +318,21 @@ def list_jobs(
     owner: str | None,
     state: str | None,
     schedule_id: str | None,
+    name: str | None,
     since: str | None,
+    until: str | None,
     limit: int,
     as_json: bool,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first (with an archive, the jobs Redis let go too)."""
     rows = client_for(settings).list(
-        owner=owner, state=state, schedule_id=schedule_id, since=_since(since), limit=limit
+        owner=owner,
+        state=state,
+        schedule_id=schedule_id,
+        name=name,
+        since=_since(since),
+        until=_since(until, "--until"),
+        limit=limit,
     )
     echo_rows(
         rows,

@@ -86,7 +86,7 @@ class JobSummary:
 
 def job_summary(store: Store, job_id: str) -> JobSummary:
     """The job's own fields (not its spec, which may be large)."""
-    values = store.redis.hmget(store.keys.job(job_id).job, JOB_FIELDS)
+    values = store.job_values(job_id, JOB_FIELDS)
     return _summary(job_id, dict(zip(JOB_FIELDS, values, strict=True)))
 
 
@@ -120,7 +120,7 @@ def job_notifications(store: Store, job_id: str) -> dict[str, Any] | None:
     """The job's `notifications`, as `status` shows them (each channel's delivery and the
     latest attempts), but the webhook's origin alone: its path may be a credential, as a
     chat service's incoming-webhook URL is. None when its spec has no `notify:`."""
-    values = store.redis.hmget(store.keys.job(job_id).job, _NOTIFY_FIELDS)
+    values = store.job_values(job_id, _NOTIFY_FIELDS)
     if values[0] is None:
         raise NotFound.job(job_id)
     job = {str(name): value for name, value in zip(_NOTIFY_FIELDS, values, strict=True) if value}
@@ -260,9 +260,8 @@ def job_graph(store: Store, job_id: str) -> JobGraph:
     record) once the job is split, from its stored spec before. A map's instances are drawn
     as children of its source, and parents of the mapped task."""
     job = job_summary(store, job_id)
-    jk = store.keys.job(job_id)
     n = job.tasks
-    raw_spec = store.redis.hget(jk.job, JobField.SPEC)
+    raw_spec = store.job_values(job_id, [JobField.SPEC])[0]
     if raw_spec is not None:  # not fully split yet
         spec: Any = codec.unpack(raw_spec)
         layout = Layout(spec)
@@ -305,9 +304,8 @@ class LiveStates:
 
 def live_states(store: Store, job_id: str) -> LiveStates:
     """What the job page polls: the job's state and each task's, in two short reads."""
-    jk = store.keys.job(job_id)
-    state, n, finished, packed, swaps = store.redis.hmget(
-        jk.job, JobField.STATE, JobField.TASKS, JobField.FINISHED_AT, *STAMP_FIELDS
+    state, n, finished, packed, swaps = store.job_values(
+        job_id, [JobField.STATE, JobField.TASKS, JobField.FINISHED_AT, *STAMP_FIELDS]
     )
     if state is None:
         raise NotFound.job(job_id)
@@ -320,9 +318,7 @@ def live_states(store: Store, job_id: str) -> LiveStates:
 
 def job_state_now(store: Store, job_id: str) -> tuple[str, float | None]:
     """The job's state and finish time: what a live view reads besides the events."""
-    state, finished = store.redis.hmget(
-        store.keys.job(job_id).job, JobField.STATE, JobField.FINISHED_AT
-    )
+    state, finished = store.job_values(job_id, [JobField.STATE, JobField.FINISHED_AT])
     if state is None:
         raise NotFound.job(job_id)
     return state.decode(), seconds(finished)
@@ -387,9 +383,8 @@ TASK_ATTRS = (
 
 def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
     """One task: its fields, payload and every finished attempt of it."""
-    jk = store.keys.job(job_id)
-    job_state, n, job_queue, packed, swaps = store.redis.hmget(
-        jk.job, JobField.STATE, JobField.TASKS, JobField.QUEUE, *STAMP_FIELDS
+    job_state, n, job_queue, packed, swaps = store.job_values(
+        job_id, [JobField.STATE, JobField.TASKS, JobField.QUEUE, *STAMP_FIELDS]
     )
     if job_state is None:
         raise NotFound.job(job_id)
@@ -403,7 +398,7 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
     task_id = text(f["id"])
     payload: Any = codec.unpack(f["p"]) if f["p"] is not None else None
     if task_id is None:  # not written by its leader yet: read it from the job's spec
-        raw_spec = store.redis.hget(jk.job, JobField.SPEC)
+        raw_spec = store.job_values(job_id, [JobField.SPEC])[0]
         if raw_spec is not None:
             t: Any = codec.unpack(raw_spec)["tasks"][index]  # type: ignore[index]
             task_id = t["id"]

@@ -51,6 +51,8 @@ class JobQuery(TypedDict, total=False):
     state: str | None
     schedule_id: str | None
     since: float | None
+    until: float | None
+    name: str | None
     limit: int
     before: tuple[int, str] | None
 
@@ -67,7 +69,7 @@ class Reads(StoreBase):
 
     def job_owner(self, job_id: str) -> str | None:
         """The job's owner (None: it has none); NotFound when there is no such job."""
-        state, owner = self.redis.hmget(self.keys.job(job_id).job, JobField.STATE, JobField.OWNER)
+        state, owner = self.job_values(job_id, [JobField.STATE, JobField.OWNER])
         if state is None:
             raise NotFound.job(job_id, self.settings.namespace)
         return text(owner) or None
@@ -137,12 +139,11 @@ class Reads(StoreBase):
 
     def status(self, job_id: str) -> dict[str, Any]:
         """The job and each task, in the shape the README gives for `status --json`."""
-        job_raw = self.redis.hgetall(self.keys.job(job_id).job)
-        if not job_raw:
+        job = self.job_hash(job_id)  # Redis's, or the archive's once Redis let the job go
+        if not job:
             raise NotFound.job(job_id, self.settings.namespace)
-        stamp = (job_raw.get(JobField.PACKED.encode()), job_raw.get(JobField.SWAPS.encode()))
+        stamp = (job.get(JobField.PACKED), job.get(JobField.SWAPS))
         tasks_raw = self.records(job_id, stamp).every_field(STATUS_PAGE)
-        job = {k.decode(): v for k, v in job_raw.items()}
         fields: dict[str, dict[str, bytes]] = defaultdict(dict)
         for k, v in tasks_raw.items():
             attr, _, index = k.partition(":")
@@ -204,7 +205,7 @@ class Reads(StoreBase):
         for index, tid in ids.items():
             if tid == task_id:
                 return int(index)
-        if not self.redis.exists(self.keys.job(job_id).job):
+        if self.job_values(job_id, [JobField.STATE])[0] is None:
             raise NotFound.job(job_id, self.settings.namespace)
         raise NotFound(f"job {job_id} has no task {task_id!r}")
 
@@ -249,8 +250,8 @@ class Reads(StoreBase):
     def progress(self, job_id: str) -> JobProgress:
         """The job's state and task counters: three fields of the job hash, whatever the
         job's size (what `wait` and `submit --wait` poll)."""
-        state, total, left = self.redis.hmget(
-            self.keys.job(job_id).job, JobField.STATE, JobField.TASKS, JobField.LEFT
+        state, total, left = self.job_values(
+            job_id, [JobField.STATE, JobField.TASKS, JobField.LEFT]
         )
         if state is None:
             raise NotFound.job(job_id, self.settings.namespace)
@@ -263,20 +264,41 @@ class Reads(StoreBase):
         state: str | None = None,
         schedule_id: str | None = None,
         since: float | None = None,
+        until: float | None = None,
+        name: str | None = None,
         limit: int = 100,
         before: tuple[int, str] | None = None,
     ) -> list[dict[str, Any]]:
-        """Newest first: job summaries, filtered by owner, state, schedule and creation
-        time (epoch seconds). Each filter has an index the transitions keep, so one filter
-        reads about `limit` entries per shard; several read the smallest of their indexes
-        in pages, at most LIST_SCAN_MAX entries per shard (a warning says when that cut the
-        list short). `before` (created ms, id) of the last job of a page: the next page."""
+        """Newest first: job summaries, filtered by owner, state, schedule, name and
+        creation time (epoch seconds, since inclusive, until not). Each filter but the name
+        has an index the transitions keep, so one filter reads about `limit` entries per
+        shard; several read the smallest of their indexes in pages, at most LIST_SCAN_MAX
+        entries per shard (a warning says when that cut the list short). `before` (created
+        ms, id) of the last job of a page: the next page. With an archive, its page of the
+        same filters is merged in: a job in both shows once, as Redis holds it."""
         if limit <= 0:
             return []
         low = "-inf" if since is None else int(since * 1000)
+        if until is not None:  # the window's end is a cursor no job is at
+            before = min(before or (int(until * 1000), ""), (int(until * 1000), ""))
         rows: list[dict[str, Any]] = []
         for shard in range(self.keys.shards):
-            rows += self._list_shard(shard, owner, state, schedule_id, low, limit, before)
+            rows += self._list_shard(shard, owner, state, schedule_id, low, limit, before, name)
+        if self.archive_url():
+            held = {row["id"] for row in rows}
+            rows += [
+                summary_row(job_id, [fields.get(f) for f in SUMMARY_FIELDS])
+                for job_id, fields in self.archive_reader().page(
+                    owner=owner,
+                    state=state,
+                    schedule_id=schedule_id,
+                    name=name,
+                    since_ms=None if since is None else int(since * 1000),
+                    before=before,
+                    limit=limit,
+                )
+                if job_id not in held
+            ]
         rows.sort(key=lambda row: (row["created_at"], row["id"]), reverse=True)
         return rows[:limit]
 
@@ -289,11 +311,12 @@ class Reads(StoreBase):
         low: int | str,
         limit: int,
         before: tuple[int, str] | None = None,
+        name: str | None = None,
     ) -> list[dict[str, Any]]:
         index = self.job_index(shard, owner, state, schedule_id, low)
         high: int | str = "+inf" if before is None else before[0]
         page = limit
-        if sum(1 for value in (owner, state, schedule_id) if value) > 1:
+        if name or sum(1 for value in (owner, state, schedule_id) if value) > 1:
             page = max(limit, LIST_PAGE_MIN)  # the other filters are checked per job
         rows: list[dict[str, Any]] = []
         seen: set[str] = set()  # a job added while we page shifts the pages
@@ -309,6 +332,7 @@ class Reads(StoreBase):
                     (not owner or row["owner"] == owner)
                     and (not state or row["state"] == state)
                     and (not schedule_id or row["schedule_id"] == schedule_id)
+                    and (not name or row["name"] == name)
                     and (before is None or (round(row["created_at"] * 1000), row["id"]) < before)
                 ):
                     rows.append(row)
@@ -354,28 +378,14 @@ class Reads(StoreBase):
     def _summaries(self, job_ids: Sequence[str]) -> list[dict[str, Any]]:
         """The list view of each job still there (one expired since the index read is left
         out), in the order given."""
-        fields = ("name", "owner", "state", "created_at", "finished_at", "schedule_id", "fire_time")
         pipe = self.redis.pipeline(transaction=False)
         for job_id in job_ids:
-            pipe.hmget(self.keys.job(job_id).job, fields)
-        rows = []
-        for job_id, values in zip(job_ids, pipe.execute(), strict=True):
-            name, owner, state, created, finished, schedule_id, fire = values
-            if state is None:
-                continue
-            rows.append(
-                {
-                    "id": job_id,
-                    "name": text(name),
-                    "owner": text(owner),
-                    "state": text(state),
-                    "created_at": seconds(created),
-                    "finished_at": seconds(finished),
-                    "schedule_id": text(schedule_id),
-                    "fire_time": float(fire) if fire is not None else None,
-                }
-            )
-        return rows
+            pipe.hmget(self.keys.job(job_id).job, SUMMARY_FIELDS)
+        return [
+            summary_row(job_id, values)
+            for job_id, values in zip(job_ids, pipe.execute(), strict=True)
+            if values[2] is not None  # its state: gone when the job expired
+        ]
 
     def task_fields(self, job_id: str, *fields: TaskField) -> dict[TaskField, dict[str, str]]:
         """field -> (task index -> value) for one job's tasks."""
@@ -391,9 +401,7 @@ class Reads(StoreBase):
     ) -> list[dict[str, Any]]:
         """Finished attempts of every task, oldest first, from the `start`th on: `count` of
         them at most, or all that are left. Read HISTORY_PAGE entries per command."""
-        state, packed, swaps = self.redis.hmget(
-            self.keys.job(job_id).job, JobField.STATE, *STAMP_FIELDS
-        )
+        state, packed, swaps = self.job_values(job_id, [JobField.STATE, *STAMP_FIELDS])
         if state is None:
             raise NotFound.job(job_id, self.settings.namespace)
         records = self.records(job_id, (packed, swaps))
@@ -426,6 +434,24 @@ class Reads(StoreBase):
                 }
             )
         return out
+
+
+SUMMARY_FIELDS = ("name", "owner", "state", "created_at", "finished_at", "schedule_id", "fire_time")
+
+
+def summary_row(job_id: str, values: Sequence[bytes | None]) -> dict[str, Any]:
+    """A job as `list` shows it, from its SUMMARY_FIELDS (Redis's hash, or the archive's)."""
+    name, owner, state, created, finished, schedule_id, fire = values
+    return {
+        "id": job_id,
+        "name": text(name),
+        "owner": text(owner),
+        "state": text(state),
+        "created_at": seconds(created),
+        "finished_at": seconds(finished),
+        "schedule_id": text(schedule_id),
+        "fire_time": float(fire) if fire is not None else None,
+    }
 
 
 def _limit_in_words(limit_id: str) -> str:
