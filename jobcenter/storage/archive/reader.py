@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, and_, or_, select
+from sqlalchemy import Engine, Select, and_, or_, select
 
 from jobcenter.model import codec
 
@@ -53,7 +53,13 @@ class ArchiveReader:
             return None
         return ArchivedRecord(job_id, _fields(row.fields), bytes(row.packed))
 
-    def page(
+    def page(self, **filters: Any) -> list[tuple[str, dict[str, bytes]]]:
+        """Up to `limit` archived jobs matching every filter given, newest first (by creation
+        time, then id), older than `before`: (job id, its hash) each (page_query's filters)."""
+        with self.engine.connect() as db:
+            return [(r.job_id, _fields(r.fields)) for r in db.execute(self.page_query(**filters))]
+
+    def page_query(
         self,
         *,
         owner: str | None = None,
@@ -64,9 +70,10 @@ class ArchiveReader:
         until_ms: int | None = None,
         before: Cursor | None = None,
         limit: int = 100,
-    ) -> list[tuple[str, dict[str, bytes]]]:
-        """Up to `limit` archived jobs matching every filter given, newest first (by creation
-        time, then id), older than `before`: (job id, its hash) each."""
+    ) -> Select[Any]:
+        """The query of a page: the filters given, newest first, older than `before`. Each
+        filter's column leads an index that goes on with (created_at, job_id), so the
+        database reads the page's rows from it in order and stops after `limit`."""
         c = archived_jobs.c
         where: list[Any] = [
             column == value
@@ -86,14 +93,12 @@ class ArchiveReader:
             where.append(
                 or_(c.created_at < before[0], and_(c.created_at == before[0], c.job_id < before[1]))
             )
-        query = (
+        return (
             select(c.job_id, c.fields)
             .where(*where)
             .order_by(c.created_at.desc(), c.job_id.desc())
             .limit(min(max(limit, 0), PAGE_MAX))
         )
-        with self.engine.connect() as db:
-            return [(row.job_id, _fields(row.fields)) for row in db.execute(query)]
 
     def created_between(
         self, since_ms: int, until_ms: int, states: Sequence[str]
