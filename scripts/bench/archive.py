@@ -257,7 +257,7 @@ def write_bench(
         seconds = time.perf_counter() - started
         written = len(batches) * per_batch * tasks
         size = _size(engine, url) - size_before
-        row = {
+        row: dict[str, Any] = {
             "db": kind,
             "shape": shape,
             "tasks": written,
