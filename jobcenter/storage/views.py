@@ -185,6 +185,48 @@ def jobs_page(
     if not 1 <= size <= PAGE_SIZE_MAX:
         raise ValueError(f"page size must be 1-{PAGE_SIZE_MAX}, got {size}")
     after = _parse_cursor(before)
+    page = _redis_jobs_page(store, filters, after, size)
+    return _with_archive(store, filters, after, size, page) if store.archive_url() else page
+
+
+def _with_archive(
+    store: Store, filters: JobFilter, after: tuple[float, str] | None, size: int, page: JobsPage
+) -> JobsPage:
+    """Redis's page merged with the archive's of the same filters, newest first, each job
+    once (as Redis holds it). The next page starts after the newest point where either
+    source may have more: the page's last job, where Redis stopped looking, the archive's
+    last row read."""
+    archived = store.archive_reader().page(
+        owner=filters.owner,
+        state=filters.state,
+        schedule_id=filters.schedule_id,
+        before=None if after is None else (int(after[0]), after[1]),
+        limit=size,
+    )
+    held = {job.id for job in page.jobs}
+    rows = page.jobs + [
+        job
+        for job_id, f in archived
+        if job_id not in held
+        and filters.admits(job := _summary(job_id, {n: f.get(n) for n in JOB_FIELDS}))
+    ]
+    key = {job.id: (round((job.created_at or 0) * 1000), job.id) for job in rows}
+    rows.sort(key=lambda job: key[job.id], reverse=True)
+    points: list[tuple[float, str]] = [key[rows[size - 1].id]] if len(rows) >= size else []
+    if page.stopped_early and page.older:
+        points.append(_parse_cursor(page.older) or (0, ""))
+    if len(archived) == size:
+        last_id, last = archived[-1]
+        points.append((int(last[JobField.CREATED_AT]), last_id))
+    cut = max(points, default=None)
+    rows = [job for job in rows if cut is None or key[job.id] >= cut]
+    older = None if cut is None else _cursor(*cut)
+    return JobsPage(rows, older, page.examined, page.stopped_early and len(rows) < size)
+
+
+def _redis_jobs_page(
+    store: Store, filters: JobFilter, after: tuple[float, str] | None, size: int
+) -> JobsPage:
     indexes = [
         store.job_index(shard, filters.owner, filters.state, filters.schedule_id)
         for shard in range(store.keys.shards)

@@ -140,7 +140,7 @@ def _bulk_insert(engine: Engine, rows: int, say: Say) -> None:
     for first in range(0, rows, INSERT_CHUNK):
         last = min(rows, first + INSERT_CHUNK)
         if postgres:
-            series = "SELECT g AS n FROM generate_series(:first, :last - 1) AS g"
+            series = "SELECT g::bigint AS n FROM generate_series(:first, :last - 1) AS g"
             owner = "CASE WHEN n % 1000 = 0 THEN 'alice' ELSE 'user' || (n % 1000) END"
             job_id = "lpad(n::text, 26, '0')"
         else:
@@ -215,6 +215,11 @@ def list_bench(kind: str, url: str, rows: int, say: Say) -> dict[str, Any]:
     deep = time.perf_counter() - started
     plan = _plan(engine, reader)
     say(f"  plan: {' | '.join(plan)}")
+    say(
+        f"  first page: {first_call * 1000:.1f} ms the first call, median of {TIMED_PAGES} "
+        f"{statistics.median(times) * 1000:.1f} ms, worst {max(times) * 1000:.1f} ms; "
+        f"{deep_pages} pages deep {deep * 1000:.1f} ms"
+    )
     return {
         "db": kind,
         "rows": rows,
