@@ -33,13 +33,13 @@ IDLE_WAIT_SECONDS = 1.0  # an idle worker claims its shards at least this often:
 N = TypeVar("N", int, float)
 
 
-def _env_float(name: str, default: float) -> float:
+def _env_float(name: str, default: float, high: float = MAX_SECONDS) -> float:
     """A duration > 0, in any form a spec takes (model.durations: 30, 30s, 15m, PT1H); its
     range is checked with every other setting's (Settings)."""
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
-    return parse_seconds(raw, name, low_open=True)
+    return parse_seconds(raw, name, low_open=True, high=high)
 
 
 def _env_int(name: str, default: int) -> int:
@@ -89,6 +89,10 @@ SECONDS = Bounds(0.01, MAX_SECONDS, "a number of seconds")
 MAX_SHARDS = 16_384  # Redis Cluster's hash slots: more shards could not be spread over them
 MAX_EVENTS_KEPT = 1_000_000_000  # more events than the memory of any Redis holds: a typo
 MAX_RESULT_BYTES = 512 * 1024 * 1024  # the largest string Redis stores
+# The databases an archive may be in (storage/archive/engine.py).
+ARCHIVE_SCHEMES = ("sqlite:///", "postgresql://", "postgres://", "postgresql+psycopg://")
+# The archive may keep jobs for years (an audit trail), unlike Redis.
+MAX_ARCHIVE_RETENTION_SECONDS = 100 * MAX_SECONDS
 MAX_NOTIFY_ATTEMPTS = 100  # each retry waits twice as long, up to 10 min: 100 span most of a day
 # Every numeric field of Settings has its bounds here (a test fails a new one without them).
 BOUNDS = {
@@ -105,6 +109,10 @@ BOUNDS = {
     "notify_timeout_seconds": SECONDS,
     "notify_attempts": Bounds(1, MAX_NOTIFY_ATTEMPTS, "a whole number", whole=True),
     "notify_backoff_seconds": SECONDS,
+    "archive_hot_seconds": SECONDS,
+    "archive_retention_seconds": Bounds(0.01, MAX_ARCHIVE_RETENTION_SECONDS, "a number of seconds"),
+    "archive_result_max_bytes": Bounds(0, MAX_RESULT_BYTES, "a number of bytes", whole=True),
+    "archive_stale_seconds": SECONDS,
 }
 
 
@@ -113,9 +121,13 @@ def _plain(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
 
+# The settings whose variable is not JOBCENTER_ and their name in capitals.
+ENV_NAMES = {"archive_retention_seconds": "JOBCENTER_ARCHIVE_RETENTION"}
+
+
 def env_name(setting: str) -> str:
     """The environment variable a setting is read from."""
-    return f"JOBCENTER_{setting.upper()}"
+    return ENV_NAMES.get(setting) or f"JOBCENTER_{setting.upper()}"
 
 
 SWITCH_VALUES = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}
@@ -187,8 +199,16 @@ class Settings:
     # (jobcenter/model/webhook_targets.py). A string is split at commas.
     webhook_allow: tuple[str, ...] = ()
     # The archive (storage/archive): finished jobs go to this SQL database (sqlite:///PATH or
-    # postgresql://...); reads of a job Redis let go fall through to it. None: no archive.
+    # postgresql://...); Redis then keeps them `archive_hot_seconds` after the archive
+    # confirmed them, the archive `archive_retention_seconds`. A task's result over
+    # `archive_result_max_bytes` is archived as its size alone. A job waiting this long for
+    # its archive step is archived by the recovery pass (its archiver died, or the database
+    # was down). None: no archive, finished jobs live `retention_seconds` in Redis as before.
     archive_url: str | None = field(default=None, repr=False)
+    archive_hot_seconds: float = 3600.0
+    archive_retention_seconds: float = 180 * 24 * 3600.0
+    archive_result_max_bytes: int = 64 * 1024
+    archive_stale_seconds: float = 120.0
 
     def __post_init__(self) -> None:
         # both end up inside every key name and hash tag
@@ -204,6 +224,11 @@ class Settings:
         entries = allow.split(",") if isinstance(allow, str) else allow
         object.__setattr__(self, "webhook_allow", tuple(e.strip() for e in entries if e.strip()))
         parse_allow(self.webhook_allow)  # a ValueError names a bad entry
+        if self.archive_url and not self.archive_url.startswith(ARCHIVE_SCHEMES):
+            raise ValueError(
+                f"archive_url (JOBCENTER_ARCHIVE_URL) must be sqlite:///PATH or "
+                f"postgresql://USER@HOST/DATABASE, got {redacted_url(self.archive_url)!r}"
+            )
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -242,6 +267,20 @@ class Settings:
             ),
             "webhook_allow": os.environ.get("JOBCENTER_WEBHOOK_ALLOW", ""),
             "archive_url": os.environ.get("JOBCENTER_ARCHIVE_URL") or None,
+            "archive_hot_seconds": _env_float(
+                "JOBCENTER_ARCHIVE_HOT_SECONDS", cls.archive_hot_seconds
+            ),
+            "archive_retention_seconds": _env_float(
+                "JOBCENTER_ARCHIVE_RETENTION",
+                cls.archive_retention_seconds,
+                MAX_ARCHIVE_RETENTION_SECONDS,
+            ),
+            "archive_result_max_bytes": _env_int(
+                "JOBCENTER_ARCHIVE_RESULT_MAX_BYTES", cls.archive_result_max_bytes
+            ),
+            "archive_stale_seconds": _env_float(
+                "JOBCENTER_ARCHIVE_STALE_SECONDS", cls.archive_stale_seconds
+            ),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -20,7 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from jobcenter.storage.server.embedded import HOST, RedisServer, free_port
+from jobcenter.storage.server.embedded import HOST, RedisServer, free_port, local_archive_url
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_STOP_SECONDS = 10  # a worker finishing its last task gets this long before kill -9
@@ -40,6 +40,11 @@ def main() -> int:
         redis_server = RedisServer(data_dir).start()
         print(f"embedded redis at {redis_server.url} ({redis_server.binary})")
         env = {**os.environ, "JOBCENTER_REDIS_URL": redis_server.url, "JOBCENTER_NAMESPACE": "demo"}
+        # finished jobs go to an SQLite archive beside Redis (when the archive extra is in)
+        archive = os.environ.get("JOBCENTER_ARCHIVE_URL") or local_archive_url(data_dir)
+        if archive:
+            env["JOBCENTER_ARCHIVE_URL"] = archive
+            print(f"archive at {archive}")
         cli = [sys.executable, "-m", "jobcenter"]
         workers = [
             subprocess.Popen(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -169,13 +170,19 @@ def redis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     )
     @functools.wraps(fn)
     def wrapper(redis_url: str | None, namespace: str | None, **kwargs: Any) -> Any:
+        archive_url = None
         if redis_url is not None:
             source = "--redis-url / JOBCENTER_REDIS_URL"
         else:
             redis_url, source = server.local_url()
+            # the server of a `jobcenter up`: its SQLite archive, unless one is given
+            if not os.environ.get("JOBCENTER_ARCHIVE_URL"):
+                archive_url = server.recorded_archive_url() or None
         click.get_current_context().meta[URL_SOURCE] = source
         try:
-            settings = Settings.from_env(redis_url=redis_url, namespace=namespace)
+            settings = Settings.from_env(
+                redis_url=redis_url, namespace=namespace, archive_url=archive_url
+            )
             return fn(settings, **kwargs)
         except SpecError as exc:
             fail(str(exc), EXIT_BAD_INPUT)

@@ -27,6 +27,8 @@ class RecoveryReport:
     slots_leaked: int = 0  # reservations that held pool/limit slots without a lease
     slots_corrected: int = 0  # limits whose count of used slots was off
     lost: int = 0  # unfinished jobs whose keys Redis lost (evicted): settled, failed
+    archived: int = 0  # finished jobs whose archive step was interrupted or failed: archived
+    archive_pruned: int = 0  # archived jobs past the archive's retention, deleted (not a repair)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -48,4 +50,5 @@ class RecoveryReport:
             + self.slots_leaked
             + self.slots_corrected
             + self.lost
+            + self.archived
         )

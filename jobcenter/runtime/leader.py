@@ -14,6 +14,8 @@ from jobcenter.storage.keyspace.layout import Layout
 from jobcenter.storage.keyspace.records import JobRecord
 from jobcenter.storage.store import CURSOR_MOVED, Store
 
+from .archiver import archiver_for
+
 log = logging.getLogger(__name__)
 
 PUBLISH_CHUNK = 500  # tasks written per script call: a few ms, well under 50 ms under load
@@ -105,12 +107,20 @@ class Leader:
                 return
 
     def compact(self, job_id: str) -> None:
-        """Pack a finished job's tasks and history into one record (storage/keyspace/packed.py)."""
-        self.store.compact(job_id)
+        """Pack a finished job's tasks and history into one record (storage/keyspace/packed.py),
+        then archive it (with an archive)."""
+        self.compact_many([job_id])
 
     def compact_many(self, job_ids: list[str]) -> None:
-        """compact() for several jobs, the small ones in a few round trips for all."""
-        self.store.compact_many(job_ids)
+        """compact() for several jobs, the small ones in a few round trips for all; then, with
+        an archive, the batch goes to it (runtime/archiver.py)."""
+        if len(job_ids) == 1:
+            self.store.compact(job_ids[0])
+        else:
+            self.store.compact_many(job_ids)
+        archiver = archiver_for(self.store)
+        if archiver is not None:
+            archiver.archive(self.store, job_ids)
 
     def cancel(self, job_id: str) -> None:
         """Go on with stopping a cancelled job, a share of its tasks per message."""

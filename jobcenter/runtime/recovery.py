@@ -19,6 +19,7 @@ from jobcenter.storage.keyspace.schema import TaskField
 from jobcenter.storage.keyspace.schema import code as return_code
 from jobcenter.storage.store import Store, served_member
 
+from .archiver import archiver_for
 from .leader import Leader
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ ALREADY = return_code("ALREADY")  # singleton: this round ran already
 LEASES_PAGE = 1_000  # expired leases handled per read
 LEADER_MESSAGES_MAX = 1_000  # due leader messages one pass runs at most
 REPAIR_BATCH = 500  # tasks per repair script call: bounded work
+ARCHIVE_STALE_MAX = 1_000  # jobs a pass archives per shard, whose archive step was interrupted
 
 
 class Recovery:
@@ -66,11 +68,24 @@ class Recovery:
                     self._job(job_id)
                     self._renew()
             self.report.trimmed = trim_expired(self.store)
+            self._archive()
         finally:
             self.store.singleton(SINGLETON, "release", self.handler, lease_ms)
         if self.report.repairs:
             log.warning("recovery repaired: %s", self.report.to_dict())
         return self.report
+
+    # -- rule 12: finished jobs whose archive step was interrupted; the archive's retention --
+
+    def _archive(self) -> None:
+        archiver = archiver_for(self.store)
+        if archiver is None:
+            return
+        try:
+            self.report.archived += archiver.archive_stale(self.store, ARCHIVE_STALE_MAX)
+            self.report.archive_pruned += archiver.prune(self.store)
+        except Exception as exc:  # the database down: the jobs wait in Redis, next pass
+            log.warning("recovery could not reach the archive: %s", exc)
 
     # -- rule 1: dead handlers and expired leases (timed_out, then requeued or failed) -----
 

@@ -32,6 +32,7 @@ from rq.serializers import JSONSerializer
 
 from jobcenter.config import Settings
 from jobcenter.errors import RedisUnavailable
+from jobcenter.runtime.archiver import PAUSE_AFTER_COMMIT
 from jobcenter.storage.server.connection import CLUSTER_SCHEME, OUTAGE_RETRY, connect
 from jobcenter.storage.server.errors import REDIS_TROUBLE
 from jobcenter.storage.server.system_queue import current_round, recovery_job_id, system_queue
@@ -125,6 +126,7 @@ def spawn_rq_worker(settings: Settings, node: str | None = None) -> subprocess.P
         "JOBCENTER_REDIS_URL": settings.redis_url,
         "JOBCENTER_NAMESPACE": settings.namespace,
     }
+    env.pop(PAUSE_AFTER_COMMIT, None)  # a test pauses the worker's archiver, never recovery
     cmd = [sys.executable, "-m", "jobcenter.runtime.rq_runner", "--parent", str(os.getpid())]
     if node:
         cmd += ["--node", node]

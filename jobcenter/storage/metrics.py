@@ -52,6 +52,8 @@ class Counters:
     stopped: dict[Labels, int] = field(default_factory=dict)  # reason, runner
     stop_overdue: dict[Labels, int] = field(default_factory=dict)  # reason, runner
     unknown_attempts: dict[Labels, int] = field(default_factory=dict)  # report
+    archived: dict[Labels, int] = field(default_factory=dict)  # no labels
+    archive_failures: dict[Labels, int] = field(default_factory=dict)  # no labels
     wait: dict[Labels, Histogram] = field(default_factory=dict)  # queue
     run: dict[Labels, Histogram] = field(default_factory=dict)  # queue, task name
 
@@ -67,6 +69,8 @@ COUNTERS = {
     MetricField.STOPPED: (2, "stopped"),
     MetricField.STOP_OVERDUE: (2, "stop_overdue"),
     MetricField.UNKNOWN_ATTEMPTS: (1, "unknown_attempts"),
+    MetricField.ARCHIVED: (0, "archived"),
+    MetricField.ARCHIVE_FAILURES: (0, "archive_failures"),
 }
 # Each histogram: its buckets' prefix, its sum's prefix, its labels' count, where it goes.
 HISTOGRAMS = (

@@ -14,6 +14,7 @@ from redis import Redis
 
 from jobcenter.config import Settings
 
+from .jobs.archiving import Archiving, PendingJob
 from .jobs.attempts import NO_RESULT, SWEEP_MAX, Attempts, RefusedInPart, StartedTask
 from .jobs.lifecycle import CURSOR_MOVED, Lifecycle
 from .jobs.presence import Presence, served_member
@@ -26,6 +27,7 @@ from .server.connection import connect
 __all__ = [
     "CURSOR_MOVED",
     "NO_RESULT",
+    "PendingJob",
     "SWEEP_MAX",
     "JobProgress",
     "JobQuery",
@@ -39,7 +41,7 @@ __all__ = [
 ]
 
 
-class Store(Submits, Attempts, Lifecycle, Presence, Reads):
+class Store(Submits, Attempts, Lifecycle, Presence, Reads, Archiving):
     """Jobs and tasks in Redis for one namespace."""
 
     def __init__(self, client: Redis, settings: Settings) -> None:

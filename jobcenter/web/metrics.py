@@ -94,6 +94,13 @@ class JobcenterCollector(Collector):
             ["report"],
             c.unknown_attempts,
         )
+        yield _counter("jobcenter_jobs_archived", "Jobs written to the archive.", [], c.archived)
+        yield _counter(
+            "jobcenter_archive_write_failures",
+            "Archive writes that failed (the database down or refusing); the jobs wait in Redis.",
+            [],
+            c.archive_failures,
+        )
         yield _histogram(
             "jobcenter_queue_wait_seconds",
             "From queued (for a retry: from its last attempt's end) to started.",
@@ -139,6 +146,23 @@ class JobcenterCollector(Collector):
             "jobcenter_workers_registered", "Workers in the registry.", value=registered
         )
         yield from _pool_gauges(limits.pools(self.store))
+        yield from _archive_gauges(self.store)
+
+
+def _archive_gauges(store: Store) -> Iterator[Metric]:
+    """The finished jobs waiting for the archive (JOBCENTER_ARCHIVE_URL): 0 without one."""
+    backlog, oldest = store.archive_backlog()
+    age = max(0.0, (store.now_ms() - oldest) / 1000) if oldest is not None else 0.0
+    yield GaugeMetricFamily(
+        "jobcenter_archive_backlog",
+        "Finished jobs waiting for the archive (their keys do not expire until it has them).",
+        value=backlog,
+    )
+    yield GaugeMetricFamily(
+        "jobcenter_archive_backlog_oldest_seconds",
+        "How long the oldest finished job waiting for the archive has waited.",
+        value=age,
+    )
 
 
 def _pool_gauges(pools: list[limits.PoolView]) -> Iterator[Metric]:

@@ -12,11 +12,14 @@ from starlette.routing import Route
 
 from jobcenter import schedules
 from jobcenter.client import Client
+from jobcenter.model.durations import format_seconds
 from jobcenter.model.states import JobState
 from jobcenter.storage import views
+from jobcenter.storage.store import Store
 
 DEAD_LETTERS_PAGE = 100  # the newest dead letters listed
 AUTO_REFRESH_SECONDS = 5  # workers and queues pages reload themselves this often
+ARCHIVE_WARN_SECONDS = 300  # a finished job waiting this long for the archive is warned of
 LIST_REFRESH_SECONDS = 3  # the jobs list reads itself again this often (app.js keepLive)
 
 
@@ -33,11 +36,31 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
         actions=request.app.state.token is not None or request.app.state.api_tokens,
         notice=request.query_params.get("notice"),
         path=request.url.path,
+        archive_warning=archive_warning(client(request).store),
     )
     response: Response = templates.TemplateResponse(
         request, template, context, status_code=status_code
     )
     return response
+
+
+def archive_warning(store: Store) -> str | None:
+    """What every page warns of about the archive (JOBCENTER_ARCHIVE_URL): its last write
+    failed, or finished jobs have waited for it past ARCHIVE_WARN_SECONDS; None if all is well."""
+    failure = store.archive_status()
+    if failure is not None:
+        error, _ = failure
+        return f"the archive is unreachable: {error}; finished jobs wait in Redis"
+    waiting, oldest = store.archive_backlog()
+    if oldest is None:
+        return None
+    age = (store.now_ms() - oldest) / 1000
+    if age < ARCHIVE_WARN_SECONDS:
+        return None
+    return (
+        f"{waiting} finished jobs wait for the archive, the oldest for {format_seconds(int(age))}: "
+        "is a worker with JOBCENTER_ARCHIVE_URL running?"
+    )
 
 
 def home(request: Request) -> Response:

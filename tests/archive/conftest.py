@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from harness import WorkerPool
 
 from jobcenter.storage.archive.postgres_server import PostgresServer, pg_bindir
 
@@ -52,3 +53,23 @@ def sqlite_url(tmp_path: Path) -> str:
 def archive_url(request: pytest.FixtureRequest) -> str:
     """The archive of this test, once in SQLite and once in PostgreSQL."""
     return str(request.getfixturevalue(f"{request.param}_url"))
+
+
+class ArchiveWorkers(WorkerPool):
+    """Worker processes of an archive test; whatever is still running at its end is killed."""
+
+    modules = ("retry_tasks", "tasks_for_tests")
+
+    def close(self) -> None:
+        for worker in self.started:
+            if worker.alive:
+                worker.proc.kill()
+            worker.proc.wait()
+        self.redis.close()
+
+
+@pytest.fixture
+def workers(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[ArchiveWorkers]:
+    pool = ArchiveWorkers(redis_url, namespace, tmp_path)
+    yield pool
+    pool.close()

@@ -31,6 +31,7 @@ from jobcenter.storage.keyspace.schema import JobField
 from jobcenter.web.app import create_app
 
 JOB_SECONDS = 60
+HOT = 5  # seconds a job stays in Redis once archived, in the test that lets it expire
 
 
 class Workers(WorkerPool):
@@ -230,3 +231,32 @@ def test_pages_across_redis_and_the_archive_show_each_job_once(
                     break
                 cursor = got.older
             assert shown == want, (filters, size)
+
+
+def test_a_job_archived_by_its_workers_reads_the_same_once_its_hot_retention_expired(
+    archive_url: str, cli: Cli, workers: Workers, redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """The whole way: workers archive the job and Redis's keys expire after a short hot
+    retention; the command line then shows it as the client did while Redis held it."""
+    client = Client.from_url(redis_url, namespace, archive_url=archive_url)
+    env = {"JOBCENTER_ARCHIVE_URL": archive_url, "JOBCENTER_ARCHIVE_HOT_SECONDS": str(HOT)}
+    workers.start(env=env)
+    submitted = cli("submit", str(_spec(tmp_path, "nightly", "alice")), "--wait", "--json")
+    assert submitted.code == 0, submitted.stderr
+    job_id = submitted.json()["id"]
+    jk = client.store.keys.job(job_id)
+    # compacted: what Redis shows of it from now on, and what the archive gets
+    wait_until(lambda: client.store.redis.hget(jk.job, JobField.PACKED), JOB_SECONDS)
+    held = (client.status(job_id), client.history(job_id), client.list(owner="alice"))
+    assert not client.store.redis.ttl(jk.job) > HOT  # the hot retention, not the job's own
+    wait_until(
+        lambda: not client.store.redis.exists(jk.job),
+        JOB_SECONDS,
+        message=f"{job_id} stayed in Redis past its hot retention",
+    )
+    shown = [cli(*args, env=env) for args in (
+        ("status", job_id, "--json"), ("history", job_id, "--json"),
+        ("list", "--owner", "alice", "--json"),
+    )]  # fmt: skip
+    assert [r.code for r in shown] == [0, 0, 0], [r.stderr for r in shown]
+    assert tuple(r.json() for r in shown) == held

@@ -16,6 +16,7 @@ from jobcenter.storage.server.outages import Backoff
 from jobcenter.storage.store import StartedTask
 
 from .. import registry, rq_runner
+from ..archive_guard import ARCHIVE_INFO, archive_info
 from ..execution.outcome import task_label
 from ..stopping import Stop, StopReason, StopStep, log_stop
 from .state import WorkerState
@@ -156,6 +157,7 @@ class Heartbeats(WorkerState):
             "queues": ",".join(self.queues),
             "node": self.options.node or "",
             "concurrency": self.options.concurrency,
+            ARCHIVE_INFO: archive_info(self.store),
         }
         keep_ms = int(self.store.settings.unknown_task_timeout_seconds * 1000)
         self.store.publish_served(self.queues, registry.names(), keep_ms)

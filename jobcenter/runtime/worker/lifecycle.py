@@ -30,6 +30,7 @@ from jobcenter.storage.keyspace.keys import LEADER_SEGMENT
 from jobcenter.storage.server.errors import RedisError
 
 from .. import exits, rq_runner
+from ..archive_guard import check_not_shared
 from ..notifier import DELIVERY_THREADS, Notifier
 from .claiming import Claiming
 from .heartbeats import Heartbeats
@@ -128,6 +129,7 @@ class Worker(Claiming, Reporting, Heartbeats):
         """Serve until stopped (or, with burst, until nothing is left to do)."""
         self.store.check_server()
         self.eviction.check_at_start()
+        check_not_shared(self.store)  # an SQLite archive written from two hosts
         self.ownership.renew_round()  # the shards to poll, before it says it serves
         self._register()
         self.pulse.beat(ok=True)

@@ -74,7 +74,7 @@ class StoreBase:
         self._meta: OrderedDict[str, JobMeta] = OrderedDict()
         self._contexts: OrderedDict[tuple[str, bool], tuple[list[str], list[Any]]] = OrderedDict()
         # the keys a job script gets from its shard and queues, formed once (hot paths)
-        self._shard_keys: dict[int, tuple[list[str], list[str], list[str]]] = {}
+        self._shard_keys: dict[int, tuple[list[str], list[str], list[str], list[str]]] = {}
         self._queue_keys: dict[tuple[int, str], list[str]] = {}
         self._archive: Any = None  # its ArchiveReader, made at the first read that needs it
         self._check_shard_count()
@@ -131,7 +131,8 @@ class StoreBase:
             from ..archive.engine import connect
             from ..archive.reader import ArchiveReader
 
-            self._archive = ArchiveReader(connect(url, migrate=False))
+            # migrated first: a reader may come before any worker made the tables
+            self._archive = ArchiveReader(connect(url))
         return self._archive
 
     def archived(self, job_id: str) -> Any:
@@ -201,7 +202,7 @@ class StoreBase:
         shard = self.keys.job_shard(job_id)
         job, tasks, history, frontier, packed = self.keys.job_own(job_id)
         idem = meta.idem if meta else None
-        before_idem, before_packed, after_packed = self._shard_context(shard)
+        before_idem, before_packed, after_packed, archive = self._shard_context(shard)
         keys = [
             job,
             tasks,
@@ -212,6 +213,7 @@ class StoreBase:
             *before_packed,
             packed,
             *after_packed,
+            *(archive or [job]),
         ]
         queues = meta.queues if meta else ()
         for queue in queues:
@@ -221,7 +223,7 @@ class StoreBase:
         observe = [settings.events_maxlen, 1 if settings.metrics else 0]
         return keys, [job_id, retention_ms, *observe, len(queues), *queues]
 
-    def _shard_context(self, shard: int) -> tuple[list[str], list[str], list[str]]:
+    def _shard_context(self, shard: int) -> tuple[list[str], list[str], list[str], list[str]]:
         """A job script's shard keys around its idempotency key and packed record
         (_job.lua's layout), formed once per shard."""
         parts = self._shard_keys.get(shard)
@@ -239,6 +241,8 @@ class StoreBase:
                 ],
                 [keys.notify_due(shard), *(keys.state_jobs(shard, state) for state in JobState)],
                 [*keys.limit_keys(shard), keys.events(shard), keys.metrics(shard)],
+                # _job.lua's KEYS[27]: the job hash again when there is no archive
+                [keys.archive_pending(shard)] if self.settings.archive_url else [],
             )
             self._shard_keys[shard] = parts
         return parts

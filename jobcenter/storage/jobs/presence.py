@@ -10,6 +10,7 @@ from typing import Any
 import redis
 
 from ..server.eviction import config_value
+from ..server.replies import text
 from ..shard_leases import ShardLeases, pop_wake, push_wake
 from .base import StoreBase
 
@@ -96,6 +97,15 @@ class Presence(StoreBase):
         """The served_member()s some live worker published at or after `since_ms`."""
         members = self.redis.zrangebyscore(self.keys.served_tasks(), since_ms, "+inf")
         return {m.decode() for m in members}
+
+    def live_worker_fields(self, *names: str) -> list[tuple[str, ...]]:
+        """The fields `names` of every worker heartbeating within the timeout ('' if absent)."""
+        since = self.now_ms() - int(self.settings.worker_timeout_seconds * 1000)
+        handlers = self.redis.zrangebyscore(self.keys.workers(), since, "+inf")
+        pipe = self.redis.pipeline(transaction=False)
+        for handler in handlers:
+            pipe.hmget(self.keys.worker_info(handler.decode()), *names)
+        return [tuple(text(v) for v in values) for values in pipe.execute() if values[0]]
 
     def deregister_worker(self, handler: str) -> None:
         pipe = self.redis.pipeline(transaction=False)

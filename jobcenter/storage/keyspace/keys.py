@@ -171,6 +171,11 @@ class Keys:
         """Counter: the last fencing token a lease on one of the shard's segments got."""
         return f"{self._tagged(shard)}:owners-epoch"
 
+    def archive_pending(self, shard: int) -> str:
+        """Zset of finished jobs waiting for the archive (JOBCENTER_ARCHIVE_URL) -> when they
+        finished (ms): their keys get no TTL until the archive has confirmed them."""
+        return f"{self._tagged(shard)}:archive:pending"
+
     def expiring(self, shard: int) -> str:
         """Zset of finished jobs "<job>\t<owner>\t<schedule id>" -> when their retention ends
         (ms): what recovery trims from the list indexes once the job's own keys have expired."""
@@ -327,6 +332,11 @@ class Keys:
         """List of tokens a worker giving its segments back pushes, so the others share them
         out at once instead of at their next renewal."""
         return f"{self._base}:segments-wake"
+
+    def archive_status(self) -> str:
+        """Hash: the archive's last failed write, when the last one failed (ArchiveStatusField):
+        what the dashboard warns of; deleted by the next write that succeeds."""
+        return f"{self._base}:archive:status"
 
     def nodes(self) -> str:
         """Zset of node names -> last heartbeat of any worker serving that node."""

@@ -192,6 +192,13 @@ class DeliveryField(StrEnum):
         return f"{self.value}{channel}"
 
 
+class ArchiveStatusField(StrEnum):
+    """The fields of the archive's status hash (Keys.archive_status): its last failure."""
+
+    ERROR = "error"
+    AT = "at"  # ms, Redis TIME
+
+
 # The format of a packed record (JobField.PACKED's value): storage/keyspace/packed.py
 # writes and reads it.
 PACKED_FORMAT = 1
@@ -360,6 +367,8 @@ class MetricField(StrEnum):
     # counted by the workers, not the transitions (storage/metrics.py count()):
     STOPPED = "stopped"  # \t reason \t runner: attempts stopped before they returned
     STOP_OVERDUE = "stop_overdue"  # \t reason \t runner: of those, ones still running later
+    ARCHIVED = "archived"  # jobs written to the archive (runtime/archiver.py)
+    ARCHIVE_FAILURES = "archive_failed"  # archive writes that failed (the database down)
 
     def of(self, *labels: str) -> str:
         """The field of a counter: MetricField.STOPPED.of("cancelled", "thread")."""
@@ -420,12 +429,12 @@ def _code(name: str, value: int, scripts: str, meaning: str) -> ReturnCode:
 
 # Every job script (claim's reply is lists, no code); _job.lua's context comes with most.
 _JOB_SCRIPTS = (
-    "cancel compact complete continue delete expire fail finalize gate_wait give_back heartbeat "
-    "lost publish_tasks queue_roots release repair restore resubmit revive start submit"
+    "archived cancel compact complete continue delete expire fail finalize gate_wait give_back "
+    "heartbeat lost publish_tasks queue_roots release repair restore resubmit revive start submit"
 )
 _JOB_CHECKED = (
-    "cancel complete continue delete expire fail finalize gate_wait give_back lost queue_roots "
-    "release repair revive submit"
+    "archived cancel complete continue delete expire fail finalize gate_wait give_back lost "
+    "queue_roots release repair revive submit"
 )
 # Every code a script returns as the first item of its reply. Codes < 0 are refusals and
 # change nothing. Each value has one meaning in every script (the `scripts` column says which
@@ -441,8 +450,8 @@ RETURN_CODES = (
     _code(
         "ALREADY",
         1,
-        "cancel compact fail finalize lost restore resubmit singleton submit notify_attempt "
-        "shard_lease",
+        "archived cancel compact fail finalize lost restore resubmit singleton submit "
+        "notify_attempt shard_lease",
         "nothing to do: done already (by this or an earlier call)",
     ),
     _code("BUSY", 3, "revive", "a failure cascade is under way: finish it, then call again"),
@@ -471,9 +480,9 @@ RETURN_CODES = (
     _code(
         "JOB_GONE",
         -4,
-        "cancel compact complete continue delete expire fail finalize gate_wait give_back "
-        "heartbeat publish_tasks queue_roots release repair restore resubmit revive start "
-        "notify_attempt",
+        "archived cancel compact complete continue delete expire fail finalize gate_wait "
+        "give_back heartbeat publish_tasks queue_roots release repair restore resubmit revive "
+        "start notify_attempt",
         "no such job (never submitted, expired, or deleted)",
     ),
     _code("SCHEDULE_GONE", -13, "schedule_save schedule_remove", "no such schedule"),
@@ -481,7 +490,7 @@ RETURN_CODES = (
     _code(
         "CURSOR_MOVED",
         -6,
-        "compact publish_tasks queue_roots restore",
+        "archived compact publish_tasks queue_roots restore",
         "another caller moved on meanwhile (compact: or the job changed since it was read)",
     ),
     _code("IDEMPOTENCY_CONFLICT", -14, "submit", "the key names a job of a different spec"),

@@ -43,6 +43,7 @@ JOB_SCRIPTS = frozenset(
         "delete",
         "compact",
         "restore",
+        "archived",
     }
 )
 SHARD_SCRIPTS = frozenset(

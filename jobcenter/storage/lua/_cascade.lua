@@ -110,7 +110,8 @@ end
 
 -- Close a job whose tasks all ended: succeeded only if every task succeeded; cancelled if a
 -- user cancelled it; else failed (or failed whatever its tasks did: `failed`, for a job
--- whose tasks Redis lost). Its keys then live for the retention period.
+-- whose tasks Redis lost). Its keys then live for the retention period (with an archive, the
+-- hot retention once the archive has it).
 local function finalize_job(now, failed)
   local j = redis.call('HMGET', JOB, JOB_FIELD.FAILED, JOB_FIELD.STOP, JOB_FIELD.RETENTION)
   local state = J_SUCCEEDED
@@ -125,10 +126,14 @@ local function finalize_job(now, failed)
   redis.call('HSET', JOB, JOB_FIELD.FINISHED_AT, now, JOB_FIELD.UPDATED_AT, now)
   redis.call('ZREM', ACTIVE, JOB_ID)
   redis.call('ZREM', LEADER, 'finalize|' .. JOB_ID)
-  local retention = tonumber(j[3] or DEFAULT_RETENTION_MS)
-  for _, key in ipairs({JOB, TASKS, HISTORY, FRONTIER}) do redis.call('PEXPIRE', key, retention) end
-  if IDEM ~= JOB then redis.call('PEXPIRE', IDEM, retention) end
-  redis.call('ZADD', EXPIRING, now + retention, expiring_member())
+  if SLOT.archive then -- kept whole until the archive has it (archived.lua sets the TTLs)
+    redis.call('ZADD', SLOT.archive, now, JOB_ID)
+  else
+    local retention = tonumber(j[3] or DEFAULT_RETENTION_MS)
+    for _, key in ipairs({JOB, TASKS, HISTORY, FRONTIER}) do redis.call('PEXPIRE', key, retention) end
+    if IDEM ~= JOB then redis.call('PEXPIRE', IDEM, retention) end
+    redis.call('ZADD', EXPIRING, now + retention, expiring_member())
+  end
   queue_notifications(state, now)
   return state
 end

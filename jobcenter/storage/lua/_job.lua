@@ -9,7 +9,9 @@
   the scripts that touch it name it PACKED themselves)
   KEYS[20..24] the shard's limits hash, slots hash, parked zset, freed set, freed wake list
   (_slots.lua)  KEYS[25] the shard's event stream  KEYS[26] the shard's metrics hash
-  KEYS[27..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
+  KEYS[27] the shard's archive-pending zset when an archive is configured (the job hash again
+  when not): a finished job waits there, without a TTL, until the archive confirmed it
+  KEYS[28..] three per queue the job's tasks may enter: ready zset, delayed zset, wake list
   ARGV[1] job id  ARGV[2] default retention ms  ARGV[3] events kept per shard (about; 0: no
   events)  ARGV[4] '1' to keep metrics  ARGV[5] number of queues  ARGV[6..] their names,
   in KEYS order
@@ -33,7 +35,9 @@ SLOT.keys = {limits = KEYS[15 + #JOB_STATES], slots = KEYS[16 + #JOB_STATES],
 OBS.events, OBS.metrics = KEYS[20 + #JOB_STATES], KEYS[21 + #JOB_STATES]
 OBS.maxlen, OBS.metrics_on, OBS.counts = tonumber(ARGV[3]), ARGV[4] == '1', {}
 OBS.maxlen_arg = ARGV[3] -- as XADD gets it: a number would be formatted by each call
-local QUEUE_KEYS_BASE = 21 + #JOB_STATES -- the queue keys follow
+-- the archive-pending zset, or false without an archive (in SLOT's table: the locals' limit)
+SLOT.archive = KEYS[22 + #JOB_STATES] ~= KEYS[1] and KEYS[22 + #JOB_STATES]
+local QUEUE_KEYS_BASE = 22 + #JOB_STATES -- the queue keys follow
 local QUEUES = {}
 for qi = 1, QUEUE_COUNT do
   local k = QUEUE_KEYS_BASE + (qi - 1) * 3

@@ -30,5 +30,6 @@ if KEYS[FIRST_OWN_KEY + 2] ~= JOB then redis.call('ZREM', KEYS[FIRST_OWN_KEY + 2
 redis.call('ZREM', STATE_INDEX[META.state], JOB_ID)
 if IDEM ~= JOB then redis.call('DEL', IDEM) end
 redis.call('ZREM', EXPIRING, expiring)
+if SLOT.archive then redis.call('ZREM', SLOT.archive, JOB_ID) end
 OBS.emit(EVENT_KIND.DELETED, false)
 return {OK}

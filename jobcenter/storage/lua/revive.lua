@@ -137,4 +137,5 @@ for _, key in ipairs({JOB, TASKS, HISTORY, FRONTIER}) do redis.call('PERSIST', k
 if IDEM ~= JOB then redis.call('PERSIST', IDEM) end
 redis.call('ZADD', ACTIVE, redis.call('HGET', JOB, JOB_FIELD.CREATED_AT), JOB_ID)
 redis.call('ZREM', EXPIRING, expiring)
+if SLOT.archive then redis.call('ZREM', SLOT.archive, JOB_ID) end -- archived when it ends again
 return {OK, n}

@@ -33,6 +33,7 @@ BINARY_NAME = "redis-server"
 HOST = "127.0.0.1"
 DEFAULT_DATA_DIR = Path(".jobcenter")
 URL_FILE_NAME = "redis.url"
+ARCHIVE_FILE_NAME = "archive.db"  # the SQLite archive of `jobcenter up` in its data directory
 # The port the last server of a data dir listened on, kept after it stops: the next `up`
 # takes it again when it is free, so workers and dashboards holding the URL reconnect.
 LAST_PORT_FILE_NAME = "redis.port"
@@ -335,12 +336,13 @@ class RedisServer:
         return "\n".join(lines[-LOG_TAIL_LINES:])
 
 
-def record_url(data_dir: Path | str, url: str, pid: int) -> None:
-    """Record the URL and pid of the server running in data_dir, so the CLI can find it."""
+def record_url(data_dir: Path | str, url: str, pid: int, archive: str = "") -> None:
+    """Record the URL and pid of the server running in data_dir, so the CLI can find it, and
+    the archive its workers write by default (local_archive_url; '' for none)."""
     path = Path(data_dir) / URL_FILE_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(f"{url}\n{pid}\n")
+    tmp.write_text(f"{url}\n{pid}\n{archive}\n")
     tmp.replace(path)  # atomic: a reader sees the old record or the new one, never half
 
 
@@ -363,6 +365,26 @@ def find_recorded_url(start: Path | None = None) -> tuple[str, Path] | None:
         if url is not None:
             return url, place
     return None
+
+
+def local_archive_url(data_dir: Path | str) -> str:
+    """The SQLite archive `jobcenter up` and `make demo` give their workers: a file in their
+    data directory; '' when the archive's libraries (the `archive` extra) are not installed."""
+    if importlib.util.find_spec("sqlalchemy") is None:
+        return ""
+    return f"sqlite:///{Path(data_dir).resolve() / ARCHIVE_FILE_NAME}"
+
+
+def recorded_archive_url(start: Path | None = None) -> str:
+    """The archive the running `jobcenter up` that find_recorded_url finds recorded ('')."""
+    found = find_recorded_url(start)
+    if found is None:
+        return ""
+    try:
+        lines = (found[1] / URL_FILE_NAME).read_text().splitlines()
+    except OSError:
+        return ""
+    return lines[2].strip() if len(lines) > 2 else ""
 
 
 def local_url(start: Path | None = None) -> tuple[str, str]:
@@ -430,12 +452,15 @@ def run_up(data_dir: Path, port: int | None, echo: Callable[[str], None]) -> Non
         if pid is None:
             raise JobcenterError(f"redis-server exited right after starting; see {server.log_path}")
         guarantees = server.guarantees()
-        record_url(data_dir, server.url, pid)
-        record_url(state_dir, server.url, pid)
+        archive = local_archive_url(data_dir)
+        record_url(data_dir, server.url, pid, archive)
+        record_url(state_dir, server.url, pid, archive)
         (data_dir / LAST_PORT_FILE_NAME).write_text(f"{server.port}\n")
         echo(f"redis running at {server.url} (data in {data_dir}); Ctrl-C to stop")
         echo(f"its URL is recorded in {data_dir} and {state_dir} for jobcenter commands")
         echo(guarantees)
+        if archive:
+            echo(f"workers that find it so archive finished jobs in {archive}")
 
         def watch() -> None:
             server.wait()
