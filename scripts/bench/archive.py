@@ -209,7 +209,11 @@ def list_bench(kind: str, url: str, rows: int, say: Say) -> dict[str, Any]:
         if len(page) < PAGE:
             break
         deep_pages += 1
-        before = (int(page[-1][1]["created_at"]), page[-1][0])
+        # the bulk rows share one hash: the cursor's time is the row's column
+        created = text("SELECT created_at FROM archived_jobs WHERE job_id = :id")
+        with engine.connect() as db:
+            at = db.execute(created, {"id": page[-1][0]}).scalar_one()
+        before = (int(at), page[-1][0])
     started = time.perf_counter()
     reader.page(owner="alice", limit=PAGE, before=before)
     deep = time.perf_counter() - started
