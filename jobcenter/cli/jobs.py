@@ -311,7 +311,9 @@ _since = parse_time_option  # --since, --until
     "--schedule", "schedule_id", default=None, help="Only jobs fired by this schedule (id or name)."
 )
 @click.option("--tag", default=None, help="Only jobs with this tag: key=value.")
+@click.option("--name", default=None, help="Only jobs of this name.")
 @click.option("--since", default=None, help="Created since: epoch, ISO time, or 15m/2h/7d.")
+@click.option("--until", default=None, help="... and before this (same forms).")
 @click.option("--limit", type=click.IntRange(min=1), default=LIST_LIMIT, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @redis_options
@@ -321,17 +323,21 @@ def list_jobs(
     state: str | None,
     schedule_id: str | None,
     tag: str | None,
+    name: str | None,
     since: str | None,
+    until: str | None,
     limit: int,
     as_json: bool,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first (with an archive, the jobs Redis let go too)."""
     rows = client_for(settings).list(
         owner=owner,
         state=state,
         schedule_id=schedule_id,
         tag=None if tag is None else "=".join(parse_tag_filter(tag)),
         since=_since(since),
+        name=name,
+        until=_since(until, "--until"),
         limit=limit,
     )
     echo_rows(

@@ -81,7 +81,7 @@ def retry_job(store: Store, job_id: str) -> int:
     succeeded tasks are kept."""
     state = store.job_state(job_id)
     if state is None:
-        raise NotFound.job(job_id, store.settings.namespace)
+        raise store.not_found(job_id)  # an archived job says so
     if state == JobState.CANCELLED:  # as revive.lua says, before "no failed task"
         raise Refused(f"job {job_id} was cancelled: it cannot be retried")
     return _revive(store, job_id, None)
@@ -94,6 +94,8 @@ def _revive(store: Store, job_id: str, roots: list[int] | None) -> int:
     every upstream_failed task. In bounded calls: the roots first, then the others, parents
     before children. Each call leaves the job consistent, so a retry that dies half way
     leaves a job that ends, and that the next retry takes up where it stopped."""
+    if store.job_state(job_id) is None:  # the reads below would find an archived job
+        raise store.not_found(job_id)
     _finish_cascade(store, job_id)  # the states read next must not be changing under us
     fields = store.task_fields(
         job_id, TaskField.ID, TaskField.STATE, TaskField.CHILDREN,
@@ -202,7 +204,7 @@ def delete_job(store: Store, job_id: str) -> None:
     """Delete a finished job (cancel a running one first)."""
     state = store.redis.hget(store.keys.job(job_id).job, JobField.STATE)
     if state is None:
-        raise NotFound.job(job_id, store.settings.namespace)
+        raise store.not_found(job_id)  # an archived job says so
     states = store.task_field(job_id, TaskField.STATE)
     failed = [int(i) for i, s in states.items() if s == TaskState.FAILED]
     store.delete(job_id, failed)

@@ -49,7 +49,7 @@ def finished_jobs(
     store: Store, since_ms: int, until_ms: int, states: Sequence[str] = FINISHED_STATES
 ) -> Iterator[str]:
     """Ids of the finished jobs in `states` created between since and until (ms), oldest
-    first across shards and states."""
+    first across shards and states, and the archive's."""
     unknown = [s for s in states if s not in FINISHED_STATES]
     if unknown:
         raise ValueError(f"export: {unknown[0]!r} is not a finished job state {FINISHED_STATES}")
@@ -58,14 +58,20 @@ def finished_jobs(
         for shard in range(store.keys.shards)
         for state in states
     ]
-    for _, job_id in heapq.merge(*streams):
-        yield job_id
+    reader = store.archive_reader()
+    if reader is not None:  # the jobs Redis let go; one still in both is exported once
+        streams.append(reader.created_between(since_ms, until_ms, list(states)))
+    last = None
+    for entry in heapq.merge(*streams):
+        if entry != last:
+            yield entry[1]
+        last = entry
 
 
 def job_record(store: Store, job_id: str) -> dict[str, Any] | None:
     """One finished job as exported: its fields, every task as `status` shows it and every
     attempt as `history` does; None when it expired meanwhile."""
-    values = store.redis.hmget(store.keys.job(job_id).job, JOB_FIELDS)
+    values = store.job_values(job_id, JOB_FIELDS)
     f = dict(zip(JOB_FIELDS, values, strict=True))
     if f[JobField.STATE] is None:
         return None

@@ -93,7 +93,7 @@ class JobSummary:
 
 def job_summary(store: Store, job_id: str) -> JobSummary:
     """The job's own fields (not its spec, which may be large)."""
-    values = store.redis.hmget(store.keys.job(job_id).job, JOB_FIELDS)
+    values = store.job_values(job_id, JOB_FIELDS)
     return _summary(job_id, dict(zip(JOB_FIELDS, values, strict=True)))
 
 
@@ -131,7 +131,7 @@ def job_notifications(store: Store, job_id: str) -> dict[str, Any] | None:
     """The job's `notifications`, as `status` shows them (each channel's delivery and the
     latest attempts), but the webhook's origin alone: its path may be a credential, as a
     chat service's incoming-webhook URL is. None when its spec has no `notify:`."""
-    values = store.redis.hmget(store.keys.job(job_id).job, _NOTIFY_FIELDS)
+    values = store.job_values(job_id, _NOTIFY_FIELDS)
     if values[0] is None:
         raise NotFound.job(job_id)
     job = {str(name): value for name, value in zip(_NOTIFY_FIELDS, values, strict=True) if value}
@@ -198,6 +198,48 @@ def jobs_page(
     if not 1 <= size <= PAGE_SIZE_MAX:
         raise ValueError(f"page size must be 1-{PAGE_SIZE_MAX}, got {size}")
     after = _parse_cursor(before)
+    page = _redis_jobs_page(store, filters, after, size)
+    return _with_archive(store, filters, after, size, page) if store.archive_url() else page
+
+
+def _with_archive(
+    store: Store, filters: JobFilter, after: tuple[float, str] | None, size: int, page: JobsPage
+) -> JobsPage:
+    """Redis's page merged with the archive's of the same filters, newest first, each job
+    once (as Redis holds it). The next page starts after the newest point where either
+    source may have more: the page's last job, where Redis stopped looking, the archive's
+    last row read."""
+    archived = store.archive_reader().page(
+        owner=filters.owner,
+        state=filters.state,
+        schedule_id=filters.schedule_id,
+        before=None if after is None else (int(after[0]), after[1]),
+        limit=size,
+    )
+    held = {job.id for job in page.jobs}
+    rows = page.jobs + [
+        job
+        for job_id, f in archived
+        if job_id not in held
+        and filters.admits(job := _summary(job_id, {n: f.get(n) for n in JOB_FIELDS}))
+    ]
+    key = {job.id: (round((job.created_at or 0) * 1000), job.id) for job in rows}
+    rows.sort(key=lambda job: key[job.id], reverse=True)
+    points: list[tuple[float, str]] = [key[rows[size - 1].id]] if len(rows) >= size else []
+    if page.stopped_early and page.older:
+        points.append(_parse_cursor(page.older) or (0, ""))
+    if len(archived) == size:
+        last_id, last = archived[-1]
+        points.append((int(last[JobField.CREATED_AT]), last_id))
+    cut = max(points, default=None)
+    rows = [job for job in rows if cut is None or key[job.id] >= cut]
+    older = None if cut is None else _cursor(*cut)
+    return JobsPage(rows, older, page.examined, page.stopped_early and len(rows) < size)
+
+
+def _redis_jobs_page(
+    store: Store, filters: JobFilter, after: tuple[float, str] | None, size: int
+) -> JobsPage:
     indexes = [
         store.job_index(shard, filters.owner, filters.state, filters.schedule_id, tag=filters.tag)
         for shard in range(store.keys.shards)
@@ -273,9 +315,8 @@ def job_graph(store: Store, job_id: str) -> JobGraph:
     record) once the job is split, from its stored spec before. A map's instances are drawn
     as children of its source, and parents of the mapped task."""
     job = job_summary(store, job_id)
-    jk = store.keys.job(job_id)
     n = job.tasks
-    raw_spec = store.redis.hget(jk.job, JobField.SPEC)
+    raw_spec = store.job_values(job_id, [JobField.SPEC])[0]
     if raw_spec is not None:  # not fully split yet
         spec: Any = codec.unpack(raw_spec)
         layout = Layout(spec)
@@ -318,9 +359,8 @@ class LiveStates:
 
 def live_states(store: Store, job_id: str) -> LiveStates:
     """What the job page polls: the job's state and each task's, in two short reads."""
-    jk = store.keys.job(job_id)
-    state, n, finished, packed, swaps = store.redis.hmget(
-        jk.job, JobField.STATE, JobField.TASKS, JobField.FINISHED_AT, *STAMP_FIELDS
+    state, n, finished, packed, swaps = store.job_values(
+        job_id, [JobField.STATE, JobField.TASKS, JobField.FINISHED_AT, *STAMP_FIELDS]
     )
     if state is None:
         raise NotFound.job(job_id)
@@ -333,9 +373,7 @@ def live_states(store: Store, job_id: str) -> LiveStates:
 
 def job_state_now(store: Store, job_id: str) -> tuple[str, float | None]:
     """The job's state and finish time: what a live view reads besides the events."""
-    state, finished = store.redis.hmget(
-        store.keys.job(job_id).job, JobField.STATE, JobField.FINISHED_AT
-    )
+    state, finished = store.job_values(job_id, [JobField.STATE, JobField.FINISHED_AT])
     if state is None:
         raise NotFound.job(job_id)
     return state.decode(), seconds(finished)
@@ -380,9 +418,8 @@ class TaskDetail:
 
 def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
     """One task: its fields, payload and every finished attempt of it."""
-    jk = store.keys.job(job_id)
-    job_state, n, job_queue, packed, swaps = store.redis.hmget(
-        jk.job, JobField.STATE, JobField.TASKS, JobField.QUEUE, *STAMP_FIELDS
+    job_state, n, job_queue, packed, swaps = store.job_values(
+        job_id, [JobField.STATE, JobField.TASKS, JobField.QUEUE, *STAMP_FIELDS]
     )
     if job_state is None:
         raise NotFound.job(job_id)
@@ -396,7 +433,7 @@ def task_detail(store: Store, job_id: str, index: int) -> TaskDetail:
     task_id = task.id
     payload: Any = codec.unpack(task.payload) if task.payload is not None else None
     if task_id is None:  # not written by its leader yet: read it from the job's spec
-        raw_spec = store.redis.hget(jk.job, JobField.SPEC)
+        raw_spec = store.job_values(job_id, [JobField.SPEC])[0]
         if raw_spec is not None:
             t: Any = codec.unpack(raw_spec)["tasks"][index]  # type: ignore[index]
             task_id = t["id"]

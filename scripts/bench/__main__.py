@@ -57,7 +57,7 @@ import redis
 from jobcenter import Client
 from jobcenter.storage.server.embedded import RedisServer
 
-from . import api, burst, cluster, floor, memory, order
+from . import api, archive, burst, cluster, floor, memory, order
 from .common import (
     BURST_SLOTS,
     CEILING_SETTLE_SECONDS,
@@ -185,7 +185,15 @@ def main() -> int:
         "or `api` alone: HTTP submits/s (16 clients) and tasks/s through the worker protocol "
         "(reference executor, a Python client) beside the native worker; "
         "or `floor` alone: W1 and W3 beside a bare Python worker doing nothing but the task's "
-        "body and one Lua call a task (2 workers x 8 slots unless --concurrency says)",
+        "body and one Lua call a task (2 workers x 8 slots unless --concurrency says); "
+        "or `archive` alone: the SQL archive in SQLite and PostgreSQL (list's first page over "
+        "--archive-rows jobs, write throughput, Redis memory with an hour hot)",
+    )
+    parser.add_argument(
+        "--archive-rows",
+        type=int,
+        default=None,
+        help="--only=archive: archived jobs the list is timed over (10,000,000; quick 100,000)",
     )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
@@ -241,6 +249,8 @@ def main() -> int:
         return order_bench(args.concurrency, say)
     if args.only == "memory":
         return memory_bench(sizes.seed_jobs, args.workers, args.concurrency, say)
+    if args.only == "archive":
+        return archive.main(args.quick, args.archive_rows, say)
     if args.only == "cluster":
         return cluster.main(sizes, repeats, args.workers, args.concurrency, say)
     chosen = workloads(sizes)

@@ -12,6 +12,8 @@ from redis import Redis
 
 from jobcenter.config import Settings
 from jobcenter.errors import (
+    NotFound,
+    Refused,
     SettingsMismatch,
 )
 from jobcenter.model.states import JobState
@@ -25,6 +27,10 @@ from ..server.connection import is_cluster, server_addresses, time_ms
 from ..server.replies import text
 
 META_CACHE_MAX = 10_000  # jobs whose queues and idempotency key a store remembers
+
+
+class ArchivedOnly(Refused):
+    """A change asked of a job that only the archive holds now (Redis let it go)."""
 
 
 def webhook_rules(settings: Settings, client: Any) -> TargetRules:
@@ -70,6 +76,7 @@ class StoreBase:
         # the keys a job script gets from its shard and queues, formed once (hot paths)
         self._shard_keys: dict[int, tuple[list[str], list[str], list[str], list[str]]] = {}
         self._queue_keys: dict[tuple[int, str], list[str]] = {}
+        self._archive: Any = None  # its ArchiveReader, made at the first read that needs it
         self._check_shard_count()
 
     def now_ms(self) -> int:
@@ -102,8 +109,66 @@ class StoreBase:
 
     def records(self, job_id: str, stamp: Stamp | None = None) -> JobRecords:
         """The job's task fields and history, packed or not (storage/keyspace/packed.py); `stamp`:
-        its STAMP_FIELDS when the caller read them with other fields of the job."""
-        return JobRecords.read(self.redis, self.keys.job(job_id), stamp)
+        its STAMP_FIELDS when the caller read them with other fields of the job. A job Redis
+        no longer has: its record in the archive, when there is one."""
+        jk = self.keys.job(job_id)
+        if self.archive_url() and not self.redis.exists(jk.job):
+            archived = self.archived(job_id)
+            if archived is not None:
+                return JobRecords.archived(jk, archived.packed)
+        return JobRecords.read(self.redis, jk, stamp)
+
+    # -- the archive: what every read of a job falls back to once Redis let it go ----------
+
+    def archive_url(self) -> str | None:
+        return self.settings.archive_url
+
+    def archive_reader(self) -> Any:
+        """The ArchiveReader of the settings' archive (made at the first read that needs it;
+        SQLAlchemy is the `archive` extra, imported only here); None without an archive."""
+        url = self.archive_url()
+        if url and self._archive is None:
+            from ..archive.engine import connect
+            from ..archive.reader import ArchiveReader
+
+            # migrated first: a reader may come before any worker made the tables
+            self._archive = ArchiveReader(connect(url))
+        return self._archive
+
+    def archived(self, job_id: str) -> Any:
+        """The archive's ArchivedRecord of the job; None when there is no archive or it
+        holds no such job."""
+        reader = self.archive_reader()
+        return None if reader is None else reader.job(job_id)
+
+    def job_hash(self, job_id: str) -> dict[str, bytes]:
+        """Every field of the job hash ({} when there is no such job), the archive's copy
+        when Redis no longer has the job."""
+        raw = self.redis.hgetall(self.keys.job(job_id).job)
+        if not raw:
+            archived = self.archived(job_id)
+            return dict(archived.fields) if archived is not None else {}
+        return {k.decode(): v for k, v in raw.items()}
+
+    def job_values(self, job_id: str, names: Sequence[str]) -> list[bytes | None]:
+        """HMGET of the job hash's fields `names`, from the archive's copy when Redis no
+        longer has the job (all None: no such job)."""
+        *values, state = self.redis.hmget(self.keys.job(job_id).job, [*names, JobField.STATE])
+        if state is None:
+            archived = self.archived(job_id)
+            if archived is not None:
+                return [archived.fields.get(str(name)) for name in names]
+        return list(values)
+
+    def not_found(self, job_id: str) -> Exception:
+        """The error for a change asked of a job Redis does not have: ArchivedOnly when the
+        archive holds it, else NotFound."""
+        if self.archived(job_id) is not None:
+            return ArchivedOnly(
+                f"job {job_id} is archived (Redis no longer holds it): status, history "
+                "and result read it from the archive, but it cannot be changed"
+            )
+        return NotFound.job(job_id, self.settings.namespace)
 
     def _remember(self, job_id: str, meta: JobMeta) -> JobMeta:
         self._meta[job_id] = meta

@@ -53,6 +53,8 @@ class JobQuery(TypedDict, total=False):
     schedule_id: str | None
     tag: str | None
     since: float | None
+    until: float | None
+    name: str | None
     limit: int
     before: tuple[int, str] | None
 
@@ -69,7 +71,7 @@ class Reads(StoreBase):
 
     def job_owner(self, job_id: str) -> str | None:
         """The job's owner (None: it has none); NotFound when there is no such job."""
-        state, owner = self.redis.hmget(self.keys.job(job_id).job, JobField.STATE, JobField.OWNER)
+        state, owner = self.job_values(job_id, [JobField.STATE, JobField.OWNER])
         if state is None:
             raise NotFound.job(job_id, self.settings.namespace)
         return text(owner) or None
@@ -139,12 +141,11 @@ class Reads(StoreBase):
 
     def status(self, job_id: str) -> dict[str, Any]:
         """The job and each task, in the shape `status --json` prints (docs: the CLI reference)."""
-        job_raw = self.redis.hgetall(self.keys.job(job_id).job)
-        if not job_raw:
+        job = self.job_hash(job_id)  # Redis's, or the archive's once Redis let the job go
+        if not job:
             raise NotFound.job(job_id, self.settings.namespace)
-        stamp = (job_raw.get(JobField.PACKED.encode()), job_raw.get(JobField.SWAPS.encode()))
+        stamp = (job.get(JobField.PACKED), job.get(JobField.SWAPS))
         tasks_raw = self.records(job_id, stamp).every_field(STATUS_PAGE)
-        job = {k.decode(): v for k, v in job_raw.items()}
         records = TaskRecord.of_every_task(tasks_raw)
         tasks: dict[str, Any] = {}
         if JobField.SPEC in job:  # not fully split: tasks never written show the job's outcome
@@ -206,7 +207,7 @@ class Reads(StoreBase):
         for index, tid in ids.items():
             if tid == task_id:
                 return int(index)
-        if not self.redis.exists(self.keys.job(job_id).job):
+        if self.job_values(job_id, [JobField.STATE])[0] is None:
             raise NotFound.job(job_id, self.settings.namespace)
         raise NotFound(f"job {job_id} has no task {task_id!r}")
 
@@ -251,8 +252,8 @@ class Reads(StoreBase):
     def progress(self, job_id: str) -> JobProgress:
         """The job's state and task counters: three fields of the job hash, whatever the
         job's size (what `wait` and `submit --wait` poll)."""
-        state, total, left = self.redis.hmget(
-            self.keys.job(job_id).job, JobField.STATE, JobField.TASKS, JobField.LEFT
+        state, total, left = self.job_values(
+            job_id, [JobField.STATE, JobField.TASKS, JobField.LEFT]
         )
         if state is None:
             raise NotFound.job(job_id, self.settings.namespace)
@@ -266,20 +267,44 @@ class Reads(StoreBase):
         schedule_id: str | None = None,
         tag: str | None = None,
         since: float | None = None,
+        until: float | None = None,
+        name: str | None = None,
         limit: int = 100,
         before: tuple[int, str] | None = None,
     ) -> list[dict[str, Any]]:
-        """Newest first: job summaries, filtered by owner, state, schedule, tag (`key=value`)
-        and creation time (epoch seconds). Each filter has an index the transitions keep, so
-        one filter reads about `limit` entries per shard; several read the smallest of their indexes
-        in pages, at most LIST_SCAN_MAX entries per shard (a warning says when that cut the
-        list short). `before` (created ms, id) of the last job of a page: the next page."""
+        """Newest first: job summaries, filtered by owner, state, schedule, tag (`key=value`),
+        name and creation time (epoch seconds, since inclusive, until not). Each filter but
+        the name has an index the transitions keep, so one filter reads about `limit`
+        entries per shard; several read the smallest of their indexes in pages, at most
+        LIST_SCAN_MAX entries per shard (a warning says when that cut the list short).
+        `before` (created ms, id) of the last job of a page: the next page. With an archive,
+        its page of the same filters is merged in: a job in both shows once, as Redis holds
+        it. (The archive keeps no tag index: a list by tag reads Redis alone.)"""
         if limit <= 0:
             return []
         low = "-inf" if since is None else int(since * 1000)
+        if until is not None:  # the window's end is a cursor no job is at
+            before = min(before or (int(until * 1000), ""), (int(until * 1000), ""))
         rows: list[dict[str, Any]] = []
         for shard in range(self.keys.shards):
-            rows += self._list_shard(shard, owner, state, schedule_id, tag, low, limit, before)
+            rows += self._list_shard(
+                shard, owner, state, schedule_id, tag, low, limit, before, name
+            )
+        if self.archive_url() and not tag:
+            held = {row["id"] for row in rows}
+            rows += [
+                summary_row(job_id, [fields.get(f) for f in SUMMARY_FIELDS])
+                for job_id, fields in self.archive_reader().page(
+                    owner=owner,
+                    state=state,
+                    schedule_id=schedule_id,
+                    name=name,
+                    since_ms=None if since is None else int(since * 1000),
+                    before=before,
+                    limit=limit,
+                )
+                if job_id not in held
+            ]
         rows.sort(key=lambda row: (row["created_at"], row["id"]), reverse=True)
         return rows[:limit]
 
@@ -293,11 +318,12 @@ class Reads(StoreBase):
         low: int | str,
         limit: int,
         before: tuple[int, str] | None = None,
+        name: str | None = None,
     ) -> list[dict[str, Any]]:
         index = self.job_index(shard, owner, state, schedule_id, low, tag)
         high: int | str = "+inf" if before is None else before[0]
         page = limit
-        if sum(1 for value in (owner, state, schedule_id, tag) if value) > 1:
+        if name or sum(1 for value in (owner, state, schedule_id, tag) if value) > 1:
             page = max(limit, LIST_PAGE_MIN)  # the other filters are checked per job
         rows: list[dict[str, Any]] = []
         seen: set[str] = set()  # a job added while we page shifts the pages
@@ -314,6 +340,7 @@ class Reads(StoreBase):
                     and (not state or row["state"] == state)
                     and (not schedule_id or row["schedule_id"] == schedule_id)
                     and (not tag or has_tag(row["tags"], tag))
+                    and (not name or row["name"] == name)
                     and (before is None or (round(row["created_at"] * 1000), row["id"]) < before)
                 ):
                     rows.append(row)
@@ -361,34 +388,14 @@ class Reads(StoreBase):
     def _summaries(self, job_ids: Sequence[str]) -> list[dict[str, Any]]:
         """The list view of each job still there (one expired since the index read is left
         out), in the order given."""
-        fields = (
-            "name", "owner", "state", "created_at", "finished_at", "schedule_id", "fire_time",
-            JobField.TAGS, JobField.PAUSED, JobField.LATE,
-        )  # fmt: skip
         pipe = self.redis.pipeline(transaction=False)
         for job_id in job_ids:
-            pipe.hmget(self.keys.job(job_id).job, fields)
-        rows = []
-        for job_id, values in zip(job_ids, pipe.execute(), strict=True):
-            name, owner, state, created, finished, schedule_id, fire, tags, paused, late = values
-            if state is None:
-                continue
-            rows.append(
-                {
-                    "id": job_id,
-                    "name": text(name),
-                    "owner": text(owner),
-                    "state": text(state),
-                    "created_at": seconds(created),
-                    "finished_at": seconds(finished),
-                    "schedule_id": text(schedule_id),
-                    "fire_time": float(fire) if fire is not None else None,
-                    "tags": read_tags(text(tags)),
-                    "paused_at": seconds(paused),
-                    "late_at": seconds(late),
-                }
-            )
-        return rows
+            pipe.hmget(self.keys.job(job_id).job, SUMMARY_FIELDS)
+        return [
+            summary_row(job_id, values)
+            for job_id, values in zip(job_ids, pipe.execute(), strict=True)
+            if values[2] is not None  # its state: gone when the job expired
+        ]
 
     def task_fields(self, job_id: str, *fields: TaskField) -> dict[TaskField, dict[str, str]]:
         """field -> (task index -> value) for one job's tasks."""
@@ -404,9 +411,7 @@ class Reads(StoreBase):
     ) -> list[dict[str, Any]]:
         """Finished attempts of every task, oldest first, from the `start`th on: `count` of
         them at most, or all that are left. Read HISTORY_PAGE entries per command."""
-        state, packed, swaps = self.redis.hmget(
-            self.keys.job(job_id).job, JobField.STATE, *STAMP_FIELDS
-        )
+        state, packed, swaps = self.job_values(job_id, [JobField.STATE, *STAMP_FIELDS])
         if state is None:
             raise NotFound.job(job_id, self.settings.namespace)
         records = self.records(job_id, (packed, swaps))
@@ -439,6 +444,30 @@ class Reads(StoreBase):
                 }
             )
         return out
+
+
+SUMMARY_FIELDS = (
+    JobField.NAME, JobField.OWNER, JobField.STATE, JobField.CREATED_AT, JobField.FINISHED_AT,
+    JobField.SCHEDULE_ID, JobField.FIRE_TIME, JobField.TAGS, JobField.PAUSED, JobField.LATE,
+)  # fmt: skip
+
+
+def summary_row(job_id: str, values: Sequence[bytes | None]) -> dict[str, Any]:
+    """A job as `list` shows it, from its SUMMARY_FIELDS (Redis's hash, or the archive's)."""
+    name, owner, state, created, finished, schedule_id, fire, tags, paused, late = values
+    return {
+        "id": job_id,
+        "name": text(name),
+        "owner": text(owner),
+        "state": text(state),
+        "created_at": seconds(created),
+        "finished_at": seconds(finished),
+        "schedule_id": text(schedule_id),
+        "fire_time": float(fire) if fire is not None else None,
+        "tags": read_tags(text(tags)),
+        "paused_at": seconds(paused),
+        "late_at": seconds(late),
+    }
 
 
 def _limit_in_words(limit_id: str) -> str:

@@ -227,6 +227,14 @@ class JobRecords:
         records._load(read_stamp(redis, jk) if stamp is None else (stamp[0] or None, stamp[1]))
         return records
 
+    @classmethod
+    def archived(cls, jk: JobKeys, raw: bytes) -> JobRecords:
+        """The records of an archived job: its packed record as the archive keeps it (read
+        whole already, so nothing of Redis is read; storage/archive/reader.py)."""
+        records = cls(None, jk)
+        records.stamp, records.packed = (b"archived", None), decode(raw)
+        return records
+
     def _load(self, stamp: Stamp) -> None:
         for _ in range(READ_TRIES):
             marker = stamp[0]
