@@ -1,7 +1,8 @@
 """Tasks that wait for the world (`wait_for: {signal: NAME}`) through the Lua transitions, on
 a real Redis: a wait holds no queue entry, lease or slot; a signal's payload becomes its
 result and releases its children; a signal before the wait is kept; a second one is a no-op
-with the same payload and refused with another; a timeout fails the wait."""
+with the same payload and refused with another; a timeout fails the wait; a wait marked by
+hand ends so, and a later signal or timeout changes nothing."""
 
 from __future__ import annotations
 
