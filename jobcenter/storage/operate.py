@@ -24,6 +24,7 @@ MARKABLE = {
     TaskState.WAITING,
     TaskState.QUEUED,
     TaskState.RETRY_WAIT,
+    TaskState.AWAITING,
     TaskState.FAILED,
     TaskState.UPSTREAM_FAILED,
 }
@@ -250,8 +251,9 @@ def mark(
 ) -> str:
     """Settle a task by hand: it ends `outcome` (succeeded, with `result` as its result;
     failed; skipped) and the job goes on as if it had ended so. From waiting, queued,
-    retry_wait (its due retry never runs), failed or upstream_failed; refused while an
-    attempt runs and once it ended otherwise (clear it first). Returns the state it had."""
+    retry_wait (its due retry never runs), awaiting (what it waited for no longer settles
+    it), failed or upstream_failed; refused while an attempt runs and once it ended
+    otherwise (clear it first). Returns the state it had."""
     if outcome not in MARK_OUTCOMES:
         raise ValueError(f"a task is marked succeeded, failed or skipped, not {outcome!r}")
     if result is not None and outcome != TaskState.SUCCEEDED:

@@ -2,7 +2,8 @@
 holding no worker slot until `jobcenter signal`, whose payload its child receives; a signal
 sent twice is one signal; a signal sent before the task reached its wait is kept for it; a
 job waits for another schedule's run of the same fire; a kill -9 of the worker that finishes
-an awaited job loses no release."""
+an awaited job loses no release; a wait marked by hand (`jobcenter mark`) lets the job go on,
+and what it waited for changes nothing afterwards."""
 
 from __future__ import annotations
 
@@ -217,3 +218,53 @@ def test_cancelling_the_parent_cancels_its_children(
     (grandchild,) = client.store.child_jobs(child)
     assert client.cancel(parent) == "cancelled"
     assert client.state(child) == client.state(grandchild) == "cancelled"
+
+
+def test_an_approval_marked_succeeded_by_hand_lets_the_job_go_on(
+    cli: Cli, client: Client, workers: Workers, tmp_path: Path
+) -> None:
+    workers.start(concurrency=1)
+    job_id = submit(cli, tmp_path, approval_job({"task": "tasks_for_tests.record"}))
+    wait_until(
+        lambda: task_state(client, job_id, "approve") == "awaiting",
+        timeout=JOB_SECONDS,
+        message="'approve' never reached its wait",
+    )
+
+    marked = cli("mark", job_id, "approve", "--succeeded", "--result", '{"by": "on-call"}',
+                 "--by", "ann", "--reason", "approved on the phone")  # fmt: skip
+
+    assert marked.code == 0, marked.stderr
+    assert client.wait(job_id, JOB_SECONDS)["state"] == "succeeded"
+    assert client.result(job_id, "ship") == {"approval": {"by": "on-call"}}
+    line = [h for h in client.history(job_id) if h["task"] == "approve"][-1]
+    assert line["error"] == "marked succeeded by ann: approved on the phone"
+    late = cli("signal", job_id, "approve", "--payload", '{"by": "bob"}')
+    assert late.code == 5 and "has finished" in late.stderr, late.stdout  # no second release
+
+
+def test_a_wait_for_a_job_marked_by_hand_is_left_alone_when_that_job_ends(
+    cli: Cli, client: Client, workers: Workers, scratch: Scratch
+) -> None:
+    upstream = client.submit(
+        {"name": "up", "tasks": [{"id": "u", "task": "tasks_for_tests.block", "args": ["up"]}]}
+    )
+    waiting = client.submit({"name": "down", "tasks": [
+        {"id": "wait", "wait_for": {"job": upstream}},
+        {"id": "after", "task": "tasks_for_tests.echo", "depends_on": "wait",
+         "inputs": {"up": "wait"}},
+    ]})  # fmt: skip
+    workers.start(concurrency=2)
+    wait_until(lambda: scratch.events("started"), message="the upstream task never started")
+    wait_until(lambda: client.store.job_awaiters(upstream) == [waiting], message="never waited")
+
+    marked = cli("mark", waiting, "wait", "--succeeded", "--result", '"by hand"')
+
+    assert marked.code == 0, marked.stderr
+    assert client.wait(waiting, JOB_SECONDS)["state"] == "succeeded"
+    scratch.open_gate("up")
+    assert client.wait(upstream, JOB_SECONDS)["state"] == "succeeded"
+    wait_until(lambda: client.store.job_awaiters(upstream) == [], message="waiters never told")
+    assert client.state(waiting) == "succeeded"
+    assert client.result(waiting, "wait") == "by hand"
+    assert client.result(waiting, "after") == {"up": "by hand"}

@@ -26,6 +26,7 @@ from jobcenter.runtime import waits
 from jobcenter.runtime.leader import Leader
 from jobcenter.runtime.recovery import Recovery
 from jobcenter.schedules.manage import add_schedule
+from jobcenter.storage import operate
 from jobcenter.storage.store import Store
 
 ONE_TASK = {"name": "upstream", "tasks": [{"id": "u", "task": "t.u"}]}
@@ -249,3 +250,36 @@ def test_recovery_redelivers_a_lost_release_and_a_lost_timeout(wstore: Store) ->
     assert task_field(store, approval, "s", 0) == "awaiting"  # its timeout is pending again
     assert "await" in leader_messages(store, approval)
     assert Recovery(store, "test-recovery").run(1).resubmitted == {}  # nothing lost now
+
+
+@pytest.mark.parametrize("awaited", ["job", "child"])
+def test_a_wait_marked_by_hand_is_left_alone_when_its_job_ends(wstore: Store, awaited: str) -> None:
+    store = wstore
+    if awaited == "job":
+        other = submit(store, ONE_TASK)
+        waiter, task = submit(store, waiter_job(job=other)), "gate"
+    else:  # a task waiting for the child job it spawned
+        waiter, task = submit(store, {"name": "parent", "tasks": [{"id": "p", "task": "t.p"}]}), "p"
+        (t,) = store.claim(
+            H1, ["default"], max_tasks=1, max_leader=0, shard=store.keys.job_shard(waiter)
+        ).tasks
+        marker = spawn({"name": "child", "tasks": [{"id": "c", "task": "t.c"}]}).packed()
+        store.complete(H1, [(waiter, 0, t.token, marker)])
+        (other,) = store.child_jobs(waiter)
+    leader_round(store)  # registered with the job it waits for
+    assert store.job_awaiters(other) == [waiter]
+    assert task_field(store, waiter, "s", 0) == "awaiting"
+
+    assert operate.mark(store, waiter, task, "succeeded", result="by hand", by="ann") == "awaiting"
+    assert Recovery(store, "test-recovery").run().resubmitted == {}  # no wait left to redo
+    for shard in range(store.settings.shards):  # both jobs run to their end
+        for t in store.claim(H1, ["default"], max_tasks=100, max_leader=0, shard=shard).tasks:
+            store.complete(H1, [(t.job_id, t.index, t.token, codec.pack("from the job"))])
+    assert job_field(store, other, "state") == "succeeded"
+    leader_round(store)  # the awaited job's end: its 'waiters' message
+
+    assert store.result(waiter, task) == "by hand"
+    assert job_field(store, waiter, "state") == "succeeded"
+    assert store.job_awaiters(other) == []
+    assert "waiters" not in leader_messages(store, other)
+    assert [h["state"] for h in store.history(waiter) if h["task"] == task][-1] == "succeeded"

@@ -1,7 +1,8 @@
 """Tasks that wait for the world (`wait_for: {signal: NAME}`) through the Lua transitions, on
 a real Redis: a wait holds no queue entry, lease or slot; a signal's payload becomes its
 result and releases its children; a signal before the wait is kept; a second one is a no-op
-with the same payload and refused with another; a timeout fails the wait."""
+with the same payload and refused with another; a timeout fails the wait; a wait marked by
+hand ends so, and a later signal or timeout changes nothing."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from lua_helpers import (
     LEADER,
     claim,
     complete_one,
+    history_of,
     job_field,
     leader_messages,
     submit_and_split,
@@ -25,6 +27,7 @@ from jobcenter.errors import SpecError, WrongState
 from jobcenter.model import codec
 from jobcenter.model.spec import parse_spec
 from jobcenter.runtime.leader import Leader
+from jobcenter.storage import operate
 from jobcenter.storage.jobs.attempts import unpack_input
 from jobcenter.storage.store import StartedTask, Store
 
@@ -142,3 +145,41 @@ def test_wait_for_is_checked_when_the_spec_is_read() -> None:
         "signal": "approve",
         "timeout": 3600.0,
     }
+
+
+def test_a_wait_marked_succeeded_by_hand_ends_so_and_its_signal_comes_too_late(
+    store: Store,
+) -> None:
+    job_id, _ = submit_and_split(store, approval_job(timeout=3600))
+    (prepare,) = claim(store, H1)
+    complete_one(store, H1, job_id, prepare.index, prepare.token)
+    assert operate.mark(store, job_id, "approve", "succeeded", result={"by": "on-call"},
+                        by="ann", reason="approved on the phone") == "awaiting"  # fmt: skip
+
+    assert task_field(store, job_id, "s", 1) == "succeeded"
+    (line,) = [h for h in history_of(store, job_id, "approve") if h["handler"] == "ann"]
+    assert line["error"] == "marked succeeded by ann: approved on the phone"
+    with untouched(store), pytest.raises(WrongState, match="or was marked succeeded by hand"):
+        store.signal(job_id, "approve", {"by": "bob"})
+    assert store.signal(job_id, "approve", {"by": "on-call"}) == (0, 0)  # its result: a no-op
+    Leader(store, LEADER).await_due(job_id)  # its timeout: nothing waits, none is due again
+    assert task_field(store, job_id, "s", 1) == "succeeded"
+    assert "await" not in leader_messages(store, job_id)
+    (ship,) = claim(store, H1)  # released once
+    assert inputs_of(ship) == {"ok": {"by": "on-call"}}
+    assert claim(store, H1) == []
+    assert complete_one(store, H1, job_id, ship.index, ship.token) == 0
+    assert job_field(store, job_id, "state") == "succeeded"
+
+
+def test_a_wait_marked_failed_fails_its_children_and_a_later_signal_is_refused(
+    store: Store,
+) -> None:
+    job_id = run_prepare(store)
+    operate.mark(store, job_id, "approve", "failed", by="ann", reason="rejected")
+
+    assert task_field(store, job_id, "s", 1) == "failed"
+    assert task_field(store, job_id, "s", 2) == "upstream_failed"
+    assert job_field(store, job_id, "state") == "failed"
+    with untouched(store), pytest.raises(WrongState, match="has finished"):
+        store.signal(job_id, "approve", "yes")

@@ -1,12 +1,14 @@
 --[[ mark: settle a task by hand (`jobcenter mark`): it ends succeeded (with the result
   given), failed or skipped, and the job goes on as if it had ended so: its children are
   released, or the failure or skip is passed on to them. Allowed from waiting, queued,
-  retry_wait (its due retry never runs), failed and upstream_failed; refused while an
-  attempt runs (running, timed_out) and once it ended otherwise (clear it first). A task
-  that had ended is first put back as revive does, with the ended tasks below it (the first
-  chunk of them; the caller resets the rest with revive.lua), counted with it as not ended;
-  then it ends as marked, in the same call. A mapped task once expanded is settled through
-  its instances. The history gets a line: who marked it, and why.
+  retry_wait (its due retry never runs), awaiting (what it waits for finds it no longer
+  awaiting: a later signal is refused, the awaited job's end and its timeout leave it as
+  marked), failed and upstream_failed; refused while an attempt runs (running, timed_out)
+  and once it ended otherwise (clear it first). A task that had ended is first put back as
+  revive does, with the ended tasks below it (the first chunk of them; the caller resets the
+  rest with revive.lua), counted with it as not ended; then it ends as marked, in the same
+  call. A mapped task once expanded is settled through its instances. The history gets a
+  line: who marked it, and why.
   KEYS: the job context (_job.lua)
   ARGV[FIRST_OWN_ARG] task index  ARGV[FIRST_OWN_ARG+1] succeeded | failed | skipped
   ARGV[FIRST_OWN_ARG+2] its result, msgpack ('' for none: a succeeded task's result is nil)
@@ -22,7 +24,7 @@ local i, outcome, result = ARGV[FIRST_OWN_ARG], ARGV[FIRST_OWN_ARG + 1], ARGV[FI
 local who, why = ARGV[FIRST_OWN_ARG + 3], ARGV[FIRST_OWN_ARG + 4]
 -- from a state a task may be marked in: whether it had ended
 local MARKABLE = {[T_WAITING] = false, [T_QUEUED] = false, [T_RETRY_WAIT] = false,
-  [T_FAILED] = true, [T_UPSTREAM_FAILED] = true}
+  [T_AWAITING] = false, [T_FAILED] = true, [T_UPSTREAM_FAILED] = true}
 -- how each outcome reaches the children (parent_ended) and the job counter it counts in
 local FRONTIER_KIND = {[T_SUCCEEDED] = 'r', [T_FAILED] = 'f', [T_SKIPPED] = 'k'}
 
@@ -69,7 +71,8 @@ if had_ended then -- alive again for a moment, as revive would make it, then end
   local failed, skipped = RESET.apply(now, EVENT_KIND.REVIVED)
   reset = #RESET.list
   RESET.reopen_job(PACKED, 1 + reset, 1 + failed, skipped, now)
-else -- out of wherever it waits: its queue, the retries, a reservation, a full limit
+else -- out of wherever it waits: its queue, the retries, a reservation, a full limit (an
+  -- awaiting task is in none of them: it stays in the job's `awaits`, read by state)
   local queue = QUEUES[task_queue(i)]
   redis.call('ZREM', queue.ready, queue_member(i))
   redis.call('ZREM', queue.delayed, task_priority(i) .. '|' .. queue_member(i))

@@ -30,9 +30,10 @@ for i in string.gmatch(redis.call('HGET', JOB, JOB_FIELD.AWAITS) or '', '%d+') d
     local got = f[3] or (f[1] == T_SUCCEEDED and (f[4] or ''))
     if got == payload then
       same = same + 1
-    elseif got then
+    elseif got then -- kept, or it succeeded: released by the signal, or marked (mark.lua)
       why = task .. ' of ' .. job_text .. ' already got signal ' .. name
-        .. ' with another payload: a signal is sent once'
+        .. ' with another payload' .. (f[3] and '' or ' (or was marked succeeded by hand)')
+        .. ': a signal is sent once'
     elseif f[1] == T_AWAITING then
       release[#release + 1] = i
     elseif f[1] == T_WAITING then

@@ -406,7 +406,7 @@
   // Clear (run again) and mark (settle by hand) a task: the states each takes, as the
   // server's clear and mark allow them. The reason and a mark's result go in the URL.
   const CLEARABLE = ["succeeded", "failed", "upstream_failed", "skipped"];
-  const MARKABLE = ["waiting", "queued", "retry_wait", "failed", "upstream_failed"];
+  const MARKABLE = ["waiting", "queued", "retry_wait", "awaiting", "failed", "upstream_failed"];
   const drafts = {}; // task id -> what was typed: the panel is drawn again while a task lives
   function operateButtons(t) {
     const canClear = CLEARABLE.includes(t.state);
