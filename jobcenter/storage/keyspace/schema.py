@@ -166,7 +166,7 @@ class JobField(StrEnum):
     # back: a reader that sees the same count after reading one form read it whole
     SWAPS = "swaps"
     TRIGGER_RULES = "rules"  # 1 when a task with parents has a trigger rule other than the default
-    NOTIFY_ON = "notify_on"  # the final states to tell of, comma-separated (spec `notify:`)
+    NOTIFY_ON = "notify_on"  # final states and events to tell of, comma-separated (`notify:`)
     NOTIFY_TO = "notify_to"  # the channels told (jobcenter.model.notify.Channel), comma-separated
     TASK_FAILED_NOTICES = "task_failed_notices"  # its tasks failed for good, counted for notices
     WEBHOOK = "webhook"  # the URL the webhook channel posts to
