@@ -1,6 +1,6 @@
-"""A job's `notify:` section: which final states are told, and to whom (a webhook, the
-job-finished hooks registered on the workers). Pure: parsing and the names shared with
-storage and runtime; delivery itself is jobcenter/runtime/notifier.py."""
+"""A job's `notify:` section: which final states (and events: late, a task failed) are told,
+and to whom (a webhook, the job-finished hooks registered on the workers). Pure: parsing and
+the names shared with storage and runtime; delivery itself is jobcenter/runtime/notifier.py."""
 
 from __future__ import annotations
 
@@ -19,6 +19,27 @@ from .states import JobState
 MAX_URL_LENGTH = 2_000
 FINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 NOTIFY_KEYS = frozenset({"on", "webhook", "hook"})
+# Events told while the job runs, besides its end: past its sla, a task failed for good.
+LATE = "late"
+TASK_FAILED = "task_failed"
+NOTICE_EVENTS = (LATE, TASK_FAILED)
+TASK_FAILED_NOTICES_MAX = 10  # task_failed notices per job; the final notice counts the rest
+
+
+class NoticeKind(StrEnum):
+    """What a notification tells of (its body's `kind`)."""
+
+    FINISHED = "finished"  # the job ended in one of `on`'s final states
+    LATE = LATE  # the job is still unfinished past its sla
+    TASK_FAILED = TASK_FAILED  # one of its tasks failed for good (dead-lettered)
+
+
+def parse_delivery(name: str) -> tuple[Channel, NoticeKind, int | None]:
+    """A delivery's name, "<channel>" for the job's end, "<channel>:late", or
+    "<channel>:task_failed:<task index>": its channel, kind and task index."""
+    channel, _, rest = name.partition(":")
+    kind, _, index = rest.partition(":")
+    return Channel(channel), NoticeKind(kind or NoticeKind.FINISHED), int(index) if index else None
 
 
 class Channel(StrEnum):
@@ -40,7 +61,8 @@ class DeliveryState(StrEnum):
 
 @dataclass(frozen=True)
 class Notify:
-    """Tell `webhook` and/or the workers' hooks when the job ends in one of `on`."""
+    """Tell `webhook` and/or the workers' hooks when the job ends in one of `on`, and of the
+    events `on` lists (NOTICE_EVENTS)."""
 
     on: tuple[str, ...]
     webhook: str | None = None
@@ -69,7 +91,8 @@ def _bad(problem: str) -> SpecError:
 
 
 def parse_notify(raw: object) -> Notify:
-    """Validate a spec's `notify:` mapping: `on` a non-empty list of final job states,
+    """Validate a spec's `notify:` mapping: `on` a non-empty list of final job states and
+    events (NOTICE_EVENTS),
     `webhook` an http(s) URL, `hook` a bool; at least one of webhook and hook."""
     if not isinstance(raw, Mapping):
         raise _bad(f"must be a mapping (on, webhook, hook), got {type(raw).__name__}")
@@ -79,12 +102,14 @@ def parse_notify(raw: object) -> Notify:
     states = raw.get("on")
     if isinstance(states, str):
         states = [states]
-    known = ", ".join(FINAL_STATES)
+    known = ", ".join((*FINAL_STATES, *NOTICE_EVENTS))
     if not isinstance(states, list | tuple) or not states:
-        raise _bad(f"'on' must list the final job states to be told of ({known})")
+        raise _bad(f"'on' must list the final job states and events to be told of ({known})")
     for state in states:
-        if state not in FINAL_STATES:
-            raise _bad(f"'on' has {_SHORT.repr(state)}, not a final job state ({known})")
+        if state not in FINAL_STATES and state not in NOTICE_EVENTS:
+            raise _bad(
+                f"'on' has {_SHORT.repr(state)}, not a final job state nor an event ({known})"
+            )
     webhook = raw.get("webhook")
     if webhook is not None:
         webhook = check_webhook_url(webhook)

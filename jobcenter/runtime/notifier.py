@@ -1,4 +1,5 @@
-"""Delivers job notifications (spec `notify:`) off the task path: a poller thread takes due
+"""Delivers job notifications (spec `notify:`: the job's end, and the events it asks for: late,
+a task failed) off the task path: a poller thread takes due
 deliveries (leased, so a worker that dies mid-delivery leaves them to another), and a few
 delivery threads POST the webhook (HMAC-signed, to a checked address: runtime/webhook.py) or
 call the job-finished hooks, each attempt bounded by a short timeout; a failed attempt is
@@ -19,7 +20,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from jobcenter.model.notify import FINAL_STATES, Channel
+from jobcenter.model.notify import FINAL_STATES, Channel, NoticeKind, parse_delivery
 from jobcenter.storage import notifications
 from jobcenter.storage.server.errors import RedisError
 from jobcenter.storage.store import Store
@@ -39,7 +40,7 @@ DETAIL_MAX = 300  # characters of an error or answer kept per attempt
 SIGNATURE_HEADER = "X-Jobcenter-Signature"  # "sha256=<hex HMAC of '<timestamp>.<body>'>"
 TIMESTAMP_HEADER = "X-Jobcenter-Timestamp"  # Redis time, epoch seconds, signed with the body
 SUPERSEDED = "the job was retried before this went out: its next end is told instead"
-DELIVERY_HEADER = "X-Jobcenter-Delivery"  # "<job id>:<channel>": the same on every attempt
+DELIVERY_HEADER = "X-Jobcenter-Delivery"  # "<job id>:<delivery>": the same on every attempt
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:
@@ -69,7 +70,7 @@ class Notifier:
         self.timeout = settings.notify_timeout_seconds
         self.lease_ms = max(settings.lease_ms, int(LEASE_TIMEOUTS * self.timeout * 1000))
         self.slots = threading.Semaphore(DELIVERY_THREADS)
-        self.work: queue.Queue[tuple[Channel, str]] = queue.Queue()
+        self.work: queue.Queue[tuple[str, str]] = queue.Queue()
         self.rules = webhook.delivery_rules(store.webhook_rules)
         if settings.webhook_secret is None:
             log.info("JOBCENTER_WEBHOOK_SECRET is not set: webhooks go out unsigned")
@@ -97,8 +98,8 @@ class Notifier:
             if not due:
                 self.stopped.wait(POLL_SECONDS)
 
-    def _claim(self, limit: int) -> list[tuple[Channel, str]]:
-        due: list[tuple[Channel, str]] = []
+    def _claim(self, limit: int) -> list[tuple[str, str]]:
+        due: list[tuple[str, str]] = []
         for shard in self.shards():
             if len(due) < limit:
                 due += notifications.claim_due(self.store, shard, self.lease_ms, limit - len(due))
@@ -116,19 +117,26 @@ class Notifier:
 
     # -- one attempt -----------------------------------------------------------------------
 
-    def deliver(self, channel: Channel, job_id: str) -> None:
-        """Make one attempt at a claimed delivery and record its outcome."""
-        attempt = notifications.begin(self.store, channel, job_id, self.handler, self.lease_ms)
+    def deliver(self, delivery: str, job_id: str) -> None:
+        """Make one attempt at a claimed delivery ("<channel>[:<kind>[:<task index>]]") and
+        record its outcome."""
+        try:
+            channel, kind, task = parse_delivery(delivery)
+        except ValueError:  # its lease brings it back, for a worker of the newer release
+            log.warning("notification %s of job %s: unknown to this release", delivery, job_id)
+            return
+        attempt = notifications.begin(self.store, delivery, job_id, self.handler, self.lease_ms)
         if attempt is None:
             return
         notice = notifications.job_notice(self.store, job_id)
         if notice is None:
             return  # deleted meanwhile: its entry goes with the next claim
         url = notice.pop("webhook")
-        if notice["state"] not in FINAL_STATES:  # retried (revived) before it was told
+        if kind == NoticeKind.FINISHED and notice["state"] not in FINAL_STATES:
+            # retried (revived) before it was told
             notifications.finish(
                 self.store,
-                channel,
+                delivery,
                 job_id,
                 attempt,
                 self.handler,
@@ -137,8 +145,11 @@ class Notifier:
                 retry_ms=-1,
             )
             return
+        notice["kind"] = kind.value
+        if task is not None:
+            notice |= notifications.task_failure(self.store, job_id, task)
         if channel == Channel.WEBHOOK:
-            delivered, detail = self.post(url, notice, job_id, attempt)
+            delivered, detail = self.post(url, notice, f"{job_id}:{delivery}", attempt)
         else:
             delivered, detail = self.call_hooks(notice)
         retry_ms = -1
@@ -146,7 +157,7 @@ class Notifier:
             retry_ms = self.backoff_ms(attempt)
         state = notifications.finish(
             self.store,
-            channel,
+            delivery,
             job_id,
             attempt,
             self.handler,
@@ -157,7 +168,7 @@ class Notifier:
         if not delivered:
             log.warning(
                 "notification %s of job %s, attempt %d: %s (%s)",
-                channel,
+                delivery,
                 job_id,
                 attempt,
                 detail,
@@ -171,7 +182,7 @@ class Notifier:
         return int(delay * random.uniform(0.5, 1.0) * 1000)
 
     def post(
-        self, url: str | None, notice: dict[str, Any], job_id: str, attempt: int
+        self, url: str | None, notice: dict[str, Any], delivery_id: str, attempt: int
     ) -> tuple[bool, str]:
         """POST the notice as JSON; (delivered, what happened). Any 2xx answer delivers."""
         if not url:
@@ -182,7 +193,7 @@ class Notifier:
             "Content-Type": "application/json",
             "User-Agent": "jobcenter-notifier",
             TIMESTAMP_HEADER: timestamp,
-            DELIVERY_HEADER: f"{job_id}:{Channel.WEBHOOK}",
+            DELIVERY_HEADER: delivery_id,
         }
         secret = self.store.settings.webhook_secret
         if secret:

@@ -234,6 +234,9 @@ def trim_expired(store: Store) -> int:
                     pipe.zrem(store.keys.schedule_jobs(shard, schedule_id), job_id)
                 for tag in filter(None, tags.split(",")):
                     pipe.zrem(store.keys.tag_jobs(shard, tag), job_id)
+                # a notice told while the job ran (late, task_failed) left records with no TTL
+                pipe.delete(store.keys.notifications(job_id))
+                pipe.delete(store.keys.deliveries(job_id))
                 pipe.zrem(expiring, member)
             pipe.execute()
             trimmed += len(members)

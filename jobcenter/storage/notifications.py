@@ -1,8 +1,12 @@
 """Notification deliveries in Redis: take due ones (leased), start and end an attempt, and
 the reads that a delivery's payload and `status` need.
 
-A job whose spec has `notify:` gets one delivery per channel, recorded by the script that
-finalizes it (_job.lua, queue_notifications) in its shard's due zset; the notifier
+A job whose spec has `notify:` gets one delivery per channel and notice, recorded by the
+script that finalizes it, marks it late or fails a task (_job.lua, queue_notice) in its
+shard's due zset as "<delivery>|<job id>"; a delivery is named "<channel>" for the job's
+end, "<channel>:late" and "<channel>:task_failed:<task index>" for the events
+(jobcenter.model.notify.parse_delivery), and its record's fields are suffixed with that
+name, so each notice has its own attempts and outcome. The notifier
 (jobcenter/runtime/notifier.py) drives it through notify_claim, notify_attempt and
 notify_done.
 """
@@ -11,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from jobcenter.model.notify import Channel, DeliveryState
+from jobcenter.model.notify import LATE, TASK_FAILED, DeliveryState
 from jobcenter.model.states import TaskState
 
 from .keyspace import schema
@@ -30,20 +34,18 @@ SCAN_PAGE = 1_000  # task fields per HSCAN when looking for the failed ones
 LOG_SHOWN = 20  # attempts `status` shows per job, the latest
 
 
-def claim_due(store: StoreBase, shard: int, lease_ms: int, limit: int) -> list[tuple[Channel, str]]:
-    """Up to `limit` (channel, job id) deliveries of `shard` due now, each leased to the
+def claim_due(store: StoreBase, shard: int, lease_ms: int, limit: int) -> list[tuple[str, str]]:
+    """Up to `limit` (delivery, job id) deliveries of `shard` due now, each leased to the
     caller for `lease_ms`."""
     members = store.scripts.run("notify_claim", [store.keys.notify_due(shard)], [lease_ms, limit])
     out = []
     for member in members:
-        channel, _, job_id = text(member).partition("|")
-        out.append((Channel(channel), job_id))
+        delivery, _, job_id = text(member).partition("|")
+        out.append((delivery, job_id))
     return out
 
 
-def begin(
-    store: StoreBase, channel: Channel, job_id: str, handler: str, lease_ms: int
-) -> int | None:
+def begin(store: StoreBase, channel: str, job_id: str, handler: str, lease_ms: int) -> int | None:
     """Start an attempt at a claimed delivery: its number, or None when there is nothing to
     deliver any more (delivered by another worker meanwhile, or the job is gone)."""
     keys = store.keys.notify_keys(job_id)
@@ -53,7 +55,7 @@ def begin(
 
 def finish(
     store: StoreBase,
-    channel: Channel,
+    channel: str,
     job_id: str,
     attempt: int,
     handler: str,
@@ -107,6 +109,13 @@ def job_notice(store: StoreBase, job_id: str) -> dict[str, Any] | None:
     return notice
 
 
+def task_failure(store: StoreBase, job_id: str, index: int) -> dict[str, Any]:
+    """What a task_failed notice adds: the task's id, error and attempts."""
+    fields = [f.of(index) for f in (TaskField.ID, TaskField.ERROR, TaskField.ATTEMPTS)]
+    task_id, error, attempts = store.records(job_id).values(fields)
+    return {"task": text(task_id), "error": text(error), "attempts": int(attempts or 0)}
+
+
 def _failed_tasks(store: StoreBase, job_id: str) -> list[dict[str, Any]]:
     """The job's tasks that failed themselves (not upstream_failed), the first few, with
     their errors; read in HSCAN pages, off the task path."""
@@ -133,19 +142,27 @@ def view(redis: Redis, keys: Keys, job_id: str, job: dict[str, bytes]) -> dict[s
     channels = [c for c in channels if c]
     if not channels:
         return None
+    on = (text(job.get(JobField.NOTIFY_ON)) or "").split(",")
+    names = [*channels, *(f"{c}:{LATE}" for c in channels if LATE in on)]
     due_key = keys.notify_due(keys.job_shard(job_id))
     pipe: Any = redis.pipeline(transaction=False)
     pipe.hgetall(keys.notifications(job_id))
     pipe.lrange(keys.deliveries(job_id), -LOG_SHOWN, -1)
-    for channel in channels:
-        pipe.zscore(due_key, f"{channel}|{job_id}")
+    for name in names:
+        pipe.zscore(due_key, f"{name}|{job_id}")
     record, log, *due = pipe.execute()
     fields = {text(k): text(v) for k, v in record.items()}
     deliveries = {}
-    for channel, due_ms in zip(channels, due, strict=True):
-        deliveries[channel] = _delivery(fields, channel, due_ms)
+    for name, due_ms in zip(names, due, strict=True):
+        deliveries[name] = _delivery(fields, name, due_ms)
+    # a task_failed notice shows once tried ("<channel>:task_failed:<task index>")
+    tried = DeliveryField.ATTEMPTS.value
+    for field in sorted(fields):
+        name = field.removeprefix(tried)
+        if field.startswith(tried) and f":{TASK_FAILED}:" in name:
+            deliveries[name] = _delivery(fields, name, None)
     return {
-        "on": (text(job.get(JobField.NOTIFY_ON)) or "").split(","),
+        "on": on,
         "webhook": text(job.get(JobField.WEBHOOK)),
         "deliveries": deliveries,
         "attempts": [_attempt(text(entry)) for entry in log],

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from jobcenter import Job, SpecError
-from jobcenter.model.notify import Channel, Notify, parse_notify
+from jobcenter.model.notify import Channel, NoticeKind, Notify, parse_delivery, parse_notify
 from jobcenter.model.spec import parse_spec, spec_digest
 
 TASKS = [{"id": "a", "task": "t.a"}]
@@ -62,3 +62,18 @@ def test_the_builder_takes_a_notify_section() -> None:
     job = Job("built", notify={"on": ["failed"], "hook": True})
     job.task("a", "t.a")
     assert job.build().notify == Notify(("failed",), None, True)
+
+
+def test_notify_on_takes_the_events_too_and_names_them_when_wrong() -> None:
+    notify = parse_notify({"on": ["late", "task_failed", "failed"], "hook": True})
+    assert notify.on == ("late", "task_failed", "failed")
+    with pytest.raises(SpecError) as bad:
+        parse_notify({"on": ["slow"], "hook": True})
+    assert "'on' has 'slow', not a final job state nor an event" in str(bad.value)
+    assert "late, task_failed" in str(bad.value)
+
+
+def test_a_delivery_name_says_its_channel_kind_and_task() -> None:
+    assert parse_delivery("webhook") == (Channel.WEBHOOK, NoticeKind.FINISHED, None)
+    assert parse_delivery("hook:late") == (Channel.HOOK, NoticeKind.LATE, None)
+    assert parse_delivery("webhook:task_failed:7") == (Channel.WEBHOOK, NoticeKind.TASK_FAILED, 7)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from jobcenter.model import trigger_rules
+from jobcenter.model import notify, trigger_rules
 from jobcenter.model.notify import DeliveryState
 from jobcenter.model.states import lua_constants
 
@@ -166,8 +166,9 @@ class JobField(StrEnum):
     # back: a reader that sees the same count after reading one form read it whole
     SWAPS = "swaps"
     TRIGGER_RULES = "rules"  # 1 when a task with parents has a trigger rule other than the default
-    NOTIFY_ON = "notify_on"  # the final states to tell of, comma-separated (spec `notify:`)
+    NOTIFY_ON = "notify_on"  # final states and events to tell of, comma-separated (`notify:`)
     NOTIFY_TO = "notify_to"  # the channels told (jobcenter.model.notify.Channel), comma-separated
+    TASK_FAILED_NOTICES = "task_failed_notices"  # its tasks failed for good, counted for notices
     WEBHOOK = "webhook"  # the URL the webhook channel posts to
     TAGS = "tags"  # spec `tags:`, `key=value` pairs sorted by key, comma-separated
     PAUSED = "paused"  # ms it was paused at, while it is (`pause JOB`)
@@ -180,7 +181,8 @@ class JobField(StrEnum):
 
 class DeliveryField(StrEnum):
     """A field of a job's notifications hash is one of these prefixes followed by the
-    channel: `s:webhook` is the state of the webhook delivery."""
+    delivery's name: `s:webhook` is the state of the webhook delivery of the job's end,
+    `s:webhook:late` of its late notice (jobcenter.model.notify.parse_delivery)."""
 
     STATE = "s:"  # its DeliveryState
     ATTEMPTS = "a:"  # attempts started for the job's current outcome
@@ -595,5 +597,9 @@ def lua_prelude() -> str:
     lines += [f"local {c.name} = {c.value}" for c in {c.name: c for c in ALL_CODES}.values()]
     # one table (_job.lua adds its event and metric helpers): a script may have 200 locals
     buckets = ", ".join(map(str, HISTOGRAM_BUCKETS_MS))
+    late, failed, most = notify.LATE, notify.TASK_FAILED, notify.TASK_FAILED_NOTICES_MAX
+    lines.append(
+        f"local NOTICE = {{LATE = '{late}', TASK_FAILED = '{failed}', TASK_FAILED_MAX = {most}}}"
+    )
     lines.append(f"local OBS = {{error_max = {EVENT_ERROR_MAX}, buckets_ms = {{{buckets}}}}}")
     return lua_constants() + trigger_rules.lua_constants() + "\n".join(lines) + "\n"

@@ -98,17 +98,6 @@ local function compact_when_settled(now)
   leader_message('compact', now)
 end
 
--- The job asked to be told of this final state (spec `notify:`): record a due delivery per
--- channel, in the finalizing script itself, so no finished job misses its notification.
--- A delivery still under way for an earlier outcome (a retried job) carries on as it is.
-local function queue_notifications(state, now)
-  local j = redis.call('HMGET', JOB, JOB_FIELD.NOTIFY_ON, JOB_FIELD.NOTIFY_TO)
-  if not j[1] or not string.find(',' .. j[1] .. ',', ',' .. state .. ',', 1, true) then return end
-  for channel in string.gmatch(j[2] or '', '[^,]+') do
-    redis.call('ZADD', NOTIFY, 'NX', now, channel .. '|' .. JOB_ID)
-  end
-end
-
 -- Close a job whose tasks all ended: succeeded only if every task succeeded; cancelled if a
 -- user cancelled it; else failed (or failed whatever its tasks did: `failed`, for a job
 -- whose tasks Redis lost). Its keys then live for the retention period (with an archive, the
@@ -137,7 +126,7 @@ local function finalize_job(now, failed)
     if IDEM ~= JOB then redis.call('PEXPIRE', IDEM, retention) end
     redis.call('ZADD', EXPIRING, now + retention, expiring_member())
   end
-  queue_notifications(state, now)
+  queue_notice(state, '', now) -- in the finalizing script: no finished job misses it
   if j[4] then leader_message('waiters', now) end -- tasks of other jobs wait for this end
   return state
 end
@@ -397,6 +386,7 @@ local function fail_task(i, now, err)
   SLOT.free_slots(i)
   redis.call('ZADD', DLQ, now, lease_member(i))
   redis.call('HINCRBY', JOB, JOB_FIELD.FAILED, 1)
+  queue_notice(NOTICE.TASK_FAILED, ':' .. NOTICE.TASK_FAILED .. ':' .. i, now, true)
   record_history(i, T_FAILED, now, err)
   push_frontier('f', i, i)
   task_finished(now)

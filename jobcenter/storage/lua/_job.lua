@@ -354,6 +354,20 @@ local function stamp_created(first, last, now)
   call_chunked('HSET', TASKS, fields)
 end
 
+-- The job asked to be told of `kind` (spec `notify:` `on`: a final state or an event): a due
+-- delivery per channel, "<channel><suffix>|<job>", each its own record (notifications.py).
+-- A delivery still under way for an earlier outcome (a retried job) carries on as it is.
+-- `counted`: one of the job's first NOTICE.TASK_FAILED_MAX task_failed notices, else none.
+local function queue_notice(kind, suffix, now, counted)
+  local j = redis.call('HMGET', JOB, JOB_FIELD.NOTIFY_ON, JOB_FIELD.NOTIFY_TO)
+  if not j[1] or not string.find(',' .. j[1] .. ',', ',' .. kind .. ',', 1, true) then return end
+  if counted and redis.call('HINCRBY', JOB, JOB_FIELD.TASK_FAILED_NOTICES, 1)
+      > NOTICE.TASK_FAILED_MAX then return end
+  for channel in string.gmatch(j[2] or '', '[^,]+') do
+    redis.call('ZADD', NOTIFY, 'NX', now, channel .. suffix .. '|' .. JOB_ID)
+  end
+end
+
 -- Labels of task i's metrics: its queue and task name ('?' when its payload is gone).
 function OBS.task_labels(i, name)
   name = name or OBS.payload_task_name(redis.call('HGET', TASKS, TF_PAYLOAD .. i)) or '?'
