@@ -27,7 +27,7 @@ from functools import cache
 from typing import Any, TypeVar
 
 import jobcenter
-from jobcenter import Fatal, Retry, current_task, gate, spawn, task
+from jobcenter import Fatal, Retry, current_task, gate, task
 
 try:
     from jobcenter.storage.server.connection import client_for
@@ -296,6 +296,9 @@ async def aprints(label: str) -> str:
 def spawner(depth: int = 1, gate: str = "", fail: bool = False) -> Any:
     """Starts a child job and ends with it: with depth > 1 the child spawns in turn; at the
     bottom a task that records its run (or blocks on `gate`, or fails)."""
+    # imported here: workers of the previous release load this module too (rolling upgrade)
+    from jobcenter import spawn
+
     _record("run", label=f"spawner-{depth}")
     if depth > 1:
         again = {"depth": depth - 1, "gate": gate, "fail": fail}

@@ -91,7 +91,7 @@ def _record(tasks: int, created: int) -> bytes:
         history.append(
             f"{i}\t1\tsucceeded\tnode-1:4242:w\t{created + 10 + i}\t{created + 20 + i}\t".encode()
         )
-    return encode(fields, history, tasks, working=False)
+    return encode(fields, history, tasks)
 
 
 def _archived(job_id: str, tasks: int, created: int) -> ArchivedJob:

@@ -38,7 +38,7 @@ def _job(job_id: str, finished_at: int, *, error: str = "", attempts: int = 1): 
         for a in range(1, attempts + 1):
             state = "failed" if error and i == 1 else "succeeded"
             history.append(f"{i}\t{a}\t{state}\tw1\t100\t200\t{error}".encode())
-    record = encode(tasks, history, 2, working=bool(error))
+    record = encode(tasks, history, 2)
     return archived_job(job_id, fields, record, now_ms=5, result_max=1000)
 
 
