@@ -26,8 +26,11 @@ $(VENV)/.installed: pyproject.toml $(LOCK)
 demo: $(VENV)/.installed  ## the example DAG on an embedded Redis with two workers
 	@$(PY) scripts/demo.py $(DEMO_ARGS)
 
+# Two processes (pytest-xdist), each with servers of its own and whole test files, so a file's
+# tests run in order in one process; TEST_WORKERS=0 runs the suite in this one.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed  ## the whole suite, against Redis servers it starts itself
-	$(PY) -m pytest -q $(TEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(TEST_ARGS)
 
 test-api: $(VENV)/.installed  ## the HTTP API's tier: real servers, real HTTP, fuzzing
 	$(PY) -m pytest -q tests/api $(TEST_ARGS)

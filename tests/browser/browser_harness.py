@@ -42,9 +42,14 @@ return Object.fromEntries([...document.querySelectorAll('g.node[data-task]')]
 
 
 def wait(driver: Any, condition: Any, timeout: float = JOB_SECONDS, message: str = "") -> Any:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition, message)
+    # A page that redraws itself (the lists refresh on their own) may replace an element
+    # between a condition's find and its read: that poll is not an answer, the next one is.
+    return WebDriverWait(
+        driver, timeout, poll_frequency=0.05, ignored_exceptions=[StaleElementReferenceException]
+    ).until(condition, message)
 
 
 def open_job(driver: Any, url: str, job_id: str) -> None:
