@@ -115,7 +115,7 @@ def _scheduled_run(store: Store, job_id: str, name: str) -> tuple[str | None, st
             ),
             0,
         )
-    run = store.scheduled_run(schedule_id, fire)
+    run = store.schedule_run(schedule_id, fire)
     if run is not None:
         return run, "", 0
     stored = schedules.read(store, schedule_id)
@@ -123,7 +123,7 @@ def _scheduled_run(store: Store, job_id: str, name: str) -> tuple[str | None, st
     coming = state is not None and (
         fire in (state.pending, state.buffered) or (state.next is not None and state.next <= fire)
     )
-    run = store.scheduled_run(schedule_id, fire)  # submitted while the state was read?
+    run = store.schedule_run(schedule_id, fire)  # submitted while the state was read?
     if run is not None:
         return run, "", 0
     if not coming:

@@ -186,7 +186,7 @@ def test_a_schedule_wait_starts_when_that_schedules_run_of_the_same_fire_succeed
         schedule_id=nightly.id,
         fire_time=fire / 1000,
     )
-    assert store.scheduled_run(nightly.id, fire) == run
+    assert store.schedule_run(nightly.id, fire) == run
     waits.await_step(store, waiter)  # the look again (due in a few seconds) finds it
     assert task_field(store, waiter, "aj", 0) == run
     assert store.job_awaiters(run) == [waiter]

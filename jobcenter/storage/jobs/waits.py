@@ -150,12 +150,6 @@ class Waits(StoreBase):
         raw = self.redis.hget(self.keys.job(job_id).job, JobField.FIRE_TIME)
         return None if raw is None else round(float(raw) * 1000)
 
-    def scheduled_run(self, schedule_id: str, fire_ms: int) -> str | None:
-        """The job a schedule's fire at `fire_ms` submitted (its idempotency key), or None."""
-        key = f"{schedule_id}:{fire_ms}"
-        raw = self.redis.get(self.keys.idempotency(self.keys.shard_of(key), key))
-        return None if raw is None else text(raw).split("\t", 1)[0]
-
     def await_register(self, target: str, waiter: str) -> str:
         """Register job `waiter` with job `target`, which tells it when it ends. Returns
         target's state: '' when it is gone, a final state when it ended (nothing registered:
