@@ -12,6 +12,18 @@ local RESET = {revived = {}, ended = {}, list = {}, verdicts = {}, counts = {}}
 RESET.RESETTABLE = {[T_SUCCEEDED] = true, [T_FAILED] = true, [T_UPSTREAM_FAILED] = true,
   [T_SKIPPED] = true}
 
+-- Why the loaded job's tasks cannot be reset now, or nil: it must not be cancelled nor
+-- packed, and no cascade may be under way (BUSY: finish it first).
+function RESET.refusal()
+  if redis.call('HGET', JOB, JOB_FIELD.STOP) == 'cancel' then
+    return {WRONG_STATE, 'the job was cancelled'}
+  end
+  if redis.call('EXISTS', FRONTIER) == 1 then return {BUSY} end
+  if redis.call('HEXISTS', JOB, JOB_FIELD.PACKED) == 1 then
+    return {WRONG_STATE, 'the job is packed: restore it first (restore.lua)'}
+  end
+end
+
 function RESET.not_in(i, want)
   return {WRONG_STATE, 'task ' .. (redis.call('HGET', TASKS, TF_ID .. i) or i) .. ' is not '
     .. want}

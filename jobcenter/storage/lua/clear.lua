@@ -24,12 +24,8 @@ local PACKED = KEYS[14 + #JOB_STATES] -- the packed record (_job.lua)
 
 if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
-if redis.call('HGET', JOB, JOB_FIELD.STOP) == 'cancel' then return {WRONG_STATE,
-  'the job was cancelled'} end
-if redis.call('EXISTS', FRONTIER) == 1 then return {BUSY} end
-if redis.call('HEXISTS', JOB, JOB_FIELD.PACKED) == 1 then
-  return {WRONG_STATE, 'the job is packed: restore it first (restore.lua)'}
-end
+local refused = RESET.refusal()
+if refused then return refused end
 
 local who, why = ARGV[FIRST_OWN_ARG], ARGV[FIRST_OWN_ARG + 1]
 local nnamed = tonumber(ARGV[FIRST_OWN_ARG + 2])

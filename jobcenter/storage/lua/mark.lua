@@ -30,12 +30,8 @@ local FRONTIER_KIND = {[T_SUCCEEDED] = 'r', [T_FAILED] = 'f', [T_SKIPPED] = 'k'}
 
 if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
-if redis.call('HGET', JOB, JOB_FIELD.STOP) == 'cancel' then return {WRONG_STATE,
-  'the job was cancelled'} end
-if redis.call('EXISTS', FRONTIER) == 1 then return {BUSY} end
-if redis.call('HEXISTS', JOB, JOB_FIELD.PACKED) == 1 then
-  return {WRONG_STATE, 'the job is packed: restore it first (restore.lua)'}
-end
+local refused = RESET.refusal()
+if refused then return refused end
 if not FRONTIER_KIND[outcome] then
   return {WRONG_STATE, 'a task is marked succeeded, failed or skipped, not ' .. outcome}
 end
