@@ -268,7 +268,7 @@ def test_the_job_page_shows_each_notification_delivery_as_it_goes(
     quiet = client.submit(one_task(name="quiet"))
     with webhook_server([500]) as server:
         spec = one_task(task="tasks_for_tests.block", args={"gate": "n"})
-        told = {**spec, "notify": {"on": ["succeeded"], "webhook": server.url}}
+        told = {**spec, "notify": {"on": ["succeeded", "late"], "webhook": server.url}}
         job_id = allowing(client).submit(told)
         before = dashboard.get(f"/jobs/{job_id}").text
         scratch.open_gate("n")
@@ -287,6 +287,8 @@ def test_the_job_page_shows_each_notification_delivery_as_it_goes(
     waiting = row.search(before)
     assert waiting is not None and waiting.group(1) == "none"
     assert "when the job ends" in waiting.group(2) and 'data-settled="yes"' in before
+    late = re.search(r'<tr data-channel="webhook:late" data-state="none">(.*?)</tr>', before, re.S)
+    assert late is not None and "when the job is past its sla" in late.group(1)
     delivery = shown["deliveries"]["webhook"]
     assert (delivery["attempts"], delivery["error"]) == (2, "HTTP 500")
     failed = row.search(after)
