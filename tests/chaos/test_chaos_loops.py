@@ -66,6 +66,9 @@ def test_a_second_sigterm_stops_at_once_while_the_rq_child_will_not(cluster: Clu
     worker.note_rq_children()
     for pid in worker.rq_pids:
         os.kill(pid, signal.SIGSTOP)  # a child that cannot answer its SIGTERM
+    # serving: its graceful stop then waits for that child (the case under test), rather
+    # than the stop meeting the worker still starting its loops
+    wait_until(lambda: " serving " in worker.log(), message="the worker never said it serves")
     worker.stopped_by_test = True
     worker.signal(signal.SIGTERM)
     wait_until(lambda: "stopping (signal 15)" in worker.log(), message="no graceful stop")
