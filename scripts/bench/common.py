@@ -405,6 +405,9 @@ class CommandCounter(threading.Thread):
             if name == "EVALSHA":
                 sha = command[11:51].decode(errors="replace")
                 name = "EVALSHA " + self.sha_names.get(sha, sha[:8])
+            elif name == "FCALL":  # "jobcenter_<script>_<digest>"
+                function = command[9 : command.find(b'"', 9)].decode(errors="replace")
+                name = "FCALL " + function.removeprefix("jobcenter_").rsplit("_", 1)[0]
             self.requests[name] += 1
 
     def stop(self) -> dict[str, Any]:
@@ -427,6 +430,8 @@ def slowlog_entry(e: dict[str, Any], sha_names: dict[str, str]) -> dict[str, Any
     name = parts[0].upper() if parts else "?"
     if name == "EVALSHA" and len(parts) > 1:
         name = sha_names.get(parts[1], "evalsha:" + parts[1][:8])
+    elif name == "FCALL" and len(parts) > 1:  # jobcenter_<script>_<digest>
+        name = parts[1].removeprefix("jobcenter_").rsplit("_", 1)[0]
     return {
         "name": name,
         "us": int(e["duration"]),
@@ -668,7 +673,8 @@ def redis_load(before: dict[str, Any], after: dict[str, Any], wall_s: float) -> 
         if calls:
             delta[name] = {"calls": calls, "usec": usec}
     cpu_s = after["@cpu"] - before["@cpu"]
-    evalsha = delta.get("evalsha", {"calls": 0, "usec": 0})
+    calls = [delta.get(c, {"calls": 0, "usec": 0}) for c in ("evalsha", "fcall")]  # functions
+    evalsha = {k: sum(c[k] for c in calls) for k in ("calls", "usec")}
     return {
         "cpu_s": cpu_s,
         "busy_pct": 100 * cpu_s / wall_s if wall_s else None,

@@ -84,11 +84,17 @@ def lead(store: Store) -> None:
 
 
 def evalsha(store: Store) -> tuple[float, int, float]:
-    """EVALSHA usec and calls so far, and redis-server's CPU seconds (user + system): the
-    steadier figure on a busy machine, where a call's usec counts time it was preempted."""
-    stats = store.redis.info("commandstats").get("cmdstat_evalsha", {"usec": 0, "calls": 0})
+    """Script calls' usec and count so far (EVALSHA, and FCALL on a server with functions),
+    and redis-server's CPU seconds (user + system): the steadier figure on a busy machine,
+    where a call's usec counts time it was preempted."""
+    stats = store.redis.info("commandstats")
+    calls = [stats.get(f"cmdstat_{c}", {"usec": 0, "calls": 0}) for c in ("evalsha", "fcall")]
     cpu = store.redis.info("cpu")
-    return stats["usec"], stats["calls"], cpu["used_cpu_user"] + cpu["used_cpu_sys"]
+    return (
+        sum(c["usec"] for c in calls),
+        sum(c["calls"] for c in calls),
+        cpu["used_cpu_user"] + cpu["used_cpu_sys"],
+    )
 
 
 def run_batches(store: Store, batch: int) -> int:

@@ -156,14 +156,17 @@ def _timed(client: redis.Redis, call: Callable[[], T], durations: list[tuple[int
     """Run one script call; record its duration from SLOWLOG (microseconds) and wall clock.
 
     Redis 6.2 also logs the commands a script runs, before the script's own entry, so the
-    log is emptied before the call and the script is the newest EVALSHA entry after it.
+    log is emptied before the call and the script is the newest EVALSHA (or FCALL, on a
+    server with functions) entry after it.
     """
     client.slowlog_reset()
     started = time.perf_counter()
     result = call()
     wall = time.perf_counter() - started
     newest = [
-        e for e in client.slowlog_get(8) if e["command"].split(b" ", 1)[0].upper() == b"EVALSHA"
+        e
+        for e in client.slowlog_get(8)
+        if e["command"].split(b" ", 1)[0].upper() in (b"EVALSHA", b"FCALL")
     ]
     assert newest, "the script call is missing from SLOWLOG"
     durations.append((int(newest[0]["duration"]), wall))

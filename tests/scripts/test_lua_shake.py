@@ -8,8 +8,9 @@ import re
 import pytest
 import redis
 
-from jobcenter.storage import lua
-from jobcenter.storage.lua import ALL_SCRIPTS, source
+from jobcenter.storage.lua import ALL_SCRIPTS
+from jobcenter.storage.lua import build as lua
+from jobcenter.storage.lua.build import source
 
 # A top-level function definition, as the preludes write them.
 DEFINED = re.compile(r"^(?:local function (\w+)|function ([\w.]+)|(\w+) = function)\b", re.M)

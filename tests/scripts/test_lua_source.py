@@ -189,7 +189,7 @@ def _read_header(name: str) -> str:
 
 
 def test_the_prelude_keeps_the_constants_a_script_names_and_drops_the_rest() -> None:
-    from jobcenter.storage.lua import _constants_used
+    from jobcenter.storage.lua.build import _constants_used
 
     prelude = "local A = 'a'\nlocal B = 'b'\nLIST = {A}\nlocal C = {B}\nlocal D = 1\n"
     kept = _constants_used(prelude, "return C")

@@ -20,7 +20,7 @@ if META.packed then return {WRONG_STATE, finished} end
 local ended = META.state == J_SUCCEEDED or META.state == J_FAILED or META.state == J_CANCELLED
 
 -- checks first: every task waiting for it, and whether one refuses it
-local release, keep, same, why = {}, {}, 0, nil
+local to_release, keep, same, why = {}, {}, 0, nil
 for i in string.gmatch(redis.call('HGET', JOB, JOB_FIELD.AWAITS) or '', '%d+') do
   local f = redis.call('HMGET', TASKS, TF_STATE .. i, TF_AWAIT .. i, TF_SIGNAL .. i,
     TF_RESULT .. i, TF_ID .. i)
@@ -35,7 +35,7 @@ for i in string.gmatch(redis.call('HGET', JOB, JOB_FIELD.AWAITS) or '', '%d+') d
         .. ' with another payload' .. (f[3] and '' or ' (or was marked succeeded by hand)')
         .. ': a signal is sent once'
     elseif f[1] == T_AWAITING then
-      release[#release + 1] = i
+      to_release[#to_release + 1] = i
     elseif f[1] == T_WAITING then
       keep[#keep + 1] = i
     else
@@ -45,13 +45,13 @@ for i in string.gmatch(redis.call('HGET', JOB, JOB_FIELD.AWAITS) or '', '%d+') d
   end
 end
 -- the same signal again is a no-op, even once the job ended (until it is compacted)
-if same > 0 and not why and #release + #keep == 0 then return {ALREADY} end
+if same > 0 and not why and #to_release + #keep == 0 then return {ALREADY} end
 if ended then return {WRONG_STATE, finished} end
 if redis.call('HEXISTS', JOB, JOB_FIELD.STOP) == 1 then
   return {WRONG_STATE, job_text .. ' is being cancelled: nothing waits for signal ' .. name}
 end
 if why then return {WRONG_STATE, why} end
-if #release + #keep == 0 then
+if #to_release + #keep == 0 then
   return {WRONG_STATE, job_text .. ' has no task waiting for signal ' .. name}
 end
 
@@ -60,7 +60,7 @@ OBS.emit(EVENT_KIND.SIGNALLED, false, {EVENT_FIELD.DETAIL, name})
 for _, i in ipairs(keep) do
   redis.call('HSET', TASKS, TF_SIGNAL .. i, payload, TF_UPDATED_AT .. i, now)
 end
-for _, i in ipairs(release) do await_release(i, now, payload) end
+for _, i in ipairs(to_release) do await_release(i, now, payload) end
 redis.call('HSET', JOB, JOB_FIELD.UPDATED_AT, now)
 drain_frontier(now, nil)
-return {OK, #release, #keep}
+return {OK, #to_release, #keep}
