@@ -601,5 +601,10 @@ def lua_prelude() -> str:
     lines.append(
         f"local NOTICE = {{LATE = '{late}', TASK_FAILED = '{failed}', TASK_FAILED_MAX = {most}}}"
     )
-    lines.append(f"local OBS = {{error_max = {EVENT_ERROR_MAX}, buckets_ms = {{{buckets}}}}}")
+    # each bucket's field suffix as text: a number joined to a string is formatted by sprintf
+    suffixes = ", ".join(f"'\\t{b}'" for b in range(1, len(HISTOGRAM_BUCKETS_MS) + 2))
+    lines.append(
+        f"local OBS = {{error_max = {EVENT_ERROR_MAX}, buckets_ms = {{{buckets}}}, "
+        f"bucket_suffixes = {{{suffixes}}}}}"
+    )
     return lua_constants() + trigger_rules.lua_constants() + "\n".join(lines) + "\n"

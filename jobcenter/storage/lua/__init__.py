@@ -132,7 +132,7 @@ class Scripts:
 
 # What a server without functions (Redis 6.2) answers FCALL, and one that has not loaded a
 # library (restarted, flushed, a replica promoted before it got it).
-_NO_FUNCTIONS = re.compile(r"unknown command .?FCALL|unknown subcommand", re.I)
+_NO_FUNCTIONS = re.compile(r"unknown command .?(FCALL|FUNCTION)\b", re.I)
 _FUNCTION_MISSING = re.compile(r"Function not found", re.I)
 
 

@@ -216,16 +216,16 @@ function OBS.observe(bucket_prefix, sum_field, ms)
       break
     end
   end
-  OBS.count(bucket_prefix .. '\t' .. bucket)
+  OBS.count(bucket_prefix .. OBS.bucket_suffixes[bucket])
   OBS.count(sum_field, ms)
 end
 
 -- The payload is msgpack of a map whose first key is PAYLOAD_KEY.TASK (layout.py writes it first):
 -- the task name is the string right after it, read here without unpacking the arguments.
+OBS.TASK_KEY = string.char(160 + #PAYLOAD_KEY.TASK) .. PAYLOAD_KEY.TASK -- as a msgpack fixstr
 function OBS.payload_task_name(p)
-  local TASK_KEY = string.char(160 + #PAYLOAD_KEY.TASK) .. PAYLOAD_KEY.TASK -- the key as a msgpack fixstr
-  if not p or string.sub(p, 2, 1 + #TASK_KEY) ~= TASK_KEY then return nil end
-  local at = 2 + #TASK_KEY -- the name's msgpack header
+  if not p or string.sub(p, 2, 1 + #OBS.TASK_KEY) ~= OBS.TASK_KEY then return nil end
+  local at = 2 + #OBS.TASK_KEY -- the name's msgpack header
   local b = string.byte(p, at)
   if b >= 160 and b <= 191 then return string.sub(p, at + 1, at + b - 160) end -- fixstr
   if b == 217 then return string.sub(p, at + 2, at + 1 + string.byte(p, at + 1)) end -- str 8
