@@ -84,6 +84,34 @@ def test_a_success_folds_its_run_time_into_the_learned_estimates(store: Store) -
     }
 
 
+def test_a_success_learns_the_run_time_the_worker_measured_not_its_wait_for_a_thread(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task held beyond the free slots (a prefetch) starts in Redis before it waits for a
+    thread: the worker's own measure of the run is learned, so the next submit ranks by
+    what the tasks ran, not by how long they were held."""
+    spec = {
+        "name": "measured",
+        "tasks": [
+            {"id": "held", "task": "t.held"},
+            {"id": "long", "task": "t.long"},
+            {"id": "join", "task": "t.join", "depends_on": ["held", "long"]},
+        ],
+    }
+    job_id, _ = submit_and_split(store, spec)
+    tokens = {t.index: t.token for t in claim(store, H1)}
+    ran = {(job_id, 0): 40, (job_id, 1): 2500}
+    codes, _ = store.complete(H1, [(job_id, i, tokens[i]) for i in (0, 1)], ran_ms=ran)
+    assert codes == {(job_id, 0): 0, (job_id, 1): 0}
+
+    learned = store.learned_estimates([parse_spec(spec)])
+    assert learned["j\tmeasured\theld"] == 40 and learned["t\tt.held"] == 40
+    assert learned["j\tmeasured\tlong"] == 2500 and learned["t\tt.long"] == 2500
+    monkeypatch.setattr(jobcenter.storage.jobs.submit, "LEARNED_CACHE_SECONDS", 0.0)
+    again, _ = submit_and_split(store, spec)
+    assert [task_field(store, again, "o", i) for i in (0, 1)] == ["1", "0"]  # long first
+
+
 def test_submits_reuse_the_learned_estimates_read_within_the_cache_time(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
