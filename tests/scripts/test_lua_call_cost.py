@@ -129,7 +129,7 @@ def test_the_tasks_a_completion_hands_over_come_as_one_string(own_store: Store) 
     (task,) = own_store.claim(HANDLER, QUEUES, max_tasks=1, max_leader=0).tasks
     script_keys, argv = job_context(own_store, task.job_id)
     estimates = own_store.keys.estimates(own_store.keys.job_shard(task.job_id))
-    args = [HANDLER, NONCE, 30_000, 1, len(QUEUES), *QUEUES, task.index, task.token, NO_RESULT]
+    args = [HANDLER, NONCE, 30_000, 1, len(QUEUES), *QUEUES, task.index, task.token, NO_RESULT, ""]
 
     reply = own_store.scripts.run("complete", [*script_keys, estimates], [*argv, *args])
 

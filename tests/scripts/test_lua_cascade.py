@@ -94,9 +94,11 @@ def test_seed_000_failure_of_t4_fails_t7_and_t9_but_t8_still_runs(store: Store, 
             t5.index,
             t5.token,
             NO_RESULT,
+            "",
             t6.index,
             t6.token,
             NO_RESULT,
+            "",
         ]
         run_job_script(store, "complete", job_id, complete_args, batch=batch)
         fail_reply, complete_reply = batch.execute()

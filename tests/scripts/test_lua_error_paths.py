@@ -154,7 +154,7 @@ def test_a_never_started_task_cannot_be_completed_or_heartbeated(
 # ARGV after the job context, for a call on task 0 attempt 1 (or the job as a whole).
 UNKNOWN_JOB_CALLS: dict[str, list[Any]] = {
     "start": [H1, NONCE, 0],
-    "complete": [H1, NONCE, 30_000, 0, 0, 0, f"1:{H1}:{NONCE}", NO_RESULT],
+    "complete": [H1, NONCE, 30_000, 0, 0, 0, f"1:{H1}:{NONCE}", NO_RESULT, ""],
     "fail": [H1, 0, f"1:{H1}:{NONCE}", "boom", NO_RETRY],
     "heartbeat": [H1, 30_000, 0, f"1:{H1}:{NONCE}", ""],
     "expire": [1_000, 0],

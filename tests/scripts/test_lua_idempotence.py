@@ -61,7 +61,7 @@ def test_one_batch_naming_the_same_attempt_twice_completes_it_once(store: Store)
         store,
         "complete",
         job_id,
-        [H1, NONCE, 30_000, 0, 0, A, a.token, NO_RESULT, A, a.token, NO_RESULT],
+        [H1, NONCE, 30_000, 0, 0, A, a.token, NO_RESULT, "", A, a.token, NO_RESULT, ""],
     )
     assert reply == [0, [0, 1], []]
     assert sorted(queued_indexes(store, job_id)) == [B, C]
@@ -130,7 +130,7 @@ def _complete_in_one_pipeline(
             store,
             "complete",
             job_id,
-            [handler, NONCE, 30_000, 0, 0, index, token, NO_RESULT],
+            [handler, NONCE, 30_000, 0, 0, index, token, NO_RESULT, ""],
             batch=batch,
         )
     replies = batch.execute()

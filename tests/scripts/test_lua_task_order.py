@@ -4,6 +4,7 @@ success updates the learned run times."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -82,6 +83,57 @@ def test_a_success_folds_its_run_time_into_the_learned_estimates(store: Store) -
     assert store.learned_estimates([unseen]) == {
         "j\tlearn\ta": pytest.approx(1000 + 0.3 * (ran_ms - 1000), abs=0.1)
     }
+
+
+def test_a_success_learns_the_run_time_the_worker_measured_not_its_wait_for_a_thread(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task held beyond the free slots (a prefetch) starts in Redis before it waits for a
+    thread: the worker's own measure of the run is learned, so the next submit ranks by
+    what the tasks ran, not by how long they were held."""
+    spec = {
+        "name": "measured",
+        "tasks": [
+            {"id": "held", "task": "t.held"},
+            {"id": "long", "task": "t.long"},
+            {"id": "join", "task": "t.join", "depends_on": ["held", "long"]},
+        ],
+    }
+    job_id, _ = submit_and_split(store, spec)
+    tokens = {t.index: t.token for t in claim(store, H1)}
+    ran = {(job_id, 0): 40, (job_id, 1): 2500}
+    codes, _ = store.complete(H1, [(job_id, i, tokens[i]) for i in (0, 1)], ran_ms=ran)
+    assert codes == {(job_id, 0): 0, (job_id, 1): 0}
+
+    learned = store.learned_estimates([parse_spec(spec)])
+    assert learned["j\tmeasured\theld"] == 40 and learned["t\tt.held"] == 40
+    assert learned["j\tmeasured\tlong"] == 2500 and learned["t\tt.long"] == 2500
+    monkeypatch.setattr(jobcenter.storage.jobs.submit, "LEARNED_ABSENT_SECONDS", 0.0)
+    again, _ = submit_and_split(store, spec)
+    assert [task_field(store, again, "o", i) for i in (0, 1)] == ["1", "0"]  # long first
+
+
+def test_a_submit_soon_after_a_jobs_first_run_ranks_by_what_that_run_taught(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A learned time a submit read is kept for LEARNED_CACHE_SECONDS, but a field it found
+    never learned only for LEARNED_ABSENT_SECONDS: the run after a job's first (which
+    learned it meanwhile) is ranked by it, while a burst of submits still reads once."""
+    clock = [1000.0]
+    monkeypatch.setattr(
+        jobcenter.storage.jobs.submit, "time", SimpleNamespace(monotonic=lambda: clock[0])
+    )
+    spec = {"name": "first", "tasks": [{"id": "a", "task": "t.fa"}, {"id": "b", "task": "t.fb"}]}
+    first, _ = submit_and_split(store, spec)  # nothing learned: spec order
+    assert (task_field(store, first, "o", 0), task_field(store, first, "o", 1)) == ("0", "1")
+
+    store.redis.hset(store.keys.estimates(0), mapping={"j\tfirst\ta": 10.0, "j\tfirst\tb": 900.0})
+    clock[0] += 0.5  # a burst: the read of a moment ago stands
+    burst, _ = submit_and_split(store, spec)
+    assert (task_field(store, burst, "o", 0), task_field(store, burst, "o", 1)) == ("0", "1")
+    clock[0] += 1.0  # the first run has ended: what it taught ranks the next one
+    again, _ = submit_and_split(store, spec)
+    assert (task_field(store, again, "o", 0), task_field(store, again, "o", 1)) == ("1", "0")
 
 
 def test_submits_reuse_the_learned_estimates_read_within_the_cache_time(

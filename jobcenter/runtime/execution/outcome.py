@@ -56,7 +56,7 @@ class Outcome:
     gate_backoff_ms: int = 0
     gate_give_up_ms: int = 0
     result: bytes = NO_RESULT  # what the task returned, packed (stored with its success)
-    seconds: float = 0.0  # how long the attempt ran (ThreadRunner: what prefetching goes by)
+    seconds: float = 0.0  # how long it ran (ThreadRunner): what prefetching and learning go by
     log: bytes = b""  # the attempt's output, bounded (tasklogs.py); empty: nothing to store
 
 

@@ -165,6 +165,11 @@ class Reporting(WorkerState):
                 prefetch = max(0, min(CLAIM_BATCH_MAX - take_max, prefetch))
             self.taking += take_max + prefetch  # held from the claim loop until the reply is in
         attempts = [(o.task.job_id, o.task.index, o.task.token, o.result) for o in done]
+        # the run times learned for critical_path: from the thread's start, not from Redis's
+        # (a prefetched task waited for a thread in between); 0: not measured (processes)
+        ran_ms = {
+            (o.task.job_id, o.task.index): round(o.seconds * 1000) for o in done if o.seconds > 0
+        }
         refused: RefusedInPart | None = None
         try:
             codes, taken = self.store.complete(
@@ -174,6 +179,7 @@ class Reporting(WorkerState):
                 take_max=take_max,
                 prefetch=prefetch,
                 prefetch_before=before,
+                ran_ms=ran_ms,
             )
         except RefusedInPart as exc:
             codes, taken, refused = exc.codes, exc.taken, exc

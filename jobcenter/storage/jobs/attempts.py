@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import secrets
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,9 +228,12 @@ class Attempts(StoreBase):
         take_max: int = 0,
         prefetch: int = 0,
         prefetch_before: bytes | None = None,
+        ran_ms: Mapping[tuple[str, int], int] | None = None,
     ) -> tuple[dict[tuple[str, int], int], list[StartedTask]]:
         """Complete (job, index, fencing token[, result]) attempts, each result (msgpack;
-        default NO_RESULT) stored with its success; returns a code per task and the tasks this
+        default NO_RESULT) stored with its success, and its run time (`ran_ms`, by (job,
+        index): what the worker measured; else Redis time since it started) learned for
+        critical_path; returns a code per task and the tasks this
         worker took to run at once, from `take_queues`: released children, then the next
         queued tasks of the same jobs (at most `take_max` for its free slots, and up to
         `prefetch` more, queued before the call and sorting before `prefetch_before` and
@@ -238,15 +241,17 @@ class Attempts(StoreBase):
         jobs' calls. RefusedInPart when Redis refused some jobs' calls (their tasks have no
         code)."""
         spawned = self.spawn_children(handler, done)  # type: ignore[attr-defined]
-        by_job: dict[str, list[tuple[int, str, bytes]]] = defaultdict(list)
+        by_job: dict[str, list[tuple[int, str, bytes, int | str]]] = defaultdict(list)
+        ran = ran_ms or {}
         for job_id, index, token, *result in done:
             if (job_id, index) not in spawned:  # those wait for their child job (waits.py)
-                by_job[job_id].append((index, token, result[0] if result else NO_RESULT))
+                item = (index, token, result[0] if result else NO_RESULT)
+                by_job[job_id].append((*item, ran.get((job_id, index), "")))
         nonce = new_nonce()  # of the attempts the calls start
         batch = self.scripts.batch()
         calls = len(by_job)
         for n, (job_id, items) in enumerate(by_job.items()):
-            triples = [x for item in items for x in item]
+            per_task = [x for item in items for x in item]
             share = _share(take_max, calls, n)
             extra = _share(prefetch, calls, n)
             take: int | str = share
@@ -257,7 +262,7 @@ class Attempts(StoreBase):
             args = [handler, nonce, self.settings.lease_ms, take, len(take_queues), *take_queues]
             estimates_key = self.keys.estimates(self.keys.job_shard(job_id))
             self._job_call(
-                "complete", job_id, [*args, *triples], extra_keys=[estimates_key], batch=batch
+                "complete", job_id, [*args, *per_task], extra_keys=[estimates_key], batch=batch
             )
         codes: dict[tuple[str, int], int] = dict(spawned)
         taken: list[StartedTask] = []

@@ -46,6 +46,9 @@ SUBMIT_CALL_JOBS = 100
 # Learned run times a submit reuses before reading them again: moving averages of many runs
 # drift slowly, and a read of its own would cost a one-job submit a second round trip.
 LEARNED_CACHE_SECONDS = 10.0
+# A field nothing had learned yet is read again after this: the run after a job's first
+# ranks by what that run taught, and a burst of submits of a new job reads once a second.
+LEARNED_ABSENT_SECONDS = 1.0
 LEARNED_CACHE_MAX = 100_000  # fields kept; past this the cache starts afresh
 # A submit waits at most this for its fsync: two of `everysec`'s fsyncs. Kept under half the
 # client's socket timeout (redis-py 8 defaults to 5 s), so the wait never reads as a dead link.
@@ -127,9 +130,11 @@ class Submits(StoreBase):
     def __init__(self, client: Redis, settings: Settings) -> None:
         super().__init__(client, settings)
         self._waitaof: bool | None = None  # learnt from the server on first submit
-        # learned estimates read for submits: field -> ms (None: never learned), and when
-        self._learned: dict[str, float | None] = {}
+        # learned estimates read for submits: field -> ms, fields found never learned, and when
+        self._learned: dict[str, float] = {}
         self._learned_read_at = 0.0
+        self._absent: set[str] = set()
+        self._absent_read_at = 0.0
         self._learned_lock = threading.Lock()
         self._probe_lock = threading.Lock()
         self._group_commit = GroupCommit(self._confirm_fsync)
@@ -220,24 +225,30 @@ class Submits(StoreBase):
         return PreparedSubmit(specs, job_ids, calls, batch)
 
     def _recent_estimates(self, specs: Sequence[JobSpec]) -> dict[str, float]:
-        """learned_estimates, as read at most LEARNED_CACHE_SECONDS ago: repeated submits
-        of the same jobs read them once."""
+        """learned_estimates, as read at most LEARNED_CACHE_SECONDS ago (a field found
+        never learned: LEARNED_ABSENT_SECONDS ago): repeated submits of the same jobs read
+        them once."""
         fields = {field for spec in specs for field in learned_fields(spec)}
         with self._learned_lock:
             now = time.monotonic()
             if now - self._learned_read_at > LEARNED_CACHE_SECONDS:
                 self._learned.clear()
                 self._learned_read_at = now
+            if now - self._absent_read_at > LEARNED_ABSENT_SECONDS:
+                self._absent.clear()
+                self._absent_read_at = now
             known = {name: self._learned[name] for name in fields if name in self._learned}
-        missing = sorted(fields.difference(known))
+            missing = sorted(fields.difference(known, self._absent))
         if missing:
             found = self._read_estimates(missing)
-            known.update({name: found.get(name) for name in missing})
+            known.update(found)
             with self._learned_lock:
-                if len(self._learned) + len(missing) > LEARNED_CACHE_MAX:
+                if len(self._learned) + len(self._absent) + len(missing) > LEARNED_CACHE_MAX:
                     self._learned.clear()
-                self._learned.update({name: known[name] for name in missing})
-        return {name: value for name, value in known.items() if value is not None}
+                    self._absent.clear()
+                self._learned.update(found)
+                self._absent.update(name for name in missing if name not in found)
+        return known
 
     def learned_estimates(self, specs: Sequence[JobSpec]) -> dict[str, float]:
         """The learned run times (ms) the specs' ranks need, read now: one HMGET per shard,

@@ -4,7 +4,7 @@
   may take more, it takes the next ready tasks of this job from the head of the queues this
   worker serves, as its next claim would (a flat job's completions start its next tasks in
   the same call: one round trip, not three). Each success updates the learned run time of
-  its job name + task id and of its task name.
+  its job name + task id and of its task name, from the run time the worker measured.
   KEYS: the job context (_job.lua), then KEYS[FIRST_OWN_KEY] the shard's learned-estimates hash
   ARGV[FIRST_OWN_ARG] handler id  ARGV[FIRST_OWN_ARG+1] the call's nonce, for the attempts it starts
   (start.lua)
@@ -12,9 +12,11 @@
   queued ones): "<free>" into free slots, or "<free>+<extra>" with a prefetch (NEXT.may_take), then
   "@<run order>" when the worker holds tasks with children: it prefetches only tasks before it
   ARGV[FIRST_OWN_ARG+4] number of queues the worker serves  ARGV[FIRST_OWN_ARG+5..] their names
-  then triples: task index, fencing token (_job.lua token_of), its result (msgpack bytes,
-  stored with the success; '' for None: nothing stored)
-  Returns {0, {code per triple}, {{index, attempt, payload, inputs, run order, children} per taken
+  then per task: its index, fencing token (_job.lua token_of), result (msgpack bytes, stored
+  with the success; '' for None: nothing stored) and run time in ms as the worker measured it
+  from its thread's start ('' when unknown: Redis time since its start, wait for a thread
+  included)
+  Returns {0, {code per task}, {{index, attempt, payload, inputs, run order, children} per taken
           task} (as one msgpack string: MSGPACK.tasks)} | {-4}
           | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
           | {-5}
@@ -33,7 +35,7 @@ take_left = take_left + NEXT.extra
 local nserved = tonumber(ARGV[FIRST_OWN_ARG + 4])
 local served = {}
 for k = FIRST_OWN_ARG + 5, FIRST_OWN_ARG + 4 + nserved do served[ARGV[k]] = true end
-local first_triple = FIRST_OWN_ARG + 5 + nserved
+local first_item = FIRST_OWN_ARG + 5 + nserved
 
 if not load_job() then return {META.refusal} end
 if not queues_passed() then return {KEYS_MISSING} end
@@ -94,9 +96,11 @@ function ESTIMATES.flush()
   if added then keep_hashtable(ESTIMATES.key, ESTIMATES.max - room) end -- room: what is left now
 end
 
-function ESTIMATES.learn_run(i, started, task_name, task_id)
+-- ran_ms: the run time the worker measured; a task held beyond the free slots (a prefetch)
+-- started in Redis before its wait for a thread, which Redis time would count as running.
+function ESTIMATES.learn_run(i, started, task_name, task_id, ran_ms)
   if not started then return end
-  local ms = math.max(0, now - tonumber(started))
+  local ms = tonumber(ran_ms) or math.max(0, now - tonumber(started))
   -- the instances of a mapped task (`<id>[<n>]`) share their task's estimate
   local id = task_id or i
   if string.byte(id, -1) == 93 then id = string.gsub(id, '%[%d+%]$', '') end -- ends in ']'
@@ -260,7 +264,7 @@ end
 local codes, done = {}, {}
 local writes, clears, leases, history, frontier = {}, {}, {}, {}, {}
 OBS.succeeded = {indexes = {}, attempts = {}} -- one event entry for the batch
-for k = first_triple, #ARGV, 3 do
+for k = first_item, #ARGV, 4 do
   local i, token, result = ARGV[k], ARGV[k + 1], ARGV[k + 2]
   local f = redis.call('HMGET', TASKS, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
     TF_STARTED_AT .. i, TF_CHILDREN .. i, TF_PAYLOAD .. i, TF_ID .. i, TF_QUEUE .. i,
@@ -297,7 +301,7 @@ for k = first_triple, #ARGV, 3 do
       table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', NEXT.now, ''}, '\t')
     if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
     local name = OBS.payload_task_name(f[6])
-    ESTIMATES.learn_run(i, f[4], name, f[7])
+    ESTIMATES.learn_run(i, f[4], name, f[7], ARGV[k + 3])
     OBS.succeeded.indexes[#OBS.succeeded.indexes + 1] = i
     OBS.succeeded.attempts[#OBS.succeeded.attempts + 1] = f[2]
     if OBS.metrics_on then -- labels as OBS.task_labels makes them, from the read above
