@@ -203,7 +203,9 @@ function OBS.flush_counts()
     if n ~= 0 then added = redis.call('HINCRBY', OBS.metrics, field, n) == n or added end
   end
   OBS.counts = {}
-  if added then keep_hashtable(OBS.metrics, redis.call('HLEN', OBS.metrics)) end
+  -- once a call: a hash table stays one for as long as Redis runs
+  if added and not OBS.kept then keep_hashtable(OBS.metrics, redis.call('HLEN', OBS.metrics)) end
+  OBS.kept = OBS.kept or added
 end
 
 -- One observation (ms) of a histogram: its bucket's counter and the sum (schema.py).

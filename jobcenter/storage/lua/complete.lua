@@ -299,7 +299,7 @@ for k = first_item, #ARGV, 4 do
     leases[#leases + 1] = lease_member(i)
     history[#history + 1] =
       table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', NEXT.now, ''}, '\t')
-    if f[5] then frontier[#frontier + 1] = 'r|' .. i .. '|' .. i .. '|1' end
+    if f[5] then frontier[#frontier + 1] = {'r', i, i, f[5]} end -- its children, told below
     local name = OBS.payload_task_name(f[6])
     ESTIMATES.learn_run(i, f[4], name, f[7], ARGV[k + 3])
     OBS.succeeded.indexes[#OBS.succeeded.indexes + 1] = i
@@ -320,10 +320,9 @@ if #leases > 0 then
   OBS.emit_many(EVENT_KIND.SUCCEEDED, OBS.succeeded.indexes, OBS.succeeded.attempts,
     {EVENT_FIELD.HANDLER, handler})
   append_history(history)
-  call_chunked('RPUSH', FRONTIER, frontier)
   task_finished(now, #leases)
 end
 ESTIMATES.flush()
-drain_frontier(now, take, COMPLETE_FRONTIER_BUDGET)
+drain_frontier(now, take, COMPLETE_FRONTIER_BUDGET, frontier)
 NEXT.take_queued()
 return {OK, codes, MSGPACK.tasks(taken)}
