@@ -7,6 +7,15 @@ Two shapes of zero-work tasks (bench.noop), run by the bench's workers (2 x 32 s
   deep   small deep DAGs one after another: ten levels of 5-10 tasks, each with 1-3
          parents in the level above
 
+and one shape of tasks that do work (bench.work: each sleeps 20-60 ms, drawn per task):
+
+  level  root -> 1,000: the level's makespan (from the root's end to its last task's end)
+         over the zero-overhead greedy schedule of the same tasks on the same slots (list
+         scheduling in spec order, every slot taking the next task the moment it frees;
+         target: within 1.05 x); and over the greedy schedule of what each task's body
+         took, measured in it and returned (its sleep and its record, an RPUSH: under load
+         its sleep wakes late and its RPUSH waits, which no order of the tasks can help)
+
 Every task's ready time is its `tq` (Redis TIME of the transition that queued it, or of the
 completion that took it at once) and its start its `ts` (start.lua); `tf` ends it. A task
 *had a free slot* when, at its ready time, the tasks running plus the ready ones that started
@@ -20,6 +29,7 @@ wall time on a shared machine). Times are Redis ms: a wait under 1 ms reads as 0
 from __future__ import annotations
 
 import bisect
+import heapq
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +46,8 @@ DEEP_JOBS = 30  # deep DAGs per run, one at a time
 SEED = 15
 P99_TARGET_MS = 20.0
 LEVEL_TARGET_MS = 1.5
+WORK_MS = (20, 60)  # a level task's sleep, drawn per task
+MAKESPAN_TARGET = 1.05  # a level's makespan over the greedy schedule's
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,26 @@ def deep_spec(rng: random.Random, levels: int = DEEP_LEVELS) -> dict[str, Any]:
             tasks.append(task)
         above = here
     return {"name": "bench-deep", "tasks": tasks}
+
+
+def level_spec(rng: random.Random, width: int) -> tuple[dict[str, Any], list[float]]:
+    """root -> width tasks of work; and their durations (ms), in spec order."""
+    durations = [float(rng.randint(*WORK_MS)) for _ in range(width)]
+    tasks: list[dict[str, Any]] = [{"id": "root", "task": "bench.noop"}]
+    tasks += [
+        {"id": f"w{i}", "task": "bench.work", "args": [ms / 1000], "depends_on": ["root"]}
+        for i, ms in enumerate(durations)
+    ]
+    return {"name": f"bench-level-{width}", "tasks": tasks}, durations
+
+
+def greedy_ms(durations: Sequence[float], slots: int) -> float:
+    """Makespan of list scheduling with no overhead: in order, each task starts on the slot
+    that frees first."""
+    free = [0.0] * slots
+    for ms in durations:
+        heapq.heappush(free, heapq.heappop(free) + ms)
+    return max(free)
 
 
 def had_free_slot(timings: Sequence[Timing], slots: int) -> list[Timing]:
@@ -164,6 +196,34 @@ def run_deep(bench: Bench, slots: int, jobs: int, rng: random.Random) -> dict[st
     }
 
 
+def run_level(bench: Bench, slots: int, width: int, rng: random.Random) -> dict[str, Any]:
+    """The level's makespan over the greedy schedule's, of the nominal durations and of
+    what the tasks' bodies took."""
+    spec, durations = level_spec(rng, width)
+    job_id = bench.client.submit(spec)
+    wait_job(bench, job_id, job_timeout(len(spec["tasks"])) + sum(durations) / 1000 / slots)
+    status = bench.client.status(job_id)
+    problems, _ = check_job(bench, job_id, spec, status)
+    tasks = status["tasks"]
+    took = {k: v for k, v in bench.client.store.results(job_id).items() if k != "root"}
+    bench.purge([job_id])
+    if problems or len(took) != width:
+        problems = problems or [f"job {job_id}: {width - len(took)} tasks' times missing"]
+        return {"ratio": None, "makespan_ms": None, "greedy_ms": None, "problems": problems}
+    ready = tasks["root"]["finished_at"] * 1000
+    makespan = max(t["finished_at"] for k, t in tasks.items() if k != "root") * 1000 - ready
+    greedy = greedy_ms(durations, slots)
+    bodies = greedy_ms([float(took[f"w{i}"]) for i in range(width)], slots)
+    return {
+        "ratio": makespan / greedy,
+        "bodies_ratio": makespan / bodies,
+        "makespan_ms": makespan,
+        "greedy_ms": greedy,
+        "bodies_ms": bodies,
+        "problems": problems,
+    }
+
+
 def fmt_ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -174,6 +234,7 @@ def run(bench: Bench, slots: int, repeats: int, say: Callable[[str], None]) -> l
     run_job(bench, burst_spec(100))  # warm-up: scripts loaded, thread pools filled
     bursts: list[dict[str, Any]] = []
     deeps: list[dict[str, Any]] = []
+    levels: list[dict[str, Any]] = []
     for rep in range(repeats):
         b = run_burst(bench, slots, WIDTH)
         bursts.append(b)
@@ -191,7 +252,33 @@ def run(bench: Bench, slots: int, repeats: int, say: Callable[[str], None]) -> l
             f"{fmt_ms(pct(d['level_ms'], 0.9))} ms; ready -> started p99 "
             f"{fmt_ms(pct(d['waits'], 0.99))} ms"
         )
-    return [summary("burst 2 x 1,000 (root, join)", bursts), summary("deep 10 x 5-10", deeps)]
+        time.sleep(0.2)
+        lv = run_level(bench, slots, WIDTH, rng)
+        levels.append(lv)
+        say(
+            f"  run {rep + 1} level: makespan {fmt_ms(lv['makespan_ms'])} ms, greedy "
+            f"{fmt_ms(lv['greedy_ms'])} ms: {ratio(lv['ratio'])}; on the bodies' times "
+            f"{fmt_ms(lv.get('bodies_ms'))} ms: {ratio(lv.get('bodies_ratio'))}"
+        )
+    return [
+        summary("burst 2 x 1,000 (root, join)", bursts),
+        summary("deep 10 x 5-10", deeps),
+        level_summary(levels),
+    ]
+
+
+def ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f} x"
+
+
+def level_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    ratios = [r["ratio"] for r in runs if r["ratio"] is not None]
+    return {
+        "shape": f"level 1,000 x {WORK_MS[0]}-{WORK_MS[1]} ms",
+        "ratios": ratios,
+        "bodies_ratios": [r["bodies_ratio"] for r in runs if r["ratio"] is not None],
+        "problems": [p for r in runs for p in r["problems"]],
+    }
 
 
 def summary(shape: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -221,6 +308,8 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
         "|---|---|---|---|---|",
     ]
     for r in rows:
+        if "ratios" in r:
+            continue
         level = (
             "-"
             if r["level_p50_ms"] is None
@@ -231,4 +320,13 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
             f"{fmt_ms(r['p99_ms'])} / {fmt_ms(r['max_ms'])} ms | {level} | "
             f"{r['cpu_worker_us']:.0f} / {r['cpu_redis_us']:.0f} |"
         )
+    for r in rows:
+        if "ratios" in r:
+            lines.append(
+                f"\n{r['shape']}: makespan over the greedy schedule's (target < "
+                f"{MAKESPAN_TARGET} x): median {ratio(pct(r['ratios'], 0.5))}, worst "
+                f"{ratio(max(r['ratios'], default=None))}; over the greedy schedule of what "
+                f"the bodies took: median {ratio(pct(r['bodies_ratios'], 0.5))}, worst "
+                f"{ratio(max(r['bodies_ratios'], default=None))}"
+            )
     return "\n".join(lines)

@@ -81,6 +81,16 @@ def sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
+@task(name="bench.work")
+def work(seconds: float) -> float:
+    """bench.noop, then a known duration of work (`--only=burst`'s level: its makespan);
+    returns what its body took (its record and its sleep), in ms."""
+    began = time.monotonic()
+    _record()
+    time.sleep(seconds)
+    return (time.monotonic() - began) * 1000
+
+
 @task(name="bench.result")
 def result() -> bytes:
     """bench.noop that returns 100 bytes (W1r: the cost of stored results)."""

@@ -80,6 +80,7 @@ def test_cancel_empties_queues_revokes_attempts_and_finalizes_cancelled(store: S
     assert job_field(store, job_id, "ncancelled") == "6"
     assert [h["state"] for h in history_of(store, job_id, "a")] == ["cancelled"]
 
+    assert claim(store, H2) == []  # (a claim for nothing drops the wake-up tokens left)
     with untouched(store):  # the revoked attempts' reports are rejected
         assert complete_one(store, H1, job_id, A, running[A].token) == -3
         # ... and the heartbeat tells the attempt's worker to stop it

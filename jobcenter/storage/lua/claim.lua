@@ -247,13 +247,21 @@ for k = 9, #KEYS, 3 do
     redis.call('HSET', LIMITS, LIMIT_FIELD.RATE_WINDOW .. qname,
       rate.start .. '|' .. rate.count + before - want)
   end
-  -- more that this release can run: not only what it passed over (no wake-up ping-pong)
-  local more = wanted and not emptied and skipped < NEWER_SKIPPED_MAX
-    and redis.call('ZCARD', ready) > skipped
+  -- what is left in the queue (read to its end: what it passed over), and more that this
+  -- release can run: not only what it passed over (no wake-up ping-pong)
+  local left = wanted and (emptied and skipped or redis.call('ZCARD', ready))
+  local more = wanted and skipped < NEWER_SKIPPED_MAX and left > skipped
   if rate and rate_left <= 0 and more then -- the queue waits for the window's end: say when,
     due_in(rate.ends - now) -- so workers wake then
   elseif more then
     wake(wake_key, 1) -- more is ready: wake another idle worker rather than leave it asleep
+  elseif left == 0 and before == want then
+    -- a claim for nothing: the tokens still in the queue's wake list announced tasks taken
+    -- already (completions take most of a burst). Each would cost an idle worker another
+    -- claim for nothing, holding its free slots meanwhile (a completion then cannot fill
+    -- them with the children it releases: they wait for a claim), so they go; what is
+    -- queued next pushes its own.
+    redis.call('DEL', wake_key)
   end
   local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
   if first[2] then due_in(math.max(0, tonumber(first[2]) - now)) end
