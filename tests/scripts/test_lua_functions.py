@@ -14,6 +14,7 @@ from helpers import FUNCTIONS, server_of_version
 from jobcenter.config import Settings
 from jobcenter.model.spec import spec_from_any
 from jobcenter.model.states import JobState
+from jobcenter.storage import lua
 from jobcenter.storage.lua import ALL_SCRIPTS, library
 from jobcenter.storage.lua.library import LibraryError, _library_text
 from jobcenter.storage.server.embedded import RedisServer
@@ -119,3 +120,20 @@ def test_each_call_starts_from_fresh_locals(functions_server: RedisServer) -> No
 def test_a_script_a_library_would_change_is_left_to_evalsha(source: str, problem: str) -> None:
     with pytest.raises(LibraryError, match=problem):
         _library_text("jobcenter_test_refused", source)
+
+
+def test_a_library_the_server_refuses_runs_as_evalsha(
+    functions_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server whose Lua would not compile a script's library (another build, a limit it
+    sets lower) runs that script as EVALSHA and the others as functions."""
+    real = lua.library
+    broken = "#!lua name=jobcenter_broken\nthis is not Lua\n"
+    monkeypatch.setattr(
+        lua, "library", lambda name: (real(name)[0], broken) if name == "claim" else real(name)
+    )
+    store = Store.from_settings(Settings(redis_url=functions_server.url, namespace="fn"))
+    run_job(store)
+    calls = script_calls(store.redis)
+    assert calls["evalsha"] > 0 and calls["fcall"] > 0
+    assert store.scripts.refused == {"claim"}

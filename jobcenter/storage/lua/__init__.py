@@ -5,7 +5,9 @@ call repeated."""
 
 from __future__ import annotations
 
+import logging
 import re
+from functools import cache
 from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError, ResponseError
@@ -22,6 +24,8 @@ from .build import (
     source,
 )
 from .library import LibraryError, library
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ALL_SCRIPTS",
@@ -52,6 +56,8 @@ class Scripts:
         self.direct = not is_cluster(redis)
         # whether the server may have functions: until a call says it has none
         self.functions = self.direct
+        # scripts whose library this server refused (its Lua would not compile it): EVALSHA
+        self.refused: set[str] = set()
 
     def load(self, name: str) -> None:
         if self._function(name):
@@ -59,19 +65,20 @@ class Scripts:
                 self.redis.execute_command("FUNCTION", "LOAD", "REPLACE", library(name)[1])
                 return
             except ResponseError as exc:
-                if not _NO_FUNCTIONS.search(str(exc)):
-                    raise
-                self.functions = False
+                if _NO_FUNCTIONS.search(str(exc)):
+                    self.functions = False
+                else:
+                    self.refused.add(name)
+                    log.warning(
+                        "script %s runs as EVALSHA: the server refused its library: %s", name, exc
+                    )
         self.redis.script_load(source(name))
 
     def _function(self, name: str) -> str | None:
         """The function script `name` runs as, or None for EVALSHA."""
-        if not self.functions:
+        if not self.functions or name in self.refused:
             return None
-        try:
-            return library(name)[0]
-        except LibraryError:
-            return None
+        return _function_of(name)
 
     def command(self, name: str, keys: list[str], args: list[Any]) -> tuple[Any, ...]:
         """The command that runs script `name`."""
@@ -128,6 +135,15 @@ class Scripts:
 
     def batch(self) -> Batch:
         return Batch(self)
+
+
+@cache
+def _function_of(name: str) -> str | None:
+    """Script `name`'s function, or None when it does not fit a library (LibraryError)."""
+    try:
+        return library(name)[0]
+    except LibraryError:
+        return None
 
 
 # What a server without functions (Redis 6.2) answers FCALL, and one that has not loaded a
