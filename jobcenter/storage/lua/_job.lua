@@ -62,10 +62,9 @@ local function bind_job(k, job_id)
   JOB, TASKS, HISTORY, FRONTIER, IDEM = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
   JOB_ID, META = job_id, {}
 end
-
 -- Read the job's fields; false when the job hash does not exist (META.refusal: JOB_GONE), or
--- when a newer release wrote it (NEWER_PROTOCOL): this one must not change what it may not
--- understand (its queue entries, say, which it could not even find). Called before any write.
+-- a newer release wrote it (NEWER_PROTOCOL): this one must not change what it may not
+-- understand (its queue entries, which it could not even find). Called before any write.
 local function load_job()
   local m = redis.call('HMGET', JOB, JOB_FIELD.STATE, JOB_FIELD.QUEUE, JOB_FIELD.PRIORITY,
     JOB_FIELD.SEQ, JOB_FIELD.QUEUES, JOB_FIELD.TRIGGER_RULES, JOB_FIELD.PACKED, JOB_FIELD.TASKS,
@@ -264,12 +263,14 @@ local function task_priority(i)
   if p then return tonumber(p) end
   return META.priority
 end
--- Where task i stands in its queue's order, as one string that sorts the way the queue does
--- (priority, then its member): a worker runs the tasks it holds in this order. (priority,
--- member: when the caller has them.)
+-- Where task i stands in its queue's order, as one string that sorts as the queue does
+-- (priority, then its member; given when the caller has them): a worker runs what it holds so.
+OBS.order_prefix = {} -- priority -> its text, formatted once a call
 function OBS.run_order(i, priority, member)
-  return string.format('%010d', 1000000000 - (priority or task_priority(i))) .. '|'
-    .. (member or queue_member(i))
+  priority = priority or task_priority(i)
+  OBS.order_prefix[priority] = OBS.order_prefix[priority]
+    or string.format('%010d', 1000000000 - priority) .. '|'
+  return OBS.order_prefix[priority] .. (member or queue_member(i))
 end
 -- What a worker holding task i must know of its children (csv: its TF_CHILDREN, false for
 -- none): 0, none; else the run order of its first child, before which the worker may prefetch
@@ -292,13 +293,12 @@ end
 local function max_attempts(i)
   return tonumber(redis.call('HGET', TASKS, TF_MAX_ATTEMPTS .. i) or 1)
 end
--- The fencing token of a task's current attempt, from its fields as read (attempt number,
--- handler, nonce): "<attempt>:<handler>:<nonce>" (the nonce: random, drawn by the worker for
--- the claim that started it, so no two claims share a token, whatever counters Redis loses).
+-- The fencing token of a task's current attempt, from its fields: "<attempt>:<handler>:<nonce>"
+-- (the nonce: random, drawn by the worker for its claim: no two claims share a token).
 local function token_of(attempt, owner, nonce)
   return (attempt or '0') .. ':' .. (owner or '') .. ':' .. (nonce or '')
 end
--- Why a report under `token` is refused when it is not the task's current one (a: the task's
+-- Why a report under `token` is refused when it is not the task's current one (a: its
 -- attempt, handler and nonce). Stale: an attempt Redis started, that the task moved on from
 -- (its nonce is the task's: given back). Unknown: an attempt number Redis has not reached, or
 -- one it started again under another nonce: Redis lost the writes of that attempt's claim (a

@@ -172,7 +172,8 @@ function NEXT.take_queued()
         local job, index, rest = string.match(member, '^%d+|([^|]+)|(%d+)(.*)$')
         -- another job's task, or one with slots (or a newer release's: a marked entry)
         NEXT.stopped = job ~= JOB_ID or rest ~= ''
-        NEXT.stopped = NEXT.stopped or not NEXT.start(tostring(tonumber(index)), ARGV[k], member)
+        index = index and string.match(index, '^0*(%d+)$') -- unpadded, as its fields name it
+        NEXT.stopped = NEXT.stopped or not NEXT.start(index, ARGV[k], member)
         if NEXT.stopped then break end
         popped[#popped + 1] = member
       end
