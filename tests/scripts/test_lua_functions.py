@@ -137,3 +137,18 @@ def test_a_library_the_server_refuses_runs_as_evalsha(
     calls = script_calls(store.redis)
     assert calls["evalsha"] > 0 and calls["fcall"] > 0
     assert store.scripts.refused == {"claim"}
+
+
+def test_a_user_whose_acl_forbids_functions_runs_evalsha(functions_server: RedisServer) -> None:
+    """A managed Redis may deny FCALL and FUNCTION LOAD to the user jobcenter connects as,
+    while it allows EVALSHA: the scripts run as EVALSHA."""
+    admin = redis.Redis.from_url(functions_server.url)
+    admin.execute_command(
+        "ACL", "SETUSER", "worker", "on", ">secret", "~*", "&*", "+@all", "-fcall", "-function"
+    )
+    url = functions_server.url.replace("redis://", "redis://worker:secret@")
+    store = Store.from_settings(Settings(redis_url=url, namespace="fn"))
+    run_job(store)
+    calls = script_calls(admin)
+    assert calls["evalsha"] > 0 and calls["fcall"] == 0
+    assert store.scripts.functions is False

@@ -146,9 +146,13 @@ def _function_of(name: str) -> str | None:
         return None
 
 
-# What a server without functions (Redis 6.2) answers FCALL, and one that has not loaded a
-# library (restarted, flushed, a replica promoted before it got it).
-_NO_FUNCTIONS = re.compile(r"unknown command .?(FCALL|FUNCTION)\b", re.I)
+# What a server without functions (Redis 6.2), or a user whose ACL forbids them (a managed
+# Redis may), answers FCALL or FUNCTION LOAD; and one that has not loaded a library
+# (restarted, flushed, a replica promoted before it got it).
+_NO_FUNCTIONS = re.compile(
+    r"unknown command .?(FCALL|FUNCTION)\b|no permissions to run the '(fcall|function\|load)'",
+    re.I,
+)
 _FUNCTION_MISSING = re.compile(r"Function not found", re.I)
 
 

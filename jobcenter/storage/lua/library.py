@@ -14,9 +14,10 @@ function whose body is the chunk's other code, in its order:
   call builds no closure for them;
 - KEYS and ARGV are the call's keys and arguments.
 
-A script that does not fit (a function that would see more than Lua's 60 outer locals, a
-table whose functions have no table built at the top level) raises LibraryError: the loader
-then runs it with EVALSHA, as on a server without functions."""
+A script a library would change (a name declared twice at the top level, a table whose
+functions have no table built at the top level) raises LibraryError; one the server's Lua
+will not compile (a function seeing more than 60 outer locals, say) is refused at FUNCTION
+LOAD. Either way the loader runs it with EVALSHA, as on a server without functions."""
 
 from __future__ import annotations
 
