@@ -211,6 +211,9 @@ def test_a_frozen_worker_resumed_before_takeover_keeps_its_timed_out_attempt(
     spec = gated_chain("a")
     job_id = client.submit(spec)
     wait_until(lambda: cluster.starts(job_id, "a"), message="a never started")
+    # the rq child's start-up pass (SIGSTOP stops the worker, not its child) must be over:
+    # late under load, it would hold the recovery lease or sweep the lease itself
+    cluster.wait_recovery_round_done(600)
 
     worker.freeze()
     wait_until(
