@@ -152,3 +152,20 @@ def test_a_user_whose_acl_forbids_functions_runs_evalsha(functions_server: Redis
     calls = script_calls(admin)
     assert calls["evalsha"] > 0 and calls["fcall"] == 0
     assert store.scripts.functions is False
+
+
+def test_a_batch_that_finds_its_library_gone_loads_it_once(functions_server: RedisServer) -> None:
+    """After a restart or a flush, a pipeline of many calls of one script (submit_many's,
+    say) loads its library once, not once a call: each load blocks Redis for its compile."""
+    store = Store.from_settings(Settings(redis_url=functions_server.url, namespace="fn"))
+    calls = 5
+    for attempt in range(2):  # the first loads it as any first call; the second after a flush
+        if attempt:
+            store.redis.execute_command("FUNCTION", "FLUSH")
+        store.redis.config_resetstat()
+        batch = store.scripts.batch()
+        for _ in range(calls):  # releasing a lease nobody holds: refused, changes nothing
+            batch.add("singleton", ["fn:lease", "fn:round"], ["release", "nobody", "1000"])
+        assert batch.execute() == [[-1]] * calls
+        loads = store.redis.info("commandstats").get("cmdstat_function|load", {"calls": 0})
+        assert loads["calls"] == 1

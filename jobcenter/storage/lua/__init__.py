@@ -91,27 +91,24 @@ class Scripts:
         """Run script `name` now and return its reply."""
         try:
             return self._call(name, keys, args)
-        except NoScriptError:
-            self.load(name)
-            return self._call(name, keys, args)
         except ResponseError as exc:
-            if not self.missing(name, exc):
+            if not self.did_not_run(exc):
                 raise
-            return self.run(name, keys, args)
+            self.load(name)  # as a function, or as a script where that is what runs
+            return self._call(name, keys, args)
 
-    def missing(self, name: str, error: Exception) -> bool:
-        """Whether `error` says the call did not run because the server has no functions
-        (from now on: EVALSHA) or not this one yet (loaded now): run it again."""
-        if not isinstance(error, ResponseError) or isinstance(error, NoScriptError):
+    def did_not_run(self, error: object) -> bool:
+        """Whether `error` says the call did not run: its script or library is not loaded
+        (NOSCRIPT, "Function not found"), or the server has no functions for this client
+        (from now on: EVALSHA, whose script may need loading)."""
+        if isinstance(error, NoScriptError):
+            return True
+        if not isinstance(error, ResponseError):
             return False
-        message = str(error)
-        if _NO_FUNCTIONS.search(message):
+        if _NO_FUNCTIONS.search(str(error)):
             self.functions = False
             return True
-        if self._function(name) and _FUNCTION_MISSING.search(message):
-            self.load(name)
-            return True
-        return False
+        return bool(_FUNCTION_MISSING.search(str(error)))
 
     def _call(self, name: str, keys: list[str], args: list[Any]) -> Any:
         command = self.command(name, keys, args)
@@ -174,9 +171,8 @@ class Batch:
             return []
         replies = self.scripts.send([self.scripts.command(*call) for call in self.calls])
         for i, reply in enumerate(replies):
-            name = self.calls[i][0]
-            if isinstance(reply, NoScriptError) or self.scripts.missing(name, reply):
-                # that call did not run: load, run it again
+            if self.scripts.did_not_run(reply):
+                # that call did not run: run it again (the first such run loads its script)
                 try:
                     replies[i] = reply = self.scripts.run(*self.calls[i])
                 except RedisError as exc:
