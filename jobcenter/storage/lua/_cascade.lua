@@ -9,6 +9,10 @@ local map_ready, map_expand, await_ready
 
 local pending_wakes = {}
 OBS.queued = {} -- indexes queued by this call: one event, written by flush_wakes
+OBS.queued_into = {} -- queue name -> tasks this call queued into it
+local function count_queued(q) -- (pending_wakes: reset by each flush)
+  pending_wakes[q], OBS.queued_into[q] = (pending_wakes[q] or 0) + 1, (OBS.queued_into[q] or 0) + 1
+end
 local function enqueue(i, now)
   -- what it needs of the task, in one read
   local f = redis.call('HMGET', TASKS, TF_MAP_ARG .. i, TF_QUEUE .. i, TF_PRIORITY .. i,
@@ -20,7 +24,7 @@ local function enqueue(i, now)
     TF_UPDATED_AT .. i, now)
   local priority = tonumber(f[3]) or META.priority
   redis.call('ZADD', QUEUES[qname].ready, -priority, member_of(i, f[4], f[5]))
-  pending_wakes[qname] = (pending_wakes[qname] or 0) + 1
+  count_queued(qname)
   OBS.queued[#OBS.queued + 1] = i
 end
 -- enqueue() for those of tasks `indexes` still waiting (a split's ready tasks): one read
@@ -42,7 +46,7 @@ local function enqueue_waiting(indexes, now)
       entries[qname] = queued
       queued[#queued + 1] = -(tonumber(f[4]) or META.priority)
       queued[#queued + 1] = member_of(i, f[5], f[6])
-      pending_wakes[qname] = (pending_wakes[qname] or 0) + 1
+      count_queued(qname)
       OBS.queued[#OBS.queued + 1] = i
     end
   end
@@ -161,16 +165,19 @@ local function settle_lost(now)
   local left = tonumber(redis.call('HGET', JOB, JOB_FIELD.LEFT) or 0)
   redis.call('HINCRBY', JOB, JOB_FIELD.FAILED, left)
   redis.call('HSET', JOB, JOB_FIELD.ERROR, err, JOB_FIELD.LEFT, 0)
+  META.left = 0
   local state = finalize_job(now, true)
   OBS.flush_counts()
   return state
 end
 
 -- One more task (or `count` more) is terminal; the last one finalizes the job.
+-- (META.left: as load_job read it, kept current by each change of it; one write, not two)
 local function task_finished(now, count)
-  redis.call('HSET', JOB, JOB_FIELD.UPDATED_AT, now)
+  META.left = (META.left or tonumber(redis.call('HGET', JOB, JOB_FIELD.LEFT) or 0)) - (count or 1)
   META.updated_at = now
-  if redis.call('HINCRBY', JOB, JOB_FIELD.LEFT, -(count or 1)) == 0 then finalize_job(now) end
+  redis.call('HSET', JOB, JOB_FIELD.UPDATED_AT, now, JOB_FIELD.LEFT, META.left)
+  if META.left == 0 then finalize_job(now) end
 end
 
 -- Schedule a visit of i's children, telling each how i ended: 'r' succeeded, 'f' failed or
@@ -298,37 +305,6 @@ local function parent_ended(kind, c, origin, now, take)
   local verdict = rule_verdict(rule, tonumber(n[1] or 0), d, u, tonumber(n[2] or 0),
     tonumber(n[3] or 0))
   act_on_verdict(c, rule, verdict, kind, origin, now, take)
-end
-
--- Parents of task c (indexes ARGV[first..last]) counted from their states, for a repair or
--- a revive: {np, d, u, nf, nk}; a parent in `reviving` counts as not ended. Reads only.
-local FAILED_ENDS = {[T_FAILED] = true, [T_UPSTREAM_FAILED] = true, [T_CANCELLED] = true}
-local function count_parents(first, last, reviving)
-  local d, u, nf, nk = 0, 0, 0, 0 -- as in rule_verdict
-  for k = first, last do
-    local p = ARGV[k]
-    local state = task_state(p)
-    if reviving[p] or state ~= T_SUCCEEDED then d = d + 1 end -- it is to succeed again
-    if reviving[p] or not (state == T_SUCCEEDED or state == T_SKIPPED or FAILED_ENDS[state]) then
-      u = u + 1
-    elseif state == T_SKIPPED then
-      nk = nk + 1
-    elseif state ~= T_SUCCEEDED then
-      nf = nf + 1
-    end
-  end
-  return {np = last - first + 1, d = d, u = u, nf = nf, nk = nk}
-end
-
--- The verdict of task c's rule on counts from count_parents, and the rule.
-local function parents_verdict(c, counts)
-  local rule = redis.call('HGET', TASKS, TF_TRIGGER_RULE .. c) or R_ALL_SUCCESS
-  return rule_verdict(rule, counts.np, counts.d, counts.u, counts.nf, counts.nk), rule
-end
-
-local function store_parent_counts(c, counts)
-  redis.call('HSET', TASKS, TF_DEPS_LEFT .. c, counts.d, TF_PARENTS_LEFT .. c, counts.u,
-    TF_PARENTS_FAILED .. c, counts.nf, TF_PARENTS_SKIPPED .. c, counts.nk)
 end
 
 -- Tell at most `budget` of task i's children (csv, from position pos) how i ended (kind and

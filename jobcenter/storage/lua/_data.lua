@@ -246,7 +246,7 @@ map_expand = function(m, budget, now)
   end
   call_chunked('HSET', TASKS, fields)
   redis.call('HSET', TASKS, TF_MAP_INSTANCES .. m, table.concat({first, count, j, offset}, '|'))
-  redis.call('HINCRBY', JOB, JOB_FIELD.LEFT, #written)
+  META.left = redis.call('HINCRBY', JOB, JOB_FIELD.LEFT, #written)
   for _, k in ipairs(written) do enqueue(k, now) end
   if j < count then redis.call('LPUSH', FRONTIER, 'x|' .. m .. '|0|0') end
   return budget

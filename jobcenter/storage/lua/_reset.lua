@@ -2,7 +2,39 @@
   do it: revive (retry, dlq requeue), clear and mark. A task to reset comes in ARGV as its
   index, its number of parents and their indexes, parents before children. RESET.read checks
   them all and decides each one's fate (reads only); RESET.uncount, RESET.apply and
-  RESET.reopen_job write. ]]
+  RESET.reopen_job write. A repair gets it too, for the parent counts it decides a waiting
+  task by (count_parents). ]]
+
+-- Parents of task c (indexes ARGV[first..last]) counted from their states, for a repair or
+-- a revive: {np, d, u, nf, nk}; a parent in `reviving` counts as not ended. Reads only.
+local FAILED_ENDS = {[T_FAILED] = true, [T_UPSTREAM_FAILED] = true, [T_CANCELLED] = true}
+local function count_parents(first, last, reviving)
+  local d, u, nf, nk = 0, 0, 0, 0 -- as in rule_verdict
+  for k = first, last do
+    local p = ARGV[k]
+    local state = task_state(p)
+    if reviving[p] or state ~= T_SUCCEEDED then d = d + 1 end -- it is to succeed again
+    if reviving[p] or not (state == T_SUCCEEDED or state == T_SKIPPED or FAILED_ENDS[state]) then
+      u = u + 1
+    elseif state == T_SKIPPED then
+      nk = nk + 1
+    elseif state ~= T_SUCCEEDED then
+      nf = nf + 1
+    end
+  end
+  return {np = last - first + 1, d = d, u = u, nf = nf, nk = nk}
+end
+
+-- The verdict of task c's rule on counts from count_parents, and the rule.
+local function parents_verdict(c, counts)
+  local rule = redis.call('HGET', TASKS, TF_TRIGGER_RULE .. c) or R_ALL_SUCCESS
+  return rule_verdict(rule, counts.np, counts.d, counts.u, counts.nf, counts.nk), rule
+end
+
+local function store_parent_counts(c, counts)
+  redis.call('HSET', TASKS, TF_DEPS_LEFT .. c, counts.d, TF_PARENTS_LEFT .. c, counts.u,
+    TF_PARENTS_FAILED .. c, counts.nf, TF_PARENTS_SKIPPED .. c, counts.nk)
+end
 
 -- What the script revives (true by index) and how each ended (its state before the call);
 -- the resets read, with their verdicts and parent counts. (One table: the main chunk may
@@ -119,7 +151,7 @@ end
 -- `skipped` as skipped: a finished job re-opens (running, no TTL, out of the expiring
 -- index, its compaction called off) and is finalized again when its tasks end.
 function RESET.reopen_job(packed, n, failed, skipped, now)
-  redis.call('HINCRBY', JOB, JOB_FIELD.LEFT, n)
+  META.left = redis.call('HINCRBY', JOB, JOB_FIELD.LEFT, n)
   -- (never -0: Lua writes it '-0', which HINCRBY refuses)
   if failed > 0 then redis.call('HINCRBY', JOB, JOB_FIELD.FAILED, -failed) end
   if skipped > 0 then redis.call('HINCRBY', JOB, JOB_FIELD.SKIPPED, -skipped) end

@@ -72,8 +72,9 @@ SHARD_SCRIPTS = frozenset(
     }
 )
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS
-# Job scripts that put ended tasks back to run again (_reset.lua).
-RESET_SCRIPTS = frozenset({"revive", "clear", "mark"})
+# Job scripts that put ended tasks back to run again, or count a task's parents afresh
+# (_reset.lua).
+RESET_SCRIPTS = frozenset({"revive", "clear", "mark", "repair"})
 # Scripts besides the job scripts that take or give back pool and limit slots (_slots.lua).
 SLOT_SCRIPTS = frozenset({"claim", "pool_set", "rate_set", "reconcile_slots"})
 

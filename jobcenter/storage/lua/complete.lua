@@ -27,7 +27,7 @@ local handler, nonce = ARGV[FIRST_OWN_ARG], ARGV[FIRST_OWN_ARG + 1]
 local lease_ms = tonumber(ARGV[FIRST_OWN_ARG + 2])
 -- "<free>" or "<free>+<extra>": tasks to take into free slots, and beyond them (a prefetch)
 local NEXT = {writes = {}, clears = {}, leases = {}, indexes = {}, attempts = {}, released = {},
-  slotted = {}}
+  slotted = {}, seen_empty = {}}
 local take_left = tonumber(string.match(ARGV[FIRST_OWN_ARG + 3], '^%d+'))
 NEXT.extra = tonumber(string.match(ARGV[FIRST_OWN_ARG + 3], '^%d+%+(%d+)') or 0)
 NEXT.before = string.match(ARGV[FIRST_OWN_ARG + 3], '@(.+)$') -- nil: no bound
@@ -125,6 +125,8 @@ local function take(c)
   if not served[qname] or f[2] or f[3] or f[14] or NEXT.paused(qname) then return false end
   local priority, member = tonumber(f[4]) or META.priority, member_of(c, f[5], false)
   local head = redis.call('ZRANGE', QUEUES[qname].ready, 0, 0, 'WITHSCORES')
+  -- found empty after this call queued this many into it (NEXT.take_queued)
+  if not head[1] then NEXT.seen_empty[qname] = OBS.queued_into[qname] or 0 end
   if head[1] then
     local score, head_score = -priority, tonumber(head[2])
     if score > head_score or (score == head_score and member > head[1]) then
@@ -159,13 +161,22 @@ end
 -- that does not start at once.
 function NEXT.take_queued()
   if take_left <= 0 or META.state ~= J_RUNNING then return end
-  if redis.call('SCARD', SLOT.keys.freed) > 0 then return end
-  for k = FIRST_OWN_ARG + 5, FIRST_OWN_ARG + 4 + nserved do
+  local last = FIRST_OWN_ARG + 4 + nserved
+  for k = FIRST_OWN_ARG + 5, last do
     local q = QUEUES[ARGV[k]]
     -- a queue none of this job's tasks enter: its head is not in KEYS, so nothing after it
-    if not q or NEXT.held_back(ARGV[k], q) then break end
+    if not q then break end
+    -- the last queue's head is read first: empty, nothing is taken, so nothing is checked
+    -- (a chain's hop); known empty when take() found it so and nothing was queued since
+    local head = nil
+    if k == last then
+      local known = NEXT.seen_empty[ARGV[k]] == (OBS.queued_into[ARGV[k]] or 0)
+      head = known and {} or redis.call('ZRANGE', q.ready, 0, take_left - 1)
+      if #head == 0 then break end
+    end
+    if NEXT.held_back(ARGV[k], q) then break end
     while take_left > 0 and not NEXT.stopped do
-      local head = redis.call('ZRANGE', q.ready, 0, take_left - 1)
+      head = head or redis.call('ZRANGE', q.ready, 0, take_left - 1)
       if #head == 0 then break end -- this queue is empty: on to the next one
       local popped = {}
       for _, member in ipairs(head) do
@@ -178,6 +189,7 @@ function NEXT.take_queued()
         popped[#popped + 1] = member
       end
       call_chunked('ZREM', q.ready, popped)
+      head = nil
     end
     if take_left <= 0 or NEXT.stopped then break end
   end
@@ -204,8 +216,10 @@ end
 function NEXT.paused(qname) return NEXT.queue_flags(qname)[2] ~= false end
 
 -- A queue the claim must serve first: a rate limit, or a retry due to go back into it; or
--- a paused one.
+-- a paused one; or any, while a limit's freed slots wait for a claim to put its tasks back.
 function NEXT.held_back(qname, q)
+  NEXT.freed = NEXT.freed or redis.call('SCARD', SLOT.keys.freed)
+  if NEXT.freed > 0 then return true end
   local flags = NEXT.queue_flags(qname)
   if flags[1] or flags[2] then return true end
   local due = redis.call('ZRANGE', q.delayed, 0, 0, 'WITHSCORES')
