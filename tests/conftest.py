@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from harness import Cli
 from helpers import FUNCTIONS, server_binary
 
 from jobcenter.storage.server.embedded import BINARY_ENV_VAR, RedisServer
@@ -66,6 +67,14 @@ def redis_url(redis_server: RedisServer) -> str:
 def namespace() -> str:
     """A namespace no other test uses."""
     return "t" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def cli(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Cli]:
+    """Runs `jobcenter ...` in a subprocess against this test's Redis and namespace."""
+    runner = Cli(redis_url, namespace, tmp_path)
+    yield runner
+    runner.close()
 
 
 @pytest.fixture

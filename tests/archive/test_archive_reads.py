@@ -39,13 +39,6 @@ class Workers(WorkerPool):
 
 
 @pytest.fixture
-def cli(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Cli]:
-    runner = Cli(redis_url, namespace, tmp_path)
-    yield runner
-    runner.close()
-
-
-@pytest.fixture
 def workers(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Workers]:
     """Worker processes of the test; each must stop on SIGTERM with exit 0 and without a
     traceback in its log."""

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from harness import Cli
 from integration_harness import Scratch, Workers, worker_pool
 
 from jobcenter import Client
@@ -20,14 +19,6 @@ def workers(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Workers]
     without a traceback in its log, or the test fails."""
     with worker_pool(redis_url, namespace, tmp_path) as pool:
         yield pool
-
-
-@pytest.fixture
-def cli(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Cli]:
-    """Runs `jobcenter ...` in a subprocess against this test's Redis and namespace."""
-    runner = Cli(redis_url, namespace, tmp_path)
-    yield runner
-    runner.close()
 
 
 @pytest.fixture
