@@ -348,3 +348,31 @@ def test_recovery_resumes_an_expansion_whose_frontier_was_lost(store: Store, los
     assert run.state == "succeeded"
     assert instance_ids(store, job_id) == [f"each[{i}]" for i in range(1_000)]
     assert run.result("merge")["parts"] == [i * i for i in range(1_000)]
+
+
+def test_a_completion_takes_the_instances_its_map_queued_after_it_took_a_sibling(
+    store: Store,
+) -> None:
+    """The completion that releases a map's instances takes them into its free slots, even
+    when a sibling it took directly had found the queue empty: what it queued since counts."""
+    job_id, _ = submit_and_split(
+        store,
+        {
+            "name": "take-after-map",
+            "tasks": [
+                {"id": "src", "task": "dataflow.numbers", "args": [3]},
+                {"id": "plain", "task": "dataflow.square", "args": [2], "depends_on": ["src"]},
+                {"id": "each", "task": "dataflow.square", "map": {"x": "src"}},
+            ],
+        },
+    )
+    (src,) = claim(store, H1)
+    codes, taken = store.complete(
+        H1,
+        [(job_id, src.index, src.token, codec.pack([0, 1, 2]))],
+        take_queues=["default"],
+        take_max=4,
+    )
+    assert codes == {(job_id, src.index): 0}
+    ids = store.task_field(job_id, TaskField.ID)
+    assert sorted(ids[str(t.index)] for t in taken) == ["each[0]", "each[1]", "each[2]", "plain"]
