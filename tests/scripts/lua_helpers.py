@@ -138,6 +138,8 @@ def run_job_script(
         batch.add(name, keys, argv)
         return None
     reply = store.scripts.run(name, keys, argv)
+    if name == "complete":  # a reply per job of the call: this one's
+        (reply,) = reply
     tasks_at = TASK_LISTS.get(name)
     if tasks_at is not None and reply[0] == 0:  # its task list comes as one msgpack string
         reply[tasks_at] = msgpack.unpackb(reply[tasks_at], raw=True)
@@ -145,6 +147,20 @@ def run_job_script(
 
 
 TASK_LISTS = {"start": 1, "complete": 2}  # where a script's reply has its task list
+
+
+def complete_argv(
+    handler: str, job_id: str, items: Sequence[Any], *, take: int | str = 0, lease_ms: int = 30_000
+) -> list[Any]:
+    """complete.lua's own ARGV for one job's tasks, `items` four per task (index, token,
+    result, run ms), taking `take` tasks from no queue."""
+    return [handler, NONCE, lease_ms, take, 0, 1, job_id, len(items) // 4, *items]
+
+
+def own_argv(name: str, job_id: str, args: list[Any]) -> list[Any]:
+    """A job script's own ARGV as the error-path tables give it: complete's are its tasks'
+    items only (an H1 call: complete_argv adds the rest, which names the job)."""
+    return complete_argv(H1, job_id, args) if name == "complete" else args
 
 
 def submit_call(store: Store, spec: dict[str, Any]) -> tuple[str, list[str], list[Any]]:

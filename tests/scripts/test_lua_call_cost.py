@@ -141,9 +141,10 @@ def test_the_tasks_a_completion_hands_over_come_as_one_string(own_store: Store) 
     (task,) = own_store.claim(HANDLER, QUEUES, max_tasks=1, max_leader=0).tasks
     script_keys, argv = job_context(own_store, task.job_id)
     estimates = own_store.keys.estimates(own_store.keys.job_shard(task.job_id))
-    args = [HANDLER, NONCE, 30_000, 1, len(QUEUES), *QUEUES, task.index, task.token, NO_RESULT, ""]
+    args = [HANDLER, NONCE, 30_000, 1, len(QUEUES), *QUEUES, 1, task.job_id, 1]
+    args += [task.index, task.token, NO_RESULT, ""]
 
-    reply = own_store.scripts.run("complete", [*script_keys, estimates], [*argv, *args])
+    (reply,) = own_store.scripts.run("complete", [*script_keys, estimates], [*argv, *args])
 
     assert reply[0] == 0 and isinstance(reply[2], bytes)
     (taken,) = started_tasks(task.job_id, reply[2], HANDLER, NONCE)

@@ -13,9 +13,9 @@ from lua_helpers import (
     H1,
     H2,
     NO_RETRY,
-    NONCE,
     assert_finalized,
     claim_by_index,
+    complete_argv,
     complete_one,
     job_field,
     leader_messages,
@@ -85,23 +85,9 @@ def test_seed_000_failure_of_t4_fails_t7_and_t9_but_t8_still_runs(store: Store, 
         batch = store.scripts.batch()
         fail_args = [H2, t4.index, t4.token, "ValueError: t4", NO_RETRY]
         run_job_script(store, "fail", job_id, fail_args, batch=batch)
-        complete_args = [
-            H2,
-            NONCE,
-            30_000,
-            0,
-            0,
-            t5.index,
-            t5.token,
-            NO_RESULT,
-            "",
-            t6.index,
-            t6.token,
-            NO_RESULT,
-            "",
-        ]
-        run_job_script(store, "complete", job_id, complete_args, batch=batch)
-        fail_reply, complete_reply = batch.execute()
+        items = [t5.index, t5.token, NO_RESULT, "", t6.index, t6.token, NO_RESULT, ""]
+        run_job_script(store, "complete", job_id, complete_argv(H2, job_id, items), batch=batch)
+        fail_reply, (complete_reply,) = batch.execute()
         assert fail_reply[0] == 0 and list(complete_reply[1]) == [0, 0]
 
     status = store.status(job_id)

@@ -19,6 +19,7 @@ from lua_helpers import (
     heartbeat_one,
     job_context,
     job_field,
+    own_argv,
     run_job_script,
     submit,
     submit_and_split,
@@ -151,10 +152,11 @@ def test_a_never_started_task_cannot_be_completed_or_heartbeated(
         assert store.fail(H1, job_id, B, token, "x", NO_RETRY) == (UNKNOWN, None)
 
 
-# ARGV after the job context, for a call on task 0 attempt 1 (or the job as a whole).
+# ARGV after the job context, for a call on task 0 attempt 1 (or the job as a whole); for
+# complete, the task's items (own_argv adds the rest: H1's call).
 UNKNOWN_JOB_CALLS: dict[str, list[Any]] = {
     "start": [H1, NONCE, 0],
-    "complete": [H1, NONCE, 30_000, 0, 0, 0, f"1:{H1}:{NONCE}", NO_RESULT, ""],
+    "complete": [0, f"1:{H1}:{NONCE}", NO_RESULT, ""],
     "fail": [H1, 0, f"1:{H1}:{NONCE}", "boom", NO_RETRY],
     "heartbeat": [H1, 30_000, 0, f"1:{H1}:{NONCE}", ""],
     "expire": [1_000, 0],
@@ -176,7 +178,8 @@ def test_scripts_on_an_unknown_job_return_minus_4_and_change_nothing(
 ) -> None:
     ghost = store.keys.new_job_id()
     with untouched(store):
-        reply = run_job_script(store, name, ghost, UNKNOWN_JOB_CALLS[name], queues=["default"])
+        args = own_argv(name, ghost, UNKNOWN_JOB_CALLS[name])
+        reply = run_job_script(store, name, ghost, args, queues=["default"])
         assert reply == [-4]
 
 
@@ -203,9 +206,10 @@ def test_store_calls_on_an_unknown_job_report_it_and_change_nothing(
             store.cancel_step(ghost, from_client=True)
 
 
-# ARGV after the job context for the scripts that may write to a queue (task a, attempt 1).
+# ARGV after the job context for the scripts that may write to a queue (task a, attempt 1);
+# for complete, the task's items (own_argv adds the rest: H1's call).
 QUEUE_SCRIPT_CALLS: dict[str, list[Any]] = {
-    "complete": [H1, 30_000, 0, 0, A, 1, NO_RESULT],
+    "complete": [A, 1, NO_RESULT, ""],
     "fail": [H1, A, 1, "boom", NO_RETRY],
     "expire": [1_000, A],
     "queue_roots": [LEADER, 30_000, 0, 1, 1, A],
@@ -225,7 +229,8 @@ def test_scripts_without_all_their_queue_keys_return_minus_5_and_change_nothing(
 ) -> None:
     job_id, _ = busy
     with untouched(store):
-        reply = run_job_script(store, name, job_id, QUEUE_SCRIPT_CALLS[name], queues=passed)
+        args = own_argv(name, job_id, QUEUE_SCRIPT_CALLS[name])
+        reply = run_job_script(store, name, job_id, args, queues=passed)
         assert reply == [-5]
 
 
@@ -241,7 +246,8 @@ def test_scripts_without_the_jobs_idempotency_key_return_minus_5_and_change_noth
     job_id, _ = submit_and_split(store, IDEM_BUSY)
     assert sorted(claim_by_index(store, H1)) == [A, E]
     with untouched(store):
-        reply = run_job_script(store, name, job_id, QUEUE_SCRIPT_CALLS[name], without_idem=True)
+        args = own_argv(name, job_id, QUEUE_SCRIPT_CALLS[name])
+        reply = run_job_script(store, name, job_id, args, without_idem=True)
         assert reply == [-5]
 
 

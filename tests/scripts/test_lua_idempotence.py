@@ -12,10 +12,10 @@ from lua_helpers import (
     H2,
     H3,
     NO_RETRY,
-    NONCE,
     assert_finalized,
     claim,
     claim_by_index,
+    complete_argv,
     complete_one,
     history_of,
     job_field,
@@ -61,7 +61,7 @@ def test_one_batch_naming_the_same_attempt_twice_completes_it_once(store: Store)
         store,
         "complete",
         job_id,
-        [H1, NONCE, 30_000, 0, 0, A, a.token, NO_RESULT, "", A, a.token, NO_RESULT, ""],
+        complete_argv(H1, job_id, [A, a.token, NO_RESULT, "", A, a.token, NO_RESULT, ""]),
     )
     assert reply == [0, [0, 1], []]
     assert sorted(queued_indexes(store, job_id)) == [B, C]
@@ -130,11 +130,11 @@ def _complete_in_one_pipeline(
             store,
             "complete",
             job_id,
-            [handler, NONCE, 30_000, 0, 0, index, token, NO_RESULT, ""],
+            complete_argv(handler, job_id, [index, token, NO_RESULT, ""]),
             batch=batch,
         )
     replies = batch.execute()
-    return [int(reply[1][0]) for reply in replies]
+    return [int(reply[1][0]) for (reply,) in replies]
 
 
 Completion = tuple[dict[tuple[str, int], int], list[StartedTask]]

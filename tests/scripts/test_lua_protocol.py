@@ -9,6 +9,7 @@ import pytest
 from lua_helpers import (
     H1,
     claim,
+    own_argv,
     queued_indexes,
     run_job_script,
     submit_and_split,
@@ -90,7 +91,8 @@ def test_every_job_script_refuses_a_newer_releases_job_and_changes_nothing(
     job_id, _ = submit_and_split(store, _flat("newer", 1))
     _as_newer(store, job_id)
     with untouched(store):
-        reply = run_job_script(store, name, job_id, UNKNOWN_JOB_CALLS[name], queues=["default"])
+        args = own_argv(name, job_id, UNKNOWN_JOB_CALLS[name])
+        reply = run_job_script(store, name, job_id, args, queues=["default"])
         assert reply == [NEWER_PROTOCOL]
 
 

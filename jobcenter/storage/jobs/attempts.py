@@ -35,6 +35,9 @@ HEARTBEAT_CANCELLED = schema.code("ITEM_JOB_STOPPED")  # heartbeat.lua, per atte
 # What complete.lua gets for a task that returned None: nothing is stored (a succeeded task
 # without a result field returned None), so tasks without results cost no memory.
 NO_RESULT = b""
+# Jobs per complete.lua call: each brings its own releases (up to COMPLETE_FRONTIER_BUDGET
+# children) to the call, so a call's work stays a few ms.
+COMPLETE_JOBS_MAX = 8
 # One input as the start script returns it: a parent's result (msgpack), None when the parent
 # has none, or a mapped parent's list of its instances' results.
 InputValue = bytes | list[bytes | None] | None
@@ -237,9 +240,9 @@ class Attempts(StoreBase):
         worker took to run at once, from `take_queues`: released children, then the next
         queued tasks of the same jobs (at most `take_max` for its free slots, and up to
         `prefetch` more, queued before the call and sorting before `prefetch_before` and
-        before the first child of what it takes: complete.lua). The budget is shared between the
-        jobs' calls. RefusedInPart when Redis refused some jobs' calls (their tasks have no
-        code)."""
+        before the first child of what it takes: complete.lua). One call per shard carries the
+        jobs' tasks (COMPLETE_JOBS_MAX jobs a call), sharing the budget. RefusedInPart when
+        Redis refused some jobs' parts (their tasks have no code)."""
         spawned = self.spawn_children(handler, done)  # type: ignore[attr-defined]
         by_job: dict[str, list[tuple[int, str, bytes, int | str]]] = defaultdict(list)
         ran = ran_ms or {}
@@ -249,32 +252,71 @@ class Attempts(StoreBase):
                 by_job[job_id].append((*item, ran.get((job_id, index), "")))
         nonce = new_nonce()  # of the attempts the calls start
         batch = self.scripts.batch()
-        calls = len(by_job)
-        for n, (job_id, items) in enumerate(by_job.items()):
-            per_task = [x for item in items for x in item]
-            share = _share(take_max, calls, n)
-            extra = _share(prefetch, calls, n)
+        calls = self._complete_calls(by_job)
+        for n, jobs in enumerate(calls):
+            share = _share(take_max, len(calls), n)
+            extra = _share(prefetch, len(calls), n)
             take: int | str = share
             if extra:
                 take = f"{share}+{extra}"
                 if prefetch_before is not None:
                     take += "@" + prefetch_before.decode()
             args = [handler, nonce, self.settings.lease_ms, take, len(take_queues), *take_queues]
-            estimates_key = self.keys.estimates(self.keys.job_shard(job_id))
-            self._job_call(
-                "complete", job_id, [*args, *per_task], extra_keys=[estimates_key], batch=batch
-            )
+            self._complete_call(jobs, by_job, args, batch)
         codes: dict[tuple[str, int], int] = dict(spawned)
         taken: list[StartedTask] = []
-        answered, refused = _run_per_job(batch, by_job)
-        for job_id, items, reply in answered:
-            codes.update(_task_codes(job_id, [item[0] for item in items], reply))
-            if reply[0] < 0:
+        refused: Exception | None = None
+        for jobs, reply in zip(calls, batch.execute(raise_on_error=False), strict=True):
+            if isinstance(reply, Exception):
+                refused = refused or reply
                 continue
-            taken += started_tasks(job_id, reply[2], handler, nonce)
+            for job_id, job_reply in zip(jobs, reply, strict=True):
+                if isinstance(job_reply, Exception):  # its part raised (and the rest with it)
+                    refused = refused or job_reply
+                    continue
+                items = by_job[job_id]
+                codes.update(_task_codes(job_id, [item[0] for item in items], job_reply))
+                if job_reply[0] >= 0:
+                    taken += started_tasks(job_id, job_reply[2], handler, nonce)
         if refused is not None:
             raise RefusedInPart(refused, codes, taken)
         return codes, taken
+
+    def _complete_calls(self, by_job: Mapping[str, Any]) -> list[list[str]]:
+        """The jobs of each complete.lua call: those of one shard together (one hash slot),
+        COMPLETE_JOBS_MAX at most, in the order they came."""
+        by_shard: dict[int, list[list[str]]] = {}
+        for job_id in by_job:
+            calls = by_shard.setdefault(self.keys.job_shard(job_id), [[]])
+            if len(calls[-1]) == COMPLETE_JOBS_MAX:
+                calls.append([])
+            calls[-1].append(job_id)
+        return [jobs for calls in by_shard.values() for jobs in calls]
+
+    def _complete_call(
+        self, jobs: Sequence[str], by_job: Mapping[str, Any], args: list[Any], batch: Batch
+    ) -> None:
+        """Add one complete.lua call for `jobs` (of one shard) to `batch`: the first job's
+        context, with the queues of every job; then each further job's own keys."""
+        first = jobs[0]
+        keys, argv = self._cached_context(first, True)
+        queues = self.job_meta(first).queues
+        more = [q for job_id in jobs[1:] for q in self.job_meta(job_id).queues if q not in queues]
+        if more:  # rare: jobs of other queues in one call
+            all_queues = tuple(dict.fromkeys([*queues, *more]))
+            keys, argv = self._context(first, JobMeta(all_queues, self.job_meta(first).idem))
+        shard = self.keys.job_shard(first)
+        keys = [*keys, self.keys.estimates(shard)]
+        args = [*argv, *args, len(jobs)]
+        for job_id in jobs:
+            if job_id != first:
+                idem = self.job_meta(job_id).idem
+                job, tasks, history, frontier, _ = self.keys.job_own(job_id)
+                keys += [job, tasks, history, frontier]
+                keys.append(self.keys.idempotency(shard, idem) if idem else job)
+            items = by_job[job_id]
+            args += [job_id, len(items), *(x for item in items for x in item)]
+        batch.add("complete", keys, args)
 
     def running_attempts(self, handler: str, job_id: str) -> list[StartedTask]:
         """The job's tasks now running as attempts of `handler`: what a complete call whose

@@ -1,23 +1,28 @@
---[[ complete: running -> succeeded for a batch of one job's tasks; release each child whose
-  last dependency this was, exactly once. A released child on a queue this worker serves may
-  be taken at once (it starts running here, skipping the queue round trip). Then, while it
-  may take more, it takes the next ready tasks of this job from the head of the queues this
-  worker serves, as its next claim would (a flat job's completions start its next tasks in
-  the same call: one round trip, not three). Each success updates the learned run time of
-  its job name + task id and of its task name, from the run time the worker measured.
-  KEYS: the job context (_job.lua), then KEYS[FIRST_OWN_KEY] the shard's learned-estimates hash
+--[[ complete: running -> succeeded for a batch of tasks of one or more jobs of one shard, each
+  job's part its own transition (one call for many: the call's cost is paid once); release
+  each child whose last dependency this was, exactly once. A released child on a queue this
+  worker serves may be taken at once (it starts running here, skipping the queue round trip).
+  Then, while it may take more, it takes the next ready tasks of the job from the head of the
+  queues this worker serves, as its next claim would (a flat job's completions start its next
+  tasks in the same call: one round trip, not three). Each success updates the learned run
+  time of its job name + task id and of its task name, from the run time the worker measured.
+  KEYS: the job context (_job.lua) of the first job, with the queues of every job of the call;
+  then KEYS[FIRST_OWN_KEY] the shard's learned-estimates hash; then 5 per further job: its hash,
+  tasks hash, history, frontier, idempotency key (its hash again when it has none)
   ARGV[FIRST_OWN_ARG] handler id  ARGV[FIRST_OWN_ARG+1] the call's nonce, for the attempts it starts
   (start.lua)
-  ARGV[FIRST_OWN_ARG+2] lease ms  ARGV[FIRST_OWN_ARG+3] tasks to take (released children, then
-  queued ones): "<free>" into free slots, or "<free>+<extra>" with a prefetch (NEXT.may_take), then
-  "@<run order>" when the worker holds tasks with children: it prefetches only tasks before it
+  ARGV[FIRST_OWN_ARG+2] lease ms  ARGV[FIRST_OWN_ARG+3] tasks to take, for the whole call
+  (released children, then queued ones): "<free>" into free slots, or "<free>+<extra>" with a
+  prefetch (NEXT.may_take), then "@<run order>" when the worker holds tasks with children: it
+  prefetches only tasks before it
   ARGV[FIRST_OWN_ARG+4] number of queues the worker serves  ARGV[FIRST_OWN_ARG+5..] their names
-  then per task: its index, fencing token (_job.lua token_of), result (msgpack bytes, stored
-  with the success; '' for None: nothing stored) and run time in ms as the worker measured it
-  from its thread's start ('' when unknown: Redis time since its start, wait for a thread
-  included)
-  Returns {0, {code per task}, {{index, attempt, payload, inputs, run order, children} per taken
-          task} (as one msgpack string: MSGPACK.tasks)} | {-4}
+  then the number of jobs, and per job (the first is the context's): its id, its number of
+  tasks, then per task: its index, fencing token (_job.lua token_of), result (msgpack bytes,
+  stored with the success; '' for None: nothing stored) and run time in ms as the worker
+  measured it from its thread's start ('' when unknown: Redis time since its start, wait for a
+  thread included)
+  Returns per job, in order: {0, {code per task}, {{index, attempt, payload, inputs, run order,
+          children} per taken task} (as one msgpack string: MSGPACK.tasks)} | {-4}
           | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
           | {-5}
   Codes: 0 completed | 1 this attempt completed already | -2 stale token | -3 not running
@@ -26,8 +31,8 @@
 local handler, nonce = ARGV[FIRST_OWN_ARG], ARGV[FIRST_OWN_ARG + 1]
 local lease_ms = tonumber(ARGV[FIRST_OWN_ARG + 2])
 -- "<free>" or "<free>+<extra>": tasks to take into free slots, and beyond them (a prefetch)
-local NEXT = {writes = {}, clears = {}, leases = {}, indexes = {}, attempts = {}, released = {},
-  slotted = {}, seen_empty = {}}
+-- (what one job's part gathers is reset by NEXT.begin_job)
+local NEXT = {seen_empty = {}}
 local take_left = tonumber(string.match(ARGV[FIRST_OWN_ARG + 3], '^%d+'))
 NEXT.extra = tonumber(string.match(ARGV[FIRST_OWN_ARG + 3], '^%d+%+(%d+)') or 0)
 NEXT.before = string.match(ARGV[FIRST_OWN_ARG + 3], '@(.+)$') -- nil: no bound
@@ -35,12 +40,7 @@ take_left = take_left + NEXT.extra
 local nserved = tonumber(ARGV[FIRST_OWN_ARG + 4])
 local served = {}
 for k = FIRST_OWN_ARG + 5, FIRST_OWN_ARG + 4 + nserved do served[ARGV[k]] = true end
-local first_item = FIRST_OWN_ARG + 5 + nserved
-
-if not load_job() then return {META.refusal} end
-if not queues_passed() then return {KEYS_MISSING} end
--- a paused job starts nothing more here (its tasks wait, parked by the claims that meet them)
-if META.paused then take_left = 0 end
+local first_job = FIRST_OWN_ARG + 5 + nserved
 
 local now = now_ms()
 -- the times it writes, as text once: a number sent to Redis is formatted by every call
@@ -108,12 +108,14 @@ function ESTIMATES.learn_run(i, started, task_name, task_id, ran_ms)
   if task_name then ESTIMATES.learn('t\t' .. task_name, ms) end
 end
 
+-- The tasks the job's part of the call took (NEXT.begin_job starts each job's list).
 local taken = {}
 -- Take a released child only if it would be the next claimed from its queue anyway: the
--- shortcut must never jump ahead of a higher-priority or older ready task.
+-- shortcut must never jump ahead of a higher-priority or older ready task. A paused job
+-- starts nothing more here (its tasks wait, parked by the claims that meet them).
 local function take(c)
   NEXT.released[c] = true
-  if take_left <= 0 then return false end
+  if take_left <= 0 or META.paused then return false end
   -- everything this needs of the child, in one read
   local f = redis.call('HMGET', TASKS, TF_QUEUE .. c, TF_LIMITS .. c, TF_MAP_ARG .. c,
     TF_PRIORITY .. c, TF_RANK .. c, TF_CHILDREN .. c, TF_ATTEMPTS .. c, TF_PAYLOAD .. c,
@@ -160,7 +162,7 @@ end
 -- ready task of higher priority, or queued earlier, is passed over, and nothing is held
 -- that does not start at once.
 function NEXT.take_queued()
-  if take_left <= 0 or META.state ~= J_RUNNING then return end
+  if take_left <= 0 or META.state ~= J_RUNNING or META.paused then return end
   local last = FIRST_OWN_ARG + 4 + nserved
   for k = FIRST_OWN_ARG + 5, last do
     local q = QUEUES[ARGV[k]]
@@ -275,69 +277,107 @@ function NEXT.start(i, qname, member)
   return true
 end
 
--- One read per task; the writes of the whole batch go out in a few variadic calls.
-local codes, done = {}, {}
-local writes, clears, leases, history, frontier = {}, {}, {}, {}, {}
-OBS.succeeded = {indexes = {}, attempts = {}} -- one event entry for the batch
-for k = first_item, #ARGV, 4 do
-  local i, token, result = ARGV[k], ARGV[k + 1], ARGV[k + 2]
-  local f = redis.call('HMGET', TASKS, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
-    TF_STARTED_AT .. i, TF_CHILDREN .. i, TF_PAYLOAD .. i, TF_ID .. i, TF_QUEUE .. i,
-    TF_LIMITS .. i, TF_ERROR .. i, TF_PROGRESS .. i, TF_WAITING_FOR .. i, TF_GATE_WAIT .. i,
-    TF_NONCE .. i)
-  -- a compacted job (finished) has no current attempt
-  local code = META.packed and ITEM_STALE_TOKEN
-    or live_attempt_refusal(token, handler, f[2], f[3], f[14])
-  if code then -- refused: not this handler's live attempt
-  elseif f[1] == T_SUCCEEDED or done[i] then
-    code = ITEM_ALREADY
-  elseif f[1] ~= T_RUNNING and f[1] ~= T_TIMED_OUT then
-    code = ITEM_WRONG_STATE
-  else
-    code = ITEM_OK
-    done[i] = true
-    local n = #writes -- no loop here: its hidden locals would pass the 200 (see ESTIMATES)
-    writes[n + 1], writes[n + 2], writes[n + 3] = TF_STATE .. i, T_SUCCEEDED, TF_FINISHED_AT .. i
-    writes[n + 4], writes[n + 5], writes[n + 6] = NEXT.now, TF_UPDATED_AT .. i, NEXT.now
-    if result ~= '' then -- '': it returned None, which is stored as no result at all
-      writes[#writes + 1] = TF_RESULT .. i
-      writes[#writes + 1] = result
-    end
-    -- the fields it has of: error, progress, waiting for a worker with its code (it ran),
-    -- waiting for a gate
-    if f[10] then clears[#clears + 1] = TF_ERROR .. i end
-    if f[11] then clears[#clears + 1] = TF_PROGRESS .. i end
-    if f[12] then clears[#clears + 1] = TF_WAITING_FOR .. i end
-    if f[13] then clears[#clears + 1] = TF_GATE_WAIT .. i end
-    -- only a task with limits holds pool or limit slots (claim.lua)
-    if f[9] then NEXT.slotted[#NEXT.slotted + 1] = i end
-    leases[#leases + 1] = lease_member(i)
-    history[#history + 1] =
-      table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', NEXT.now, ''}, '\t')
-    if f[5] then frontier[#frontier + 1] = {'r', i, i, f[5]} end -- its children, told below
-    local name = OBS.payload_task_name(f[6])
-    ESTIMATES.learn_run(i, f[4], name, f[7], ARGV[k + 3])
-    OBS.succeeded.indexes[#OBS.succeeded.indexes + 1] = i
-    OBS.succeeded.attempts[#OBS.succeeded.attempts + 1] = f[2]
-    if OBS.metrics_on then -- labels as OBS.task_labels makes them, from the read above
-      local labels = (f[8] or META.queue) .. '\t' .. (name or '?')
-      OBS.count_finished(i, T_SUCCEEDED, labels)
-      OBS.observe_run(i, f[4], now, labels)
-    end
-  end
-  codes[#codes + 1] = code
+-- What one job's part of the call gathers, afresh for each job.
+function NEXT.begin_job()
+  taken = {}
+  NEXT.writes, NEXT.clears, NEXT.leases, NEXT.indexes, NEXT.attempts = {}, {}, {}, {}, {}
+  NEXT.released, NEXT.slotted, NEXT.stopped = {}, {}, false
 end
-if #leases > 0 then
-  call_chunked('HSET', TASKS, writes)
-  call_chunked('HDEL', TASKS, clears)
-  call_chunked('ZREM', LEASES, leases)
-  for _, i in ipairs(NEXT.slotted) do SLOT.free_slots(i) end
-  OBS.emit_many(EVENT_KIND.SUCCEEDED, OBS.succeeded.indexes, OBS.succeeded.attempts,
-    {EVENT_FIELD.HANDLER, handler})
-  append_history(history)
-  task_finished(now, #leases)
+
+-- The bound job's part: its tasks ARGV[first..last] (4 each), checked and completed, its
+-- children told, its next tasks taken. One read per task; the writes of the whole batch go
+-- out in a few variadic calls. Returns the job's reply.
+local function complete_job(first, last)
+  if not load_job() then return {META.refusal} end
+  if not queues_passed() then return {KEYS_MISSING} end
+  NEXT.begin_job()
+  local codes, done = {}, {}
+  local writes, clears, leases, history, frontier = {}, {}, {}, {}, {}
+  OBS.succeeded = {indexes = {}, attempts = {}} -- one event entry for the batch
+  for k = first, last, 4 do
+    local i, token, result = ARGV[k], ARGV[k + 1], ARGV[k + 2]
+    local f = redis.call('HMGET', TASKS, TF_STATE .. i, TF_ATTEMPTS .. i, TF_HANDLER .. i,
+      TF_STARTED_AT .. i, TF_CHILDREN .. i, TF_PAYLOAD .. i, TF_ID .. i, TF_QUEUE .. i,
+      TF_LIMITS .. i, TF_ERROR .. i, TF_PROGRESS .. i, TF_WAITING_FOR .. i, TF_GATE_WAIT .. i,
+      TF_NONCE .. i)
+    -- a compacted job (finished) has no current attempt
+    local code = META.packed and ITEM_STALE_TOKEN
+      or live_attempt_refusal(token, handler, f[2], f[3], f[14])
+    if code then -- refused: not this handler's live attempt
+    elseif f[1] == T_SUCCEEDED or done[i] then
+      code = ITEM_ALREADY
+    elseif f[1] ~= T_RUNNING and f[1] ~= T_TIMED_OUT then
+      code = ITEM_WRONG_STATE
+    else
+      code = ITEM_OK
+      done[i] = true
+      local n = #writes
+      writes[n + 1], writes[n + 2], writes[n + 3] = TF_STATE .. i, T_SUCCEEDED, TF_FINISHED_AT .. i
+      writes[n + 4], writes[n + 5], writes[n + 6] = NEXT.now, TF_UPDATED_AT .. i, NEXT.now
+      if result ~= '' then -- '': it returned None, which is stored as no result at all
+        writes[#writes + 1] = TF_RESULT .. i
+        writes[#writes + 1] = result
+      end
+      -- the fields it has of: error, progress, waiting for a worker with its code (it ran),
+      -- waiting for a gate
+      if f[10] then clears[#clears + 1] = TF_ERROR .. i end
+      if f[11] then clears[#clears + 1] = TF_PROGRESS .. i end
+      if f[12] then clears[#clears + 1] = TF_WAITING_FOR .. i end
+      if f[13] then clears[#clears + 1] = TF_GATE_WAIT .. i end
+      -- only a task with limits holds pool or limit slots (claim.lua)
+      if f[9] then NEXT.slotted[#NEXT.slotted + 1] = i end
+      leases[#leases + 1] = lease_member(i)
+      history[#history + 1] =
+        table.concat({i, f[2], T_SUCCEEDED, f[3], f[4] or '', NEXT.now, ''}, '\t')
+      if f[5] then frontier[#frontier + 1] = {'r', i, i, f[5]} end -- its children, told below
+      local name = OBS.payload_task_name(f[6])
+      ESTIMATES.learn_run(i, f[4], name, f[7], ARGV[k + 3])
+      OBS.succeeded.indexes[#OBS.succeeded.indexes + 1] = i
+      OBS.succeeded.attempts[#OBS.succeeded.attempts + 1] = f[2]
+      if OBS.metrics_on then -- labels as OBS.task_labels makes them, from the read above
+        local labels = (f[8] or META.queue) .. '\t' .. (name or '?')
+        OBS.count_finished(i, T_SUCCEEDED, labels)
+        OBS.observe_run(i, f[4], now, labels)
+      end
+    end
+    codes[#codes + 1] = code
+  end
+  if #leases > 0 then
+    call_chunked('HSET', TASKS, writes)
+    call_chunked('HDEL', TASKS, clears)
+    call_chunked('ZREM', LEASES, leases)
+    for _, i in ipairs(NEXT.slotted) do SLOT.free_slots(i) end
+    -- a limit's freed slots: what a take checks first (NEXT.held_back) is read again
+    if #NEXT.slotted > 0 then NEXT.freed = nil end
+    OBS.emit_many(EVENT_KIND.SUCCEEDED, OBS.succeeded.indexes, OBS.succeeded.attempts,
+      {EVENT_FIELD.HANDLER, handler})
+    append_history(history)
+    task_finished(now, #leases)
+  end
+  drain_frontier(now, take, COMPLETE_FRONTIER_BUDGET, frontier)
+  NEXT.take_queued()
+  return {OK, codes, MSGPACK.tasks(taken)}
+end
+
+-- Each job's part in turn: the first is bound already (the context's), each further one to
+-- its five keys. A part that raises an error (a key of the wrong type, say) ends the call:
+-- it and the jobs after it get that error, as calls of their own would have, and the parts
+-- before keep their replies (what they wrote stays: Redis rolls nothing back).
+local replies, at, k, jobs = {}, first_job + 1, FIRST_OWN_KEY + 1, tonumber(ARGV[first_job])
+for j = 1, jobs do
+  if j > 1 then
+    bind_job(k, ARGV[at])
+    k = k + 5
+  end
+  local count = tonumber(ARGV[at + 1])
+  local ran, reply = pcall(complete_job, at + 2, at + 1 + count * 4)
+  if not ran then
+    reply = {err = type(reply) == 'table' and reply.err or tostring(reply)}
+    for rest = j, jobs do replies[rest] = reply end
+    break
+  end
+  replies[j] = reply
+  at = at + 2 + count * 4
 end
 ESTIMATES.flush()
-drain_frontier(now, take, COMPLETE_FRONTIER_BUDGET, frontier)
-NEXT.take_queued()
-return {OK, codes, MSGPACK.tasks(taken)}
+return replies
