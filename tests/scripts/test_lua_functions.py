@@ -18,6 +18,7 @@ from jobcenter.storage import lua
 from jobcenter.storage.lua import ALL_SCRIPTS, library
 from jobcenter.storage.lua.library import LibraryError, _library_text
 from jobcenter.storage.server.embedded import RedisServer
+from jobcenter.storage.server.errors import write_refused
 from jobcenter.storage.store import Store
 
 HANDLER = "handler-functions"
@@ -137,6 +138,32 @@ def test_a_library_the_server_refuses_runs_as_evalsha(
     calls = script_calls(store.redis)
     assert calls["evalsha"] > 0 and calls["fcall"] > 0
     assert store.scripts.refused == {"claim"}
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [("CONFIG", "SET", "maxmemory", "1"), ("REPLICAOF", "127.0.0.1", "1")],
+    ids=["out-of-memory", "read-only"],
+)
+def test_a_library_refused_for_now_is_loaded_by_the_next_call(
+    functions_server: RedisServer, refusal: tuple[str, ...]
+) -> None:
+    """A server that refuses every write (maxmemory reached, a read-only replica) refuses a
+    library's load too: that call fails as the write would, and the next one, once the
+    server takes writes again, loads the library; the script never falls back to EVALSHA."""
+    admin = redis.Redis.from_url(functions_server.url)
+    store = Store.from_settings(Settings(redis_url=functions_server.url, namespace="fn"))
+    admin.execute_command(*refusal)
+
+    with pytest.raises(redis.ResponseError) as refused:
+        store.submit(spec_from_any(TWO))
+
+    assert write_refused(refused.value)
+    assert store.scripts.refused == set()
+    admin.execute_command("CONFIG", "SET", "maxmemory", "0")
+    admin.execute_command("REPLICAOF", "NO", "ONE")
+    run_job(store)
+    assert script_calls(admin)["evalsha"] == 0
 
 
 def test_a_user_whose_acl_forbids_functions_runs_evalsha(functions_server: RedisServer) -> None:

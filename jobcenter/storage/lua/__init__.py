@@ -10,9 +10,16 @@ import re
 from functools import cache
 from typing import Any
 
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import (
+    MasterDownError,
+    NoScriptError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 
 from ..server.connection import is_cluster
+from ..server.errors import write_refused
 from .build import (
     ALL_SCRIPTS,
     JOB_SCRIPTS,
@@ -67,6 +74,8 @@ class Scripts:
             except ResponseError as exc:
                 if _NO_FUNCTIONS.search(str(exc)):
                     self.functions = False
+                elif refused_for_now(exc):
+                    raise  # as any write would be now: not the library's fault
                 else:
                     self.refused.add(name)
                     log.warning(
@@ -151,6 +160,20 @@ _NO_FUNCTIONS = re.compile(
     re.I,
 )
 _FUNCTION_MISSING = re.compile(r"Function not found", re.I)
+# What a server refusing every write for now answers with a code redis-py keeps in the
+# message (a script runs long, too few replicas)
+_NOT_NOW = re.compile(r"^(BUSY|NOREPLICAS)\b")
+
+
+def refused_for_now(exc: ResponseError) -> bool:
+    """Whether the server refused a write for now, whatever the write (out of memory, a
+    read-only replica, busy, its primary down): a library it did not load then is tried
+    again on the next call, never taken for one it cannot compile."""
+    return bool(
+        write_refused(exc)
+        or isinstance(exc, (MasterDownError, TryAgainError))
+        or _NOT_NOW.search(str(exc))
+    )
 
 
 class Batch:
