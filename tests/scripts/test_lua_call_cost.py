@@ -149,3 +149,37 @@ def test_the_tasks_a_completion_hands_over_come_as_one_string(own_store: Store) 
     assert reply[0] == 0 and isinstance(reply[2], bytes)
     (taken,) = started_tasks(task.job_id, reply[2], HANDLER, NONCE)
     assert (taken.index, taken.attempt, taken.inputs, taken.has_children) == (1, 1, (), False)
+
+
+def fan_in(n: int) -> dict[str, Any]:
+    """W2's middle: n independent tasks, one join after all of them."""
+    tasks: list[dict[str, Any]] = [{"id": f"m{i}", "task": "t.x"} for i in range(n)]
+    tasks.append({"id": "j", "task": "t.x", "depends_on": [f"m{i}" for i in range(n)]})
+    return {"name": "fan-in", "tasks": tasks}
+
+
+def hmgets_run(r: redis.Redis) -> int:
+    return int(r.info("commandstats").get("cmdstat_hmget", {}).get("calls", 0))
+
+
+# HMGETs of a completion of BATCH fan-in tasks taking BATCH more: each task's read as it
+# completes and as it starts, and a few a call (the job, its queue's flags, the estimates).
+# The tasks it takes share one child, the join, whose run order the worker is told (the
+# prefetch's bound): read once a call, where it was read for each task taken (BATCH - 1 more).
+BATCH = 4
+FAN_IN_HMGETS_MAX = 2 * BATCH + 4
+
+
+def test_siblings_taken_together_read_their_shared_child_once(own_store: Store) -> None:
+    own_store.submit(spec_from_any(fan_in(4 * BATCH)))
+    held = own_store.claim(HANDLER, QUEUES, max_tasks=BATCH, max_leader=0).tasks
+    for _ in range(2):  # the first completion learns the task name's estimate
+        before = hmgets_run(own_store.redis)
+        codes, held = own_store.complete(
+            HANDLER,
+            [(t.job_id, t.index, t.token) for t in held],
+            take_queues=QUEUES,
+            take_max=BATCH,
+        )
+        assert set(codes.values()) == {0} and len(held) == BATCH
+    assert hmgets_run(own_store.redis) - before <= FAN_IN_HMGETS_MAX

@@ -276,10 +276,11 @@ end
 -- none): 0, none; else the run order of its first child, before which the worker may prefetch
 -- (a thread freed while i runs starts what it holds in run order, so nothing held may come
 -- after a child i releases later); 1 past OBS.CHILDREN_ORDERED children (not read: the
--- worker prefetches nothing while it holds i).
+-- worker prefetches nothing while it holds i). Kept for siblings (a fan-in's) in one call.
 OBS.CHILDREN_ORDERED = 8
 function OBS.children_after(csv)
   if not csv then return 0 end
+  if csv == OBS.children_csv and JOB_ID == OBS.children_job then return OBS.children_first end
   local first, n = nil, 0
   for c in string.gmatch(csv, '[^,]+') do
     n = n + 1
@@ -288,11 +289,10 @@ function OBS.children_after(csv)
     local order = OBS.run_order(c, tonumber(f[1]) or META.priority, member_of(c, f[2], f[3]))
     if not first or order < first then first = order end
   end
+  OBS.children_csv, OBS.children_job, OBS.children_first = csv, JOB_ID, first or 0
   return first or 0
 end
-local function max_attempts(i)
-  return tonumber(redis.call('HGET', TASKS, TF_MAX_ATTEMPTS .. i) or 1)
-end
+local function max_attempts(i) return tonumber(redis.call('HGET', TASKS, TF_MAX_ATTEMPTS .. i) or 1) end
 -- The fencing token of a task's current attempt, from its fields: "<attempt>:<handler>:<nonce>"
 -- (the nonce: random, drawn by the worker for its claim: no two claims share a token).
 local function token_of(attempt, owner, nonce)
