@@ -8,6 +8,8 @@ give what Redis spent per task. Cases:
   chain      a chain of N tasks: each completion releases its child and takes it (W3's hop)
   seed000    200 jobs of the example 9-task DAG, 16 slots, completions of up to two tasks
              of a job per call, claims for the free slots (W4's shape)
+  seed000 x2 the same, each completion call carrying two jobs' tasks (as a worker's does
+             when tasks of several jobs end together)
 
 Events and metrics are on, as a worker's defaults. Prints per task: Redis's EVALSHA usec
 (all script calls of the timed loop: claims, starts, completions, leader messages),
@@ -108,10 +110,11 @@ def run_batches(store: Store, batch: int) -> int:
     return n
 
 
-def run_slots(store: Store, slots: int, per_call: int = 2) -> int:
+def run_slots(store: Store, slots: int, per_call: int = 2, jobs: int = 1) -> int:
     """A worker with `slots` slots whose completions come a job's one or two at a time:
-    complete the oldest held tasks (at most `per_call` of one job), taking as many as that
-    frees; claim for the slots still free; leader messages in between."""
+    complete the oldest held tasks (at most `per_call` of each of `jobs` jobs: one call
+    carries them all), taking as many as that frees; claim for the slots still free; leader
+    messages in between."""
     held: list[StartedTask] = []
     n = 0
     while True:
@@ -125,8 +128,9 @@ def run_slots(store: Store, slots: int, per_call: int = 2) -> int:
                 return n
         if not held:
             continue
-        job = held[0].job_id
-        done = [t for t in held if t.job_id == job][:per_call]
+        done = []
+        for job in list(dict.fromkeys(t.job_id for t in held))[:jobs]:
+            done += [t for t in held if t.job_id == job][:per_call]
         held = [t for t in held if t not in done]
         _, taken = store.complete(
             HANDLER,
@@ -233,6 +237,9 @@ def main() -> int:
     ]
     cases.append(Case("chain", lambda: [chain(n)], lambda s: run_batches(s, 1)))
     cases.append(Case("seed000", lambda: [seed000()] * args.jobs, lambda s: run_slots(s, 16)))
+    cases.append(
+        Case("seed000 x2", lambda: [seed000()] * args.jobs, lambda s: run_slots(s, 16, jobs=2))
+    )
     if args.only:
         cases = [c for c in cases if c.name in args.only.split(",")]
     settings = Settings.from_env()

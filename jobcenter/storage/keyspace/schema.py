@@ -603,8 +603,11 @@ def lua_prelude() -> str:
     )
     # each bucket's field suffix as text: a number joined to a string is formatted by sprintf
     suffixes = ", ".join(f"'\\t{b}'" for b in range(1, len(HISTOGRAM_BUCKETS_MS) + 2))
+    # and the fields its helpers keep for the call (OBS.children_after's last answer), named
+    # here so the table is built at its size: a key added later makes Lua resize the table
     lines.append(
         f"local OBS = {{error_max = {EVENT_ERROR_MAX}, buckets_ms = {{{buckets}}}, "
-        f"bucket_suffixes = {{{suffixes}}}}}"
+        f"bucket_suffixes = {{{suffixes}}}, children_csv = false, children_job = false, "
+        "children_first = 0}"
     )
     return lua_constants() + trigger_rules.lua_constants() + "\n".join(lines) + "\n"
