@@ -132,13 +132,15 @@ def test_slots_a_later_job_frees_keep_its_take_for_the_claim(store: Store) -> No
     assert [t.index for t in claim(store, H2, 1)] == [index["g1"]]
 
 
-def test_a_part_that_raises_leaves_the_parts_before_it_done(store: Store) -> None:
-    """Redis rolls nothing back: a part that errors ends the call, the parts before keep
-    their replies (so the worker does not report them again) and the rest is refused."""
+def test_a_part_that_raises_holds_up_no_other_job(store: Store) -> None:
+    """Redis rolls nothing back: a part that errors ends its call, the parts before it keep
+    their replies (so the worker does not report them again), and the parts after it go
+    again in a call of their own; only the failing job's tasks are refused."""
     first, _ = submit_and_split(store, parent_child("first"))
     broken, _ = submit_and_split(store, parent_child("broken"))
     last, _ = submit_and_split(store, parent_child("last"))
     parents = claim(store, H1, 3)
+    assert [t.job_id for t in parents] == [first, broken, last]
     tasks = store.keys.job(broken).tasks
     store.redis.rename(tasks, tasks + ":aside")
     store.redis.set(tasks, "not a hash")
@@ -146,10 +148,10 @@ def test_a_part_that_raises_leaves_the_parts_before_it_done(store: Store) -> Non
     with pytest.raises(RefusedInPart) as refused:
         complete(store, parents, take_max=3)
 
-    assert refused.value.codes == {(first, 0): 0}
+    assert refused.value.codes == {(first, 0): 0, (last, 0): 0}
     assert [(t.job_id, t.index) for t in refused.value.taken] == [(first, 1)]
-    assert task_states(store, last) == {"p": "running", "c": "waiting"}
+    assert task_states(store, last) == {"p": "succeeded", "c": "queued"}
     store.redis.delete(tasks)
     store.redis.rename(tasks + ":aside", tasks)
-    codes, _ = complete(store, [t for t in parents if t.job_id != first], take_max=0)
-    assert codes == {(broken, 0): 0, (last, 0): 0}
+    codes, _ = complete(store, [t for t in parents if t.job_id == broken], take_max=0)
+    assert codes == {(broken, 0): 0}

@@ -251,6 +251,42 @@ class Attempts(StoreBase):
                 item = (index, token, result[0] if result else NO_RESULT)
                 by_job[job_id].append((*item, ran.get((job_id, index), "")))
         nonce = new_nonce()  # of the attempts the calls start
+        budget = (take_max, prefetch, prefetch_before)
+        codes: dict[tuple[str, int], int] = dict(spawned)
+        taken: list[StartedTask] = []
+        refused: Exception | None = None
+        # the parts a part that raised kept from running go again (taking nothing): a job
+        # whose part fails never holds up another's
+        while by_job:
+            replies = self._complete_round(handler, nonce, by_job, take_queues, budget)
+            not_run: dict[str, list[tuple[int, str, bytes, int | str]]] = {}
+            for job_id, reply in replies.items():
+                if reply is None:
+                    not_run[job_id] = by_job[job_id]
+                elif isinstance(reply, Exception):
+                    refused = refused or reply
+                else:
+                    indexes = [item[0] for item in by_job[job_id]]
+                    codes.update(_task_codes(job_id, indexes, reply))
+                    if reply[0] >= 0:
+                        taken += started_tasks(job_id, reply[2], handler, nonce)
+            by_job, budget = not_run, (0, 0, None)
+        if refused is not None:
+            raise RefusedInPart(refused, codes, taken)
+        return codes, taken
+
+    def _complete_round(
+        self,
+        handler: str,
+        nonce: str,
+        by_job: Mapping[str, list[Any]],
+        take_queues: Sequence[str],
+        budget: tuple[int, int, bytes | None],
+    ) -> dict[str, Any]:
+        """One pipelined round of complete.lua calls for `by_job`, the calls sharing the take
+        `budget` (free slots, prefetch, its bound): each job's reply, its call's error when
+        Redis refused the call, or None for a part not run (after a part that raised)."""
+        take_max, prefetch, prefetch_before = budget
         batch = self.scripts.batch()
         calls = self._complete_calls(by_job)
         for n, jobs in enumerate(calls):
@@ -263,24 +299,13 @@ class Attempts(StoreBase):
                     take += "@" + prefetch_before.decode()
             args = [handler, nonce, self.settings.lease_ms, take, len(take_queues), *take_queues]
             self._complete_call(jobs, by_job, args, batch)
-        codes: dict[tuple[str, int], int] = dict(spawned)
-        taken: list[StartedTask] = []
-        refused: Exception | None = None
+        replies: dict[str, Any] = {}
         for jobs, reply in zip(calls, batch.execute(raise_on_error=False), strict=True):
             if isinstance(reply, Exception):
-                refused = refused or reply
-                continue
-            for job_id, job_reply in zip(jobs, reply, strict=True):
-                if isinstance(job_reply, Exception):  # its part raised (and the rest with it)
-                    refused = refused or job_reply
-                    continue
-                items = by_job[job_id]
-                codes.update(_task_codes(job_id, [item[0] for item in items], job_reply))
-                if job_reply[0] >= 0:
-                    taken += started_tasks(job_id, job_reply[2], handler, nonce)
-        if refused is not None:
-            raise RefusedInPart(refused, codes, taken)
-        return codes, taken
+                replies.update(dict.fromkeys(jobs, reply))
+            else:
+                replies.update(zip(jobs, reply, strict=True))
+        return replies
 
     def _complete_calls(self, by_job: Mapping[str, Any]) -> list[list[str]]:
         """The jobs of each complete.lua call: those of one shard together (one hash slot),

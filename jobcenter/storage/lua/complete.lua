@@ -24,7 +24,7 @@
   Returns per job, in order: {0, {code per task}, {{index, attempt, payload, inputs, run order,
           children} per taken task} (as one msgpack string: MSGPACK.tasks)} | {-4}
           | {-10} a newer release wrote the job (NEWER_PROTOCOL): left to it
-          | {-5}
+          | {-5} | the error its part raised | false: not run, after a part that raised
   Codes: 0 completed | 1 this attempt completed already | -2 stale token | -3 not running
   | -9 an attempt Redis never started: it lost writes (refusal_of) ]]
 
@@ -361,8 +361,9 @@ end
 
 -- Each job's part in turn: the first is bound already (the context's), each further one to
 -- its five keys. A part that raises an error (a key of the wrong type, say) ends the call:
--- it and the jobs after it get that error, as calls of their own would have, and the parts
--- before keep their replies (what they wrote stays: Redis rolls nothing back).
+-- it gets that error, the parts before it keep their replies (what they wrote stays: Redis
+-- rolls nothing back), and the parts after it get false: not run (the caller sends them
+-- again).
 local replies, at, k, jobs = {}, first_job + 1, FIRST_OWN_KEY + 1, tonumber(ARGV[first_job])
 for j = 1, jobs do
   if j > 1 then
@@ -372,8 +373,8 @@ for j = 1, jobs do
   local count = tonumber(ARGV[at + 1])
   local ran, reply = pcall(complete_job, at + 2, at + 1 + count * 4)
   if not ran then
-    reply = {err = type(reply) == 'table' and reply.err or tostring(reply)}
-    for rest = j, jobs do replies[rest] = reply end
+    replies[j] = {err = type(reply) == 'table' and reply.err or tostring(reply)}
+    for rest = j + 1, jobs do replies[rest] = false end
     break
   end
   replies[j] = reply
