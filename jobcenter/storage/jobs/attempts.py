@@ -330,15 +330,11 @@ class Attempts(StoreBase):
         if more:  # rare: jobs of other queues in one call
             all_queues = tuple(dict.fromkeys([*queues, *more]))
             keys, argv = self._context(first, JobMeta(all_queues, self.job_meta(first).idem))
-        shard = self.keys.job_shard(first)
-        keys = [*keys, self.keys.estimates(shard)]
+        keys = [*keys, self.keys.estimates(self.keys.job_shard(first))]
         args = [*argv, *args, len(jobs)]
         for job_id in jobs:
             if job_id != first:
-                idem = self.job_meta(job_id).idem
-                job, tasks, history, frontier, _ = self.keys.job_own(job_id)
-                keys += [job, tasks, history, frontier]
-                keys.append(self.keys.idempotency(shard, idem) if idem else job)
+                keys += self._bound_keys(job_id, self.job_meta(job_id).idem)
             items = by_job[job_id]
             args += [job_id, len(items), *(x for item in items for x in item)]
         batch.add("complete", keys, args)

@@ -223,6 +223,14 @@ class StoreBase:
         observe = [settings.events_maxlen, 1 if settings.metrics else 0]
         return keys, [job_id, retention_ms, *observe, len(queues), *queues]
 
+    def _bound_keys(self, job_id: str, idem: str | None) -> list[str]:
+        """The five keys `bind_job` (_job.lua) points a script at for a further job of its
+        call: its hash, tasks hash, history, frontier and idempotency key (its hash again
+        when it has none)."""
+        job, tasks, history, frontier, _ = self.keys.job_own(job_id)
+        idem_key = self.keys.idempotency(self.keys.job_shard(job_id), idem) if idem else job
+        return [job, tasks, history, frontier, idem_key]
+
     def _shard_context(self, shard: int) -> tuple[list[str], list[str], list[str], list[str]]:
         """A job script's shard keys around its idempotency key and packed record
         (_job.lua's layout), formed once per shard."""

@@ -318,11 +318,10 @@ class Submits(StoreBase):
         if inline:  # small: written and queued by the submit script itself
             task_args, roots = layout.pairs(0, len(layout)), layout.roots
         meta = self._remember(job_id, JobMeta(tuple(queues), spec.idempotency_key))
-        job_key, tasks_key, history, frontier, _ = keys.job_own(job_id)
-        idem = keys.idempotency(shard, spec.idempotency_key) if spec.idempotency_key else job_key
-        owner_key = keys.owner_jobs(shard, spec.owner) if spec.owner else job_key
-        schedule_key = keys.schedule_jobs(shard, schedule_id) if schedule_id else job_key
-        own_keys = [job_key, tasks_key, history, frontier, idem, owner_key, schedule_key]
+        own_keys = self._bound_keys(job_id, spec.idempotency_key)
+        job_key = own_keys[0]
+        own_keys.append(keys.owner_jobs(shard, spec.owner) if spec.owner else job_key)
+        own_keys.append(keys.schedule_jobs(shard, schedule_id) if schedule_id else job_key)
         own_keys += [keys.tag_jobs(shard, f"{k}={v}") for k, v in spec.tags]
         args = [job_id, len(job_args), *job_args, len(task_args), *task_args, len(roots), *roots]
         args.append(len(spec.tags))
