@@ -149,18 +149,22 @@ def run_job_script(
 TASK_LISTS = {"start": 1, "complete": 2}  # where a script's reply has its task list
 
 
-def complete_argv(
-    handler: str, job_id: str, items: Sequence[Any], *, take: int | str = 0, lease_ms: int = 30_000
-) -> list[Any]:
+def complete_argv(handler: str, job_id: str, items: Sequence[Any]) -> list[Any]:
     """complete.lua's own ARGV for one job's tasks, `items` four per task (index, token,
-    result, run ms), taking `take` tasks from no queue."""
-    return [handler, NONCE, lease_ms, take, 0, 1, job_id, len(items) // 4, *items]
+    result, run ms), a 30 s lease, taking nothing (it serves no queue)."""
+    return [handler, NONCE, 30_000, 0, 0, 1, job_id, len(items) // 4, *items]
 
 
 def own_argv(name: str, job_id: str, args: list[Any]) -> list[Any]:
     """A job script's own ARGV as the error-path tables give it: complete's are its tasks'
     items only (an H1 call: complete_argv adds the rest, which names the job)."""
     return complete_argv(H1, job_id, args) if name == "complete" else args
+
+
+def script_calls(client: redis.Redis) -> dict[str, int]:
+    """Script calls the server ran so far: EVALSHA's and FCALL's."""
+    stats = client.info("commandstats")
+    return {c: stats.get(f"cmdstat_{c}", {"calls": 0})["calls"] for c in ("evalsha", "fcall")}
 
 
 def submit_call(store: Store, spec: dict[str, Any]) -> tuple[str, list[str], list[Any]]:

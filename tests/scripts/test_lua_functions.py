@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 from helpers import FUNCTIONS, server_of_version
+from lua_helpers import script_calls
 
 from jobcenter.config import Settings
 from jobcenter.model.spec import spec_from_any
@@ -36,11 +37,6 @@ def functions_server(tmp_path: Path) -> Iterator[RedisServer]:
 @pytest.fixture
 def old_server(tmp_path: Path) -> Iterator[RedisServer]:
     yield from server_of_version(tmp_path, lambda v: v < FUNCTIONS, "Redis < 7")
-
-
-def script_calls(client: redis.Redis) -> dict[str, int]:
-    stats = client.info("commandstats")
-    return {c: stats.get(f"cmdstat_{c}", {"calls": 0})["calls"] for c in ("evalsha", "fcall")}
 
 
 def run_job(store: Store) -> str:
