@@ -7,7 +7,7 @@ from __future__ import annotations
 from harness import Cli
 from helpers import wait_until
 from integration_harness import JOB_SECONDS, Scratch, Workers
-from test_priority_and_retention import recovery_pass
+from test_priority_and_retention import marked_late, recovery_pass
 
 from jobcenter import Client
 
@@ -38,7 +38,7 @@ def test_the_nightly_job_past_its_sla_is_marked_late_and_goes_on(
     workers.start()
     job_id = client.submit(blocked("nightly", "nightly-gate", sla="1s"))
     wait_until(lambda: client.status(job_id)["tasks"]["t1"]["state"] == "running")
-    wait_until(lambda: recovery_pass(client).late == 1, timeout=JOB_SECONDS)
+    wait_until(lambda: marked_late(client, job_id), timeout=JOB_SECONDS)
 
     assert "late: unfinished past its sla" in cli("status", job_id).stdout
     assert "running (late)" in cli("list").stdout

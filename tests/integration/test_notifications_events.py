@@ -11,7 +11,7 @@ import pytest
 from helpers import wait_until
 from integration_harness import JOB_SECONDS, Scratch, Workers
 from test_notifications import FAST, MODULES
-from test_priority_and_retention import recovery_pass
+from test_priority_and_retention import marked_late, recovery_pass
 from webhook_server import WebhookServer, allowing, webhook_server
 
 from jobcenter import Client
@@ -42,7 +42,7 @@ def test_a_job_past_its_sla_is_told_once_it_is_late_then_of_its_end(
         notify = {"on": ["late", "succeeded"], "webhook": server.url}
         job_id = client.submit({"name": "nightly", "sla": "2s", "notify": notify, "tasks": [task]})
         wait_until(lambda: client.status(job_id)["tasks"]["t1"]["state"] == "running")
-        wait_until(lambda: recovery_pass(client).late == 1, timeout=JOB_SECONDS)
+        wait_until(lambda: marked_late(client, job_id), timeout=JOB_SECONDS)
         wait_until(server.count, JOB_SECONDS)
         assert recovery_pass(client).late == 0  # told once: a later pass finds it marked
 
@@ -100,7 +100,7 @@ def test_a_job_whose_notify_on_lists_no_event_is_told_only_of_its_end(
         job = {"name": "quiet", "sla": "1s", "notify": notify, "tasks": tasks}
         job_id = client.submit(job)
         wait_until(lambda: client.status(job_id)["tasks"]["broken"]["state"] == "failed")
-        wait_until(lambda: recovery_pass(client).late == 1, timeout=JOB_SECONDS)
+        wait_until(lambda: marked_late(client, job_id), timeout=JOB_SECONDS)
         assert queued(client, job_id) == []  # neither the failed task nor the sla queued one
 
         scratch.open_gate("quiet")

@@ -219,6 +219,14 @@ def recovery_pass(client: Client) -> RecoveryReport:
     return report
 
 
+def marked_late(client: Client, job_id: str) -> bool:
+    """Run a recovery pass, then whether the job is marked late: by that pass or by a
+    worker's own, whichever ran first once its sla had passed (a test that waited for its
+    own pass to mark it would wait for ever after a worker's did)."""
+    recovery_pass(client)
+    return client.status(job_id)["late_at"] is not None
+
+
 def namespace_keys(r: redis.Redis, namespace: str) -> set[str]:
     return {k.decode() for k in r.scan_iter(match=f"jc:{namespace}:*", count=1000)}
 
