@@ -77,17 +77,18 @@ class Archiver:
         try:
             writer.write(self.engine, rows)
         except Exception as exc:  # the database down, refusing, or slower than its timeout
-            self._failed(store, exc, now)
+            self._failed(store, exc)
             return 0
+        # seen now: whichever process recorded a failure seen before, the warning goes
+        store.archive_outcome(store.now_ms())
         self._hook()
         codes = store.archive_confirm(jobs)
-        store.archive_reachable()  # whichever process recorded the failure
         self._backoff = BACKOFF_FIRST_S
         confirmed = sum(1 for code in codes.values() if code == 0)
         count(store, {(0, MetricField.ARCHIVED.value): confirmed})
         return confirmed
 
-    def _failed(self, store: Store, exc: Exception, now: int) -> None:
+    def _failed(self, store: Store, exc: Exception) -> None:
         self._retry_at = time.monotonic() + self._backoff
         log.warning(
             "archive write failed (retrying in %.0f s; the jobs wait in Redis): %s",
@@ -96,7 +97,7 @@ class Archiver:
         )
         self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
         count(store, {(0, MetricField.ARCHIVE_FAILURES.value): 1})
-        store.archive_failed(f"{type(exc).__name__}: {exc}", now)
+        store.archive_outcome(store.now_ms(), f"{type(exc).__name__}: {exc}")
 
     def _hook(self) -> None:
         path = os.environ.get(PAUSE_AFTER_COMMIT)

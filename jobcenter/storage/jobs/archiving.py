@@ -89,15 +89,14 @@ class Archiving(StoreBase):
         replies = batch.execute()
         return {job.job_id: int(r[0]) for job, r in zip(jobs, replies, strict=True)}
 
-    def archive_failed(self, error: str, at_ms: int) -> None:
-        """Record the archive's last failure, for the dashboard's warning."""
-        self.redis.hset(
-            self.keys.archive_status(),
-            mapping={ArchiveStatusField.ERROR: error[:500], ArchiveStatusField.AT: at_ms},
-        )
-
-    def archive_reachable(self) -> None:
-        self.redis.delete(self.keys.archive_status())
+    def archive_outcome(self, seen_ms: int, error: str | None = None) -> bool:
+        """Record how an archive write went, seen at `seen_ms` (Redis time, read once it
+        returned or failed): its error, the dashboard's warning, or None when it worked,
+        which clears the warning. Processes archive side by side and their reports arrive
+        in any order: one seen before the last one recorded changes nothing (False)."""
+        args = [seen_ms, "" if error is None else error[:500] or "failed"]
+        reply = self.scripts.run("archive_status", [self.keys.archive_status()], args)
+        return int(reply[0]) == schema.code("OK")
 
     def archive_status(self) -> tuple[str, int] | None:
         """The archive's last failure (error, when in ms), or None when its last write worked."""

@@ -357,8 +357,9 @@ class Keys:
         return f"{self._base}:segments-wake"
 
     def archive_status(self) -> str:
-        """Hash: the archive's last failed write, when the last one failed (ArchiveStatusField):
-        what the dashboard warns of; deleted by the next write that succeeds."""
+        """Hash: the archive's last failed write, until a write seen later works, and when
+        the last one that worked was seen (ArchiveStatusField, archive_status.lua): what the
+        dashboard warns of."""
         return f"{self._base}:archive:status"
 
     def nodes(self) -> str:

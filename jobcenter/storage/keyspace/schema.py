@@ -197,10 +197,12 @@ class DeliveryField(StrEnum):
 
 
 class ArchiveStatusField(StrEnum):
-    """The fields of the archive's status hash (Keys.archive_status): its last failure."""
+    """The fields of the archive's status hash (Keys.archive_status): its last failure, while
+    no write seen later worked (archive_status.lua)."""
 
     ERROR = "error"
-    AT = "at"  # ms, Redis TIME
+    AT = "at"  # ms, Redis TIME: when the failure was seen
+    WORKED_AT = "worked_at"  # when the last write that worked was seen
 
 
 # The format of a packed record (JobField.PACKED's value): storage/keyspace/packed.py
@@ -426,6 +428,7 @@ LUA_TABLES: dict[str, type[StrEnum]] = {
     "METRIC_FIELD": MetricField,
     "DELIVERY_FIELD": DeliveryField,
     "DELIVERY_STATE": DeliveryState,
+    "ARCHIVE_STATUS_FIELD": ArchiveStatusField,
 }
 
 
@@ -463,7 +466,7 @@ RETURN_CODES = (
         0,
         f"{_JOB_SCRIPTS} singleton schedule_add schedule_save schedule_remove notify_attempt "
         "notify_done pool_set rate_set reconcile_slots shard_lease hashtables save_logs "
-        "queue_pause await_register",
+        "queue_pause await_register archive_status",
         "done",
     ),
     _code(
@@ -471,8 +474,9 @@ RETURN_CODES = (
         1,
         "cancel compact fail finalize lost restore resubmit singleton submit notify_attempt "
         "shard_lease pause_job resume_job queue_pause mark_late signal await_due spawned "
-        "archived",
-        "nothing to do: done already (by this or an earlier call)",
+        "archived archive_status",
+        "nothing to do: done already (by this or an earlier call); archive_status: an outcome "
+        "seen later is recorded",
     ),
     _code(
         "BUSY", 3, "revive clear mark", "a failure cascade is under way: finish it, then call again"

@@ -69,6 +69,7 @@ SHARD_SCRIPTS = frozenset(
         "hashtables",
         "save_logs",
         "await_register",
+        "archive_status",
     }
 )
 ALL_SCRIPTS = JOB_SCRIPTS | SHARD_SCRIPTS
