@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import select
 import shutil
@@ -49,17 +48,19 @@ def wait_until(
         time.sleep(interval)
 
 
-def pid_alive(pid: int) -> bool:
-    """True while the process runs (a zombie, dead but not yet reaped, counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
+def process_state(pid: int) -> str | None:
+    """The process's state letter from /proc (R, S, Z for a zombie ...), or None once it is
+    gone: it may exit between the open and the read, which then fails with ESRCH."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return stat.rpartition(")")[2].split()[0]
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process runs (a zombie, dead but not yet reaped, counts as gone)."""
+    return process_state(pid) not in (None, "Z")
 
 
 # What `jobcenter worker --health-port N` logs once its endpoint listens (N may be 0: any port).

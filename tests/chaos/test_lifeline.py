@@ -7,9 +7,9 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
+from helpers import pid_alive, wait_until
 
 # The "worker": starts a child that holds a lifeline to it, prints whether the child is
 # still alive after a few of the lifeline's checks, then exits; the child must outlive those
@@ -59,14 +59,7 @@ def test_a_child_exits_once_its_worker_is_gone() -> None:
         [sys.executable, "-c", WORKER], capture_output=True, text=True, timeout=60
     )
     child_pid = int(worker.stdout.split("child_pid ")[1].split()[0])
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{child_pid}/stat") as stat:
-                if stat.read().split(") ")[1].startswith("Z"):
-                    break  # a zombie: it exited, waiting for its new parent to reap it
-        except FileNotFoundError:
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail(f"child {child_pid} outlived its worker by 10 s")
+    # a zombie counts as gone: it exited, waiting for its new parent to reap it
+    wait_until(
+        lambda: not pid_alive(child_pid), message=f"child {child_pid} outlived its worker by 10 s"
+    )
