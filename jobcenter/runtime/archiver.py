@@ -77,7 +77,7 @@ class Archiver:
         try:
             writer.write(self.engine, rows)
         except Exception as exc:  # the database down, refusing, or slower than its timeout
-            self._failed(store, exc)
+            self._failed(store, exc, store.now_ms())  # seen now, before the log and the count
             return 0
         # seen now: whichever process recorded a failure seen before, the warning goes
         store.archive_outcome(store.now_ms())
@@ -88,7 +88,7 @@ class Archiver:
         count(store, {(0, MetricField.ARCHIVED.value): confirmed})
         return confirmed
 
-    def _failed(self, store: Store, exc: Exception) -> None:
+    def _failed(self, store: Store, exc: Exception, seen_ms: int) -> None:
         self._retry_at = time.monotonic() + self._backoff
         log.warning(
             "archive write failed (retrying in %.0f s; the jobs wait in Redis): %s",
@@ -97,7 +97,7 @@ class Archiver:
         )
         self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
         count(store, {(0, MetricField.ARCHIVE_FAILURES.value): 1})
-        store.archive_outcome(store.now_ms(), f"{type(exc).__name__}: {exc}")
+        store.archive_outcome(seen_ms, f"{type(exc).__name__}: {exc}")
 
     def _hook(self) -> None:
         path = os.environ.get(PAUSE_AFTER_COMMIT)
