@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -20,6 +22,28 @@ from jobcenter.runtime.worker import EXIT_LOOP_FAILED
 from jobcenter.storage.jobs.submit import INLINE_SPLIT_MAX
 
 JOB_SECONDS = 45.0
+FORCED_STOP_SECONDS = 30.0  # its start (imports, a connection) and the stop, with room
+# A worker object whose second SIGTERM comes while its main thread holds the connection pool's
+# lock (as a command taking a connection does), and its graceful stop's thread, holding the
+# shard leases' lock, waits for that pool lock: a forced stop run in the interrupted frame
+# waits for the leases' lock for ever.
+SIGNAL_IN_POOL_LOCK = """
+import logging, os, signal, sys, threading, time
+from jobcenter.config import Settings
+from jobcenter.runtime.worker import Options, Worker
+from jobcenter.storage.store import Store, connect
+url, namespace = sys.argv[1:]
+logging.basicConfig(level=logging.INFO)
+store = Store(connect(url), Settings(redis_url=url, namespace=namespace))
+worker = Worker(store, Options(leader=False, recovery=False, concurrency=1))
+worker.install_signal_handlers()
+with store.redis.connection_pool._lock:
+    os.kill(os.getpid(), signal.SIGTERM)
+    while not worker.ownership.closed:  # its thread is giving the shards back
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGTERM)
+threading.Event().wait(60)
+"""
 
 
 def job_for(loop: str) -> dict[str, Any]:
@@ -77,3 +101,20 @@ def test_a_second_sigterm_stops_at_once_while_the_rq_child_will_not(cluster: Clu
     worker.wait(RQ_STOP_SECONDS / 2)
     assert "exiting" in worker.log()
     wait_until(lambda: not any(pid_alive(p) for p in worker.rq_pids), message="rq child lives")
+
+
+def test_a_second_sigterm_that_interrupts_a_frame_holding_a_lock_still_stops_at_once(
+    redis_url: str, namespace: str
+) -> None:
+    worker = subprocess.Popen(
+        [sys.executable, "-c", SIGNAL_IN_POOL_LOCK, redis_url, namespace],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _, stderr = worker.communicate(timeout=FORCED_STOP_SECONDS)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        pytest.fail("the forced stop waited for a lock the interrupted frame held")
+    assert worker.returncode == 0, stderr
+    assert "gave 0 running tasks back; exiting" in stderr

@@ -50,8 +50,14 @@ class Worker(Claiming, Reporting, Heartbeats):
         """First SIGTERM/SIGINT: stop claiming, finish what runs. Second: give it back, exit."""
 
         def on_signal(signum: int, _frame: Any) -> None:
+            # Both stops wait on locks and Redis from a thread of their own, never in the
+            # frame the signal interrupted: that frame may hold a lock (a connection pool's)
+            # that another thread needs before it lets go of one the stop waits for.
             if self.stopping.is_set():
-                self.give_back_and_exit()
+                threading.Thread(
+                    target=self.give_back_and_exit, name="jobcenter-forced-stop", daemon=True
+                ).start()
+                return
             log.info(
                 "worker %s stopping (signal %d): finishing running tasks", self.handler, signum
             )

@@ -91,7 +91,7 @@ class WorkerState:
         self.newer_seen: set[tuple[str, int]] = set()  # (queue, protocol) of a newer release
         # held while tasks are started and registered in `running`, so the reporter never
         # takes a task just started by a claim for one it has to adopt (_adopt), and a forced
-        # stop gives back every task a claim started (reentrant: a signal handler takes it)
+        # stop gives back every task a claim started
         self.starting = threading.RLock()
 
     def _make_runner(self) -> ThreadRunner | ProcessRunner:
