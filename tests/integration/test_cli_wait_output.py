@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from harness import Cli
+from helpers import wait_until
 from integration_harness import JOB_SECONDS, Workers
 
 # a map of three instances, then a task that fails and one that cannot run after it
@@ -113,7 +114,16 @@ def test_a_task_no_live_worker_has_is_named_at_submit_and_in_status(
     )
     assert "tasks_for_tests.record'" not in submitted.stderr
     job_id = submitted.stdout.strip()
-    status = cli("status", job_id)
-    line = next(x for x in status.stdout.splitlines() if x.startswith("typo "))
-    # (once a worker gave it back for want of its code, since when too)
-    assert "tasks_for_tests.recrod" in line and "no live worker has" in line, line
+
+    def typo_line() -> str:
+        status = cli("status", job_id)
+        return next(x for x in status.stdout.splitlines() if x.startswith("typo "))
+
+    # said of it while it is queued: a worker may hold it a moment first (it claims it, then
+    # gives it back for want of its code, and says since when)
+    line = wait_until(
+        lambda: next((x for x in [typo_line()] if "no live worker has" in x), None),
+        timeout=JOB_SECONDS,
+        message="status never said that no live worker has the task",
+    )
+    assert "tasks_for_tests.recrod" in line, line
