@@ -48,19 +48,14 @@ def wait_until(
         time.sleep(interval)
 
 
-def process_state(pid: int) -> str | None:
-    """The process's state letter from /proc (R, S, Z for a zombie ...), or None once it is
-    gone: it may exit between the open and the read, which then fails with ESRCH."""
+def pid_alive(pid: int) -> bool:
+    """True while the process runs (a zombie, dead but not yet reaped, counts as gone). It
+    may exit between the open of its /proc entry and the read, which then fails with ESRCH."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError):
-        return None
-    return stat.rpartition(")")[2].split()[0]
-
-
-def pid_alive(pid: int) -> bool:
-    """True while the process runs (a zombie, dead but not yet reaped, counts as gone)."""
-    return process_state(pid) not in (None, "Z")
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 # What `jobcenter worker --health-port N` logs once its endpoint listens (N may be 0: any port).

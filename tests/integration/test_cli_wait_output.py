@@ -115,14 +115,15 @@ def test_a_task_no_live_worker_has_is_named_at_submit_and_in_status(
     assert "tasks_for_tests.record'" not in submitted.stderr
     job_id = submitted.stdout.strip()
 
-    def typo_line() -> str:
+    def typo_line_saying_no_worker() -> str | None:
         status = cli("status", job_id)
-        return next(x for x in status.stdout.splitlines() if x.startswith("typo "))
+        line = next(x for x in status.stdout.splitlines() if x.startswith("typo "))
+        return line if "no live worker has" in line else None
 
     # said of it while it is queued: a worker may hold it a moment first (it claims it, then
     # gives it back for want of its code, and says since when)
     line = wait_until(
-        lambda: next((x for x in [typo_line()] if "no live worker has" in x), None),
+        typo_line_saying_no_worker,
         timeout=JOB_SECONDS,
         message="status never said that no live worker has the task",
     )
